@@ -1,0 +1,58 @@
+"""Every FLOP count the report uses, in one place, so every TFLOP/s and MFU figure is traceable.
+
+Conventions: a multiply-add is 2 FLOPs. Backward costs 2x forward for matmuls, so a
+forward+backward (or a training step; AdamW's elementwise work is negligible) is 3x forward.
+"""
+
+from __future__ import annotations
+
+MODE_MULTIPLIER = {"forward": 1.0, "forward_backward": 3.0, "train_step": 3.0}
+
+
+def param_count(vocab_size: int, d_model: int, num_layers: int, d_ff: int) -> int:
+    """Parameters of TransformerLM: embedding, per block 4 d^2 (attention) + 3 d d_ff (SwiGLU)
+    + 2 d (two RMSNorm gains), final RMSNorm, untied LM head."""
+    per_block = 4 * d_model * d_model + 3 * d_model * d_ff + 2 * d_model
+    return vocab_size * d_model + num_layers * per_block + d_model + d_model * vocab_size
+
+
+def matmul_param_count(vocab_size: int, d_model: int, num_layers: int, d_ff: int) -> int:
+    """Parameters that take part in a matmul: all but the embedding lookup and the norm gains."""
+    return num_layers * (4 * d_model * d_model + 3 * d_model * d_ff) + d_model * vocab_size
+
+
+def model_flops(
+    vocab_size: int,
+    d_model: int,
+    num_layers: int,
+    d_ff: int,
+    batch: int,
+    seq: int,
+    mode: str,
+) -> float:
+    """FLOPs of one step: 2 N tokens for the weights (6 N tokens with backward) plus the attention
+    term 4 b n^2 d per layer forward (QK^T and PV, full matrices as the naive model computes
+    them; not halved for the causal mask, as in PaLM's MFU accounting)."""
+    if mode not in MODE_MULTIPLIER:
+        raise ValueError(f"unknown mode {mode!r}; known: {sorted(MODE_MULTIPLIER)}")
+    n = matmul_param_count(vocab_size, d_model, num_layers, d_ff)
+    forward = 2.0 * n * batch * seq + 4.0 * num_layers * batch * seq * seq * d_model
+    return MODE_MULTIPLIER[mode] * forward
+
+
+def attention_flops(
+    batch: int, heads: int, n_queries: int, n_keys: int, d_head: int, causal: bool, pass_: str
+) -> float:
+    """Attention FLOPs: forward 4 b h n_q n_k d (QK^T and PV), halved when causal; backward
+    2.5x forward (five matmuls instead of two); forward_backward 3.5x forward."""
+    forward = 4.0 * batch * heads * n_queries * n_keys * d_head
+    if causal:
+        forward /= 2
+    factor = {"forward": 1.0, "backward": 2.5, "forward_backward": 3.5}
+    if pass_ not in factor:
+        raise ValueError(f"unknown pass {pass_!r}; known: {sorted(factor)}")
+    return forward * factor[pass_]
+
+
+def tflops(flops: float, ms: float) -> float:
+    return flops / (ms * 1e-3) / 1e12 if ms and ms > 0 else float("nan")
