@@ -39,7 +39,9 @@ def size_spec(name: str) -> dict[str, int]:
         return MODEL_SIZES[name]
     if name in EXTRA_SIZES:
         return EXTRA_SIZES[name]
-    raise ValueError(f"unknown model size {name!r}; known: {sorted({**MODEL_SIZES, **EXTRA_SIZES})}")
+    raise ValueError(
+        f"unknown model size {name!r}; known: {sorted({**MODEL_SIZES, **EXTRA_SIZES})}"
+    )
 
 
 def naive_attention(q, k, v, is_causal: bool = True) -> torch.Tensor:

@@ -1,0 +1,142 @@
+# Stage `benchmark`: end-to-end model latency over size x context x mode x precision x compile,
+# one job per (size, context length, attention); plus the warm-up sweep.
+
+
+def benchmark_table():
+    cfg = stage_config("benchmark")
+    axes = {
+        "size": cfg["sizes"],
+        "context_length": cfg["context_lengths"],
+        "attention": cfg["attentions"],
+    }
+    return sweep_table("benchmark", axes, schema="benchmark_points")
+
+
+def benchmark_compile(wc):
+    """eager everywhere; compiled only where `compile_only` (if given) admits the point."""
+    cfg = stage_config("benchmark")
+    only = cfg.get("compile_only", {})
+    admitted = wc.size in only.get("sizes", [wc.size]) and int(wc.ctx) in only.get(
+        "context_lengths", [int(wc.ctx)]
+    )
+    return cli_list(c for c in cfg["compile"] if c == "eager" or admitted)
+
+
+BENCHMARK_POINTS = f"{RESULTS}/benchmark/points/{{size}}_ctx{{ctx}}_{{attention}}.csv"
+BENCHMARK_SOURCES = sources("benchmark", "model", "harness", "flops")
+
+
+wildcard_constraints:
+    size=r"[A-Za-z0-9.]+",
+    ctx=r"\d+",
+    attention=r"[a-z_]+",
+
+
+rule benchmark:
+    input:
+        BENCHMARK_SOURCES,
+    output:
+        BENCHMARK_POINTS,
+    params:
+        modes=lambda wc: cli_list(stage_config("benchmark")["modes"]),
+        precisions=lambda wc: cli_list(stage_config("benchmark")["precisions"]),
+        compile=benchmark_compile,
+        batch=lambda wc: stage_config("benchmark")["batch_size"],
+        warmup=lambda wc: stage_config("benchmark")["warmup_steps"],
+        steps=lambda wc: stage_config("benchmark")["measure_steps"],
+        common=common_args(),
+    log:
+        f"{RESULTS}/logs/benchmark/{{size}}_ctx{{ctx}}_{{attention}}.log",
+    benchmark:
+        f"{RESULTS}/jobs/benchmark/{{size}}_ctx{{ctx}}_{{attention}}.tsv"
+    shell:
+        "{PYTHON} -m cs336_systems.benchmark run {params.common} --out {output}"
+        " --size {wildcards.size} --context-length {wildcards.ctx}"
+        " --attention {wildcards.attention} --modes {params.modes}"
+        " --precisions {params.precisions} --compile {params.compile}"
+        " --batch-size {params.batch} --warmup {params.warmup} --steps {params.steps}"
+        " 2>&1 | tee {log}"
+
+
+rule benchmark_warmup:
+    input:
+        BENCHMARK_SOURCES,
+    output:
+        f"{RESULTS}/benchmark/warmup/{{size}}.csv",
+    params:
+        cfg=lambda wc: stage_config("benchmark")["warmup_sweep"],
+        warmups=lambda wc: cli_list(stage_config("benchmark")["warmup_sweep"]["warmups"]),
+        batch=lambda wc: stage_config("benchmark")["batch_size"],
+        common=common_args(),
+    log:
+        f"{RESULTS}/logs/benchmark/warmup_{{size}}.log",
+    benchmark:
+        f"{RESULTS}/jobs/benchmark/warmup_{{size}}.tsv"
+    shell:
+        "{PYTHON} -m cs336_systems.benchmark warmup {params.common} --out {output}"
+        " --size {wildcards.size} --context-length {params.cfg[context_length]}"
+        " --warmups {params.warmups} --steps {params.cfg[measure_steps]}"
+        " --mode {params.cfg[mode]} --precision {params.cfg[precision]}"
+        " --batch-size {params.batch} 2>&1 | tee {log}"
+
+
+rule benchmark_aggregate:
+    input:
+        points=lambda wc: expand(
+            BENCHMARK_POINTS,
+            zip,
+            size=benchmark_table()["size"],
+            ctx=benchmark_table()["context_length"],
+            attention=benchmark_table()["attention"],
+        ),
+        ceilings=f"{RESULTS}/ceilings.csv",
+        code=sources("benchmark"),
+    output:
+        f"{RESULTS}/benchmark.csv",
+    log:
+        f"{RESULTS}/logs/benchmark_aggregate.log",
+    shell:
+        "{PYTHON} -m cs336_systems.benchmark aggregate --ceilings {input.ceilings}"
+        " --out {output} {input.points} 2>&1 | tee {log}"
+
+
+rule benchmark_warmup_aggregate:
+    input:
+        lambda wc: expand(
+            rules.benchmark_warmup.output[0],
+            size=stage_config("benchmark").get("warmup_sweep", {}).get("sizes", []),
+        ),
+    output:
+        f"{RESULTS}/benchmark_warmup.csv",
+    log:
+        f"{RESULTS}/logs/benchmark_warmup_aggregate.log",
+    shell:
+        "{PYTHON} -m cs336_systems.results --out {output} {input} 2>&1 | tee {log}"
+
+
+BENCHMARK_FIGURES = [
+    f"{REPORT_DIR}/figures/benchmark_{name}.png"
+    for name in ("latency", "bwd_fwd", "warmup", "speedups", "mfu")
+]
+
+
+rule benchmark_plots:
+    input:
+        benchmark=rules.benchmark_aggregate.output[0],
+        warmup=rules.benchmark_warmup_aggregate.output[0],
+        code=sources("analysis.benchmark", "analysis.common"),
+    output:
+        BENCHMARK_FIGURES,
+    log:
+        f"{RESULTS}/logs/benchmark_plots.log",
+    shell:
+        "{PYTHON} -m cs336_systems.analysis plot benchmark --results {RESULTS}"
+        " --figures {REPORT_DIR}/figures 2>&1 | tee {log}"
+
+
+if "benchmark" in STAGES:
+    REPORT_INPUTS["benchmark"] = [
+        rules.benchmark_aggregate.output[0],
+        rules.benchmark_warmup_aggregate.output[0],
+        *BENCHMARK_FIGURES,
+    ]

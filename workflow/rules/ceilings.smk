@@ -1,0 +1,24 @@
+# Stage `ceilings`: the machine's measured matmul peaks and copy bandwidth (MFU's denominator).
+
+
+rule ceilings:
+    input:
+        sources("ceilings", "harness"),
+    output:
+        f"{RESULTS}/ceilings.csv",
+    params:
+        cfg=lambda wc: stage_config("ceilings"),
+        dtypes=lambda wc: cli_list(stage_config("ceilings")["dtypes"]),
+        common=common_args(),
+    log:
+        f"{RESULTS}/logs/ceilings.log",
+    benchmark:
+        f"{RESULTS}/jobs/ceilings.tsv"
+    shell:
+        "{PYTHON} -m cs336_systems.ceilings {params.common} --out {output}"
+        " --matmul-size {params.cfg[matmul_size]} --dtypes {params.dtypes}"
+        " --copy-mb {params.cfg[copy_mb]} --reps {params.cfg[reps]} 2>&1 | tee {log}"
+
+
+if "ceilings" in STAGES:
+    REPORT_INPUTS["ceilings"] = [rules.ceilings.output[0]]

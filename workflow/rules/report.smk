@@ -1,0 +1,19 @@
+# The report: renders report/<machine>/report.md from every enabled stage's CSVs and figures.
+
+
+rule report:
+    input:
+        data=lambda wc: [f for stage in STAGES for f in REPORT_INPUTS.get(stage, [])],
+        templates=lambda wc: ["report/templates/report.md.j2"]
+        + [f"report/templates/sections/{s}.md.j2" for s in STAGES],
+        code=lambda wc: sources("report", "analysis.common")
+        + [f"src/cs336_systems/analysis/{s}.py" for s in STAGES],
+    output:
+        f"{REPORT_DIR}/report.md",
+    params:
+        stages=lambda wc: cli_list(s for s in STAGES if s in REPORT_INPUTS),
+    log:
+        f"{RESULTS}/logs/report.log",
+    shell:
+        "{PYTHON} -m cs336_systems.report --results {RESULTS} --out {output}"
+        " --stages {params.stages} 2>&1 | tee {log}"
