@@ -1,0 +1,70 @@
+"""Run the workflow on a copy of the repository in a temp dir and read what Snakemake plans."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+COPIED = ["Snakefile", "workflow", "config", "profiles", "src", "report/templates", "tests/data"]
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+
+
+def copy_workflow(dest: Path) -> Path:
+    for item in COPIED:
+        src = ROOT / item
+        target = dest / item
+        if src.is_dir():
+            shutil.copytree(src, target, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, target)
+    return dest
+
+
+def env_for(workdir: Path) -> dict:
+    env = dict(os.environ)
+    # the copy's package runs, so editing it in a test is what the jobs execute
+    env["PYTHONPATH"] = f"{workdir / 'src'}{os.pathsep}{env.get('PYTHONPATH', '')}"
+    env.setdefault("CUDA_VISIBLE_DEVICES", "")
+    return env
+
+
+def snakemake(
+    workdir: Path, *args: str, check: bool = True, timeout: int = 900
+) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [*SNAKEMAKE, "--cores", "1", *args],
+        cwd=workdir,
+        env=env_for(workdir),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"snakemake {' '.join(args)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+        )
+    return proc
+
+
+def planned_jobs(workdir: Path, *args: str) -> Counter:
+    """The jobs a dry run would execute, as {rule: count} (without the `all` target)."""
+    proc = snakemake(workdir, "--dry-run", *args)
+    out = proc.stdout + proc.stderr
+    if "Nothing to be done" in out:
+        return Counter()
+    stats = out.split("Job stats:", 1)[1]
+    jobs = Counter()
+    for line in stats.splitlines()[3:]:
+        m = re.match(r"^(\S+)\s+(\d+)$", line.strip())
+        if not m:
+            break
+        if m.group(1) not in ("total", "all"):
+            jobs[m.group(1)] = int(m.group(2))
+    return jobs

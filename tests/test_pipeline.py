@@ -1,0 +1,169 @@
+"""The workflow end to end on a tiny config, and the rerun promises: only stale jobs run."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from pipeline_utils import copy_workflow, planned_jobs, snakemake
+
+TINY = ["--configfile", "tests/data/tiny_config.yaml"]
+STAGES = ["--config", "stages=[ceilings,benchmark]"]
+MACHINE = "tiny-test"
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """A full run of the ceilings and benchmark stages on the tiny config in a copy."""
+    work = copy_workflow(tmp_path_factory.mktemp("wf"))
+    snakemake(work, *TINY, *STAGES)
+    return work
+
+
+def edit(path: Path, line: str) -> str:
+    """Append a line (a real edit: Snakemake skips reruns when only the mtime moved)."""
+    before = path.read_text()
+    path.write_text(before + line)
+    later = time.time() + 2
+    os.utime(path, (later, later))
+    return before
+
+
+def test_run_produces_report_and_tidy_csvs(tiny_run):
+    results = tiny_run / "results" / MACHINE
+    df = pd.read_csv(results / "benchmark.csv")
+    assert len(df) == 2 * 3  # 2 contexts x 3 modes
+    assert set(df["status"]) == {"ok"}
+    for col in [
+        "machine",
+        "device_name",
+        "torch",
+        "triton",
+        "cuda",
+        "git_commit",
+        "timestamp",
+        "preset",
+        "size",
+        "context_length",
+        "mode",
+        "precision",
+        "compile",
+        "status",
+        "step_ms_mean",
+        "step_ms_std",
+        "step_ms_median",
+        "tokens_per_s",
+        "tflops",
+        "mfu",
+    ]:
+        assert col in df, col
+    assert (df["step_ms_mean"] > 0).all() and (df["mfu"] > 0).all()
+    assert set(df["preset"]) == {"cpu"} and set(df["machine"]) == {MACHINE}
+    report = (tiny_run / "report" / MACHINE / "report.md").read_text()
+    assert "## End-to-end benchmarks" in report and "## Machine ceilings" in report
+    assert "backward (forward+backward minus forward) takes" in report
+    for fig in ["latency", "bwd_fwd", "warmup", "speedups", "mfu"]:
+        assert (
+            tiny_run / "report" / MACHINE / "figures" / f"benchmark_{fig}.png"
+        ).stat().st_size > 1000
+    # every rule has a log
+    assert (results / "logs" / "ceilings.log").exists()
+
+
+def test_second_run_does_nothing(tiny_run):
+    assert planned_jobs(tiny_run, *TINY, *STAGES) == Counter()
+
+
+def test_changing_one_sweep_value_reruns_only_affected_jobs(tiny_run, tmp_path):
+    cfg = yaml.safe_load((tiny_run / "tests/data/tiny_config.yaml").read_text())
+    cfg["benchmark"]["cpu"]["context_lengths"] = [16, 32, 24]
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(yaml.safe_dump(cfg))
+    jobs = planned_jobs(tiny_run, "--configfile", str(changed), *STAGES)
+    assert jobs == Counter(
+        {"benchmark": 1, "benchmark_aggregate": 1, "benchmark_plots": 1, "report": 1}
+    )
+
+
+def test_changing_steps_reruns_every_benchmark_job_but_not_ceilings(tiny_run, tmp_path):
+    cfg = yaml.safe_load((tiny_run / "tests/data/tiny_config.yaml").read_text())
+    cfg["benchmark"]["cpu"]["measure_steps"] = 4
+    changed = tmp_path / "steps.yaml"
+    changed.write_text(yaml.safe_dump(cfg))
+    jobs = planned_jobs(tiny_run, "--configfile", str(changed), *STAGES)
+    assert jobs == Counter(
+        {"benchmark": 2, "benchmark_aggregate": 1, "benchmark_plots": 1, "report": 1}
+    )
+
+
+def test_editing_stage_module_reruns_stage_and_downstream(tiny_run):
+    module = tiny_run / "src/cs336_systems/benchmark.py"
+    before = edit(module, "\n# an edit\n")
+    try:
+        jobs = planned_jobs(tiny_run, *TINY, *STAGES)
+    finally:
+        module.write_text(before)
+        past = time.time() - 3600
+        os.utime(module, (past, past))
+    assert jobs == Counter(
+        {
+            "benchmark": 2,
+            "benchmark_warmup": 1,
+            "benchmark_aggregate": 1,
+            "benchmark_warmup_aggregate": 1,
+            "benchmark_plots": 1,
+            "report": 1,
+        }
+    )
+    assert "ceilings" not in jobs
+
+
+def test_editing_report_template_reruns_only_the_report(tiny_run):
+    edit(tiny_run / "report/templates/report.md.j2", "\n_An edited template._\n")
+    assert planned_jobs(tiny_run, *TINY, *STAGES) == Counter({"report": 1})
+    # and running it leaves nothing stale
+    snakemake(tiny_run, *TINY, *STAGES)
+    assert planned_jobs(tiny_run, *TINY, *STAGES) == Counter()
+
+
+@pytest.fixture(scope="module")
+def bare_copy(tmp_path_factory):
+    return copy_workflow(tmp_path_factory.mktemp("bad"))
+
+
+@pytest.mark.parametrize(
+    "override,expected",
+    [
+        ({"benchmark": {"cpu": {"sizes": ["tiny", "huge"]}}}, "'huge' is not one of"),
+        ({"benchmark": {"cpu": {"measure_steps": 0}}}, "measure_steps"),
+        ({"benchmark": {"cpu": {"warmup_steps": -2}}}, "warmup_steps"),
+        ({"benchmark": {"cpu": {"context_lengths": "128"}}}, "context_lengths"),
+        ({"benchmark": {"cpu": {"colour": "blue"}}}, "colour"),
+        ({"preset": "tpu"}, "'tpu' is not one of"),
+        ({"presett": "gpu"}, "unknown config key(s) ['presett']"),
+        ({"stages": ["benchmark", "nope"]}, "unknown stage(s) ['nope']"),
+    ],
+)
+def test_bad_config_stops_before_any_job(bare_copy, tmp_path, override, expected):
+    cfg = yaml.safe_load((bare_copy / "tests/data/tiny_config.yaml").read_text())
+
+    def merge(a, b):
+        for k, v in b.items():
+            if isinstance(v, dict) and isinstance(a.get(k), dict):
+                merge(a[k], v)
+            else:
+                a[k] = v
+
+    merge(cfg, override)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(cfg))
+    proc = snakemake(bare_copy, "--dry-run", "--configfile", str(bad), check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert expected in out, out[-3000:]
+    assert not (bare_copy / "results").exists()
