@@ -1,7 +1,7 @@
 # Transformer-training systems study: `snakemake --cores 1 report` runs every stage and writes
 # report/<machine>/report.md. Stages live in workflow/rules/<stage>.smk, their work in
 # src/cs336_systems/. See README.md.
-from glob import glob
+from pathlib import Path
 
 
 configfile: "config/config.yaml"
@@ -11,10 +11,10 @@ include: "workflow/rules/common.smk"
 
 
 # every stage's rules file between the frame (common) and the report, in a stable order
-for _rules in sorted(glob(f"{workflow.basedir}/workflow/rules/*.smk")):
-    if not _rules.endswith(("/common.smk", "/report.smk")):
+for _rules in sorted(Path(workflow.basedir, "workflow", "rules").glob("*.smk")):
+    if _rules.name not in ("common.smk", "report.smk"):
 
-        include: _rules
+        include: str(_rules)
 
 
 include: "workflow/rules/report.smk"

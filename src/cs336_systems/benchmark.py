@@ -55,6 +55,7 @@ class Workload:
     tokens: torch.Tensor
     targets: torch.Tensor
     device: torch.device
+    compile_mode: str = "default"
     _compiled: torch.nn.Module | None = None
 
     @classmethod
@@ -66,6 +67,7 @@ class Workload:
         device: torch.device | str = "cpu",
         attention: str = "naive",
         seed: int = 0,
+        compile_mode: str = "default",
     ) -> Workload:
         device = torch.device(device)
         torch.manual_seed(seed)
@@ -74,13 +76,13 @@ class Workload:
         shape = (batch_size, context_length)
         tokens = torch.randint(0, VOCAB_SIZE, shape, device=device)
         targets = torch.randint(0, VOCAB_SIZE, shape, device=device)
-        return cls(model, tokens, targets, device)
+        return cls(model, tokens, targets, device, compile_mode)
 
     def forward_module(self, compiled: bool) -> torch.nn.Module:
         if not compiled:
             return self.model
         if self._compiled is None:
-            self._compiled = torch.compile(self.model)
+            self._compiled = torch.compile(self.model, mode=self.compile_mode)
         return self._compiled
 
     def step(
@@ -171,11 +173,31 @@ def run_grid(
     steps: int,
     device: torch.device,
     base: dict,
+    compile_modes: list[str] | None = None,
+    compile_precisions: list[str] | None = None,
+    compile_mode: str = "default",
 ) -> list[dict]:
     rows: list[dict] = []
-    fixed = {**base, **model_row(size, context_length, batch_size), "attention": attention}
-    built = run_point(lambda: Workload.build(size, context_length, batch_size, device, attention))
-    points = [(c, p, m) for c in compiles for p in precisions for m in modes]
+    fixed = {
+        **base,
+        **model_row(size, context_length, batch_size),
+        "attention": attention,
+        "compile_mode": compile_mode,
+    }
+    built = run_point(
+        lambda: Workload.build(
+            size, context_length, batch_size, device, attention, compile_mode=compile_mode
+        )
+    )
+    compile_modes = compile_modes if compile_modes is not None else modes
+    compile_precisions = compile_precisions if compile_precisions is not None else precisions
+    points = [
+        (c, p, m)
+        for c in compiles
+        for p in precisions
+        for m in modes
+        if c == "eager" or (m in compile_modes and p in compile_precisions)
+    ]
     for n, (comp, prec, mode) in enumerate(points, 1):
         row = {
             **fixed,
@@ -289,7 +311,16 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("--modes", default=",".join(MODES))
     run.add_argument("--precisions", default=",".join(PRECISIONS))
     run.add_argument("--compile", default="eager")
+    run.add_argument("--compile-modes", default=None, help="modes that get compiled points")
+    run.add_argument(
+        "--compile-precisions", default=None, help="precisions that get compiled points"
+    )
     run.add_argument("--attention", default="naive")
+    run.add_argument(
+        "--compile-mode",
+        default="default",
+        choices=["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"],
+    )
     run.add_argument("--warmup", type=int, default=5)
     warm = sub.choices["warmup"]
     warm.add_argument("--warmups", default="0,1,2,5")
@@ -323,6 +354,9 @@ def main(argv: list[str] | None = None) -> None:
             args.steps,
             device,
             base,
+            _csv_list(args.compile_modes) if args.compile_modes else None,
+            _csv_list(args.compile_precisions) if args.compile_precisions else None,
+            args.compile_mode,
         )
     else:
         rows = run_warmup_sweep(

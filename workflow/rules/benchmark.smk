@@ -2,26 +2,6 @@
 # one job per (size, context length, attention); plus the warm-up sweep.
 
 
-def benchmark_table():
-    cfg = stage_config("benchmark")
-    axes = {
-        "size": cfg["sizes"],
-        "context_length": cfg["context_lengths"],
-        "attention": cfg["attentions"],
-    }
-    return sweep_table("benchmark", axes, schema="benchmark_points")
-
-
-def benchmark_compile(wc):
-    """eager everywhere; compiled only where `compile_only` (if given) admits the point."""
-    cfg = stage_config("benchmark")
-    only = cfg.get("compile_only", {})
-    admitted = wc.size in only.get("sizes", [wc.size]) and int(wc.ctx) in only.get(
-        "context_lengths", [int(wc.ctx)]
-    )
-    return cli_list(c for c in cfg["compile"] if c == "eager" or admitted)
-
-
 BENCHMARK_POINTS = f"{RESULTS}/benchmark/points/{{size}}_ctx{{ctx}}_{{attention}}.csv"
 BENCHMARK_SOURCES = sources("benchmark", "model", "harness", "flops")
 
@@ -41,6 +21,9 @@ rule benchmark:
         modes=lambda wc: cli_list(stage_config("benchmark")["modes"]),
         precisions=lambda wc: cli_list(stage_config("benchmark")["precisions"]),
         compile=benchmark_compile,
+        compile_modes=benchmark_compile_filter("modes", "modes"),
+        compile_precisions=benchmark_compile_filter("precisions", "precisions"),
+        compile_mode=lambda wc: stage_config("benchmark").get("compile_mode", "default"),
         batch=lambda wc: stage_config("benchmark")["batch_size"],
         warmup=lambda wc: stage_config("benchmark")["warmup_steps"],
         steps=lambda wc: stage_config("benchmark")["measure_steps"],
@@ -50,10 +33,13 @@ rule benchmark:
     benchmark:
         f"{RESULTS}/jobs/benchmark/{{size}}_ctx{{ctx}}_{{attention}}.tsv"
     shell:
-        "{PYTHON} -m cs336_systems.benchmark run {params.common} --out {output}"
+        "python3 -m cs336_systems.benchmark run {params.common} --out {output}"
         " --size {wildcards.size} --context-length {wildcards.ctx}"
         " --attention {wildcards.attention} --modes {params.modes}"
         " --precisions {params.precisions} --compile {params.compile}"
+        " --compile-modes {params.compile_modes}"
+        " --compile-precisions {params.compile_precisions}"
+        " --compile-mode {params.compile_mode}"
         " --batch-size {params.batch} --warmup {params.warmup} --steps {params.steps}"
         " 2>&1 | tee {log}"
 
@@ -73,7 +59,7 @@ rule benchmark_warmup:
     benchmark:
         f"{RESULTS}/jobs/benchmark/warmup_{{size}}.tsv"
     shell:
-        "{PYTHON} -m cs336_systems.benchmark warmup {params.common} --out {output}"
+        "python3 -m cs336_systems.benchmark warmup {params.common} --out {output}"
         " --size {wildcards.size} --context-length {params.cfg[context_length]}"
         " --warmups {params.warmups} --steps {params.cfg[measure_steps]}"
         " --mode {params.cfg[mode]} --precision {params.cfg[precision]}"
@@ -96,7 +82,7 @@ rule benchmark_aggregate:
     log:
         f"{RESULTS}/logs/benchmark_aggregate.log",
     shell:
-        "{PYTHON} -m cs336_systems.benchmark aggregate --ceilings {input.ceilings}"
+        "python3 -m cs336_systems.benchmark aggregate --ceilings {input.ceilings}"
         " --out {output} {input.points} 2>&1 | tee {log}"
 
 
@@ -111,7 +97,7 @@ rule benchmark_warmup_aggregate:
     log:
         f"{RESULTS}/logs/benchmark_warmup_aggregate.log",
     shell:
-        "{PYTHON} -m cs336_systems.results --out {output} {input} 2>&1 | tee {log}"
+        "python3 -m cs336_systems.results --out {output} {input} 2>&1 | tee {log}"
 
 
 BENCHMARK_FIGURES = [
@@ -127,11 +113,14 @@ rule benchmark_plots:
         code=sources("analysis.benchmark", "analysis.common"),
     output:
         BENCHMARK_FIGURES,
+    params:
+        results=lambda wc, input: parent(input.benchmark),
+        figures=lambda wc, output: parent(output[0]),
     log:
         f"{RESULTS}/logs/benchmark_plots.log",
     shell:
-        "{PYTHON} -m cs336_systems.analysis plot benchmark --results {RESULTS}"
-        " --figures {REPORT_DIR}/figures 2>&1 | tee {log}"
+        "python3 -m cs336_systems.analysis plot benchmark --results {params.results}"
+        " --figures {params.figures} 2>&1 | tee {log}"
 
 
 if "benchmark" in STAGES:

@@ -12,7 +12,6 @@ from snakemake.utils import min_version, update_config, validate
 min_version("9.0")
 
 ROOT = Path(workflow.basedir)
-PYTHON = sys.executable  # the interpreter running Snakemake runs every stage CLI
 SCHEMAS = ROOT / "workflow" / "schemas"
 GLOBAL_KEYS = {"preset", "machine", "stages", "keep_raw"}
 
@@ -101,7 +100,7 @@ def sweep_table(stage, axes, schema=None):
 
 
 def sources(*modules):
-    """The package source files a stage imports, as rule inputs: editing one reruns the stage."""
+    """The package source files a stage imports, as inputs of its rules (edits rerun the stage)."""
     files = ["results"] + list(modules)
     return [f"src/cs336_systems/{m.replace('.', '/')}.py" for m in dict.fromkeys(files)]
 
@@ -115,5 +114,45 @@ def cli_list(values):
     return ",".join(str(v) for v in values)
 
 
-onstart:
-    print(f"[cs336] machine={MACHINE} preset={PRESET} stages={','.join(STAGES)}", flush=True)
+def parent(path):
+    """The folder of a file: lets a rule hand a results or figures folder to its CLI."""
+    return str(Path(path).parent)
+
+
+print(f"[cs336] machine={MACHINE} preset={PRESET} stages={','.join(STAGES)}", file=sys.stderr)
+
+
+# Functions of individual stages (Snakemake's lint wants functions apart from rules): each stage
+# keeps its own block below, headed by its name.
+
+# --- benchmark ---
+
+
+def benchmark_table():
+    cfg = stage_config("benchmark")
+    axes = {
+        "size": cfg["sizes"],
+        "context_length": cfg["context_lengths"],
+        "attention": cfg["attentions"],
+    }
+    return sweep_table("benchmark", axes, schema="benchmark_points")
+
+
+def benchmark_compile(wc):
+    """eager everywhere; compiled only where `compile_only` (if given) admits the job."""
+    cfg = stage_config("benchmark")
+    only = cfg.get("compile_only", {})
+    admitted = wc.size in only.get("sizes", [wc.size]) and int(wc.ctx) in only.get(
+        "context_lengths", [int(wc.ctx)]
+    )
+    return cli_list(c for c in cfg["compile"] if c == "eager" or admitted)
+
+
+def benchmark_compile_filter(key, all_key):
+    """Within a job, the modes (or precisions) that get compiled points."""
+
+    def pick(wc):
+        cfg = stage_config("benchmark")
+        return cli_list(cfg.get("compile_only", {}).get(key, cfg[all_key]))
+
+    return pick

@@ -12,8 +12,9 @@ rule report:
         f"{REPORT_DIR}/report.md",
     params:
         stages=lambda wc: cli_list(s for s in STAGES if s in REPORT_INPUTS),
+        results=lambda wc, output: f"results/{Path(output[0]).parent.name}",
     log:
         f"{RESULTS}/logs/report.log",
     shell:
-        "{PYTHON} -m cs336_systems.report --results {RESULTS} --out {output}"
+        "python3 -m cs336_systems.report --results {params.results} --out {output}"
         " --stages {params.stages} 2>&1 | tee {log}"

@@ -283,7 +283,7 @@ def context(results_dir: Path) -> dict:
                 change = 1 - row.std_ms / z.std_ms if z.std_ms > 0 else float("nan")
                 entry.setdefault("after", []).append(
                     f"with {k} warm-up step{'s' if k > 1 else ''} the std is {row.std_ms:.2f} ms "
-                    f"({'−' if change >= 0 else '+'}{abs(100 * change):.0f}%) and the mean {row.mean_ms:.1f} ms"
+                    f"({'−' if change >= 0 else '+'}{abs(100 * change):.1f}%) and the mean {row.mean_ms:.1f} ms"
                 )
         entry["why"] = WHY_FIRST_STEP.get(str(w["device"].iloc[0]), WHY_FIRST_STEP["cpu"])
         s["warmup"].append(entry)
