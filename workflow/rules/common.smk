@@ -129,13 +129,24 @@ print(f"[cs336] machine={MACHINE} preset={PRESET} stages={','.join(STAGES)}", fi
 
 
 def benchmark_table():
+    """One row per benchmark job (size, context length, attention); attentions other than the
+    first run only where `attention_only` (if given) admits the size and context."""
     cfg = stage_config("benchmark")
     axes = {
         "size": cfg["sizes"],
         "context_length": cfg["context_lengths"],
         "attention": cfg["attentions"],
     }
-    return sweep_table("benchmark", axes, schema="benchmark_points")
+    table = sweep_table("benchmark", axes, schema="benchmark_points")
+    only = cfg.get("attention_only", {})
+    keep = (
+        (table["attention"] == cfg["attentions"][0])
+        | (
+            table["size"].isin(only.get("sizes", cfg["sizes"]))
+            & table["context_length"].isin(only.get("context_lengths", cfg["context_lengths"]))
+        )
+    )
+    return table[keep].reset_index(drop=True)
 
 
 def benchmark_compile(wc):
@@ -156,3 +167,64 @@ def benchmark_compile_filter(key, all_key):
         return cli_list(cfg.get("compile_only", {}).get(key, cfg[all_key]))
 
     return pick
+
+# --- kernel_tests ---
+
+
+def kernel_tests_kernels(wc):
+    """--kernel NAME=REGEX arguments, shell-quoted (the regexes hold | and ^)."""
+    import shlex
+
+    kernels = stage_config("kernel_tests")["kernels"]
+    return " ".join(shlex.quote(f"--kernel={name}={regex}") for name, regex in kernels.items())
+
+
+def kernel_tests_option(key):
+    """A pytest selection option (-k / -m expression), shell-quoted; '' when unset."""
+
+    def pick(wc):
+        import shlex
+
+        return shlex.quote(stage_config("kernel_tests")[key])
+
+    return pick
+
+
+# --- attention ---
+
+
+def attention_points(wc):
+    return expand(
+        f"{RESULTS}/attention/points/{{impl}}.csv", impl=stage_config("attention")["impls"]
+    )
+
+
+# --- flash ---
+
+
+def flash_gate(wc):
+    """The kernel tests' CSV when that stage runs (it then gates our kernels), else nothing."""
+    return [f"{RESULTS}/kernel_tests.csv"] if "kernel_tests" in STAGES else []
+
+
+def flash_gate_arg(wc, input):
+    return f"--kernel-tests {input.gate}" if input.gate else ""
+
+
+def flash_options(wc):
+    """The timing, cap and precision options every flash job shares."""
+    cfg = stage_config("flash")
+    timing = cfg["timing"]
+    caps = cli_list(f"{k}={v}" for k, v in cfg["max_seq_len"].items())
+    return (
+        f"--max-seq-len '{caps}' --flash-tiles {cli_list(cfg['flash_pytorch_tiles'])}"
+        f" --fp32-matmul-precision {cfg['fp32_matmul_precision']}"
+        f" --warmup-ms {timing['warmup_ms']} --rep-ms {timing['rep_ms']}"
+        f" --warmup-steps {timing['warmup_steps']} --steps {timing['steps']}"
+    )
+
+
+def flash_point_files(wc):
+    cfg = stage_config("flash")
+    files = expand(f"{RESULTS}/flash/points/{{dtype}}.csv", dtype=cfg["dtypes"])
+    return files + ([f"{RESULTS}/flash/leaderboard.csv"] if cfg.get("leaderboard") else [])
