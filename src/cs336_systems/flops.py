@@ -54,5 +54,21 @@ def attention_flops(
     return forward * factor[pass_]
 
 
+# softmax over a row: max, subtract, exp, sum, divide per element (the matmuls: 2 per MAC)
+SOFTMAX_FLOPS_PER_ELEMENT = 5
+
+
+def attention_flops_split(batch: int, heads: int, seq: int, d_head: int) -> dict[str, float]:
+    """FLOPs of one forward naive attention call, per part: QK^T and PV are 2*b*h*n*n*d_head
+    each; softmax SOFTMAX_FLOPS_PER_ELEMENT per score; the mask one (a select) per score."""
+    scores = batch * heads * seq * seq
+    return {
+        "qk_matmul": 2.0 * scores * d_head,
+        "pv_matmul": 2.0 * scores * d_head,
+        "softmax": float(SOFTMAX_FLOPS_PER_ELEMENT * scores),
+        "mask": float(scores),
+    }
+
+
 def tflops(flops: float, ms: float) -> float:
     return flops / (ms * 1e-3) / 1e12 if ms and ms > 0 else float("nan")

@@ -66,10 +66,11 @@ ATTENTION_FUNCTIONS: dict[str, AttentionFn] = {"naive": naive_attention, "sdpa":
 
 def get_attention_fn(name: str) -> AttentionFn:
     """Look an attention implementation up by name (kernels register themselves on import)."""
-    if name == "flash_triton" and name not in ATTENTION_FUNCTIONS:
+    lazy = {"flash_triton": "flash_attention_triton", "naive_annotated": "annotated_attention"}
+    if name in lazy and name not in ATTENTION_FUNCTIONS:
         import importlib
 
-        importlib.import_module("cs336_systems.flash_attention_triton")
+        importlib.import_module(f"cs336_systems.{lazy[name]}")
     if name not in ATTENTION_FUNCTIONS:
         raise ValueError(f"unknown attention {name!r}; known: {sorted(ATTENTION_FUNCTIONS)}")
     return ATTENTION_FUNCTIONS[name]

@@ -1,0 +1,106 @@
+"""Which kind of work a GPU kernel (or a CPU operator) does, decided from its name alone.
+
+One function, `classify_kernel`, so the profile stage, its analysis and its tests agree. Classes:
+
+- ``gemm``: matrix multiplies (cuBLAS/cuBLASLt incl. Hopper ``nvjet_*``, cutlass, ``*xmma*``,
+  Triton templates, the split-K reduction that belongs to a GEMM; CPU: aten::mm/addmm/bmm...)
+- ``attention``: fused attention kernels (FlashAttention, memory-efficient/cuDNN SDPA, ours)
+- ``optimizer``: optimizer updates (fused/foreach Adam, ``multi_tensor_apply_kernel``)
+- ``reduction``: kernels that reduce along a dimension: softmax, norms, sums/means, losses
+- ``elementwise``: pointwise kernels and copies (``vectorized_elementwise_kernel``, Triton
+  ``triton_poi_*``, masked_fill, casts, concatenation)
+- ``other``: the rest (embedding gathers/scatters, RNG, memsets...)
+
+Softmax counts as a reduction: each row is a max and a sum before the pointwise exp/divide.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+KERNEL_CLASSES = ("gemm", "attention", "elementwise", "reduction", "optimizer", "other")
+
+# Ordered: the first matching rule wins. Patterns run on the lower-cased full name.
+_RULES: list[tuple[str, re.Pattern[str]]] = [
+    (
+        "optimizer",
+        re.compile(r"adam|multi_tensor_apply|_foreach_|\bsgd\b|lamb_|optim::|optimizer"),
+    ),
+    (
+        "attention",
+        re.compile(
+            r"flash|fmha|sdpa|attention|_attn_|attn_fwd|attn_bwd|scaled_dot_product"
+            r"|efficient_attention"
+        ),
+    ),
+    (
+        "gemm",
+        re.compile(
+            r"gemm|xmma|nvjet|cublas|cutlass|gemv|matmul|splitkreduce|triton_tem_fused_\w*mm"
+            r"|aten::(?:mm|addmm|bmm|baddbmm|addbmm|linear|_scaled_mm|dot|mv)\b"
+        ),
+    ),
+    # pointwise kernel templates: decide before the keyword rules below, because an
+    # elementwise kernel's functor name can mention e.g. `norm` (RNG `normal_kernel`)
+    ("elementwise", re.compile(r"elementwise_kernel|triton_poi_|unrolled_elementwise")),
+    (
+        "reduction",
+        re.compile(
+            r"reduce_kernel|reduction|softmax|layer_?norm|rms_?norm|batch_?norm|group_?norm"
+            r"|welford|nll_loss|cross_entropy|logsumexp|cunn_|triton_(?:per|red)_"
+            r"|aten::(?:sum|mean|amax|amin|max|min|norm|var|std|argmax|argmin|prod|cumsum)\b"
+        ),
+    ),
+    (
+        "elementwise",
+        re.compile(
+            r"copy|fill|catarray|cat_|where|masked|silu|gelu|relu|sigmoid|tanh|rsqrt|sqrt"
+            r"|\bpow|\bexp\b|\badd|\bmul|\bsub|\bdiv|\bneg|clamp|tril|triu|_to_copy"
+            r"|aten::(?:to|add_?|mul_?|sub_?|div_?|neg|exp|pow|rsqrt|sqrt|silu|relu|gelu"
+            r"|sigmoid|tanh|masked_fill_?|fill_|zero_|zeros|zeros_like|ones|ones_like|full"
+            r"|cat|stack|clone|contiguous|copy_|where|tril|triu|cos|sin|arange|lerp_?"
+            r"|addcmul_?|addcdiv_?|maximum|minimum)\b"
+        ),
+    ),
+]
+
+
+@lru_cache(maxsize=65536)
+def classify_kernel(name: str) -> str:
+    """The class (one of KERNEL_CLASSES) of a CUDA kernel or CPU operator, from its name."""
+    low = str(name).lower()
+    for label, pattern in _RULES:
+        if pattern.search(low):
+            return label
+    return "other"
+
+
+def short_kernel_name(name: str, limit: int = 80) -> str:
+    """A readable kernel name for tables: no `void `, no template arguments or parameters
+    (a generic wrapper such as cutlass's `Kernel2<...>` keeps its first template argument)."""
+    text = str(name).strip().replace("(anonymous namespace)::", "")
+    if text.startswith("void "):
+        text = text[5:]
+    cut = min((i for i in (text.find("<"), text.find("(")) if i >= 0), default=len(text))
+    base = text[:cut].strip()
+    if base.rsplit("::", 1)[-1] in _GENERIC_WRAPPERS and text[cut : cut + 1] == "<":
+        depth, arg = 0, []
+        for ch in text[cut + 1 :]:
+            if ch in "<(":
+                depth += 1
+            elif ch in ">)":
+                if depth == 0:
+                    break
+                depth -= 1
+            elif ch == "," and depth == 0:
+                break
+            arg.append(ch)
+        base = f"{base}<{''.join(arg).strip()}>"
+    elif cut < len(text) and text[cut] == "<":
+        base += "<…>"
+    base = base or text
+    return base if len(base) <= limit else base[: limit - 1] + "…"
+
+
+_GENERIC_WRAPPERS = {"Kernel", "Kernel2", "device_kernel", "kernel", "GenericKernel"}

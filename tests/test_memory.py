@@ -1,0 +1,319 @@
+"""The memory stage: the analytic activation model, snapshot timelines, largest allocations."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+import torch.nn.functional as F
+
+from cs336_systems import memory as mem
+from cs336_systems.benchmark import Workload, autocast
+
+GPU = Path(__file__).parent / "fixtures" / "gpu"
+SNAPSHOT_FIXTURE = GPU / "memory_snapshot.pickle"  # from scripts/gpu_capture_fixtures.py
+
+
+# --- analytic activation model ---------------------------------------------------------------
+
+
+def test_residual_stream_of_2p7b():
+    # one (batch 4, context 128, d_model 2560) fp32 tensor: 4*128*2560*4 bytes = 5 MiB
+    a = mem.activation_memory_for("2.7B", 128, 4, "fp32", "cuda")
+    assert a["residual_stream"] == 5_242_880
+    assert a["residual_stream"] / mem.MiB == 5.0
+
+
+def test_activation_model_hand_computed_fp32():
+    # b=1, n=2, d=4, h=2, f=8, L=1, V=10: bnd=8, bnf=16, b h n^2=8, n^2=4, bn=2
+    # per layer: norms 2*(4*2*8 + 4*2)=144; matmul inputs 4*(8+3*8+8+8)=192; scores 4*8=32;
+    #            SwiGLU 4*4*16=256; mask 4                                  -> 628
+    # final: norm 4*2*8 + 4*2 = 72, head input 4*8 = 32                     -> 104
+    # loss: log-softmax 4*1*2*10 + total weight 4                            -> 84
+    a = mem.activation_memory(1, 2, 4, 1, 2, 8, vocab_size=10, precision="fp32")
+    assert a["per_layer"] == 628
+    assert a["final_norm_and_head"] == 104
+    assert a["loss"] == 84
+    assert a["weight_casts"] == 0
+    assert a["total"] == 816
+
+
+def test_activation_model_hand_computed_bf16():
+    # per layer: norms 144 (fp32); bf16 matmul inputs 2*(3*8 + 3*8 + 8 + 2*8)=144;
+    # scores: fp32 probabilities + bf16 copy (4+2)*8=48 on CUDA, 2*8=16 on CPU; SwiGLU 2*4*16=128;
+    # mask 4 -> 468 (CUDA) / 436 (CPU). final: 72 + bf16 head input 2*8 = 88. loss 84.
+    # weight casts: 2 bytes * (L*(4 d^2 + 3 d f) + d V) = 2*(64 + 96 + 40) = 400
+    cuda = mem.activation_memory(1, 2, 4, 1, 2, 8, 10, "bf16", "cuda")
+    cpu = mem.activation_memory(1, 2, 4, 1, 2, 8, 10, "bf16", "cpu")
+    assert (cuda["per_layer"], cpu["per_layer"]) == (468, 436)
+    assert cuda["final_norm_and_head"] == 88 and cuda["weight_casts"] == 400
+    assert (cuda["total"], cpu["total"]) == (1040, 1008)
+    with pytest.raises(ValueError):
+        mem.activation_memory(1, 2, 4, 1, 2, 8, 10, "fp16")
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("context", [8, 16])
+def test_activation_model_matches_saved_tensors_on_cpu(precision, context):
+    """The formula counts exactly what autograd saves for backward (CPU autocast)."""
+    torch.manual_seed(0)
+    work = Workload.build("tiny", context, 2, "cpu")
+    excluded = mem._storage_ptrs([*work.model.parameters(), *work.model.buffers()])
+    excluded |= mem._storage_ptrs([work.tokens, work.targets])
+    counter = mem.SavedTensorCounter(excluded)
+    with torch.autograd.graph.saved_tensors_hooks(counter.pack, counter.unpack):
+        with autocast(precision, torch.device("cpu")):
+            logits = work.model(work.tokens)
+            F.cross_entropy(logits.flatten(0, 1).float(), work.targets.flatten())
+    expected = mem.activation_memory_for("tiny", context, 2, precision, "cpu")["total"]
+    assert counter.bytes == expected
+
+
+# --- snapshot -> timeline, phases, largest allocations ---------------------------------------
+
+
+def _frame(name, filename="/work/main/src/cs336_systems/model.py", line=10):
+    return {"filename": filename, "line": line, "name": name}
+
+
+TORCH_FRAME = _frame("forward", "/x/.venv/lib/python3.11/site-packages/torch/nn/modules/linear.py")
+
+
+def _snapshot() -> dict:
+    """A trace of a tiny step: 1000 (4096 B) and 5000 (2048 B) were allocated before the trace
+    (5000 is freed in it); 3000 is allocated in it and still active at the end."""
+    marker = "/work/main/src/cs336_systems/memory.py"
+    trace = [
+        {
+            "action": "alloc",
+            "addr": 50,
+            "size": 512,
+            "frames": [_frame("_memory_mark_forward", marker)],
+        },
+        {"action": "free_completed", "addr": 50, "size": 512, "frames": []},
+        {"action": "alloc", "addr": 3000, "size": 1024, "frames": [TORCH_FRAME, _frame("forward")]},
+        {
+            "action": "alloc",
+            "addr": 4000,
+            "size": 8192,
+            "frames": [
+                TORCH_FRAME,
+                _frame("forward", line=42),
+                _frame("loss", "/w/benchmark.py", 7),
+            ],
+        },
+        {"action": "free_requested", "addr": 4000, "size": 8192, "frames": []},
+        {"action": "free_completed", "addr": 4000, "size": 8192, "frames": []},
+        {"action": "free_completed", "addr": 5000, "size": 2048, "frames": []},
+        {
+            "action": "alloc",
+            "addr": 60,
+            "size": 512,
+            "frames": [_frame("_memory_mark_backward", marker)],
+        },
+        {"action": "free_completed", "addr": 60, "size": 512, "frames": []},
+        {"action": "alloc", "addr": 6000, "size": 16384, "frames": []},
+        {"action": "free_completed", "addr": 6000, "size": 16384, "frames": []},
+    ]
+    blocks = [
+        {"address": 1000, "size": 4096, "state": "active_allocated"},
+        {"address": 2000, "size": 512, "state": "inactive"},
+        {"address": 3000, "size": 1024, "state": "active_allocated"},
+    ]
+    return {
+        "segments": [{"device": 0, "address": 0, "total_size": 1 << 20, "blocks": blocks}],
+        "device_traces": [trace],
+    }
+
+
+def test_active_timeline():
+    tl = mem.active_timeline(_snapshot())
+    assert tl.attrs["baseline_bytes"] == 4096 + 2048
+    expected = [6656, 6144, 7168, 15360, 15360, 7168, 5120, 5632, 5120, 21504, 5120]
+    assert list(tl["active_bytes"]) == expected
+    assert tl["active_bytes"].iloc[-1] == 4096 + 1024  # = the snapshot's active blocks
+    assert list(tl["phase"]) == ["forward"] * 7 + ["backward"] * 4
+    assert mem.phase_spans(tl) == [("forward", 0, 6), ("backward", 7, 10)]
+
+
+def test_largest_allocations_with_frames():
+    top = mem.largest_allocations(_snapshot(), n=3)
+    assert list(top["size_bytes"]) == [16384, 8192, 1024]
+    assert list(top["phase"]) == ["backward", "forward", "forward"]
+    assert top.loc[0, "frames"].startswith("(no Python frames")
+    assert top.loc[1, "frames"] == "model.py:42 forward <- benchmark.py:7 loss"
+    assert "_memory_mark" not in " ".join(top["frames"])
+
+
+def test_user_frames_skip_torch_and_stdlib():
+    frames = [
+        TORCH_FRAME,
+        _frame("_call_impl", "/usr/lib/python3.11/site-packages/torch/nn/modules/module.py"),
+        _frame("run_module", "<frozen runpy>"),
+        _frame("forward", line=5),
+    ]
+    assert mem.user_frames(frames) == ["model.py:5 forward"]
+
+
+def test_render_timeline(tmp_path):
+    png = mem.render_timeline(mem.active_timeline(_snapshot()), tmp_path / "t.png", "tiny")
+    assert png.exists() and png.stat().st_size > 2000
+
+
+@pytest.mark.skipif(not SNAPSHOT_FIXTURE.exists(), reason="no captured snapshot yet")
+def test_captured_snapshot(tmp_path):
+    snap = mem.load_snapshot(SNAPSHOT_FIXTURE)
+    tl = mem.active_timeline(snap)
+    active_end = sum(
+        b["size"]
+        for seg in snap["segments"]
+        for b in seg["blocks"]
+        if b["state"] in ("active_allocated", "active_pending_free")
+    )
+    assert tl["active_bytes"].iloc[-1] == active_end
+    assert tl["active_bytes"].min() >= 0
+    assert {"forward", "backward", "optimizer"} <= set(tl["phase"])
+    top = mem.largest_allocations(snap, n=5)
+    assert len(top) == 5 and top["size_bytes"].is_monotonic_decreasing
+    assert any("model.py" in f for f in top["frames"]) or any(
+        "(no Python" in f for f in top["frames"]
+    )
+    assert mem.render_timeline(tl, tmp_path / "real.png", "captured").exists()
+
+
+# --- the stage on a CPU -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("memory")
+    args = argparse.Namespace(
+        size="tiny",
+        contexts=[16],
+        modes=["forward", "train_step"],
+        precisions=["fp32", "bf16"],
+        batch_size=2,
+        warmup=1,
+        max_entries=1000,
+        device="cpu",
+        machine="test",
+        preset="cpu",
+        raw_dir=str(tmp / "raw"),
+        timeline_dir=str(tmp / "timelines"),
+        keep_raw=True,
+    )
+    rows, allocs = mem.run(args)
+    return rows, allocs
+
+
+def test_memory_stage_on_cpu(cpu_run):
+    rows, allocs = cpu_run
+    assert list(rows["status"]) == ["ok"] * 4
+    r = rows[rows["precision"] == "fp32"].set_index("mode")
+    assert r.loc["train_step", "saved_activations_mb"] == pytest.approx(
+        r.loc["train_step", "analytic_activations_mb"]
+    )
+    params = r.loc["train_step", "params_mb"]
+    assert r.loc["train_step", "grads_mb"] == pytest.approx(params)
+    # AdamW: two moments per parameter, plus a scalar step count per parameter tensor
+    assert r.loc["train_step", "optimizer_state_mb"] == pytest.approx(2 * params, rel=1e-3)
+    assert r.loc["forward", "grads_mb"] == 0 and r.loc["forward", "optimizer_state_mb"] == 0
+    assert r.loc["forward", "peak_rss_mb"] > 0
+    assert r.loc["forward", "timeline_png"].startswith("skipped:")
+    assert allocs["status"].str.startswith("skipped:").all() and len(allocs) == 4
+
+
+def test_memory_analysis_on_cpu(cpu_run, tmp_path):
+    from cs336_systems.analysis import memory as analysis
+    from cs336_systems.report import render
+
+    rows, allocs = cpu_run
+    rows.to_csv(tmp_path / "memory.csv", index=False)
+    allocs.to_csv(tmp_path / "memory_allocations.csv", index=False)
+    figs = analysis.plot(tmp_path, tmp_path / "figures")
+    assert [f.name for f in figs] == [
+        "memory_peak.png",
+        "memory_activations.png",
+        "memory_timelines.png",
+    ]
+    s = analysis.context(tmp_path)
+    assert not s["cuda"] and "0.00%" in s["activation_sentence"]
+    assert "activation memory saved for backward" in s["precision_sentence"]
+    text = render(tmp_path, ["memory"])
+    assert "Q17." in text and "Skipped: CUDA memory snapshots need a CUDA device" in text
+
+
+def test_memory_analysis_of_a_cuda_run(tmp_path):
+    """The CUDA-only parts of the section, on rows shaped like a GPU run's."""
+    from cs336_systems.analysis import memory as analysis
+    from cs336_systems.report import render
+
+    base = {"size": "2.7B", "batch_size": 4, "device": "cuda", "warmup_steps": 2}
+    rows, allocs = [], []
+    for ctx in (128, 256):
+        for mode in ("forward", "train_step"):
+            for prec, scale in (("fp32", 1.0), ("bf16", 0.8)):
+                a = mem.activation_memory_for("2.7B", ctx, 4, prec, "cuda")
+                train = mode == "train_step"
+                name = mem.point_name("2.7B", ctx, mode, prec)
+                rows.append(
+                    {
+                        **base,
+                        "context_length": ctx,
+                        "mode": mode,
+                        "precision": prec,
+                        "status": "ok",
+                        "params_mb": 10_000.0,
+                        "grads_mb": 10_000.0 if train else 0.0,
+                        "optimizer_state_mb": 20_000.0 if train else 0.0,
+                        "saved_activations_mb": a["total"] / mem.MiB,
+                        "analytic_activations_mb": a["total"] / mem.MiB,
+                        "analytic_residual_stream_mb": a["residual_stream"] / mem.MiB,
+                        "forward_growth_mb": 1.01 * a["total"] / mem.MiB,
+                        "peak_allocated_mb": scale * (45_000.0 if train else 15_000.0) + ctx,
+                        "peak_reserved_mb": 50_000.0,
+                        "baseline_mb": 40_000.0 if train else 10_000.0,
+                        "trace_peak_mb": 45_000.0,
+                        "peak_phase": "backward" if train else "forward",
+                        "forward_peak_mb": 14_000.0,
+                        "forward_end_mb": 44_000.0,
+                        "backward_end_mb": 50_000.0 if train else float("nan"),
+                        "optimizer_end_mb": 50_000.0 if train else float("nan"),
+                        "timeline_png": f"memory_timeline_{name}.png",
+                    }
+                )
+                for rank, size in enumerate((320.0, 160.0), start=1):
+                    allocs.append(
+                        {
+                            **base,
+                            "context_length": ctx,
+                            "mode": mode,
+                            "precision": prec,
+                            "status": "ok",
+                            "rank": rank,
+                            "size_mb": size,
+                            "size_bytes": int(size * mem.MiB),
+                            "phase": "forward",
+                            "likely_tensor": "logits / log-softmax / their grad (b·n·V)",
+                            "frames": "model.py:42 forward <- benchmark.py:97 loss",
+                        }
+                    )
+    results = tmp_path / "results"
+    results.mkdir()
+    pd.DataFrame(rows).to_csv(results / "memory.csv", index=False)
+    pd.DataFrame(allocs).to_csv(results / "memory_allocations.csv", index=False)
+    timelines = results / "memory" / "timelines"
+    for r in rows:
+        mem.render_timeline(mem.active_timeline(_snapshot()), timelines / r["timeline_png"], "x")
+    figs = analysis.plot(results, tmp_path / "figures")
+    assert (tmp_path / "figures" / rows[0]["timeline_png"]).exists()
+    assert len(figs) == 3
+    s = analysis.context(results)
+    assert s["cuda"] and len(s["timelines"]) == 8
+    assert "peak allocated memory is 0.80×" in s["precision_sentence"]
+    assert s["alloc_point"] == "2.7B, context 256, train step, fp32"
+    text = render(results, ["memory"])
+    assert "falls in backward" in text and "model.py:42 forward" in text

@@ -1,0 +1,101 @@
+"""The precision stage: accumulation values, autocast dtypes, LayerNorm sensitivity."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+import torch
+
+from cs336_systems import precision as prec
+
+
+@pytest.fixture(scope="module")
+def accumulation():
+    return {r["variant"]: r for r in prec.accumulation_rows("cpu")}
+
+
+def test_fp32_accumulation_is_close(accumulation):
+    assert abs(accumulation["fp32 += fp32"]["value"] - 10.0) < 1e-3
+
+
+def test_fp16_accumulation_is_not_ten(accumulation):
+    fp16 = accumulation["fp16 += fp16"]
+    assert fp16["value"] != 10.0
+    assert fp16["abs_error"] > 1e-2
+    # the fp16 sum loses because its spacing near 10 (2^-7) is comparable to the addend
+    assert fp16["accumulator_ulp_at_target"] == 2**-7
+
+
+def test_mixed_accumulation_error_is_the_addend_rounding(accumulation):
+    implicit, explicit = accumulation["fp32 += fp16"], accumulation["fp32 += fp16.to(fp32)"]
+    assert implicit["value"] == explicit["value"]
+    # an fp32 accumulator adds the stored fp16 value of 0.01 almost exactly 1000 times
+    assert implicit["value"] == pytest.approx(implicit["addend_sum_exact"], abs=1e-4)
+    assert implicit["addend_stored"] == 0.01000213623046875
+
+
+def test_bf16_accumulation_stalls(accumulation):
+    # bf16 keeps 8 significant bits: past 4 the spacing (2^-5) exceeds twice the addend
+    assert accumulation["bf16 += bf16"]["value"] == 4.0
+    assert accumulation["fp32 += bf16"]["value"] == pytest.approx(10.009765625, abs=1e-4)
+    assert abs(accumulation["fp64 += fp64"]["error"]) < 1e-12
+
+
+def test_ulp():
+    assert prec.ulp(10.0, torch.float16) == 2**-7
+    assert prec.ulp(10.0, torch.bfloat16) == 2**-4
+    assert prec.ulp(1.0, torch.float32) == 2**-23
+
+
+def test_autocast_dtype_table_cpu():
+    rows = {(r["autocast"], r["tensor"]): r for r in prec.dtype_rows("cpu")}
+    for dtype, low in (("fp16", "float16"), ("bf16", "bfloat16")):
+        if rows.get((dtype, "fc1.weight"), {}).get("status") != "ok":
+            pytest.skip(f"CPU autocast has no {dtype} here")
+        assert rows[(dtype, "fc1.weight")]["dtype"] == "float32"  # parameters stay fp32
+        assert rows[(dtype, "fc1 output")]["dtype"] == low  # matmuls run in low precision
+        assert rows[(dtype, "logits (fc2 output)")]["dtype"] == low
+        assert rows[(dtype, "loss")]["dtype"] == "float32"  # cross-entropy autocasts to fp32
+        assert rows[(dtype, "fc1.weight.grad")]["dtype"] == "float32"  # grads match params
+
+
+def test_layernorm_sensitivity():
+    rows = prec.layernorm_rows("cpu")
+    get = {(r["dtype"], r["offset"], r["spread"], r["quantity"]): r for r in rows}
+    # squares of values ~300 exceed fp16's range (65504): the variance overflows to inf
+    assert get[("fp16", 0.0, 300.0, "variance")]["nonfinite_fraction"] == 1.0
+    assert get[("bf16", 0.0, 300.0, "variance")]["nonfinite_fraction"] == 0.0
+    # ...and the output silently collapses (x * rsqrt(inf) = 0), an O(1) error
+    assert get[("fp16", 0.0, 300.0, "output")]["max_error"] > 1
+    # E[x^2] - E[x]^2 cancels catastrophically for a large mean, even in fp32
+    assert get[("fp32", 1000.0, 1.0, "variance_naive")]["max_error"] > 1e-2
+    assert get[("fp32", 1000.0, 1.0, "variance")]["max_error"] < 1e-4
+    # bf16 cannot even hold a feature of mean 1000 and spread 1: the output is wrong by O(1)
+    assert get[("bf16", 1000.0, 1.0, "output")]["max_error"] > 1
+    assert get[("fp32", 0.0, 1.0, "output")]["max_error"] < 1e-5
+
+
+def test_stage_run_analysis_and_section(tmp_path):
+    from cs336_systems.analysis import precision as analysis
+    from cs336_systems.report import render
+
+    args = argparse.Namespace(machine="test", preset="cpu", devices=["cpu", "cuda"])
+    acc, dtypes, ln = prec.run(args)
+    assert {"machine", "git_commit", "variant", "value", "status"} <= set(acc.columns)
+    ran = acc[acc["status"] == "ok"]
+    assert len(ran) == len(prec.ACCUMULATION_VARIANTS) * len(prec.devices())
+    if not torch.cuda.is_available():
+        assert (acc["status"] == "skipped: no CUDA device").sum() == 1
+    assert {"fp16", "bf16"} <= set(dtypes["autocast"].dropna())
+    assert {"quantity", "max_error", "nonfinite_fraction"} <= set(ln.columns)
+    acc.to_csv(tmp_path / "precision.csv", index=False)
+    dtypes.to_csv(tmp_path / "precision_dtypes.csv", index=False)
+    ln.to_csv(tmp_path / "precision_layernorm.csv", index=False)
+    figs = analysis.plot(tmp_path, tmp_path / "figures")
+    assert [f.name for f in figs] == ["precision_accumulation.png", "precision_layernorm.png"]
+    s = analysis.context(tmp_path)
+    assert any("stalls at `4.0`" in line for line in s["accumulation"]["sentences"])
+    assert any("overflows in fp16" in line for line in s["layernorm"]["sentences"])
+    text = render(tmp_path, ["precision"])
+    assert "Q10." in text and "`9.953125`" in text and "Q12." in text

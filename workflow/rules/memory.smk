@@ -1,0 +1,80 @@
+# Stage `memory`: CUDA memory snapshots of one step (timeline PNGs, largest allocations), peak
+# memory with a breakdown, the analytic activation model; RSS on a CPU. One job per model size.
+
+MEMORY_POINTS = f"{RESULTS}/memory/{{size}}.csv"
+MEMORY_ALLOCATIONS = f"{RESULTS}/memory/{{size}}.allocations.csv"
+MEMORY_SOURCES = sources("memory", "profile", "benchmark", "model", "harness", "flops")
+MEMORY_FIGURES = [
+    f"{REPORT_DIR}/figures/memory_{name}.png"
+    for name in ("peak", "activations", "timelines")
+]
+
+
+rule memory:
+    input:
+        MEMORY_SOURCES,
+    output:
+        points=MEMORY_POINTS,
+        allocations=MEMORY_ALLOCATIONS,
+    log:
+        f"{RESULTS}/logs/memory/{{size}}.log",
+    benchmark:
+        f"{RESULTS}/jobs/memory/{{size}}.tsv"
+    params:
+        contexts=lambda wc: cli_list(stage_config("memory")["context_lengths"]),
+        modes=lambda wc: cli_list(stage_config("memory")["modes"]),
+        precisions=lambda wc: cli_list(stage_config("memory")["precisions"]),
+        batch=lambda wc: stage_config("memory")["batch_size"],
+        warmup=lambda wc: stage_config("memory")["warmup_steps"],
+        max_entries=lambda wc: stage_config("memory").get("max_entries", 200000),
+        keep_raw=config["keep_raw"],
+        raw=f"{RESULTS}/memory/raw",
+        timelines=f"{RESULTS}/memory/timelines",
+        common=common_args(),
+    shell:
+        "python3 -m cs336_systems.memory run {params.common} --size {wildcards.size}"
+        " --contexts {params.contexts} --modes {params.modes} --precisions {params.precisions}"
+        " --batch-size {params.batch} --warmup {params.warmup}"
+        " --max-entries {params.max_entries} --raw-dir {params.raw}"
+        " --timeline-dir {params.timelines} --keep-raw {params.keep_raw}"
+        " --out {output.points} --allocations-out {output.allocations} 2>&1 | tee {log}"
+
+
+rule memory_aggregate:
+    input:
+        points=lambda wc: expand(MEMORY_POINTS, size=stage_config("memory")["sizes"]),
+        allocations=lambda wc: expand(
+            MEMORY_ALLOCATIONS, size=stage_config("memory")["sizes"]
+        ),
+        code=sources(),
+    output:
+        points=f"{RESULTS}/memory.csv",
+        allocations=f"{RESULTS}/memory_allocations.csv",
+    log:
+        f"{RESULTS}/logs/memory_aggregate.log",
+    shell:
+        "(python3 -m cs336_systems.results --out {output.points} {input.points}"
+        " && python3 -m cs336_systems.results --out {output.allocations} {input.allocations})"
+        " 2>&1 | tee {log}"
+
+
+rule memory_plots:
+    input:
+        points=rules.memory_aggregate.output.points,
+        allocations=rules.memory_aggregate.output.allocations,
+        code=sources("analysis.memory", "analysis.common"),
+    output:
+        MEMORY_FIGURES,
+    log:
+        f"{RESULTS}/logs/memory_plots.log",
+    shell:
+        "python3 -m cs336_systems.analysis plot memory --results {RESULTS}"
+        " --figures {REPORT_DIR}/figures 2>&1 | tee {log}"
+
+
+if "memory" in STAGES:
+    REPORT_INPUTS["memory"] = [
+        rules.memory_aggregate.output.points,
+        rules.memory_aggregate.output.allocations,
+        *MEMORY_FIGURES,
+    ]

@@ -1,0 +1,47 @@
+# Stage `precision`: floating-point accumulation, autocast dtypes of a toy model, LayerNorm's
+# sensitivity to low precision. One job; the report also reads the benchmark and memory CSVs.
+
+PRECISION_OUTPUTS = {
+    "accumulation": f"{RESULTS}/precision.csv",
+    "dtypes": f"{RESULTS}/precision_dtypes.csv",
+    "layernorm": f"{RESULTS}/precision_layernorm.csv",
+}
+PRECISION_FIGURES = [
+    f"{REPORT_DIR}/figures/precision_{name}.png"
+    for name in ("accumulation", "layernorm")
+]
+
+
+rule precision:
+    input:
+        sources("precision"),
+    output:
+        **PRECISION_OUTPUTS,
+    log:
+        f"{RESULTS}/logs/precision.log",
+    benchmark:
+        f"{RESULTS}/jobs/precision.tsv"
+    params:
+        devices=lambda wc: cli_list(stage_config("precision")["devices"]),
+        common=common_args(),
+    shell:
+        "python3 -m cs336_systems.precision run {params.common} --devices {params.devices}"
+        " --out {output.accumulation} --dtypes-out {output.dtypes}"
+        " --layernorm-out {output.layernorm} 2>&1 | tee {log}"
+
+
+rule precision_plots:
+    input:
+        **PRECISION_OUTPUTS,
+        code=sources("analysis.precision", "analysis.common"),
+    output:
+        PRECISION_FIGURES,
+    log:
+        f"{RESULTS}/logs/precision_plots.log",
+    shell:
+        "python3 -m cs336_systems.analysis plot precision --results {RESULTS}"
+        " --figures {REPORT_DIR}/figures 2>&1 | tee {log}"
+
+
+if "precision" in STAGES:
+    REPORT_INPUTS["precision"] = [*PRECISION_OUTPUTS.values(), *PRECISION_FIGURES]

@@ -1,0 +1,91 @@
+# Stage `profile`: which kernels forward, forward+backward and a training step run, per phase,
+# under Nsight Systems (where nsys works) or torch.profiler. One job per model size.
+
+PROFILE_POINTS = f"{RESULTS}/profile/{{size}}.csv"
+PROFILE_KERNELS = f"{RESULTS}/profile/{{size}}.kernels.csv"
+PROFILE_SOURCES = sources(
+    "profile",
+    "nsys",
+    "kernels",
+    "annotated_attention",
+    "benchmark",
+    "model",
+    "harness",
+    "flops",
+)
+PROFILE_FIGURES = [
+    f"{REPORT_DIR}/figures/profile_{name}.png"
+    for name in ("kernel_share", "gemm_share", "attention")
+]
+
+
+rule profile:
+    input:
+        PROFILE_SOURCES,
+    output:
+        points=PROFILE_POINTS,
+        kernels=PROFILE_KERNELS,
+    log:
+        f"{RESULTS}/logs/profile/{{size}}.log",
+    benchmark:
+        f"{RESULTS}/jobs/profile/{{size}}.tsv"
+    params:
+        contexts=lambda wc: cli_list(stage_config("profile")["context_lengths"]),
+        modes=lambda wc: cli_list(stage_config("profile")["modes"]),
+        precision=lambda wc: stage_config("profile")["precision"],
+        batch=lambda wc: stage_config("profile")["batch_size"],
+        warmup=lambda wc: stage_config("profile")["warmup_steps"],
+        steps=lambda wc: stage_config("profile")["measure_steps"],
+        profiler=lambda wc: stage_config("profile")["profiler"],
+        nsys=lambda wc: stage_config("profile").get("nsys", ""),
+        timeout=lambda wc: stage_config("profile").get("timeout_s", 600),
+        keep_raw=config["keep_raw"],
+        raw=f"{RESULTS}/profile/raw",
+        common=common_args(),
+    shell:
+        "python3 -m cs336_systems.profile run {params.common} --size {wildcards.size}"
+        " --contexts {params.contexts} --modes {params.modes} --precision {params.precision}"
+        " --batch-size {params.batch} --warmup {params.warmup} --steps {params.steps}"
+        " --profiler {params.profiler} --nsys '{params.nsys}' --timeout {params.timeout}"
+        " --raw-dir {params.raw} --keep-raw {params.keep_raw}"
+        " --out {output.points} --kernels-out {output.kernels} 2>&1 | tee {log}"
+
+
+rule profile_aggregate:
+    input:
+        points=lambda wc: expand(PROFILE_POINTS, size=stage_config("profile")["sizes"]),
+        kernels=lambda wc: expand(
+            PROFILE_KERNELS, size=stage_config("profile")["sizes"]
+        ),
+        code=sources(),
+    output:
+        points=f"{RESULTS}/profile.csv",
+        kernels=f"{RESULTS}/profile_kernels.csv",
+    log:
+        f"{RESULTS}/logs/profile_aggregate.log",
+    shell:
+        "(python3 -m cs336_systems.results --out {output.points} {input.points}"
+        " && python3 -m cs336_systems.results --out {output.kernels} {input.kernels})"
+        " 2>&1 | tee {log}"
+
+
+rule profile_plots:
+    input:
+        points=rules.profile_aggregate.output.points,
+        kernels=rules.profile_aggregate.output.kernels,
+        code=sources("analysis.profile", "analysis.common", "kernels", "flops"),
+    output:
+        PROFILE_FIGURES,
+    log:
+        f"{RESULTS}/logs/profile_plots.log",
+    shell:
+        "python3 -m cs336_systems.analysis plot profile --results {RESULTS}"
+        " --figures {REPORT_DIR}/figures 2>&1 | tee {log}"
+
+
+if "profile" in STAGES:
+    REPORT_INPUTS["profile"] = [
+        rules.profile_aggregate.output.points,
+        rules.profile_aggregate.output.kernels,
+        *PROFILE_FIGURES,
+    ]
