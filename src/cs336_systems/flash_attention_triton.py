@@ -1,0 +1,1056 @@
+"""FlashAttention-2 in Triton: forward and backward kernels and their autograd Function.
+
+Forward: one program per (query tile, batch x head), launched on a (cdiv(n_q, BLOCK_Q), B*H)
+grid. Each program keeps its Q tile on chip and walks over K/V tiles with the online softmax,
+in fp32 accumulators (base-2 exponentials with the scale folded in); P is cast to V's dtype
+before the PV product, O is cast back to the input dtype, and the logsumexp L (natural log,
+fp32) is saved for backward.
+
+Backward: D = rowsum(O * dO) in a small kernel, then a key-tile pass (dK, dV: each program owns
+a K/V tile and walks over query tiles) and a query-tile pass (dQ: each program owns a Q tile and
+walks over key tiles), both recomputing P = exp(S - L). No atomics, no (n x n) buffer.
+
+Causal masking is a compile-time flag, top-left aligned (``query index >= key index``, the
+convention of the course's reference and of torch SDPA's ``is_causal``).
+Key tiles entirely above the diagonal are never visited; only the tiles that cross it (and the
+ragged last tile) pay for the mask.
+
+Any lengths work (masked loads), n_queries may differ from n_keys, d is padded to a power of two
+(>= 16) with masks, so 1 <= d <= 128; inputs are addressed through their strides, so transposed
+or sliced (batch, heads, n, d) views need no copy. fp16, bf16 and fp32 inputs; fp32 matmuls use
+TF32 tensor cores only when torch allows it (``torch.get_float32_matmul_precision() != "highest"``).
+
+Tile sizes are autotuned per (head dim, dtype, causal, power-of-two bucket of n) on the GPU;
+``chosen_configs()`` reports the last choice. Without CUDA, importing this module turns on
+Triton's interpreter (unless TRITON_INTERPRET is set) so the same kernels run on CPU tensors.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
+    # the jit decorator below picks interpreter or compiler at definition time
+    os.environ["TRITON_INTERPRET"] = "1"
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from cs336_systems.flash_attention_pytorch import check_attention_inputs  # noqa: E402
+
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "yes", "on")
+MAX_HEAD_DIM = 128
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+LOG2E = 1.4426950408889634
+# runtime sizes are not specialised on (divisible by 16, == 1): fewer compiled variants
+NOT_SPECIALIZED = ["n_heads", "n_q", "n_k", "N_Q_BUCKET", "N_K_BUCKET"]
+# Interpreter mode runs each program in numpy: small tiles keep the tests' tile logic busy.
+INTERPRET_BLOCKS = {"forward": (16, 16), "backward_dkdv": (16, 16), "backward_dq": (16, 16)}
+
+
+def _fix_interpreter_scalar_index() -> None:
+    """Triton's interpreter holds scalars as 1-element arrays and turns them into loop bounds with
+    ``int(array)``, which numpy >= 2.4 refuses ("only 0-dimensional arrays can be converted"), so
+    any ``range(0, n)`` over a runtime bound fails. Convert through ``.item()`` instead."""
+    try:
+        from triton.runtime import interpreter
+    except ImportError:  # pragma: no cover
+        return
+    original = getattr(interpreter, "_patch_lang_tensor", None)
+    if original is None or getattr(original, "_scalar_index_fixed", False):
+        return
+
+    def patched(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    patched._scalar_index_fixed = True
+    interpreter._patch_lang_tensor = patched
+
+
+if INTERPRET:
+    _fix_interpreter_scalar_index()
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+@triton.jit
+def _load_rows(
+    ptrs,
+    rows,
+    n_rows,
+    offs_d,
+    HEAD_DIM: tl.constexpr,
+    D_PAD: tl.constexpr,
+    CHECK_ROWS: tl.constexpr,
+):
+    """Load a (rows x D_PAD) tile; rows >= n_rows and padded features read as zero."""
+    if CHECK_ROWS:
+        mask = rows[:, None] < n_rows
+        if D_PAD != HEAD_DIM:
+            mask = mask & (offs_d[None, :] < HEAD_DIM)
+        x = tl.load(ptrs, mask=mask, other=0.0)
+    else:
+        if D_PAD != HEAD_DIM:
+            x = tl.load(ptrs, mask=offs_d[None, :] < HEAD_DIM, other=0.0)
+        else:
+            x = tl.load(ptrs)
+    return x
+
+
+@triton.jit
+def _store_rows(ptrs, x, rows, n_rows, offs_d, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr):
+    mask = rows[:, None] < n_rows
+    if D_PAD != HEAD_DIM:
+        mask = mask & (offs_d[None, :] < HEAD_DIM)
+    tl.store(ptrs, x, mask=mask)
+
+
+# ----------------------------------------------------------------------------- forward
+
+
+@triton.jit
+def _fwd_inner(
+    acc,
+    l_i,
+    m_i,
+    q,
+    k_base,
+    v_base,
+    stride_kn,
+    stride_kd,
+    stride_vn,
+    stride_vd,
+    offs_q,
+    offs_d,
+    start,
+    stop,
+    n_k,
+    qk_scale,
+    HEAD_DIM: tl.constexpr,
+    D_PAD: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    MASKED: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """Online-softmax update over key tiles [start, stop); MASKED tiles check bounds/causality."""
+    offs_kb = tl.arange(0, BLOCK_K)
+    for start_k in range(start, stop, BLOCK_K):
+        offs_k = start_k + offs_kb
+        k = _load_rows(
+            k_base + offs_k[:, None] * stride_kn + offs_d[None, :] * stride_kd,
+            offs_k,
+            n_k,
+            offs_d,
+            HEAD_DIM,
+            D_PAD,
+            MASKED,
+        )
+        v = _load_rows(
+            v_base + offs_k[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+            offs_k,
+            n_k,
+            offs_d,
+            HEAD_DIM,
+            D_PAD,
+            MASKED,
+        )
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+        if MASKED:
+            valid = offs_k[None, :] < n_k
+            if IS_CAUSAL:
+                valid = valid & (offs_q[:, None] >= offs_k[None, :])
+            s = tl.where(valid, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        # every row has seen key 0 by now (top-left causal), so m_new is finite
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit(do_not_specialize=NOT_SPECIALIZED)
+def _attn_fwd(
+    Q,
+    K,
+    V,
+    O,
+    L,
+    stride_qb,
+    stride_qh,
+    stride_qn,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_ob,
+    stride_oh,
+    stride_on,
+    stride_od,
+    n_heads,
+    n_q,
+    n_k,
+    qk_scale,
+    N_Q_BUCKET,
+    N_K_BUCKET,
+    HEAD_DIM: tl.constexpr,
+    D_PAD: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    pid_q = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    off_b = (pid_bh // n_heads).to(tl.int64)
+    off_h = (pid_bh % n_heads).to(tl.int64)
+    q_base = Q + off_b * stride_qb + off_h * stride_qh
+    k_base = K + off_b * stride_kb + off_h * stride_kh
+    v_base = V + off_b * stride_vb + off_h * stride_vh
+    o_base = O + off_b * stride_ob + off_h * stride_oh
+    l_base = L + pid_bh.to(tl.int64) * n_q
+
+    q0 = pid_q * BLOCK_Q
+    offs_q = q0 + tl.arange(0, BLOCK_Q)
+    offs_d = tl.arange(0, D_PAD)
+    q = _load_rows(
+        q_base + offs_q[:, None] * stride_qn + offs_d[None, :] * stride_qd,
+        offs_q,
+        n_q,
+        offs_d,
+        HEAD_DIM,
+        D_PAD,
+        True,
+    )
+
+    m_i = tl.full([BLOCK_Q], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_Q], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_Q, D_PAD], dtype=tl.float32)
+
+    if IS_CAUSAL:
+        # keys < q0 are visible to every row of the tile; keys beyond the tile's last row to none
+        hi = tl.minimum(n_k, q0 + BLOCK_Q)
+        lo_masked = (tl.minimum(q0, n_k) // BLOCK_K) * BLOCK_K
+    else:
+        hi = n_k
+        lo_masked = (n_k // BLOCK_K) * BLOCK_K
+    acc, l_i, m_i = _fwd_inner(
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_base,
+        v_base,
+        stride_kn,
+        stride_kd,
+        stride_vn,
+        stride_vd,
+        offs_q,
+        offs_d,
+        0,
+        lo_masked,
+        n_k,
+        qk_scale,
+        HEAD_DIM,
+        D_PAD,
+        BLOCK_K,
+        False,
+        IS_CAUSAL,
+        PRECISION,
+    )
+    acc, l_i, m_i = _fwd_inner(
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_base,
+        v_base,
+        stride_kn,
+        stride_kd,
+        stride_vn,
+        stride_vd,
+        offs_q,
+        offs_d,
+        lo_masked,
+        hi,
+        n_k,
+        qk_scale,
+        HEAD_DIM,
+        D_PAD,
+        BLOCK_K,
+        True,
+        IS_CAUSAL,
+        PRECISION,
+    )
+
+    o = acc / l_i[:, None]
+    _store_rows(
+        o_base + offs_q[:, None] * stride_on + offs_d[None, :] * stride_od,
+        o.to(O.dtype.element_ty),
+        offs_q,
+        n_q,
+        offs_d,
+        HEAD_DIM,
+        D_PAD,
+    )
+    # L in natural-log units: (m + log2 l) / log2(e)
+    lse = (m_i + tl.log2(l_i)) * 0.6931471805599453
+    tl.store(l_base + offs_q, lse, mask=offs_q < n_q)
+
+
+# ----------------------------------------------------------------------------- backward
+
+
+@triton.jit(do_not_specialize=["n_heads", "n_q"])
+def _attn_bwd_preprocess(
+    O,
+    DO,
+    Delta,
+    stride_ob,
+    stride_oh,
+    stride_on,
+    stride_od,
+    stride_dob,
+    stride_doh,
+    stride_don,
+    stride_dod,
+    n_heads,
+    n_q,
+    HEAD_DIM: tl.constexpr,
+    D_PAD: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+):
+    """D = rowsum(O * dO) in fp32, one row per query."""
+    pid_q = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    off_b = (pid_bh // n_heads).to(tl.int64)
+    off_h = (pid_bh % n_heads).to(tl.int64)
+    offs_q = pid_q * BLOCK_Q + tl.arange(0, BLOCK_Q)
+    offs_d = tl.arange(0, D_PAD)
+    o = _load_rows(
+        O
+        + off_b * stride_ob
+        + off_h * stride_oh
+        + offs_q[:, None] * stride_on
+        + offs_d[None, :] * stride_od,
+        offs_q,
+        n_q,
+        offs_d,
+        HEAD_DIM,
+        D_PAD,
+        True,
+    )
+    do = _load_rows(
+        DO
+        + off_b * stride_dob
+        + off_h * stride_doh
+        + offs_q[:, None] * stride_don
+        + offs_d[None, :] * stride_dod,
+        offs_q,
+        n_q,
+        offs_d,
+        HEAD_DIM,
+        D_PAD,
+        True,
+    )
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
+    tl.store(Delta + pid_bh.to(tl.int64) * n_q + offs_q, delta, mask=offs_q < n_q)
+
+
+@triton.jit(do_not_specialize=NOT_SPECIALIZED)
+def _attn_bwd_dkdv(
+    Q,
+    K,
+    V,
+    DO,
+    L,
+    Delta,
+    DK,
+    DV,
+    stride_qb,
+    stride_qh,
+    stride_qn,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_dob,
+    stride_doh,
+    stride_don,
+    stride_dod,
+    stride_dkb,
+    stride_dkh,
+    stride_dkn,
+    stride_dkd,
+    stride_dvb,
+    stride_dvh,
+    stride_dvn,
+    stride_dvd,
+    n_heads,
+    n_q,
+    n_k,
+    qk_scale,
+    sm_scale,
+    N_Q_BUCKET,
+    N_K_BUCKET,
+    HEAD_DIM: tl.constexpr,
+    D_PAD: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    """dV = P^T dO and dK = scale * dS^T Q for one key tile, over all query tiles (transposed:
+    the tile's keys are rows, so no (BLOCK_Q x BLOCK_K) transpose is needed)."""
+    pid_k = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    off_b = (pid_bh // n_heads).to(tl.int64)
+    off_h = (pid_bh % n_heads).to(tl.int64)
+    q_base = Q + off_b * stride_qb + off_h * stride_qh
+    do_base = DO + off_b * stride_dob + off_h * stride_doh
+    l_base = L + pid_bh.to(tl.int64) * n_q
+    delta_base = Delta + pid_bh.to(tl.int64) * n_q
+
+    k0 = pid_k * BLOCK_K
+    offs_k = k0 + tl.arange(0, BLOCK_K)
+    offs_d = tl.arange(0, D_PAD)
+    offs_qb = tl.arange(0, BLOCK_Q)
+    k = _load_rows(
+        K
+        + off_b * stride_kb
+        + off_h * stride_kh
+        + offs_k[:, None] * stride_kn
+        + offs_d[None, :] * stride_kd,
+        offs_k,
+        n_k,
+        offs_d,
+        HEAD_DIM,
+        D_PAD,
+        True,
+    )
+    v = _load_rows(
+        V
+        + off_b * stride_vb
+        + off_h * stride_vh
+        + offs_k[:, None] * stride_vn
+        + offs_d[None, :] * stride_vd,
+        offs_k,
+        n_k,
+        offs_d,
+        HEAD_DIM,
+        D_PAD,
+        True,
+    )
+    dk = tl.zeros([BLOCK_K, D_PAD], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_K, D_PAD], dtype=tl.float32)
+
+    # causal: query tiles whose rows all precede k0 see none of these keys
+    if IS_CAUSAL:
+        lo = (k0 // BLOCK_Q) * BLOCK_Q
+    else:
+        lo = 0
+    for start_q in range(lo, n_q, BLOCK_Q):
+        offs_q = start_q + offs_qb
+        q = _load_rows(
+            q_base + offs_q[:, None] * stride_qn + offs_d[None, :] * stride_qd,
+            offs_q,
+            n_q,
+            offs_d,
+            HEAD_DIM,
+            D_PAD,
+            True,
+        )
+        do = _load_rows(
+            do_base + offs_q[:, None] * stride_don + offs_d[None, :] * stride_dod,
+            offs_q,
+            n_q,
+            offs_d,
+            HEAD_DIM,
+            D_PAD,
+            True,
+        )
+        in_q = offs_q < n_q
+        lse = tl.load(l_base + offs_q, mask=in_q, other=0.0) * 1.4426950408889634
+        delta = tl.load(delta_base + offs_q, mask=in_q, other=0.0)
+        s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION) * qk_scale  # (BLOCK_K, BLOCK_Q)
+        valid = in_q[None, :]
+        if IS_CAUSAL:
+            valid = valid & (offs_q[None, :] >= offs_k[:, None])
+        p_t = tl.where(valid, tl.exp2(s_t - lse[None, :]), 0.0)
+        dv += tl.dot(p_t.to(do.dtype), do, input_precision=PRECISION)
+        dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
+        ds_t = p_t * (dp_t - delta[None, :])
+        dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION)
+
+    dk = dk * sm_scale
+    _store_rows(
+        DK
+        + off_b * stride_dkb
+        + off_h * stride_dkh
+        + offs_k[:, None] * stride_dkn
+        + offs_d[None, :] * stride_dkd,
+        dk.to(DK.dtype.element_ty),
+        offs_k,
+        n_k,
+        offs_d,
+        HEAD_DIM,
+        D_PAD,
+    )
+    _store_rows(
+        DV
+        + off_b * stride_dvb
+        + off_h * stride_dvh
+        + offs_k[:, None] * stride_dvn
+        + offs_d[None, :] * stride_dvd,
+        dv.to(DV.dtype.element_ty),
+        offs_k,
+        n_k,
+        offs_d,
+        HEAD_DIM,
+        D_PAD,
+    )
+
+
+@triton.jit(do_not_specialize=NOT_SPECIALIZED)
+def _attn_bwd_dq(
+    Q,
+    K,
+    V,
+    DO,
+    L,
+    Delta,
+    DQ,
+    stride_qb,
+    stride_qh,
+    stride_qn,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_dob,
+    stride_doh,
+    stride_don,
+    stride_dod,
+    stride_dqb,
+    stride_dqh,
+    stride_dqn,
+    stride_dqd,
+    n_heads,
+    n_q,
+    n_k,
+    qk_scale,
+    sm_scale,
+    N_Q_BUCKET,
+    N_K_BUCKET,
+    HEAD_DIM: tl.constexpr,
+    D_PAD: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    """dQ = scale * dS K for one query tile, over the key tiles it can see."""
+    pid_q = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    off_b = (pid_bh // n_heads).to(tl.int64)
+    off_h = (pid_bh % n_heads).to(tl.int64)
+    k_base = K + off_b * stride_kb + off_h * stride_kh
+    v_base = V + off_b * stride_vb + off_h * stride_vh
+
+    q0 = pid_q * BLOCK_Q
+    offs_q = q0 + tl.arange(0, BLOCK_Q)
+    offs_d = tl.arange(0, D_PAD)
+    offs_kb = tl.arange(0, BLOCK_K)
+    q = _load_rows(
+        Q
+        + off_b * stride_qb
+        + off_h * stride_qh
+        + offs_q[:, None] * stride_qn
+        + offs_d[None, :] * stride_qd,
+        offs_q,
+        n_q,
+        offs_d,
+        HEAD_DIM,
+        D_PAD,
+        True,
+    )
+    do = _load_rows(
+        DO
+        + off_b * stride_dob
+        + off_h * stride_doh
+        + offs_q[:, None] * stride_don
+        + offs_d[None, :] * stride_dod,
+        offs_q,
+        n_q,
+        offs_d,
+        HEAD_DIM,
+        D_PAD,
+        True,
+    )
+    in_q = offs_q < n_q
+    lse = tl.load(L + pid_bh.to(tl.int64) * n_q + offs_q, mask=in_q, other=0.0) * 1.4426950408889634
+    delta = tl.load(Delta + pid_bh.to(tl.int64) * n_q + offs_q, mask=in_q, other=0.0)
+    dq = tl.zeros([BLOCK_Q, D_PAD], dtype=tl.float32)
+
+    if IS_CAUSAL:
+        hi = tl.minimum(n_k, q0 + BLOCK_Q)
+    else:
+        hi = n_k
+    for start_k in range(0, hi, BLOCK_K):
+        offs_k = start_k + offs_kb
+        k = _load_rows(
+            k_base + offs_k[:, None] * stride_kn + offs_d[None, :] * stride_kd,
+            offs_k,
+            n_k,
+            offs_d,
+            HEAD_DIM,
+            D_PAD,
+            True,
+        )
+        v = _load_rows(
+            v_base + offs_k[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+            offs_k,
+            n_k,
+            offs_d,
+            HEAD_DIM,
+            D_PAD,
+            True,
+        )
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+        valid = offs_k[None, :] < n_k
+        if IS_CAUSAL:
+            valid = valid & (offs_q[:, None] >= offs_k[None, :])
+        p = tl.where(valid, tl.exp2(s - lse[:, None]), 0.0)
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+        ds = p * (dp - delta[:, None])
+        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
+
+    dq = dq * sm_scale
+    _store_rows(
+        DQ
+        + off_b * stride_dqb
+        + off_h * stride_dqh
+        + offs_q[:, None] * stride_dqn
+        + offs_d[None, :] * stride_dqd,
+        dq.to(DQ.dtype.element_ty),
+        offs_q,
+        n_q,
+        offs_d,
+        HEAD_DIM,
+        D_PAD,
+    )
+
+
+# ----------------------------------------------------------------------------- autotuning
+
+
+# (BLOCK_Q, BLOCK_K, num_warps, num_stages) per kernel and operand width. Few on purpose: every
+# (head dim, dtype, causal) combination compiles each of them. fp32 operands get small tiles: the
+# full-precision (non tensor-core) dot needs many registers and compiles slowly with big tiles.
+TILE_CONFIGS = {
+    "forward": {
+        "16bit": [(128, 64, 8, 3), (64, 64, 4, 3), (128, 32, 4, 3)],
+        "32bit": [(64, 32, 4, 2), (32, 32, 4, 2)],
+    },
+    "backward_dkdv": {
+        "16bit": [(32, 64, 4, 2), (32, 128, 8, 2)],
+        "32bit": [(32, 32, 4, 2), (32, 64, 4, 2)],
+    },
+    "backward_dq": {
+        "16bit": [(64, 32, 4, 2), (128, 32, 8, 2)],
+        "32bit": [(32, 32, 4, 2), (64, 32, 4, 2)],
+    },
+}
+TUNE_KEY = ["N_Q_BUCKET", "N_K_BUCKET", "HEAD_DIM", "IS_CAUSAL", "PRECISION"]
+
+
+def _width(dtype) -> str:
+    return "32bit" if dtype == torch.float32 else "16bit"
+
+
+def tile_configs(kernel: str, dtype: torch.dtype) -> list[tuple[int, int, int, int]]:
+    """The candidate tiles of `kernel` ('forward', 'backward_dkdv', 'backward_dq') for `dtype`."""
+    return list(TILE_CONFIGS[kernel][_width(dtype)])
+
+
+def _triton_configs(kernel: str) -> list[triton.Config]:
+    tiles = dict.fromkeys(t for width in ("16bit", "32bit") for t in TILE_CONFIGS[kernel][width])
+    return [
+        triton.Config({"BLOCK_Q": bq, "BLOCK_K": bk}, num_warps=w, num_stages=st)
+        for bq, bk, w, st in tiles
+    ]
+
+
+def _pruner(kernel: str):
+    def prune(configs, named_args, **kwargs):
+        """Keep the tiles meant for this operand width and not far larger than the problem."""
+        allowed = set(tile_configs(kernel, named_args["Q"].dtype))
+        n_q, n_k = named_args["N_Q_BUCKET"], named_args["N_K_BUCKET"]
+        kept = [
+            c
+            for c in configs
+            if (c.kwargs["BLOCK_Q"], c.kwargs["BLOCK_K"], c.num_warps, c.num_stages) in allowed
+        ]
+        small = [
+            c
+            for c in kept
+            if c.kwargs["BLOCK_Q"] <= max(n_q, 64) and c.kwargs["BLOCK_K"] <= max(n_k, 64)
+        ]
+        return small or kept[-1:]
+
+    return prune
+
+
+def _bench(kernel_call, quantiles):
+    return triton.testing.do_bench(kernel_call, warmup=5, rep=20, quantiles=quantiles)
+
+
+def _autotuned(kernel_fn, kernel: str):
+    options = dict(
+        configs=_triton_configs(kernel),
+        key=TUNE_KEY,
+        prune_configs_by={"early_config_prune": _pruner(kernel)},
+    )
+    try:  # short benchmarks and an on-disk cache of the choice, where this Triton has them
+        return triton.autotune(**options, do_bench=_bench, cache_results=True)(kernel_fn)
+    except TypeError:
+        return triton.autotune(**options)(kernel_fn)
+
+
+if INTERPRET:
+    _fwd_tuned = _dkdv_tuned = _dq_tuned = None
+else:
+    _fwd_tuned = _autotuned(_attn_fwd, "forward")
+    _dkdv_tuned = _autotuned(_attn_bwd_dkdv, "backward_dkdv")
+    _dq_tuned = _autotuned(_attn_bwd_dq, "backward_dq")
+
+_CHOSEN: dict[str, dict] = {}
+
+
+def _record(name: str, tuned, blocks: tuple[int, int] | None) -> None:
+    if blocks is not None or tuned is None:
+        bq, bk = blocks or INTERPRET_BLOCKS[name]
+        _CHOSEN[name] = {
+            "BLOCK_Q": bq,
+            "BLOCK_K": bk,
+            "num_warps": None,
+            "num_stages": None,
+            "autotuned": False,
+        }
+        return
+    cfg = tuned.best_config
+    _CHOSEN[name] = {
+        **cfg.kwargs,
+        "num_warps": cfg.num_warps,
+        "num_stages": cfg.num_stages,
+        "autotuned": True,
+    }
+
+
+def chosen_configs() -> dict[str, dict]:
+    """The tile configuration each kernel used in its last launch (autotuned on the GPU)."""
+    return {name: dict(cfg) for name, cfg in _CHOSEN.items()}
+
+
+# ----------------------------------------------------------------------------- precompiling
+
+_KERNEL_TENSORS = {
+    # kernel -> (tensor args as "in"put dtype or fp32, number of 4-stride groups)
+    "forward": (("in", "in", "in", "in", "f32"), 4),
+    "backward_dkdv": (("in", "in", "in", "in", "f32", "f32", "in", "in"), 6),
+    "backward_dq": (("in", "in", "in", "in", "f32", "f32", "in"), 5),
+    "preprocess": (("in", "in", "f32"), 2),
+}
+
+
+def _warmup_job(job: tuple) -> str:
+    """Compile one kernel variant into Triton's on-disk cache (runs in a worker process)."""
+    kernel, dtype_name, d, causal, precision, tiles = job
+    try:
+        dtype = getattr(torch, dtype_name)
+        fn = {
+            "forward": _attn_fwd,
+            "backward_dkdv": _attn_bwd_dkdv,
+            "backward_dq": _attn_bwd_dq,
+            "preprocess": _attn_bwd_preprocess,
+        }[kernel]
+        kinds, n_stride_groups = _KERNEL_TENSORS[kernel]
+        tensors = [dtype if kind == "in" else torch.float32 for kind in kinds]
+        n = 128  # contiguous (1, 1, n, d): the same divisibility classes as real launches
+        strides = (n * d, n * d, d, 1) * n_stride_groups
+        d_pad = max(16, triton.next_power_of_2(d))
+        meta = dict(HEAD_DIM=d, D_PAD=d_pad)
+        if kernel == "preprocess":
+            sizes = (1, n)
+            meta["BLOCK_Q"] = 64
+        else:
+            scales = (0.125,) if kernel == "forward" else (0.125, 0.125)
+            sizes = (1, n, n, *scales, n, n)
+            bq, bk, warps, stages = tiles
+            meta.update(IS_CAUSAL=causal, PRECISION=precision, BLOCK_Q=bq, BLOCK_K=bk)
+            meta.update(num_warps=warps, num_stages=stages, num_ctas=1)
+        fn.warmup(*tensors, *strides, *sizes, grid=(1,), **meta)
+        return ""
+    except Exception as exc:  # the autotuner compiles what is missing anyway
+        return f"{kernel} {dtype_name} d={d} {tiles}: {type(exc).__name__}: {exc}"[:300]
+
+
+def precompile(
+    dtypes=(torch.bfloat16,),
+    head_dims=(64,),
+    causal=(True,),
+    workers: int | None = None,
+) -> dict:
+    """Compile every kernel variant the autotuner will try for these settings, in parallel
+    worker processes, into Triton's on-disk cache; the autotuner then only loads and times them.
+
+    Compiling is CPU-bound and single-threaded per kernel; a stage that sweeps head dims and
+    dtypes would otherwise spend minutes compiling one kernel after another.
+    """
+    import concurrent.futures
+    import multiprocessing
+    import time
+
+    if INTERPRET or not torch.cuda.is_available():
+        return {"jobs": 0, "seconds": 0.0, "errors": []}
+    jobs = []
+    for dtype in dtypes:
+        name = str(dtype).removeprefix("torch.")
+        for d in head_dims:
+            jobs.append(("preprocess", name, d, False, "", None))
+            for is_causal in causal:
+                for kernel in ("forward", "backward_dkdv", "backward_dq"):
+                    for tiles in tile_configs(kernel, dtype):
+                        jobs.append((kernel, name, d, bool(is_causal), _precision(dtype), tiles))
+    workers = workers or max(1, min(len(jobs), os.cpu_count() or 1, 16))
+    t0 = time.perf_counter()
+    ctx = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        errors = [e for e in pool.map(_warmup_job, jobs) if e]
+    return {"jobs": len(jobs), "seconds": time.perf_counter() - t0, "errors": errors}
+
+
+# ----------------------------------------------------------------------------- launchers
+
+
+def _as_4d(x: torch.Tensor) -> torch.Tensor:
+    return x if x.dim() == 4 else x.unsqueeze(1)
+
+
+def _strides(x: torch.Tensor) -> tuple[int, int, int, int]:
+    return tuple(x.stride())  # type: ignore[return-value]
+
+
+def _pow2_bucket(n: int) -> int:
+    return triton.next_power_of_2(max(int(n), 16))
+
+
+def _precision(dtype: torch.dtype) -> str:
+    if dtype == torch.float32 and torch.get_float32_matmul_precision() == "highest":
+        return "ieee"
+    return "tf32"  # ignored for fp16/bf16 operands
+
+
+def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """ValueError naming the shapes for anything the kernels cannot run correctly."""
+    check_attention_inputs(q, k, v, dtypes=DTYPES, max_head_dim=MAX_HEAD_DIM)
+    if q.device.type != "cuda" and not INTERPRET:
+        raise ValueError(
+            f"the Triton kernels need CUDA tensors (or TRITON_INTERPRET=1 set before importing "
+            f"this module); got tensors on {q.device} with q {tuple(q.shape)}"
+        )
+    if INTERPRET and q.device.type != "cpu":
+        raise ValueError(f"Triton's interpreter runs on CPU tensors; got {q.device}")
+
+
+def _launch_common(q4, k4, v4):
+    b, h, n_q, d = q4.shape
+    n_k = k4.shape[-2]
+    d_pad = max(16, triton.next_power_of_2(d))
+    return b, h, n_q, n_k, d, d_pad
+
+
+def flash_forward_triton(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    is_causal: bool = False,
+    blocks: tuple[int, int] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward kernel on (batch, n, d) or (batch, heads, n, d); returns (O, L fp32).
+
+    `blocks=(BLOCK_Q, BLOCK_K)` bypasses autotuning (tests use it to exercise tile edges).
+    """
+    check_inputs(q, k, v)
+    q4, k4, v4 = _as_4d(q), _as_4d(k), _as_4d(v)
+    b, h, n_q, n_k, d, d_pad = _launch_common(q4, k4, v4)
+    o = torch.empty((b, h, n_q, d), dtype=q.dtype, device=q.device)
+    lse = torch.empty((b, h, n_q), dtype=torch.float32, device=q.device)
+    sm_scale = d**-0.5
+    args = (
+        q4,
+        k4,
+        v4,
+        o,
+        lse,
+        *_strides(q4),
+        *_strides(k4),
+        *_strides(v4),
+        *_strides(o),
+        h,
+        n_q,
+        n_k,
+        sm_scale * LOG2E,
+        _pow2_bucket(n_q),
+        _pow2_bucket(n_k),
+    )
+    meta = dict(HEAD_DIM=d, D_PAD=d_pad, IS_CAUSAL=bool(is_causal), PRECISION=_precision(q.dtype))
+    if blocks is None and _fwd_tuned is not None:
+        grid = lambda cfg: (triton.cdiv(n_q, cfg["BLOCK_Q"]), b * h)  # noqa: E731
+        _fwd_tuned[grid](*args, **meta)
+    else:
+        bq, bk = _check_blocks(blocks or INTERPRET_BLOCKS["forward"])
+        _attn_fwd[(triton.cdiv(n_q, bq), b * h)](*args, **meta, BLOCK_Q=bq, BLOCK_K=bk)
+    _record("forward", _fwd_tuned, blocks)
+    if q.dim() == 3:
+        return o.squeeze(1), lse.squeeze(1)
+    return o, lse
+
+
+def flash_backward_triton(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    o: torch.Tensor,
+    do: torch.Tensor,
+    lse: torch.Tensor,
+    is_causal: bool = False,
+    blocks: tuple[int, int] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Backward kernels: D = rowsum(O*dO), then the dK/dV pass and the dQ pass."""
+    q4, k4, v4, o4, do4 = (_as_4d(x) for x in (q, k, v, o, do))
+    b, h, n_q, n_k, d, d_pad = _launch_common(q4, k4, v4)
+    lse = lse.reshape(b, h, n_q).contiguous()
+    delta = torch.empty((b, h, n_q), dtype=torch.float32, device=q.device)
+    pre_block = 64 if not INTERPRET else 16
+    _attn_bwd_preprocess[(triton.cdiv(n_q, pre_block), b * h)](
+        o4,
+        do4,
+        delta,
+        *_strides(o4),
+        *_strides(do4),
+        h,
+        n_q,
+        HEAD_DIM=d,
+        D_PAD=d_pad,
+        BLOCK_Q=pre_block,
+    )
+    # gradients take their input's layout where it is dense (empty_like's preserve_format)
+    dq, dk, dv = torch.empty_like(q4), torch.empty_like(k4), torch.empty_like(v4)
+    sm_scale = d**-0.5
+    strides = (*_strides(q4), *_strides(k4), *_strides(v4), *_strides(do4))
+    scalars = (h, n_q, n_k, sm_scale * LOG2E, sm_scale, _pow2_bucket(n_q), _pow2_bucket(n_k))
+    meta = dict(HEAD_DIM=d, D_PAD=d_pad, IS_CAUSAL=bool(is_causal), PRECISION=_precision(q.dtype))
+
+    dkdv_args = (
+        q4,
+        k4,
+        v4,
+        do4,
+        lse,
+        delta,
+        dk,
+        dv,
+        *strides,
+        *_strides(dk),
+        *_strides(dv),
+        *scalars,
+    )
+    if blocks is None and _dkdv_tuned is not None:
+        _dkdv_tuned[lambda cfg: (triton.cdiv(n_k, cfg["BLOCK_K"]), b * h)](*dkdv_args, **meta)
+    else:
+        bq, bk = _check_blocks(blocks or INTERPRET_BLOCKS["backward_dkdv"])
+        _attn_bwd_dkdv[(triton.cdiv(n_k, bk), b * h)](*dkdv_args, **meta, BLOCK_Q=bq, BLOCK_K=bk)
+    _record("backward_dkdv", _dkdv_tuned, blocks)
+
+    dq_args = (q4, k4, v4, do4, lse, delta, dq, *strides, *_strides(dq), *scalars)
+    if blocks is None and _dq_tuned is not None:
+        _dq_tuned[lambda cfg: (triton.cdiv(n_q, cfg["BLOCK_Q"]), b * h)](*dq_args, **meta)
+    else:
+        bq, bk = _check_blocks(blocks or INTERPRET_BLOCKS["backward_dq"])
+        _attn_bwd_dq[(triton.cdiv(n_q, bq), b * h)](*dq_args, **meta, BLOCK_Q=bq, BLOCK_K=bk)
+    _record("backward_dq", _dq_tuned, blocks)
+
+    if q.dim() == 3:
+        return dq.squeeze(1), dk.squeeze(1), dv.squeeze(1)
+    return dq, dk, dv
+
+
+def _check_blocks(blocks: tuple[int, int]) -> tuple[int, int]:
+    bq, bk = (int(x) for x in blocks)
+    for x in (bq, bk):
+        if x < 16 or x & (x - 1):
+            raise ValueError(f"tile sizes must be powers of two >= 16, got {blocks}")
+    return bq, bk
+
+
+class FlashAttentionTriton(torch.autograd.Function):
+    """FlashAttention-2 with Triton kernels: ``FlashAttentionTriton.apply(Q, K, V, is_causal=False)``
+    on (batch, n, d) or (batch, heads, n, d). Saves Q, K, V, O and L (fp32, Q's shape less d)."""
+
+    @staticmethod
+    def forward(ctx, Q, K, V, is_causal=False):
+        O, L = flash_forward_triton(Q, K, V, bool(is_causal))
+        ctx.save_for_backward(Q, K, V, O, L)
+        ctx.is_causal = bool(is_causal)
+        return O
+
+    @staticmethod
+    def backward(ctx, dO):
+        Q, K, V, O, L = ctx.saved_tensors
+        dQ, dK, dV = flash_backward_triton(Q, K, V, O, dO, L, ctx.is_causal)
+        return dQ, dK, dV, None
+
+
+@torch.compiler.disable
+def flash_attention(q, k, v, is_causal: bool = True) -> torch.Tensor:
+    """Multi-head entry point, (batch, heads, n, d): the model's attention-function interface.
+
+    Opaque to torch.compile (a graph break), so a compiled model calls the kernels as they are.
+    """
+    if q.dim() != 4:
+        raise ValueError(
+            f"flash_attention expects (batch, heads, n, d) tensors; got q {tuple(q.shape)}, "
+            f"k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
+    return FlashAttentionTriton.apply(q, k, v, is_causal)
+
+
+def _register() -> None:
+    from cs336_systems import model
+
+    model.ATTENTION_FUNCTIONS["flash_triton"] = flash_attention
+
+
+_register()

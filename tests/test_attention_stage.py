@@ -1,0 +1,271 @@
+"""The kernel_tests, attention and flash stages: their CLIs on tiny grids, the gating of our
+kernels by the kernel tests, OOM rows, the analyses and the report sections they feed."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+
+import pandas as pd
+import pytest
+import torch
+
+from cs336_systems import attention_benchmark, flash_benchmark, kernel_tests, report
+from cs336_systems.analysis import attention as attention_analysis
+from cs336_systems.analysis import flash as flash_analysis
+from cs336_systems.analysis import kernel_tests as kernel_tests_analysis
+
+COMMON = ["--machine", "test-machine", "--preset", "cpu"]
+
+SYNTHETIC_TESTS = textwrap.dedent(
+    """
+    import pytest
+
+    def test_pytorch_ok():
+        assert True
+
+    def test_triton_ok():
+        assert True
+
+    def test_triton_broken():
+        assert 1 == 2, "wrong answer"
+
+    @pytest.mark.skip(reason="not here")
+    def test_triton_skipped():
+        pass
+
+    def test_unrelated():
+        pass
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    """A results folder as the three stages write it, from their CLIs on tiny grids."""
+    out = tmp_path_factory.mktemp("results")
+    tests_dir = tmp_path_factory.mktemp("synthetic")
+    test_file = tests_dir / "test_synthetic.py"
+    test_file.write_text(SYNTHETIC_TESTS)
+    kernel_tests.main(
+        [
+            *COMMON,
+            "--files",
+            str(test_file),
+            "--kernel=flash_pytorch=^test_pytorch_",
+            "--kernel=flash_triton=^test_triton_",
+            "--junit",
+            str(out / "kernel_tests" / "junit.xml"),
+            "--out",
+            str(out / "kernel_tests.csv"),
+        ]
+    )
+    for impl in ("naive_eager",):
+        attention_benchmark.main(
+            [
+                *COMMON,
+                "--impl",
+                impl,
+                "--batch-size",
+                "2",
+                "--head-dims",
+                "16",
+                "--seq-lens",
+                "16,32",
+                "--warmup",
+                "1",
+                "--fwd-steps",
+                "2",
+                "--bwd-steps",
+                "2",
+                "--out",
+                str(out / "attention" / f"{impl}.csv"),
+            ]
+        )
+    att = pd.read_csv(out / "attention" / "naive_eager.csv")
+    # a compiled twin (timings halved) and an OOM point, as a GPU run would have them
+    twin = att.assign(impl="naive_compiled", compile="compiled")
+    twin[["fwd_ms_mean", "bwd_ms_mean"]] /= 2
+    oom = att.iloc[[-1]].assign(
+        seq_len=64, status="oom", oom_phase="backward", bwd_ms_mean=math.nan
+    )
+    pd.concat([att, twin, oom]).to_csv(out / "attention.csv", index=False)
+
+    flash_benchmark.main(
+        [
+            "sweep",
+            *COMMON,
+            "--impls",
+            "naive_eager,flash_pytorch,flash_triton",
+            "--dtype",
+            "fp32",
+            "--head-dims",
+            "16",
+            "--seq-lens",
+            "16,32",
+            "--max-seq-len",
+            "flash_triton=16",
+            "--warmup-steps",
+            "0",
+            "--steps",
+            "1",
+            "--kernel-tests",
+            str(out / "kernel_tests.csv"),
+            "--out",
+            str(out / "flash" / "fp32.csv"),
+        ]
+    )
+    return out
+
+
+def test_kernel_tests_rows_and_verdicts(results):
+    df = pd.read_csv(results / "kernel_tests.csv")
+    by_name = df.set_index("name")
+    assert by_name.loc["test_pytorch_ok", "outcome"] == "passed"
+    assert by_name.loc["test_triton_broken", "outcome"] == "failed"
+    assert "wrong answer" in by_name.loc["test_triton_broken", "message"]
+    assert by_name.loc["test_triton_skipped", "status"].startswith("skipped: not here")
+    assert by_name.loc["test_unrelated", "kernel"] == "other"
+    assert by_name.loc["test_pytorch_ok", "status"] == "ok"
+    for col in [
+        "machine",
+        "device_name",
+        "torch",
+        "triton",
+        "git_commit",
+        "timestamp",
+        "duration_ms",
+    ]:
+        assert col in df
+    assert (results / "kernel_tests" / "junit.xml").exists()
+    assert kernel_tests.verdicts(results / "kernel_tests.csv") == {
+        "flash_pytorch": "passed",
+        "flash_triton": "failed",
+    }
+
+
+def test_kernel_tests_when_pytest_cannot_collect(tmp_path):
+    bad = tmp_path / "test_bad.py"
+    bad.write_text("import does_not_exist\n")
+    out = tmp_path / "kt.csv"
+    kernel_tests.main(
+        [*COMMON, "--files", str(bad), "--kernel=flash_triton=^test_", "--junit",
+         str(tmp_path / "j.xml"), "--out", str(out)]
+    )  # fmt: skip
+    assert kernel_tests.verdicts(out) == {"flash_triton": "failed"}
+
+
+def test_verdicts_of_missing_csv(tmp_path):
+    assert kernel_tests.verdicts(tmp_path / "absent.csv") == {}
+
+
+def test_attention_rows(results):
+    df = pd.read_csv(results / "attention" / "naive_eager.csv")
+    assert list(df["seq_len"]) == [16, 32] and set(df["status"]) == {"ok"}
+    for col in ["fwd_ms_mean", "fwd_ms_std", "fwd_ms_median", "bwd_ms_mean", "bwd_ms_median"]:
+        assert (df[col] > 0).all(), col
+    row = df.iloc[1]
+    assert row["scores_mb"] == pytest.approx(2 * 32 * 32 * 4 / 2**20)
+    assert row["expected_before_backward_mb"] == pytest.approx(
+        (5 * 2 * 32 * 16 + 2 * 32 * 32) * 4 / 2**20
+    )
+
+
+def test_attention_oom_is_a_row(monkeypatch):
+    def out_of_memory(q, k, v, is_causal=False):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8 GiB")
+
+    row = attention_benchmark.measure_point(
+        out_of_memory, 2, 16, 16, False, 1, 2, 2, torch.device("cpu")
+    )
+    assert row["status"] == "oom" and row["oom_phase"] == "warmup"
+
+
+def test_flash_gating_caps_and_checks(results):
+    df = pd.read_csv(results / "flash" / "fp32.csv").set_index(["impl", "seq_len"])
+    # flash_pytorch passed its tests, flash_triton failed them in the synthetic suite
+    assert df.loc[("flash_triton", 16), "status"] == "skipped: kernel tests failed"
+    assert df.loc[("flash_triton", 32), "status"] == "skipped: kernel tests failed"
+    ok = df.loc[["naive_eager", "flash_pytorch"]]
+    assert set(ok["status"]) == {"ok"}
+    assert (ok["max_abs_err"] < 1e-4).all()
+    for prefix in ("fwd", "bwd", "fwd_bwd"):
+        assert (ok[f"{prefix}_ms_median"] > 0).all() and (ok[f"{prefix}_tflops"] > 0).all()
+    assert set(df["kernel_tests"].dropna()) <= {"passed", "failed"}
+
+
+def test_flash_triton_point_on_cpu(tmp_path):
+    """Our Triton kernel through the benchmark (interpreter): checked, timed, tiles recorded."""
+    out = tmp_path / "f.csv"
+    flash_benchmark.main(
+        ["sweep", *COMMON, "--impls", "flash_triton", "--dtype", "fp32", "--head-dims", "16",
+         "--seq-lens", "16", "--warmup-steps", "0", "--steps", "1", "--out", str(out)]
+    )  # fmt: skip
+    row = pd.read_csv(out).iloc[0]
+    assert row["status"] == "ok" and row["fwd_bwd_ms_median"] > 0
+    assert row["triton_fwd_config"] == "16x16" and row["grid"] == "sweep"
+
+
+def test_flash_reference_is_top_left_causal():
+    q, k, v = (torch.randn(1, 1, 40, 16) for _ in range(3))
+    ref = flash_benchmark.reference_output(q, k, v, chunk=16)
+    sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(ref, sdpa, atol=1e-5, rtol=1e-5)
+
+
+def test_flash_rejects_unknown_impl(tmp_path):
+    with pytest.raises(SystemExit):
+        flash_benchmark.main(
+            ["sweep", *COMMON, "--impls", "naive_eager,mystery", "--dtype", "fp32",
+             "--head-dims", "16", "--seq-lens", "16", "--out", str(tmp_path / "x.csv")]
+        )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def stage_results(results):
+    """The stage CSVs as the aggregate rules write them, plus a leaderboard row."""
+    flash = pd.read_csv(results / "flash" / "fp32.csv")
+    board = flash[flash["impl"] == "naive_eager"].head(1).assign(grid="leaderboard", heads=16)
+    pd.concat([flash, board]).to_csv(results / "flash.csv", index=False)
+    return results
+
+
+def test_attention_context_answers_q18_q19(stage_results):
+    ctx = attention_analysis.context(stage_results)
+    assert ctx["available"] and ctx["statuses"] == {"ok": 4, "oom": 1}
+    assert ctx["oom"]["any"] and ctx["oom"]["config"] == "batch 2, d = 16, n = 64"
+    assert any("2 x 64² x 4 B" in line for line in ctx["oom"]["lines"])
+    assert ctx["compile"]["available"] and "2.00×" in ctx["compile"]["table"]
+    assert "grows as n^" in ctx["growth"]
+
+
+def test_flash_context(stage_results):
+    ctx = flash_analysis.context(stage_results)
+    assert ctx["available"] and ctx["gated"] == ["our FA2 (Triton)"]
+    assert ctx["verdicts"]["our FA2 (Triton)"] == "failed"
+    assert "FA2-pt f+b" in ctx["pairs"]["fp32"]
+    assert ctx["leaderboard"]["available"] and "16 heads" in ctx["leaderboard"]["config"]
+
+
+def test_kernel_tests_context(stage_results):
+    ctx = kernel_tests_analysis.context(stage_results)
+    assert ctx["failed_kernels"] == ["flash_triton"] and ctx["counts"]["failed"] == 1
+    assert "wrong answer" in ctx["failures"]
+
+
+def test_plots_and_report_sections(stage_results, tmp_path):
+    for module in (attention_analysis, flash_analysis, kernel_tests_analysis):
+        for path in module.plot(stage_results, tmp_path):
+            assert path.exists() and path.stat().st_size > 1000 and path.name.endswith(".png")
+    text = report.render(stage_results, ["kernel_tests", "attention", "flash"])
+    assert "Not benchmarked" in text and "flash_triton" in text
+    assert "not benchmarked, because the kernel tests failed" in text
+    assert "The smallest configuration that ran out of memory is batch 2, d = 16, n = 64" in text
+    assert "### Q21. The leaderboard configuration" in text
+
+
+def test_reports_missing_data(tmp_path):
+    text = report.render(tmp_path, ["kernel_tests", "attention", "flash"])
+    assert "_The attention stage produced no data._" in text
+    assert "_The flash stage produced no data._" in text
+    assert "_The kernel_tests stage produced no data._" in text

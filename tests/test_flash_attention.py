@@ -1,0 +1,431 @@
+"""FlashAttention-2 (PyTorch and Triton) against a float64 reference.
+
+The Triton tests run twice over: on CPU tensors under Triton's interpreter (tests/conftest.py
+sets TRITON_INTERPRET=1 without CUDA; fp32 and fp16 only, the interpreter gets bf16 wrong) and on
+CUDA tensors natively (marked `gpu`, bf16 too, larger shapes). `pytest -m gpu` on a GPU host is
+the complete GPU check.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from cs336_systems import adapters, model
+from cs336_systems.flash_attention_pytorch import (
+    FlashAttentionPytorch,
+    flash_backward_pytorch,
+    flash_forward_pytorch,
+)
+
+fat = pytest.importorskip("cs336_systems.flash_attention_triton")
+
+HAS_CUDA = torch.cuda.is_available()
+F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
+# test ids say fp32 / fp16 / bf16, so `-k "not fp16"` does not also drop bf16
+DTYPE_IDS = {F32: "fp32", F16: "fp16", BF16: "bf16"}
+# (forward atol/rtol, backward atol/rtol) against float64 on the same (rounded) inputs
+TOL = {
+    F32: (1e-4, 2e-4),
+    F16: (5e-3, 1e-2),
+    BF16: (3e-2, 6e-2),
+}
+
+# (batch, n_queries, n_keys, d): tile-aligned, ragged, n_q != n_k both ways, d not a power of 2
+SMALL_SHAPES = [
+    (2, 32, 32, 16),
+    (2, 37, 37, 32),
+    (1, 24, 50, 16),
+    (2, 50, 20, 40),
+    (1, 1, 1, 16),
+    (1, 19, 19, 128),
+]
+GPU_SHAPES = [
+    (4, 128, 128, 64),
+    (1, 1000, 1000, 64),
+    (2, 777, 1500, 128),
+    (1, 1500, 300, 32),
+    (2, 2048, 2048, 16),
+    (1, 4096, 4096, 128),
+]
+
+
+def _cases(devices_dtypes, shapes_for, triton=True):
+    out = []
+    for device, dtype in devices_dtypes:
+        marks = [pytest.mark.gpu] if device == "cuda" else []
+        if triton and device == "cpu" and not fat.INTERPRET:
+            marks.append(pytest.mark.skip(reason="CPU tensors need TRITON_INTERPRET=1"))
+        for shape in shapes_for(device):
+            for causal in (False, True):
+                shape_id = "x".join(map(str, shape))
+                name = f"{device}-{DTYPE_IDS[dtype]}-{shape_id}-{'causal' if causal else 'full'}"
+                out.append(pytest.param(device, dtype, shape, causal, marks=marks, id=name))
+    return out
+
+
+def _shapes(device):
+    return SMALL_SHAPES if device == "cpu" else SMALL_SHAPES + GPU_SHAPES
+
+
+TRITON_CASES = _cases(
+    [("cpu", F32), ("cpu", F16), ("cuda", F32), ("cuda", F16), ("cuda", BF16)], _shapes
+)
+PYTORCH_CASES = _cases(
+    [("cpu", F32), ("cpu", BF16), ("cuda", F32), ("cuda", BF16)],
+    lambda device: SMALL_SHAPES if device == "cpu" else SMALL_SHAPES + GPU_SHAPES[:3],
+    triton=False,
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def precompiled_triton_kernels(request):
+    """On a GPU, first compile the kernel variants the selected Triton tests will autotune over,
+    in parallel worker processes (minutes one after another, well under one in parallel)."""
+    if not HAS_CUDA or fat.INTERPRET:
+        return
+    dtypes, head_dims = {F32, BF16}, {16, 64}  # what the unparametrised GPU tests use
+    for item in request.session.items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if params.get("device") == "cuda" and {"dtype", "shape"} <= set(params):
+            dtypes.add(params["dtype"])
+            head_dims.add(params["shape"][3])
+    done = fat.precompile(dtypes=sorted(dtypes, key=str), head_dims=sorted(head_dims),
+                          causal=(False, True))  # fmt: skip
+    print(f"precompiled {done['jobs']} Triton kernels in {done['seconds']:.1f} s", done["errors"])
+
+
+def make_inputs(shape, dtype, device, seed=0, scale=1.0, heads=None):
+    b, n_q, n_k, d = shape
+    g = torch.Generator().manual_seed(seed)
+    lead = (b,) if heads is None else (b, heads)
+
+    def rand(n):
+        return torch.randn(*lead, n, d, generator=g, dtype=torch.float64)
+
+    q, k, v = rand(n_q) * scale, rand(n_k), rand(n_k)
+    do = rand(n_q)
+    return [x.to(dtype=dtype, device=device) for x in (q, k, v, do)]
+
+
+def reference(q, k, v, is_causal):
+    """float64 softmax(Q K^T / sqrt(d)) V and its logsumexp; top-left causal (q_idx >= k_idx)."""
+    q, k, v = (x.double() for x in (q, k, v))
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if is_causal:
+        n_q, n_k = q.shape[-2], k.shape[-2]
+        keep = torch.arange(n_q, device=q.device)[:, None] >= torch.arange(n_k, device=q.device)
+        s = s.masked_fill(~keep, -math.inf)
+    return torch.softmax(s, dim=-1) @ v, torch.logsumexp(s, dim=-1)
+
+
+def reference_grads(q, k, v, do, is_causal):
+    leaves = [x.detach().double().requires_grad_() for x in (q, k, v)]
+    o, _ = reference(*leaves, is_causal)
+    o.backward(do.double())
+    return [x.grad for x in leaves]
+
+
+def assert_close(actual, expected, tol, what):
+    torch.testing.assert_close(
+        actual.double(), expected.double(), atol=tol, rtol=tol, msg=lambda m: f"{what}: {m}"
+    )
+
+
+def check_forward(fn, q, k, v, causal):
+    o, lse = fn(q, k, v, causal)
+    o_ref, lse_ref = reference(q, k, v, causal)
+    assert o.dtype == q.dtype and o.shape == q.shape
+    assert lse.dtype == torch.float32 and lse.shape == q.shape[:-1]
+    tol = TOL[q.dtype][0]
+    assert_close(o, o_ref, tol, "O")
+    assert_close(lse, lse_ref, max(tol, 1e-5), "L")
+
+
+def check_backward(apply, q, k, v, do, causal):
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    o = apply(*leaves, causal)
+    o.backward(do)
+    tol = TOL[q.dtype][1]
+    for name, x, ref in zip("QKV", leaves, reference_grads(q, k, v, do, causal), strict=True):
+        assert x.grad is not None and x.grad.dtype == x.dtype and x.grad.shape == x.shape
+        assert_close(x.grad, ref, tol, f"d{name}")
+
+
+# ----------------------------------------------------------------------------- PyTorch FA2
+
+
+@pytest.mark.parametrize("device,dtype,shape,causal", PYTORCH_CASES)
+def test_pytorch_forward(device, dtype, shape, causal):
+    q, k, v, _ = make_inputs(shape, dtype, device)
+    check_forward(lambda *a: flash_forward_pytorch(*a, tile_q=16, tile_k=16), q, k, v, causal)
+
+
+@pytest.mark.parametrize("device,dtype,shape,causal", PYTORCH_CASES)
+def test_pytorch_backward(device, dtype, shape, causal):
+    q, k, v, do = make_inputs(shape, dtype, device, seed=1)
+    check_backward(FlashAttentionPytorch.apply, q, k, v, do, causal)
+
+
+@pytest.mark.parametrize("tiles", [(16, 16), (16, 32), (32, 16), (64, 128)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_pytorch_tile_sizes(tiles, causal):
+    q, k, v, _ = make_inputs((2, 45, 70, 32), F32, "cpu", seed=2, scale=3.0)
+    check_forward(lambda *a: flash_forward_pytorch(*a, *tiles), q, k, v, causal)
+
+
+def test_pytorch_rejects_small_tiles():
+    q, k, v, _ = make_inputs((1, 8, 8, 16), F32, "cpu")
+    with pytest.raises(ValueError, match="at least 16"):
+        flash_forward_pytorch(q, k, v, tile_q=8)
+
+
+def test_pytorch_saves_l_for_backward():
+    """As the course's test looks for it: exactly one saved tensor shaped (batch, n_queries)."""
+    q, k, v, _ = make_inputs((4, 40, 40, 16), F32, "cpu")
+    q.requires_grad_()
+    o = FlashAttentionPytorch.apply(q, k, v, False)
+    saved = o.grad_fn.saved_tensors
+    ls = [t for t in saved if t.shape == (4, 40)]
+    assert len(ls) == 1 and ls[0].dtype == torch.float32
+    assert_close(ls[0], reference(q.detach(), k, v, False)[1], 1e-5, "L")
+    assert len(saved) == 5  # Q, K, V, O, L
+
+
+def test_pytorch_backward_compiles():
+    """The backward is one graph for torch.compile (aot_eager: no C++ compiler needed)."""
+    q, k, v, do = make_inputs((2, 33, 21, 16), F32, "cpu", seed=3)
+    o, lse = flash_forward_pytorch(q, k, v, True)
+    compiled = torch.compile(flash_backward_pytorch, backend="aot_eager", fullgraph=True)
+    for got, want in zip(
+        compiled(q, k, v, o, do, lse, True),
+        flash_backward_pytorch(q, k, v, o, do, lse, True),
+        strict=True,
+    ):
+        assert_close(got, want, 1e-6, "compiled backward")
+
+
+@pytest.mark.gpu
+def test_pytorch_backward_inductor_on_gpu():
+    q, k, v, do = make_inputs((2, 300, 300, 64), BF16, "cuda", seed=4)
+    assert FlashAttentionPytorch.compile_backward
+    check_backward(FlashAttentionPytorch.apply, q, k, v, do, True)
+    from cs336_systems import flash_attention_pytorch as fap
+
+    assert fap._compiled_backward is not None
+
+
+# ----------------------------------------------------------------------------- Triton FA2
+
+
+@pytest.mark.parametrize("device,dtype,shape,causal", TRITON_CASES)
+def test_triton_forward(device, dtype, shape, causal):
+    q, k, v, _ = make_inputs(shape, dtype, device)
+    check_forward(fat.flash_forward_triton, q, k, v, causal)
+
+
+@pytest.mark.parametrize("device,dtype,shape,causal", TRITON_CASES)
+def test_triton_backward(device, dtype, shape, causal):
+    q, k, v, do = make_inputs(shape, dtype, device, seed=1)
+    check_backward(fat.FlashAttentionTriton.apply, q, k, v, do, causal)
+
+
+TILE_CASES = [
+    pytest.param(dev, blocks, causal, marks=[pytest.mark.gpu] if dev == "cuda" else [])
+    for dev, all_blocks in (("cpu", [(16, 32), (32, 16), (64, 16)]), ("cuda", [(32, 16)]))
+    for blocks in all_blocks
+    for causal in (False, True)
+]
+
+
+@pytest.mark.parametrize("device,blocks,causal", TILE_CASES)
+def test_triton_tile_shapes(device, blocks, causal):
+    """Unequal query/key tiles: the causal loop bounds and the masked diagonal tiles."""
+    if device == "cpu" and not fat.INTERPRET:
+        pytest.skip("CPU tensors need TRITON_INTERPRET=1")
+    shape = (1, 70, 45, 32) if device == "cpu" else (2, 300, 517, 64)
+    q, k, v, do = make_inputs(shape, F32, device, seed=5, scale=3.0)
+    check_forward(lambda *a: fat.flash_forward_triton(*a, blocks=blocks), q, k, v, causal)
+    o, lse = fat.flash_forward_triton(q, k, v, causal, blocks=blocks)
+    grads = fat.flash_backward_triton(q, k, v, o, do, lse, causal, blocks=blocks)
+    for name, got, ref in zip("QKV", grads, reference_grads(q, k, v, do, causal), strict=True):
+        assert_close(got, ref, TOL[F32][1], f"d{name}")
+
+
+# device-generic Triton checks: on CPU under the interpreter, on CUDA as `gpu` tests
+DEVICES = [
+    pytest.param(
+        "cpu",
+        marks=pytest.mark.skipif(not fat.INTERPRET, reason="CPU tensors need TRITON_INTERPRET=1"),
+    ),
+    pytest.param("cuda", marks=pytest.mark.gpu),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("causal", [False, True])
+def test_triton_multihead_noncontiguous(device, causal):
+    """(batch, heads, n, d) views of (batch, n, heads, d) tensors, as the model makes them."""
+    b, n, h, d = 2, 21, 3, 16
+    g = torch.Generator().manual_seed(6)
+    base = [torch.randn(b, n, h, d, generator=g).to(device) for _ in range(4)]
+    q, k, v, do = (x.transpose(1, 2) for x in base)
+    assert not q.is_contiguous()
+    leaves = [x.detach().transpose(1, 2).requires_grad_() for x in base[:3]]
+    o = fat.flash_attention(*leaves, is_causal=causal)
+    assert o.shape == (b, h, n, d)
+    assert_close(o, reference(q, k, v, causal)[0], TOL[F32][0], "O")
+    o.backward(do)
+    for name, x, ref in zip("QKV", leaves, reference_grads(q, k, v, do, causal), strict=True):
+        assert_close(x.grad, ref, TOL[F32][1], f"d{name}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_model_uses_triton_attention(device):
+    """model.get_attention_fn('flash_triton') imports and registers the kernel; a tiny model
+    gives the same logits and gradients with it as with naive attention."""
+    fn = model.get_attention_fn("flash_triton")
+    assert fn is fat.flash_attention and model.ATTENTION_FUNCTIONS["flash_triton"] is fn
+    torch.manual_seed(0)
+    lm = model.TransformerLM(
+        vocab_size=50, context_length=24, d_model=32, num_layers=1, num_heads=2, d_ff=64
+    ).to(device)
+    tokens = torch.randint(0, 50, (2, 24), device=device)
+    logits_naive = lm(tokens)
+    grads_naive = torch.autograd.grad(logits_naive.square().mean(), list(lm.parameters()))
+    lm.set_attention("flash_triton")
+    logits_flash = lm(tokens)
+    grads_flash = torch.autograd.grad(logits_flash.square().mean(), list(lm.parameters()))
+    assert_close(logits_flash, logits_naive, 1e-4, "logits")
+    for gf, gn in zip(grads_flash, grads_naive, strict=True):
+        assert_close(gf, gn, 1e-4, "parameter gradient")
+
+
+def test_causal_convention_is_top_left():
+    """Top-left causal (q_idx >= k_idx), as the course's reference and SDPA's is_causal; the
+    model's naive_attention aligns bottom-right, which agrees only when n_queries == n_keys."""
+    q, k, v, _ = make_inputs((1, 20, 20, 16), F32, "cpu")
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    for q_ in (q, q[:, :8]):
+        o, _ = flash_forward_pytorch(q_, k, v, True, 16, 16)
+        assert_close(o, reference(q_, k, v, True)[0], 1e-5, "top-left reference")
+        assert_close(o, sdpa(q_, k, v, is_causal=True), 1e-5, "SDPA is_causal")
+    assert_close(model.naive_attention(q, k, v), sdpa(q, k, v, is_causal=True), 1e-5, "square")
+    bottom_right = model.naive_attention(q[:, :8], k, v)
+    assert (bottom_right - sdpa(q[:, :8], k, v, is_causal=True)).abs().max() > 1e-2
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def _bad_inputs():
+    def t(*shape, dtype=F32):
+        return torch.randn(*shape).to(dtype)
+
+    return {
+        "batch": (t(2, 8, 16), t(3, 8, 16), t(3, 8, 16)),
+        "heads": (t(2, 4, 8, 16), t(2, 2, 8, 16), t(2, 2, 8, 16)),
+        "rank": (t(2, 8, 16), t(2, 1, 8, 16), t(2, 1, 8, 16)),
+        "keys": (t(2, 8, 16), t(2, 9, 16), t(2, 10, 16)),
+        "head_dim": (t(2, 8, 16), t(2, 8, 32), t(2, 8, 32)),
+        "too_wide": (t(1, 8, 256), t(1, 8, 256), t(1, 8, 256)),
+        "mixed_dtype": (t(2, 8, 16), t(2, 8, 16, dtype=F16), t(2, 8, 16)),
+        "float64": (t(2, 8, 16, dtype=torch.float64),) * 3,
+    }
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", list(_bad_inputs()))
+def test_triton_rejects_bad_input(case, device):
+    q, k, v = (x.to(device) for x in _bad_inputs()[case])
+    with pytest.raises(ValueError, match=r"q \(") as err:
+        fat.FlashAttentionTriton.apply(q, k, v, True)
+    assert str(tuple(q.shape)) in str(err.value)
+
+
+@pytest.mark.parametrize("case", ["batch", "heads", "rank", "keys", "head_dim", "mixed_dtype"])
+def test_pytorch_rejects_bad_input(case):
+    q, k, v = _bad_inputs()[case]
+    with pytest.raises(ValueError, match=r"q \("):
+        FlashAttentionPytorch.apply(q, k, v, True)
+
+
+def test_multihead_entry_wants_4d():
+    q = torch.randn(2, 8, 16)
+    with pytest.raises(ValueError, match="batch, heads, n, d"):
+        fat.flash_attention(q, q, q)
+
+
+@pytest.mark.gpu
+def test_triton_rejects_cpu_tensors_on_gpu_host():
+    q = torch.randn(1, 8, 16)
+    with pytest.raises(ValueError, match="CUDA"):
+        fat.FlashAttentionTriton.apply(q, q, q)
+
+
+# ----------------------------------------------------------------------------- interface, GPU
+
+
+def test_adapters_return_the_classes():
+    assert adapters.get_flashattention_autograd_function_pytorch() is FlashAttentionPytorch
+    assert adapters.get_flashattention_autograd_function_triton() is fat.FlashAttentionTriton
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_chosen_configs_recorded(device):
+    q, k, v, do = make_inputs((1, 40, 40, 16), F32, device)
+    q.requires_grad_()
+    fat.FlashAttentionTriton.apply(q, k, v, True).backward(do)
+    chosen = fat.chosen_configs()
+    assert set(chosen) >= {"forward", "backward_dkdv", "backward_dq"}
+    for cfg in chosen.values():
+        assert cfg["BLOCK_Q"] >= 16 and cfg["BLOCK_K"] >= 16
+        assert cfg["autotuned"] == (device == "cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_triton_tf32_when_allowed(causal):
+    """fp32 inputs use TF32 tensor cores only when torch's matmul precision allows it."""
+    q, k, v, do = make_inputs((2, 1024, 1024, 64), F32, "cuda", seed=7)
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        o, lse = fat.flash_forward_triton(q, k, v, causal)
+        grads = fat.flash_backward_triton(q, k, v, o, do, lse, causal)
+    finally:
+        torch.set_float32_matmul_precision(previous)
+    assert_close(o, reference(q, k, v, causal)[0], 1e-2, "O (tf32)")
+    for name, got, ref in zip("QKV", grads, reference_grads(q, k, v, do, causal), strict=True):
+        assert_close(got, ref, 3e-2, f"d{name} (tf32)")
+
+
+@pytest.mark.gpu
+def test_triton_leaderboard_shape_against_sdpa():
+    """B=1, H=16, n=16384, d=64, bf16 causal: forward and gradients agree with SDPA's flash."""
+    q, k, v, do = make_inputs((1, 16384, 16384, 64), BF16, "cuda", seed=8, heads=16)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    o = fat.flash_attention(*leaves, is_causal=True)
+    o.backward(do)
+    ref_leaves = [x.float().requires_grad_() for x in (q, k, v)]
+    o_ref = torch.nn.functional.scaled_dot_product_attention(*ref_leaves, is_causal=True)
+    o_ref.backward(do.float())
+    assert_close(o, o_ref, 2e-2, "O")
+    for name, x, ref in zip("QKV", leaves, ref_leaves, strict=True):
+        assert_close(x.grad, ref.grad, 5e-2, f"d{name}")
+
+
+@pytest.mark.gpu
+def test_triton_under_compiled_model():
+    """A torch.compile'd model calls the kernel through a graph break and stays correct."""
+    torch.manual_seed(0)
+    lm = model.build_model("tiny", context_length=128).cuda()
+    tokens = torch.randint(0, model.VOCAB_SIZE, (2, 128), device="cuda")
+    expected = lm(tokens)
+    lm.set_attention("flash_triton")
+    compiled = torch.compile(lm)
+    got = compiled(tokens)
+    got.float().square().mean().backward()
+    assert_close(got, expected, 1e-3, "compiled model logits")

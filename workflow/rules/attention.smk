@@ -1,0 +1,64 @@
+# Stage `attention`: naive attention (batch 8, one head) eager and torch.compile'd over head
+# dim x sequence length: forward/backward time, memory before backward, out-of-memory points.
+
+
+rule attention:
+    input:
+        sources("attention_benchmark", "model", "harness"),
+    output:
+        f"{RESULTS}/attention/points/{{impl}}.csv",
+    log:
+        f"{RESULTS}/logs/attention/{{impl}}.log",
+    benchmark:
+        f"{RESULTS}/jobs/attention/{{impl}}.tsv"
+    wildcard_constraints:
+        impl=r"naive_[a-z]+",
+    params:
+        cfg=lambda wc: stage_config("attention"),
+        head_dims=lambda wc: cli_list(stage_config("attention")["head_dims"]),
+        seq_lens=lambda wc: cli_list(stage_config("attention")["seq_lens"]),
+        causal=lambda wc: "--causal" if stage_config("attention")["causal"] else "",
+        common=common_args(),
+    shell:
+        "python3 -m cs336_systems.attention_benchmark {params.common} --out {output}"
+        " --impl {wildcards.impl} --batch-size {params.cfg[batch_size]}"
+        " --head-dims {params.head_dims} --seq-lens {params.seq_lens} {params.causal}"
+        " --warmup {params.cfg[warmup_steps]} --fwd-steps {params.cfg[fwd_steps]}"
+        " --bwd-steps {params.cfg[bwd_steps]} 2>&1 | tee {log}"
+
+
+rule attention_aggregate:
+    input:
+        attention_points,
+    output:
+        f"{RESULTS}/attention.csv",
+    log:
+        f"{RESULTS}/logs/attention_aggregate.log",
+    shell:
+        "python3 -m cs336_systems.results --out {output} {input} 2>&1 | tee {log}"
+
+
+rule attention_plots:
+    input:
+        csv=rules.attention_aggregate.output[0],
+        code=sources("analysis.attention", "analysis.common"),
+    output:
+        [
+            f"{REPORT_DIR}/figures/attention_{n}.png"
+            for n in ("time", "memory", "compile")
+        ],
+    log:
+        f"{RESULTS}/logs/attention_plots.log",
+    params:
+        results=lambda wc, input: parent(input.csv),
+        figures=lambda wc, output: parent(output[0]),
+    shell:
+        "python3 -m cs336_systems.analysis plot attention --results {params.results}"
+        " --figures {params.figures} 2>&1 | tee {log}"
+
+
+if "attention" in STAGES:
+    REPORT_INPUTS["attention"] = [
+        rules.attention_aggregate.output[0],
+        *rules.attention_plots.output,
+    ]
