@@ -11,7 +11,17 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-COPIED = ["Snakefile", "workflow", "config", "profiles", "src", "report/templates", "tests/data"]
+COPIED = [
+    "Snakefile",
+    "workflow",
+    "config",
+    "profiles",
+    "src",
+    "report/templates",
+    "tests/data",
+    "tests/conftest.py",
+    "tests/test_flash_attention.py",
+]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 

@@ -1,0 +1,160 @@
+"""All-reduce benchmark arithmetic and correctness check; the torchrun launcher end to end."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from cs336_systems import allreduce_benchmark as ar
+from cs336_systems import launch
+
+SRC = str(Path(ar.__file__).resolve().parents[1])
+
+
+def test_bandwidth_arithmetic():
+    gib = 2**30
+    assert ar.algbw_gbps(gib, 1.0) == pytest.approx(gib / 1e-3 / 1e9)
+    assert ar.busbw_factor(2) == 1.0
+    assert ar.busbw_factor(4) == 1.5
+    assert ar.busbw_factor(6) == pytest.approx(10 / 6)
+    for n in (2, 4, 6):  # nccl-tests: busbw = algbw * 2 (n - 1) / n
+        assert ar.busbw_gbps(10 * 2**20, 2.5, n) == pytest.approx(
+            ar.algbw_gbps(10 * 2**20, 2.5) * 2 * (n - 1) / n
+        )
+    assert ar.message_numel(1) == 2**18  # float32, MB = 2**20 bytes
+    assert ar.algbw_gbps(1024, 0.0) != ar.algbw_gbps(1024, 0.0)  # NaN, not a division error
+
+
+def test_check_sum_detects_wrong_results():
+    base = torch.rand(1000) + 0.5
+    n = 4
+    right = sum(base * (r + 1) for r in range(n))
+    assert ar.check_sum(right, base, n)[0]
+    assert not ar.check_sum(right - base, base, n)[0]  # one rank missing
+    wrong = right.clone()
+    wrong[17] *= 1.001
+    ok, err = ar.check_sum(wrong, base, n)
+    assert not ok and err == pytest.approx(1e-3, rel=1e-2)
+
+
+def test_feasibility(monkeypatch):
+    monkeypatch.setattr(ar, "gpu_count", lambda: 1)
+    monkeypatch.setattr(ar, "available_cores", lambda: 2)
+    assert ar.feasibility("nccl", 2) == "skipped: needs 2 GPUs, found 1"
+    assert ar.feasibility("gloo", 2) is None
+    assert ar.feasibility("gloo", 6) == "skipped: needs 6 CPU cores, found 2"
+    monkeypatch.setattr(ar, "gpu_count", lambda: 2)
+    assert ar.feasibility("nccl", 2) is None
+    assert ar.feasibility("nccl", 4) == "skipped: needs 4 GPUs, found 2"
+
+
+def test_commands_and_environment(monkeypatch):
+    local = launch.torchrun_command("m", ["--x"], launch.Topology(2))
+    assert local[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    assert "--standalone" in local and "--nproc-per-node=2" in local
+    assert local[-3:] == ["-m", "m", "--x"]
+    slurm = launch.torchrun_command(
+        "m", [], launch.Topology(4, nnodes=2, mode="slurm"), rdzv_endpoint="node1:29400"
+    )
+    assert slurm[0] == "srun" and "--ntasks-per-node=1" in slurm
+    for flag in ("--nnodes=2", "--nproc-per-node=4", "--rdzv-backend=c10d"):
+        assert flag in slurm
+    assert "--rdzv-endpoint=node1:29400" in slurm and "--standalone" not in slurm
+    with pytest.raises(ValueError):
+        launch.Topology(2, nnodes=2)  # several nodes need the slurm topology
+    env = launch.worker_env(
+        launch.Topology(2), {"NCCL_DEBUG": "WARN"}, base={"NCCL_NVLS_ENABLE": "1"}
+    )
+    assert env["NCCL_NVLS_ENABLE"] == "0"  # multicast off even when the caller had it on
+    assert env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+    assert env["NVSHMEM_DISABLE_NVLS"] == "1"
+    assert env["NCCL_DEBUG"] == "WARN"
+    assert SRC in env["PYTHONPATH"].split(os.pathsep)
+
+
+def test_fill_missing_keeps_order_and_reason():
+    planned = [{"size_mb": 1.0}, {"size_mb": 10.0}]
+    rows = [{"size_mb": 10.0, "status": "ok", "time_ms_median": 1.0}]
+    out = launch.fill_missing(planned, rows, ["size_mb"], "error: timeout after 5 s")
+    assert out == [{"size_mb": 1.0, "status": "error: timeout after 5 s"}, rows[0]]
+    assert launch.free_port() > 0
+
+
+@pytest.mark.slow
+def test_gloo_allreduce_end_to_end(monkeypatch):
+    """Two gloo processes through torchrun: checked sums, sane bandwidths; ws 4 skipped."""
+    monkeypatch.setattr(ar, "available_cores", lambda: 2)
+    args = ar.parse_args(
+        "--backend gloo --world-sizes 2,4 --sizes-mb 0.0625,0.5 --warmup 2 --repeats 5"
+        " --min-repeats 2 --max-seconds 0.5 --timeout-s 240 --out unused.csv".split()
+    )
+    rows = [r for n in args.world_sizes for r in ar.run_world_size(args, n)]
+    by_ws = {n: [r for r in rows if r["world_size"] == n] for n in (2, 4)}
+    assert [r["status"] for r in by_ws[2]] == ["ok", "ok"], by_ws[2]
+    assert all(r["status"] == "skipped: needs 4 CPU cores, found 2" for r in by_ws[4])
+    for r in by_ws[2]:
+        assert r["max_rel_err"] < 1e-6
+        assert r["bytes"] == int(r["size_mb"] * 2**20)
+        assert r["time_ms_median"] > 0 and r["repeats"] >= 2
+        assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"])  # n = 2: factor 1
+        assert r["algbw_gbps"] == pytest.approx(r["bytes"] / r["time_ms_median"] / 1e6)
+
+
+HANG_WORKER = """
+import time
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+def test_launcher_turns_a_hang_into_a_status(tmp_path):
+    (tmp_path / "hang_worker.py").write_text(HANG_WORKER)
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), SRC])}
+    result = launch.launch("hang_worker", [], launch.Topology(2), timeout_s=10, extra_env=env)
+    assert result.status == "error: timeout after 10 s"
+    assert result.elapsed_s < 40
+    assert result.rows == []
+    planned = [{"size_mb": 1.0}]
+    assert launch.fill_missing(planned, result.rows, ["size_mb"], result.status) == [
+        {"size_mb": 1.0, "status": "error: timeout after 10 s"}
+    ]
+
+
+def test_crash_reason_from_worker_output():
+    lines = [
+        "[rank1]: Traceback (most recent call last):",
+        '[rank1]:   File "x.py", line 3, in <module>',
+        "[rank1]: ValueError: boom, from the worker",
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "Root Cause (first observed failure):",
+    ]
+    assert launch._exit_reason(1, lines) == "error: ValueError: boom; from the worker"
+    oom = ["[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"]
+    assert launch._exit_reason(1, oom).startswith("error: OutOfMemoryError: CUDA out of memory")
+    assert launch._exit_reason(-9, ["Killed"]) == "error: exit code -9"
+
+
+def test_latency_bandwidth_fit():
+    import pandas as pd
+
+    from cs336_systems.analysis.allreduce import fit_latency_bandwidth
+
+    o, w = 20e-6, 100e9  # 20 us per call, 100 GB/s
+    sizes = [2**20, 10 * 2**20, 100 * 2**20, 2**30]
+    df = pd.DataFrame(
+        {
+            "backend": "nccl",
+            "buffers": "default",
+            "world_size": 2,
+            "bytes": sizes,
+            "time_ms_median": [(o + b / w) * 1e3 for b in sizes],
+            "status": "ok",
+        }
+    )
+    fit = fit_latency_bandwidth(df).iloc[0]
+    assert fit["latency_us"] == pytest.approx(20, rel=1e-6)
+    assert fit["bandwidth_gbps"] == pytest.approx(100, rel=1e-6)

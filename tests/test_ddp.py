@@ -1,0 +1,285 @@
+"""DDP wrappers: each variant trains like single-process training on the same global batch.
+
+One spawned gloo group of two CPU processes trains a toy model (tied embedding/head, a frozen
+layer, an unused layer, a buffer) with every variant and several bucket sizes; the parent
+compares the replicas with single-process training on the whole batch.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+from torch import nn
+
+from cs336_systems import adapters
+from cs336_systems.ddp import DDPBucketed, DDPFlat, DDPNaive, DDPOverlapIndividual, wrap
+
+WORLD = 2
+STEPS = 4
+GLOBAL_BATCH, SEQ, VOCAB = 8, 6, 17
+# the toy model in float64: largest tensor 1088 B, all trainable ~3 KB; MB = 2**20 B
+BUCKETS_MB = [0.0005, 0.001, 0.002, 1000.0]
+CONFIGS = [("naive", None), ("flat", None), ("overlap", None)] + [
+    ("bucketed", b) for b in BUCKETS_MB
+]
+
+
+class ToyModel(nn.Module):
+    def __init__(self, d: int = 8, hidden: int = 12):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, d)
+        self.fc1 = nn.Linear(d, hidden)
+        self.norm = nn.LayerNorm(hidden)
+        self.fc2 = nn.Linear(hidden, d)
+        self.frozen = nn.Linear(d, d)
+        self.frozen.requires_grad_(False)
+        self.unused = nn.Linear(3, 3)  # trainable but never used: keeps grad None
+        self.head = nn.Linear(d, VOCAB, bias=False)
+        self.head.weight = self.embed.weight  # tied: one parameter, two modules
+        self.register_buffer("offset", torch.zeros(d))
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        h = self.embed(tokens) + self.offset
+        h = h + self.fc2(F.gelu(self.norm(self.fc1(h))))
+        return self.head(self.frozen(h))
+
+
+def make_model(seed: int, offset: float = 0.0) -> ToyModel:
+    torch.manual_seed(seed)
+    model = ToyModel().double()
+    model.offset.fill_(offset)
+    return model
+
+
+def global_batch() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(7)
+    tokens = torch.randint(0, VOCAB, (STEPS, GLOBAL_BATCH, SEQ + 1), generator=g)
+    return tokens[..., :-1], tokens[..., 1:]
+
+
+def loss_fn(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.flatten(0, 1), y.flatten())
+
+
+def make_optimizer(params) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1)
+
+
+def reference_state() -> dict[str, torch.Tensor]:
+    model = make_model(seed=100)
+    opt = make_optimizer(model.parameters())
+    xs, ys = global_batch()
+    for x, y in zip(xs, ys, strict=True):
+        loss_fn(model(x), y).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def train_replica(variant: str, bucket: float | None, rank: int) -> dict:
+    # every rank starts from a different model: the wrapper must broadcast rank 0's
+    module = make_model(seed=100 + rank, offset=float(rank))
+    if variant == "overlap":
+        ddp = adapters.get_ddp_individual_parameters(module)
+    elif variant == "bucketed":
+        ddp = adapters.get_ddp_bucketed(module, bucket_size_mb=bucket)
+    else:
+        ddp = wrap(module, variant)
+    opt = make_optimizer(ddp.module.parameters())
+    xs, ys = global_batch()
+    per = GLOBAL_BATCH // WORLD
+    for x, y in zip(xs, ys, strict=True):
+        x, y = x[rank * per : (rank + 1) * per], y[rank * per : (rank + 1) * per]
+        if variant == "bucketed":
+            adapters.ddp_bucketed_on_train_batch_start(ddp, opt)
+        loss_fn(ddp(x), y).backward()
+        launched = _launched_during_backward(ddp)
+        if variant == "bucketed":
+            adapters.ddp_bucketed_on_after_backward(ddp, opt)
+        elif variant == "overlap":
+            adapters.ddp_individual_parameters_on_after_backward(ddp, opt)
+        else:
+            ddp.finish_gradient_synchronization()
+        unused_grad_none = module.unused.weight.grad is None
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    ddp.remove_hooks()
+    out = {
+        "state": {k: v.clone() for k, v in module.state_dict().items()},
+        "unused_grad_none": unused_grad_none,
+        "tied": module.head.weight is module.embed.weight,
+        "launched": launched,
+    }
+    if isinstance(ddp, DDPBucketed):
+        out["buckets"] = [[p.numel() * p.element_size() for p in b.params] for b in ddp.buckets]
+    return out
+
+
+def _launched_during_backward(ddp) -> tuple[int, int] | None:
+    """(communications started by backward's hooks, those that could have been)."""
+    with_grad = [p for p in ddp.sync_params if p.grad is not None]
+    if isinstance(ddp, DDPOverlapIndividual):
+        return len(ddp._pending), len(with_grad)
+    if isinstance(ddp, DDPBucketed):
+        complete = [b for b in ddp.buckets if all(p.grad is not None for p in b.params)]
+        return sum(b.work is not None for b in ddp.buckets), len(complete)
+    return None
+
+
+def _worker(rank: int, store_path: str, out_dir: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=WORLD)
+    torch.set_num_threads(1)
+    results = {f"{v}:{b}": train_replica(v, b, rank) for v, b in CONFIGS}
+    torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def reference() -> dict[str, torch.Tensor]:
+    return reference_state()
+
+
+@pytest.fixture(scope="module")
+def replicas(reference) -> list[dict]:
+    # after the reference: the forked children inherit what its first AdamW step imported
+    with tempfile.TemporaryDirectory() as tmp:
+        # fork: the children inherit the imported torch (spawn would import it again in each)
+        mp.start_processes(
+            _worker,
+            args=(os.path.join(tmp, "store"), tmp),
+            nprocs=WORLD,
+            join=True,
+            start_method="fork",
+        )
+        return [torch.load(os.path.join(tmp, f"rank{r}.pt")) for r in range(WORLD)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("variant", "bucket"), CONFIGS, ids=[f"{v}-{b}" for v, b in CONFIGS])
+def test_ddp_matches_single_process(replicas, reference, variant, bucket):
+    initial = make_model(seed=100).state_dict()
+    for rank, result in enumerate(replicas):
+        got = result[f"{variant}:{bucket}"]
+        assert got["tied"], "the wrapper must not untie shared weights"
+        assert got["unused_grad_none"], "a parameter without gradient must keep grad=None"
+        if variant in ("overlap", "bucketed"):  # communication started inside backward
+            started, possible = got["launched"]
+            assert started == possible
+            # (with one big bucket, the unused parameter's bucket is only sent at the end)
+            assert possible > 0 or len(got["buckets"]) == 1
+        for name, expected in reference.items():
+            torch.testing.assert_close(
+                got["state"][name], expected, rtol=1e-9, atol=1e-11, msg=f"rank {rank}: {name}"
+            )
+        # frozen weights and the buffer are rank 0's initial ones on every rank
+        torch.testing.assert_close(got["state"]["frozen.weight"], initial["frozen.weight"])
+        torch.testing.assert_close(got["state"]["offset"], torch.zeros_like(initial["offset"]))
+        # training moved the trainable parameters (the test is not vacuous)
+        assert not torch.allclose(got["state"]["fc1.weight"], initial["fc1.weight"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bucket", BUCKETS_MB)
+def test_bucket_layout(replicas, bucket):
+    """Buckets respect the size limit (a tensor larger than it goes alone), cover every
+    trainable parameter once, and have the same layout on both ranks."""
+    layouts = [r[f"bucketed:{bucket}"]["buckets"] for r in replicas]
+    assert layouts[0] == layouts[1]
+    limit = bucket * 2**20
+    for sizes in layouts[0]:
+        assert sum(sizes) <= limit or len(sizes) == 1
+    trainable = [
+        p.numel() * p.element_size() for p in make_model(0).parameters() if p.requires_grad
+    ]
+    assert sorted(s for b in layouts[0] for s in b) == sorted(trainable)
+    if bucket >= 1:
+        assert len(layouts[0]) == 1
+    if bucket <= 0.001:
+        assert len(layouts[0]) > 2
+
+
+@pytest.fixture
+def single_process_group(tmp_path):
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
+    yield
+    dist.destroy_process_group()
+
+
+def test_bucket_order_and_wrappers(single_process_group):
+    """Reverse registration order, one bucket per oversize tensor; the common interface."""
+    model = make_model(0)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    ddp = DDPBucketed(model, bucket_size_mb=0.0005)
+    flat = [p for b in ddp.buckets for p in b.params]
+    assert [id(p) for p in flat] == [id(p) for p in reversed(trainable)]
+    assert all(not p.requires_grad for p in model.frozen.parameters())
+    assert ddp.num_buckets > 1
+    ddp.remove_hooks()
+    for cls in (DDPNaive, DDPFlat, DDPOverlapIndividual):
+        w = cls(model)
+        assert w.module is model
+        assert len(w.sync_params) == len(trainable)  # tied weight once, frozen skipped
+        w.remove_hooks()
+    with pytest.raises(ValueError):
+        DDPBucketed(model, bucket_size_mb=0)
+    with pytest.raises(ValueError):
+        wrap(model, "ring")
+
+
+def test_overhead_model_and_optimum():
+    from cs336_systems.ddp import optimal_bucket, overhead_model
+
+    s, w, o = 8e9, 300e9, 50e-6  # 8 GB of gradients, 300 GB/s, 50 us per call
+    best = optimal_bucket(s, w, o)
+    assert best["n_b"] == pytest.approx((s / (w * o)) ** 0.5)
+    assert best["bucket_mb"] * 2**20 == pytest.approx((s * w * o) ** 0.5)
+    # the optimum is a minimum of overhead(n_b) = s / (n_b w) + n_b o
+    at = overhead_model(s, w, o, best["n_b"])
+    assert at * 1e3 == pytest.approx(best["overhead_ms"])
+    for factor in (0.5, 0.9, 1.1, 2.0):
+        assert overhead_model(s, w, o, best["n_b"] * factor) > at
+
+
+def test_profile_overlap_arithmetic():
+    from cs336_systems.ddp_benchmark import overlap_stats
+
+    comm = [(0.0, 10.0), (20.0, 30.0)]  # us
+    compute = [(5.0, 12.0), (8.0, 9.0), (25.0, 40.0)]
+    stats = overlap_stats(comm, compute)
+    assert stats["prof_comm_kernel_ms"] == pytest.approx(20e-3)
+    assert stats["prof_comm_overlapped_ms"] == pytest.approx(10e-3)  # 5..10 and 25..30
+    assert stats["prof_overlap_share"] == pytest.approx(0.5)
+
+
+@pytest.mark.slow
+def test_ddp_benchmark_end_to_end(tmp_path):
+    """The stage's worker through torchrun: baseline and two variants, checked replicas."""
+    from cs336_systems import ddp_benchmark as bench
+
+    args = bench.parse_args(
+        "variants --backend gloo --world-size 2 --size tiny --context-length 16"
+        " --batch-per-rank 2 --warmup 0 --steps 2 --variants naive,bucketed"
+        f" --bucket-sizes-mb 1 --profile --trace-dir {tmp_path} --timeout-s 240"
+        f" --out {tmp_path / 'out.csv'}".split()
+    )
+    rows = {(r["variant"], r["bucket_size_mb"]): r for r in bench.run(args)}
+    assert set(rows) == {("baseline", None), ("naive", None), ("bucketed", 1.0)}
+    for key, r in rows.items():
+        assert r["status"] == "ok", (key, r["status"])
+        assert r["step_ms_mean"] > 0
+    for key in (("naive", None), ("bucketed", 1.0)):
+        r = rows[key]
+        assert r["replica_spread"] == 0.0
+        assert r["comm_ms_mean"] > 0
+        assert r["fwd_bwd_ms_mean"] + r["comm_ms_mean"] + r["opt_ms_mean"] <= r["step_ms_mean"]
+    assert rows[("bucketed", 1.0)]["num_buckets"] > 1
+    assert (tmp_path / "ddp_naive_rank0.json").exists()

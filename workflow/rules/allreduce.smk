@@ -1,0 +1,81 @@
+# Stage `allreduce`: all-reduce time, algorithmic and bus bandwidth per backend, world size and
+# message size. One job per backend; it launches torchrun once per world size the machine can
+# run and records the others as skipped.
+
+
+ALLREDUCE_POINTS = f"{RESULTS}/allreduce/{{backend}}.csv"
+ALLREDUCE_FIGURES = [
+    f"{REPORT_DIR}/figures/allreduce_{name}.png" for name in ("bandwidth", "time")
+]
+
+
+rule allreduce:
+    input:
+        sources("allreduce_benchmark", "launch", "harness"),
+    output:
+        ALLREDUCE_POINTS,
+    log:
+        f"{RESULTS}/logs/allreduce/{{backend}}.log",
+    benchmark:
+        f"{RESULTS}/jobs/allreduce/{{backend}}.tsv"
+    wildcard_constraints:
+        backend="gloo|nccl",
+    params:
+        cfg=lambda wc: stage_config("allreduce"),
+        world_sizes=lambda wc: cli_list(stage_config("allreduce")["world_sizes"]),
+        sizes=lambda wc: cli_list(stage_config("allreduce")["sizes_mb"][wc.backend]),
+        buffers=lambda wc: (
+            cli_list(stage_config("allreduce")["nccl_buffers"])
+            if wc.backend == "nccl"
+            else "default"
+        ),
+        env=lambda wc: cli_list(
+            f"{k}={v}" for k, v in sorted(stage_config("allreduce")["env"].items())
+        ),
+        common=common_args(),
+    shell:
+        "python3 -m cs336_systems.allreduce_benchmark {params.common} --out {output}"
+        " --backend {wildcards.backend} --world-sizes {params.world_sizes}"
+        " --sizes-mb {params.sizes} --buffers {params.buffers}"
+        " --warmup {params.cfg[warmup]} --repeats {params.cfg[repeats]}"
+        " --min-repeats {params.cfg[min_repeats]}"
+        " --max-seconds {params.cfg[max_seconds_per_size]} --sample-ms {params.cfg[sample_ms]}"
+        " --topology {params.cfg[launcher][topology]} --nnodes {params.cfg[launcher][nnodes]}"
+        " --timeout-s {params.cfg[timeout_s]} --env={params.env:q} 2>&1 | tee {log}"
+
+
+rule allreduce_aggregate:
+    input:
+        points=lambda wc: expand(
+            ALLREDUCE_POINTS, backend=stage_config("allreduce")["backends"]
+        ),
+        code=sources(),
+    output:
+        f"{RESULTS}/allreduce.csv",
+    log:
+        f"{RESULTS}/logs/allreduce_aggregate.log",
+    shell:
+        "python3 -m cs336_systems.results --out {output} {input.points} 2>&1 | tee {log}"
+
+
+rule allreduce_plots:
+    input:
+        data=rules.allreduce_aggregate.output[0],
+        code=sources("analysis.allreduce", "analysis.common"),
+    output:
+        ALLREDUCE_FIGURES,
+    log:
+        f"{RESULTS}/logs/allreduce_plots.log",
+    params:
+        results=lambda wc, input: parent(input.data),
+        figures=lambda wc, output: parent(output[0]),
+    shell:
+        "python3 -m cs336_systems.analysis plot allreduce --results {params.results}"
+        " --figures {params.figures} 2>&1 | tee {log}"
+
+
+if "allreduce" in STAGES:
+    REPORT_INPUTS["allreduce"] = [
+        rules.allreduce_aggregate.output[0],
+        *ALLREDUCE_FIGURES,
+    ]

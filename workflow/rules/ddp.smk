@@ -1,0 +1,98 @@
+# Stage `ddp`: training steps with each DDP variant against a compute-only step, and
+# optimizer-state sharding. Two jobs (variants, sharding), each one torchrun launch.
+
+
+DDP_POINTS = f"{RESULTS}/ddp/{{kind}}.csv"
+DDP_FIGURES = [
+    f"{REPORT_DIR}/figures/ddp_{name}.png" for name in ("variants", "buckets", "memory")
+]
+
+
+rule ddp:
+    input:
+        sources(
+            "ddp_benchmark", "ddp", "sharded_optimizer", "launch", "harness", "model"
+        ),
+    output:
+        DDP_POINTS,
+    log:
+        f"{RESULTS}/logs/ddp/{{kind}}.log",
+    benchmark:
+        f"{RESULTS}/jobs/ddp/{{kind}}.tsv"
+    wildcard_constraints:
+        kind="variants|sharding",
+    params:
+        cfg=lambda wc: stage_config("ddp"),
+        variants=lambda wc: cli_list(stage_config("ddp")["variants"]),
+        buckets=lambda wc: cli_list(stage_config("ddp")["bucket_sizes_mb"]),
+        env=lambda wc: cli_list(
+            f"{k}={v}" for k, v in sorted(stage_config("ddp")["env"].items())
+        ),
+        # one profiled step of some variants; its Chrome traces kept under raw/ (keep_raw)
+        profile=lambda wc: (
+            "--profile"
+            if wc.kind == "variants" and stage_config("ddp")["profile"]
+            else ""
+        ),
+        traces=lambda wc, output: (
+            f"--trace-dir {parent(output[0])}/raw"
+            if wc.kind == "variants"
+            and stage_config("ddp")["profile"]
+            and config["keep_raw"]
+            else ""
+        ),
+        common=common_args(),
+    shell:
+        "python3 -m cs336_systems.ddp_benchmark {wildcards.kind} {params.common}"
+        " --out {output} --backend {params.cfg[backend]} --world-size {params.cfg[world_size]}"
+        " --size {params.cfg[size]} --context-length {params.cfg[context_length]}"
+        " --batch-per-rank {params.cfg[batch_per_rank]} --variants={params.variants}"
+        " --bucket-sizes-mb {params.buckets} --warmup {params.cfg[warmup_steps]}"
+        " --steps {params.cfg[measure_steps]}"
+        " --matmul-precision {params.cfg[matmul_precision]}"
+        " --topology {params.cfg[launcher][topology]} --nnodes {params.cfg[launcher][nnodes]}"
+        " --timeout-s {params.cfg[timeout_s]} --env={params.env:q}"
+        " {params.profile} {params.traces} 2>&1 | tee {log}"
+
+
+rule ddp_aggregate:
+    input:
+        points=lambda wc: expand(
+            DDP_POINTS,
+            kind=(
+                ["variants", "sharding"]
+                if stage_config("ddp")["sharding"]
+                else ["variants"]
+            ),
+        ),
+        code=sources(),
+    output:
+        f"{RESULTS}/ddp.csv",
+    log:
+        f"{RESULTS}/logs/ddp_aggregate.log",
+    shell:
+        "python3 -m cs336_systems.results --out {output} {input.points} 2>&1 | tee {log}"
+
+
+rule ddp_plots:
+    input:
+        data=rules.ddp_aggregate.output[0],
+        # the bucket-size model is fitted to the measured all-reduce latency and bandwidth
+        allreduce=lambda wc: (
+            [rules.allreduce_aggregate.output[0]] if "allreduce" in STAGES else []
+        ),
+        code=sources("analysis.ddp", "analysis.allreduce", "analysis.common"),
+    output:
+        DDP_FIGURES,
+    log:
+        f"{RESULTS}/logs/ddp_plots.log",
+    params:
+        results=lambda wc, input: parent(input.data),
+        figures=lambda wc, output: parent(output[0]),
+    shell:
+        "python3 -m cs336_systems.analysis plot ddp --results {params.results}"
+        " --figures {params.figures} 2>&1 | tee {log}"
+
+
+if "ddp" in STAGES:
+    REPORT_INPUTS["ddp"] = [rules.ddp_aggregate.output[0], *DDP_FIGURES]
