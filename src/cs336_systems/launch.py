@@ -58,11 +58,20 @@ def free_port(host: str = "") -> int:
 
 
 def slurm_first_node(env: dict[str, str] | None = None) -> str:
-    """The first host of the SLURM allocation (where the c10d rendezvous lives)."""
+    """The first host of the SLURM allocation (where the c10d rendezvous lives).
+
+    Under Snakemake the node list may be gone: snakemake-executor-plugin-slurm drops every
+    SLURM_* variable but the job id before it runs a rule in the batch script (rules with the
+    `mpi` resource, as distributed rules over several nodes are). SLURM runs the batch script on
+    the allocation's first node, so that is this host. On the first node this host's own name
+    is used, not SLURM's node name: that need not resolve (several slurmd on one host).
+    """
     env = dict(os.environ if env is None else env)
     nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
     if not nodelist:
-        raise RuntimeError("topology 'slurm' needs SLURM_JOB_NODELIST (run inside an allocation)")
+        if not env.get("SLURM_JOB_ID"):
+            raise RuntimeError("topology 'slurm' runs inside a SLURM allocation (no SLURM_JOB_ID)")
+        return socket.gethostname()
     out = subprocess.run(
         ["scontrol", "show", "hostnames", nodelist],
         capture_output=True,
@@ -70,7 +79,8 @@ def slurm_first_node(env: dict[str, str] | None = None) -> str:
         check=True,
         timeout=30,
     )
-    return out.stdout.split()[0]
+    first = out.stdout.split()[0]
+    return socket.gethostname() if env.get("SLURMD_NODENAME") == first else first
 
 
 @dataclass(frozen=True)
@@ -115,8 +125,8 @@ def torchrun_command(
         f"--ntasks={topology.nnodes}",
         "--ntasks-per-node=1",
         "--kill-on-bad-exit=1",
-        # the job itself runs as a step of the allocation (Snakemake's SLURM executor starts
-        # it with srun): a nested step must share its resources or it waits forever
+        # over several nodes the rule runs in the batch script (`mpi` resource); where it runs
+        # as a step itself (one node), this step must share its resources or wait forever
         "--overlap",
     ]
     rdzv = [
@@ -182,9 +192,16 @@ def launch(
     The worker's output streams to our stdout (the rule's log). Never raises for a failed or
     hung run: the result's status says what happened and its rows hold what was written.
     """
-    with tempfile.TemporaryDirectory(prefix="cs336-launch-") as tmp:
+    # rank 0 may run on another node than this one: under SLURM its rows file goes to the
+    # working directory, which the nodes share
+    shared = Path.cwd() if topology.mode == "slurm" else None
+    with tempfile.TemporaryDirectory(prefix=".cs336-launch-", dir=shared) as tmp:
         result_path = Path(tmp) / "rows.json"
-        cmd = torchrun_command(module, [*args, "--result", str(result_path)], topology)
+        try:
+            cmd = torchrun_command(module, [*args, "--result", str(result_path)], topology)
+        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:  # e.g. no allocation
+            print(f"[launch] cannot start: {exc}", flush=True)
+            return LaunchResult(f"error: {exc}"[:160].replace(",", ";"), None, 0.0)
         env = worker_env(topology, extra_env)
         print("[launch] " + " ".join(cmd), flush=True)
         tail: collections.deque[str] = collections.deque(maxlen=tail_lines)

@@ -14,6 +14,8 @@ rule allreduce:
         sources("allreduce_benchmark", "launch", "harness"),
     output:
         ALLREDUCE_POINTS,
+    resources:
+        **launcher_resources("allreduce"),
     log:
         f"{RESULTS}/logs/allreduce/{{backend}}.log",
     benchmark:
@@ -45,6 +47,7 @@ rule allreduce:
 
 
 rule allreduce_aggregate:
+    localrule: True
     input:
         points=lambda wc: expand(
             ALLREDUCE_POINTS, backend=stage_config("allreduce")["backends"]
@@ -59,6 +62,7 @@ rule allreduce_aggregate:
 
 
 rule allreduce_plots:
+    localrule: True
     input:
         data=rules.allreduce_aggregate.output[0],
         code=sources("analysis.allreduce", "analysis.common"),

@@ -28,6 +28,7 @@ rule attention:
 
 
 rule attention_aggregate:
+    localrule: True
     input:
         attention_points,
     output:
@@ -39,6 +40,7 @@ rule attention_aggregate:
 
 
 rule attention_plots:
+    localrule: True
     input:
         csv=rules.attention_aggregate.output[0],
         code=sources("analysis.attention", "analysis.common"),

@@ -67,6 +67,7 @@ rule benchmark_warmup:
 
 
 rule benchmark_aggregate:
+    localrule: True
     input:
         points=lambda wc: expand(
             BENCHMARK_POINTS,
@@ -87,6 +88,7 @@ rule benchmark_aggregate:
 
 
 rule benchmark_warmup_aggregate:
+    localrule: True
     input:
         lambda wc: expand(
             rules.benchmark_warmup.output[0],
@@ -107,6 +109,7 @@ BENCHMARK_FIGURES = [
 
 
 rule benchmark_plots:
+    localrule: True
     input:
         benchmark=rules.benchmark_aggregate.output[0],
         warmup=rules.benchmark_warmup_aggregate.output[0],

@@ -122,6 +122,26 @@ def parent(path):
 print(f"[cs336] machine={MACHINE} preset={PRESET} stages={','.join(STAGES)}", file=sys.stderr)
 
 
+def launcher_resources(stage):
+    """SLURM resources of a distributed job from its launcher topology: over several nodes,
+    the nodes, one task each, and `mpi` so the plugin runs the rule in the batch script,
+    where the launcher's srun starts one torchrun per node."""
+    if stage not in STAGES:
+        return {}
+    launcher = stage_config(stage)["launcher"]
+    if launcher["topology"] != "slurm" or launcher["nnodes"] < 2:
+        return {}
+    return {"nodes": launcher["nnodes"], "tasks": launcher["nnodes"], "mpi": "srun"}
+
+
+onstart:
+    if workflow.non_local_exec and "auto" in (config["preset"], config["machine"]):
+        raise ConfigError(
+            "on a cluster, name the preset and the machine (--config preset=gpu "
+            "machine=<your GPU>): the host planning the run cannot see the nodes' GPUs"
+        )
+
+
 # Functions of individual stages (Snakemake's lint wants functions apart from rules): each stage
 # keeps its own block below, headed by its name.
 

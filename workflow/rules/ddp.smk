@@ -15,6 +15,8 @@ rule ddp:
         ),
     output:
         DDP_POINTS,
+    resources:
+        **launcher_resources("ddp"),
     log:
         f"{RESULTS}/logs/ddp/{{kind}}.log",
     benchmark:
@@ -56,6 +58,7 @@ rule ddp:
 
 
 rule ddp_aggregate:
+    localrule: True
     input:
         points=lambda wc: expand(
             DDP_POINTS,
@@ -75,6 +78,7 @@ rule ddp_aggregate:
 
 
 rule ddp_plots:
+    localrule: True
     input:
         data=rules.ddp_aggregate.output[0],
         # the bucket-size model is fitted to the measured all-reduce latency and bandwidth

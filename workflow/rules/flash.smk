@@ -67,6 +67,7 @@ rule flash_leaderboard:
 
 
 rule flash_aggregate:
+    localrule: True
     input:
         flash_point_files,
     output:
@@ -78,6 +79,7 @@ rule flash_aggregate:
 
 
 rule flash_plots:
+    localrule: True
     input:
         csv=rules.flash_aggregate.output[0],
         code=sources("analysis.flash", "analysis.common"),

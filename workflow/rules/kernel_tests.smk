@@ -32,6 +32,7 @@ rule kernel_tests:
 
 
 rule kernel_tests_plots:
+    localrule: True
     input:
         csv=rules.kernel_tests.output.csv,
         code=sources("analysis.kernel_tests", "analysis.common"),

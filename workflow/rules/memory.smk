@@ -41,6 +41,7 @@ rule memory:
 
 
 rule memory_aggregate:
+    localrule: True
     input:
         points=lambda wc: expand(MEMORY_POINTS, size=stage_config("memory")["sizes"]),
         allocations=lambda wc: expand(
@@ -59,17 +60,21 @@ rule memory_aggregate:
 
 
 rule memory_plots:
+    localrule: True
     input:
         points=rules.memory_aggregate.output.points,
         allocations=rules.memory_aggregate.output.allocations,
         code=sources("analysis.memory", "analysis.common"),
     output:
         MEMORY_FIGURES,
+    params:
+        results=lambda wc, input: parent(input[0]),
+        figures=lambda wc, output: parent(output[0]),
     log:
         f"{RESULTS}/logs/memory_plots.log",
     shell:
-        "python3 -m cs336_systems.analysis plot memory --results {RESULTS}"
-        " --figures {REPORT_DIR}/figures 2>&1 | tee {log}"
+        "python3 -m cs336_systems.analysis plot memory --results {params.results}"
+        " --figures {params.figures} 2>&1 | tee {log}"
 
 
 if "memory" in STAGES:

@@ -31,16 +31,20 @@ rule precision:
 
 
 rule precision_plots:
+    localrule: True
     input:
         **PRECISION_OUTPUTS,
         code=sources("analysis.precision", "analysis.common"),
     output:
         PRECISION_FIGURES,
+    params:
+        results=lambda wc, input: parent(input[0]),
+        figures=lambda wc, output: parent(output[0]),
     log:
         f"{RESULTS}/logs/precision_plots.log",
     shell:
-        "python3 -m cs336_systems.analysis plot precision --results {RESULTS}"
-        " --figures {REPORT_DIR}/figures 2>&1 | tee {log}"
+        "python3 -m cs336_systems.analysis plot precision --results {params.results}"
+        " --figures {params.figures} 2>&1 | tee {log}"
 
 
 if "precision" in STAGES:

@@ -52,6 +52,7 @@ rule profile:
 
 
 rule profile_aggregate:
+    localrule: True
     input:
         points=lambda wc: expand(PROFILE_POINTS, size=stage_config("profile")["sizes"]),
         kernels=lambda wc: expand(
@@ -70,17 +71,21 @@ rule profile_aggregate:
 
 
 rule profile_plots:
+    localrule: True
     input:
         points=rules.profile_aggregate.output.points,
         kernels=rules.profile_aggregate.output.kernels,
         code=sources("analysis.profile", "analysis.common", "kernels", "flops"),
     output:
         PROFILE_FIGURES,
+    params:
+        results=lambda wc, input: parent(input[0]),
+        figures=lambda wc, output: parent(output[0]),
     log:
         f"{RESULTS}/logs/profile_plots.log",
     shell:
-        "python3 -m cs336_systems.analysis plot profile --results {RESULTS}"
-        " --figures {REPORT_DIR}/figures 2>&1 | tee {log}"
+        "python3 -m cs336_systems.analysis plot profile --results {params.results}"
+        " --figures {params.figures} 2>&1 | tee {log}"
 
 
 if "profile" in STAGES:

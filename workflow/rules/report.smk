@@ -2,6 +2,7 @@
 
 
 rule report:
+    localrule: True
     input:
         data=lambda wc: [f for stage in STAGES for f in REPORT_INPUTS.get(stage, [])],
         templates=lambda wc: ["report/templates/report.md.j2"]
