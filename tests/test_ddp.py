@@ -8,13 +8,12 @@ compares the replicas with single-process training on the whole batch.
 from __future__ import annotations
 
 import os
-import tempfile
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
+from dist_utils import run_forked_ranks
 from torch import nn
 
 from cs336_systems import adapters
@@ -149,16 +148,7 @@ def reference() -> dict[str, torch.Tensor]:
 @pytest.fixture(scope="module")
 def replicas(reference) -> list[dict]:
     # after the reference: the forked children inherit what its first AdamW step imported
-    with tempfile.TemporaryDirectory() as tmp:
-        # fork: the children inherit the imported torch (spawn would import it again in each)
-        mp.start_processes(
-            _worker,
-            args=(os.path.join(tmp, "store"), tmp),
-            nprocs=WORLD,
-            join=True,
-            start_method="fork",
-        )
-        return [torch.load(os.path.join(tmp, f"rank{r}.pt")) for r in range(WORLD)]
+    return run_forked_ranks(_worker, WORLD)
 
 
 @pytest.mark.slow

@@ -8,12 +8,11 @@ second optimizer class. Each rank holds the state of its shard only.
 from __future__ import annotations
 
 import os
-import tempfile
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from dist_utils import run_forked_ranks
 from torch import nn
 
 from cs336_systems import adapters
@@ -109,16 +108,7 @@ def references() -> dict[str, dict[str, torch.Tensor]]:
 @pytest.fixture(scope="module")
 def shards(references) -> list[dict]:
     # after the references: the forked children inherit what the first optimizer step imported
-    with tempfile.TemporaryDirectory() as tmp:
-        # fork: the children inherit the imported torch (spawn would import it again in each)
-        mp.start_processes(
-            _worker,
-            args=(os.path.join(tmp, "store"), tmp),
-            nprocs=WORLD,
-            join=True,
-            start_method="fork",
-        )
-        return [torch.load(os.path.join(tmp, f"rank{r}.pt")) for r in range(WORLD)]
+    return run_forked_ranks(_worker, WORLD)
 
 
 @pytest.mark.slow

@@ -677,14 +677,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker:
         worker(args)
         return
-    import pandas as pd
-
-    from cs336_systems.results import PROVENANCE_COLUMNS, provenance, write_csv
+    from cs336_systems.results import provenance, with_columns_first, write_csv
 
     rows = [{**provenance(args.machine, args.preset), **r} for r in run(args)]
-    df = pd.DataFrame(rows)
-    first = [c for c in [*PROVENANCE_COLUMNS, *COLUMNS_FIRST] if c in df.columns]
-    df = df[[*first, *[c for c in df.columns if c not in first]]]
+    df = with_columns_first(rows, COLUMNS_FIRST)
     write_csv(df, args.out)
     print(f"[ddp] wrote {args.out}: {len(df)} rows")
 

@@ -123,6 +123,13 @@ def write_csv(rows: Iterable[dict] | pd.DataFrame, path: str | os.PathLike) -> p
     return df
 
 
+def with_columns_first(rows: Iterable[dict], first: list[str]) -> pd.DataFrame:
+    """Rows as a frame with the provenance columns, then `first`, ahead of the rest."""
+    df = pd.DataFrame(list(rows))
+    lead = [c for c in [*PROVENANCE_COLUMNS, *first] if c in df.columns]
+    return df[[*lead, *[c for c in df.columns if c not in lead]]]
+
+
 def concat_csvs(paths: Iterable[str | os.PathLike], out: str | os.PathLike) -> pd.DataFrame:
     """Concatenate a stage's per-job CSVs into one (the aggregate rule's work)."""
     frames = [pd.read_csv(p) for p in paths if Path(p).stat().st_size > 0]

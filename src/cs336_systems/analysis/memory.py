@@ -27,6 +27,19 @@ MODE_LABEL = {
 MiB = 2**20
 
 
+# the point and its attributed parts, shown before the measured peaks (CUDA) or RSS (CPU)
+BREAKDOWN_COLUMNS = [
+    "size",
+    "context_length",
+    "mode",
+    "precision",
+    "params_mb",
+    "grads_mb",
+    "optimizer_state_mb",
+    "saved_activations_mb",
+]
+
+
 def _points(results_dir: Path) -> pd.DataFrame:
     return load(results_dir, "memory")
 
@@ -257,32 +270,9 @@ def context(results_dir: Path) -> dict:
                 f"backward {r['saved_activations_mb']:,.0f} MiB; peak allocated "
                 f"{r['peak_allocated_mb']:,.0f} MiB, peak reserved {r['peak_reserved_mb']:,.0f} MiB."
             )
-        cols = [
-            "size",
-            "context_length",
-            "mode",
-            "precision",
-            "params_mb",
-            "grads_mb",
-            "optimizer_state_mb",
-            "saved_activations_mb",
-            "peak_allocated_mb",
-            "peak_reserved_mb",
-        ]
+        cols = [*BREAKDOWN_COLUMNS, "peak_allocated_mb", "peak_reserved_mb"]
     else:
-        cols = [
-            "size",
-            "context_length",
-            "mode",
-            "precision",
-            "params_mb",
-            "grads_mb",
-            "optimizer_state_mb",
-            "saved_activations_mb",
-            "rss_before_mb",
-            "peak_rss_mb",
-            "rss_growth_mb",
-        ]
+        cols = [*BREAKDOWN_COLUMNS, "rss_before_mb", "peak_rss_mb", "rss_growth_mb"]
     s["breakdown_table"] = md_table(sort_sizes(d[[c for c in cols if c in d]], "context_length"), 1)
 
     # Q15

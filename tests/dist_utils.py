@@ -1,0 +1,23 @@
+"""Run a worker on forked gloo ranks and collect what each rank saved."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import torch
+import torch.multiprocessing as mp
+
+
+def run_forked_ranks(worker, world: int) -> list[dict]:
+    """Start `worker(rank, store_path, out_dir)` on `world` forked processes (they inherit the
+    imported torch; spawn would import it again in each) and load each rank's `rank<r>.pt`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.start_processes(
+            worker,
+            args=(os.path.join(tmp, "store"), tmp),
+            nprocs=world,
+            join=True,
+            start_method="fork",
+        )
+        return [torch.load(os.path.join(tmp, f"rank{r}.pt")) for r in range(world)]
