@@ -102,11 +102,82 @@ def _load_rows(
 
 
 @triton.jit
-def _store_rows(ptrs, x, rows, n_rows, offs_d, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr):
-    mask = rows[:, None] < n_rows
-    if D_PAD != HEAD_DIM:
-        mask = mask & (offs_d[None, :] < HEAD_DIM)
-    tl.store(ptrs, x, mask=mask)
+def _source(
+    base, n_rows, stride_n, BLOCK: tl.constexpr, HEAD_DIM: tl.constexpr, USE_DESC: tl.constexpr
+):
+    """What tiles of one (n_rows x HEAD_DIM) head are read from (and written to): a tensor
+    descriptor (Hopper's bulk tensor copies; out-of-range rows read as zero, stores clipped) or
+    the base pointer itself."""
+    if USE_DESC:
+        src = tl.make_tensor_descriptor(
+            base, shape=[n_rows, HEAD_DIM], strides=[stride_n, 1], block_shape=[BLOCK, HEAD_DIM]
+        )
+    else:
+        src = base
+    return src
+
+
+@triton.jit
+def _load_tile(
+    src,
+    row0,
+    rows,
+    n_rows,
+    stride_n,
+    stride_d,
+    offs_d,
+    HEAD_DIM: tl.constexpr,
+    D_PAD: tl.constexpr,
+    CHECK_ROWS: tl.constexpr,
+    USE_DESC: tl.constexpr,
+):
+    """The tile of rows `rows` (= row0 + arange) from a `_source`."""
+    if USE_DESC:
+        x = src.load([row0, 0])
+    else:
+        x = _load_rows(
+            src + rows[:, None] * stride_n + offs_d[None, :] * stride_d,
+            rows,
+            n_rows,
+            offs_d,
+            HEAD_DIM,
+            D_PAD,
+            CHECK_ROWS,
+        )
+    return x
+
+
+@triton.jit
+def _store_tile(
+    dst,
+    row0,
+    x,
+    rows,
+    n_rows,
+    stride_n,
+    stride_d,
+    offs_d,
+    HEAD_DIM: tl.constexpr,
+    D_PAD: tl.constexpr,
+    USE_DESC: tl.constexpr,
+):
+    if USE_DESC:
+        dst.store([row0, 0], x)
+    else:
+        mask = rows[:, None] < n_rows
+        if D_PAD != HEAD_DIM:
+            mask = mask & (offs_d[None, :] < HEAD_DIM)
+        tl.store(dst + rows[:, None] * stride_n + offs_d[None, :] * stride_d, x, mask=mask)
+
+
+@triton.jit
+def _tile_index(TILE_AXIS: tl.constexpr, HEAVY_LAST: tl.constexpr):
+    """This program's tile along the grid's tile axis. With causal masking the work per tile
+    grows with the query index: heaviest tiles are launched first (longest-processing-time
+    order), so the last wave is made of the short ones."""
+    if HEAVY_LAST:
+        return tl.num_programs(TILE_AXIS) - 1 - tl.program_id(TILE_AXIS)
+    return tl.program_id(TILE_AXIS)
 
 
 # ----------------------------------------------------------------------------- forward
@@ -118,8 +189,8 @@ def _fwd_inner(
     l_i,
     m_i,
     q,
-    k_base,
-    v_base,
+    k_src,
+    v_src,
     stride_kn,
     stride_kd,
     stride_vn,
@@ -136,41 +207,51 @@ def _fwd_inner(
     MASKED: tl.constexpr,
     IS_CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr,
+    USE_DESC: tl.constexpr,
 ):
-    """Online-softmax update over key tiles [start, stop); MASKED tiles check bounds/causality."""
+    """Online-softmax update over key tiles [start, stop); MASKED tiles check bounds/causality.
+    Scores stay unscaled until the exponent, where scale and max fold into one multiply-add."""
     offs_kb = tl.arange(0, BLOCK_K)
     for start_k in range(start, stop, BLOCK_K):
         offs_k = start_k + offs_kb
-        k = _load_rows(
-            k_base + offs_k[:, None] * stride_kn + offs_d[None, :] * stride_kd,
+        k = _load_tile(
+            k_src,
+            start_k,
             offs_k,
             n_k,
+            stride_kn,
+            stride_kd,
             offs_d,
             HEAD_DIM,
             D_PAD,
             MASKED,
+            USE_DESC,
         )
-        v = _load_rows(
-            v_base + offs_k[:, None] * stride_vn + offs_d[None, :] * stride_vd,
-            offs_k,
-            n_k,
-            offs_d,
-            HEAD_DIM,
-            D_PAD,
-            MASKED,
-        )
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
         if MASKED:
             valid = offs_k[None, :] < n_k
             if IS_CAUSAL:
                 valid = valid & (offs_q[:, None] >= offs_k[None, :])
             s = tl.where(valid, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
         # every row has seen key 0 by now (top-left causal), so m_new is finite
+        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+        p = tl.exp2(s * qk_scale - m_new[:, None])
         alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        v = _load_tile(
+            v_src,
+            start_k,
+            offs_k,
+            n_k,
+            stride_vn,
+            stride_vd,
+            offs_d,
+            HEAD_DIM,
+            D_PAD,
+            MASKED,
+            USE_DESC,
+        )
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
         m_i = m_new
     return acc, l_i, m_i
 
@@ -208,30 +289,34 @@ def _attn_fwd(
     D_PAD: tl.constexpr,
     IS_CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr,
+    USE_DESC: tl.constexpr,
     BLOCK_Q: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
-    pid_q = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    # grid (batch x heads, query tiles)
+    pid_bh = tl.program_id(0)
+    pid_q = _tile_index(1, IS_CAUSAL)
     off_b = (pid_bh // n_heads).to(tl.int64)
     off_h = (pid_bh % n_heads).to(tl.int64)
-    q_base = Q + off_b * stride_qb + off_h * stride_qh
-    k_base = K + off_b * stride_kb + off_h * stride_kh
-    v_base = V + off_b * stride_vb + off_h * stride_vh
-    o_base = O + off_b * stride_ob + off_h * stride_oh
+    q_src = _source(
+        Q + off_b * stride_qb + off_h * stride_qh, n_q, stride_qn, BLOCK_Q, HEAD_DIM, USE_DESC
+    )
+    k_src = _source(
+        K + off_b * stride_kb + off_h * stride_kh, n_k, stride_kn, BLOCK_K, HEAD_DIM, USE_DESC
+    )
+    v_src = _source(
+        V + off_b * stride_vb + off_h * stride_vh, n_k, stride_vn, BLOCK_K, HEAD_DIM, USE_DESC
+    )
+    o_dst = _source(
+        O + off_b * stride_ob + off_h * stride_oh, n_q, stride_on, BLOCK_Q, HEAD_DIM, USE_DESC
+    )
     l_base = L + pid_bh.to(tl.int64) * n_q
 
     q0 = pid_q * BLOCK_Q
     offs_q = q0 + tl.arange(0, BLOCK_Q)
     offs_d = tl.arange(0, D_PAD)
-    q = _load_rows(
-        q_base + offs_q[:, None] * stride_qn + offs_d[None, :] * stride_qd,
-        offs_q,
-        n_q,
-        offs_d,
-        HEAD_DIM,
-        D_PAD,
-        True,
+    q = _load_tile(
+        q_src, q0, offs_q, n_q, stride_qn, stride_qd, offs_d, HEAD_DIM, D_PAD, True, USE_DESC
     )
 
     m_i = tl.full([BLOCK_Q], float("-inf"), dtype=tl.float32)
@@ -245,64 +330,46 @@ def _attn_fwd(
     else:
         hi = n_k
         lo_masked = (n_k // BLOCK_K) * BLOCK_K
-    acc, l_i, m_i = _fwd_inner(
-        acc,
-        l_i,
-        m_i,
-        q,
-        k_base,
-        v_base,
-        stride_kn,
-        stride_kd,
-        stride_vn,
-        stride_vd,
-        offs_q,
-        offs_d,
-        0,
-        lo_masked,
-        n_k,
-        qk_scale,
-        HEAD_DIM,
-        D_PAD,
-        BLOCK_K,
-        False,
-        IS_CAUSAL,
-        PRECISION,
-    )
-    acc, l_i, m_i = _fwd_inner(
-        acc,
-        l_i,
-        m_i,
-        q,
-        k_base,
-        v_base,
-        stride_kn,
-        stride_kd,
-        stride_vn,
-        stride_vd,
-        offs_q,
-        offs_d,
-        lo_masked,
-        hi,
-        n_k,
-        qk_scale,
-        HEAD_DIM,
-        D_PAD,
-        BLOCK_K,
-        True,
-        IS_CAUSAL,
-        PRECISION,
-    )
+    for masked in tl.static_range(2):
+        acc, l_i, m_i = _fwd_inner(
+            acc,
+            l_i,
+            m_i,
+            q,
+            k_src,
+            v_src,
+            stride_kn,
+            stride_kd,
+            stride_vn,
+            stride_vd,
+            offs_q,
+            offs_d,
+            lo_masked if masked else 0,
+            hi if masked else lo_masked,
+            n_k,
+            qk_scale,
+            HEAD_DIM,
+            D_PAD,
+            BLOCK_K,
+            masked == 1,
+            IS_CAUSAL,
+            PRECISION,
+            USE_DESC,
+        )
 
     o = acc / l_i[:, None]
-    _store_rows(
-        o_base + offs_q[:, None] * stride_on + offs_d[None, :] * stride_od,
+    _store_tile(
+        o_dst,
+        q0,
         o.to(O.dtype.element_ty),
         offs_q,
         n_q,
+        stride_on,
+        stride_od,
         offs_d,
         HEAD_DIM,
         D_PAD,
+        USE_DESC,
     )
     # L in natural-log units: (m + log2 l) / log2(e)
     lse = (m_i + tl.log2(l_i)) * 0.6931471805599453
@@ -331,19 +398,17 @@ def _attn_bwd_preprocess(
     D_PAD: tl.constexpr,
     BLOCK_Q: tl.constexpr,
 ):
-    """D = rowsum(O * dO) in fp32, one row per query."""
-    pid_q = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    """D = rowsum(O * dO) in fp32, one row per query; grid (batch x heads, query tiles)."""
+    pid_bh = tl.program_id(0)
+    pid_q = tl.program_id(1)
     off_b = (pid_bh // n_heads).to(tl.int64)
     off_h = (pid_bh % n_heads).to(tl.int64)
     offs_q = pid_q * BLOCK_Q + tl.arange(0, BLOCK_Q)
     offs_d = tl.arange(0, D_PAD)
+    o_base = O + off_b * stride_ob + off_h * stride_oh
+    do_base = DO + off_b * stride_dob + off_h * stride_doh
     o = _load_rows(
-        O
-        + off_b * stride_ob
-        + off_h * stride_oh
-        + offs_q[:, None] * stride_on
-        + offs_d[None, :] * stride_od,
+        o_base + offs_q[:, None] * stride_on + offs_d[None, :] * stride_od,
         offs_q,
         n_q,
         offs_d,
@@ -352,11 +417,7 @@ def _attn_bwd_preprocess(
         True,
     )
     do = _load_rows(
-        DO
-        + off_b * stride_dob
-        + off_h * stride_doh
-        + offs_q[:, None] * stride_don
-        + offs_d[None, :] * stride_dod,
+        do_base + offs_q[:, None] * stride_don + offs_d[None, :] * stride_dod,
         offs_q,
         n_q,
         offs_d,
@@ -366,6 +427,86 @@ def _attn_bwd_preprocess(
     )
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
     tl.store(Delta + pid_bh.to(tl.int64) * n_q + offs_q, delta, mask=offs_q < n_q)
+
+
+@triton.jit
+def _dkdv_inner(
+    dk,
+    dv,
+    k,
+    v,
+    q_src,
+    do_src,
+    l_base,
+    delta_base,
+    stride_qn,
+    stride_qd,
+    stride_don,
+    stride_dod,
+    offs_k,
+    offs_d,
+    start,
+    stop,
+    n_q,
+    qk_scale,
+    HEAD_DIM: tl.constexpr,
+    D_PAD: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    MASKED: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr,
+    USE_DESC: tl.constexpr,
+):
+    """dV += P^T dO, dK += dS^T Q over query tiles [start, stop), transposed (the key tile's
+    keys are rows), so no (BLOCK_Q x BLOCK_K) transpose is needed. L is in log2 units here."""
+    offs_qb = tl.arange(0, BLOCK_Q)
+    for start_q in range(start, stop, BLOCK_Q):
+        offs_q = start_q + offs_qb
+        q = _load_tile(
+            q_src,
+            start_q,
+            offs_q,
+            n_q,
+            stride_qn,
+            stride_qd,
+            offs_d,
+            HEAD_DIM,
+            D_PAD,
+            MASKED,
+            USE_DESC,
+        )
+        if MASKED:
+            in_q = offs_q < n_q
+            lse = tl.load(l_base + offs_q, mask=in_q, other=0.0)
+            delta = tl.load(delta_base + offs_q, mask=in_q, other=0.0)
+        else:
+            lse = tl.load(l_base + offs_q)
+            delta = tl.load(delta_base + offs_q)
+        s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION)  # (BLOCK_K, BLOCK_Q)
+        p_t = tl.exp2(s_t * qk_scale - lse[None, :] * 1.4426950408889634)
+        if MASKED:
+            valid = in_q[None, :]
+            if IS_CAUSAL:
+                valid = valid & (offs_q[None, :] >= offs_k[:, None])
+            p_t = tl.where(valid, p_t, 0.0)
+        do = _load_tile(
+            do_src,
+            start_q,
+            offs_q,
+            n_q,
+            stride_don,
+            stride_dod,
+            offs_d,
+            HEAD_DIM,
+            D_PAD,
+            MASKED,
+            USE_DESC,
+        )
+        dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=PRECISION)
+        dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
+        ds_t = p_t * (dp_t - delta[None, :])
+        dk = tl.dot(ds_t.to(q.dtype), q, dk, input_precision=PRECISION)
+    return dk, dv
 
 
 @triton.jit(do_not_specialize=NOT_SPECIALIZED)
@@ -413,118 +554,186 @@ def _attn_bwd_dkdv(
     D_PAD: tl.constexpr,
     IS_CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr,
+    USE_DESC: tl.constexpr,
     BLOCK_Q: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
-    """dV = P^T dO and dK = scale * dS^T Q for one key tile, over all query tiles (transposed:
-    the tile's keys are rows, so no (BLOCK_Q x BLOCK_K) transpose is needed)."""
-    pid_k = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    """dV = P^T dO and dK = scale * dS^T Q for one key tile, over all query tiles that see it.
+    Grid (batch x heads, key tiles); under causal masking key tile 0 has the most work and is
+    launched first."""
+    pid_bh = tl.program_id(0)
+    pid_k = tl.program_id(1)
     off_b = (pid_bh // n_heads).to(tl.int64)
     off_h = (pid_bh % n_heads).to(tl.int64)
-    q_base = Q + off_b * stride_qb + off_h * stride_qh
-    do_base = DO + off_b * stride_dob + off_h * stride_doh
+    q_src = _source(
+        Q + off_b * stride_qb + off_h * stride_qh, n_q, stride_qn, BLOCK_Q, HEAD_DIM, USE_DESC
+    )
+    do_src = _source(
+        DO + off_b * stride_dob + off_h * stride_doh, n_q, stride_don, BLOCK_Q, HEAD_DIM, USE_DESC
+    )
+    k_src = _source(
+        K + off_b * stride_kb + off_h * stride_kh, n_k, stride_kn, BLOCK_K, HEAD_DIM, USE_DESC
+    )
+    v_src = _source(
+        V + off_b * stride_vb + off_h * stride_vh, n_k, stride_vn, BLOCK_K, HEAD_DIM, USE_DESC
+    )
+    dk_dst = _source(
+        DK + off_b * stride_dkb + off_h * stride_dkh, n_k, stride_dkn, BLOCK_K, HEAD_DIM, USE_DESC
+    )
+    dv_dst = _source(
+        DV + off_b * stride_dvb + off_h * stride_dvh, n_k, stride_dvn, BLOCK_K, HEAD_DIM, USE_DESC
+    )
     l_base = L + pid_bh.to(tl.int64) * n_q
     delta_base = Delta + pid_bh.to(tl.int64) * n_q
 
     k0 = pid_k * BLOCK_K
     offs_k = k0 + tl.arange(0, BLOCK_K)
     offs_d = tl.arange(0, D_PAD)
-    offs_qb = tl.arange(0, BLOCK_Q)
-    k = _load_rows(
-        K
-        + off_b * stride_kb
-        + off_h * stride_kh
-        + offs_k[:, None] * stride_kn
-        + offs_d[None, :] * stride_kd,
-        offs_k,
-        n_k,
-        offs_d,
-        HEAD_DIM,
-        D_PAD,
-        True,
+    k = _load_tile(
+        k_src, k0, offs_k, n_k, stride_kn, stride_kd, offs_d, HEAD_DIM, D_PAD, True, USE_DESC
     )
-    v = _load_rows(
-        V
-        + off_b * stride_vb
-        + off_h * stride_vh
-        + offs_k[:, None] * stride_vn
-        + offs_d[None, :] * stride_vd,
-        offs_k,
-        n_k,
-        offs_d,
-        HEAD_DIM,
-        D_PAD,
-        True,
+    v = _load_tile(
+        v_src, k0, offs_k, n_k, stride_vn, stride_vd, offs_d, HEAD_DIM, D_PAD, True, USE_DESC
     )
     dk = tl.zeros([BLOCK_K, D_PAD], dtype=tl.float32)
     dv = tl.zeros([BLOCK_K, D_PAD], dtype=tl.float32)
 
-    # causal: query tiles whose rows all precede k0 see none of these keys
+    # query tiles: [lo, mid) cross the diagonal (masked), [mid, full_end) see every key of the
+    # tile (no masks at all), [full_end, n_q) is the ragged last tile (masked)
+    full_end = (n_q // BLOCK_Q) * BLOCK_Q
     if IS_CAUSAL:
+        # query tiles whose rows all precede k0 see none of these keys
         lo = (k0 // BLOCK_Q) * BLOCK_Q
+        mid = tl.maximum(lo, tl.minimum(full_end, tl.cdiv(k0 + BLOCK_K, BLOCK_Q) * BLOCK_Q))
     else:
         lo = 0
-    for start_q in range(lo, n_q, BLOCK_Q):
-        offs_q = start_q + offs_qb
-        q = _load_rows(
-            q_base + offs_q[:, None] * stride_qn + offs_d[None, :] * stride_qd,
-            offs_q,
-            n_q,
+        mid = 0
+    for part in tl.static_range(3):
+        dk, dv = _dkdv_inner(
+            dk,
+            dv,
+            k,
+            v,
+            q_src,
+            do_src,
+            l_base,
+            delta_base,
+            stride_qn,
+            stride_qd,
+            stride_don,
+            stride_dod,
+            offs_k,
             offs_d,
+            lo if part == 0 else (mid if part == 1 else tl.maximum(mid, full_end)),
+            mid if part == 0 else (full_end if part == 1 else n_q),
+            n_q,
+            qk_scale,
             HEAD_DIM,
             D_PAD,
-            True,
+            BLOCK_Q,
+            part != 1,
+            IS_CAUSAL,
+            PRECISION,
+            USE_DESC,
         )
-        do = _load_rows(
-            do_base + offs_q[:, None] * stride_don + offs_d[None, :] * stride_dod,
-            offs_q,
-            n_q,
-            offs_d,
-            HEAD_DIM,
-            D_PAD,
-            True,
-        )
-        in_q = offs_q < n_q
-        lse = tl.load(l_base + offs_q, mask=in_q, other=0.0) * 1.4426950408889634
-        delta = tl.load(delta_base + offs_q, mask=in_q, other=0.0)
-        s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION) * qk_scale  # (BLOCK_K, BLOCK_Q)
-        valid = in_q[None, :]
-        if IS_CAUSAL:
-            valid = valid & (offs_q[None, :] >= offs_k[:, None])
-        p_t = tl.where(valid, tl.exp2(s_t - lse[None, :]), 0.0)
-        dv += tl.dot(p_t.to(do.dtype), do, input_precision=PRECISION)
-        dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
-        ds_t = p_t * (dp_t - delta[None, :])
-        dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION)
 
     dk = dk * sm_scale
-    _store_rows(
-        DK
-        + off_b * stride_dkb
-        + off_h * stride_dkh
-        + offs_k[:, None] * stride_dkn
-        + offs_d[None, :] * stride_dkd,
+    _store_tile(
+        dk_dst,
+        k0,
         dk.to(DK.dtype.element_ty),
         offs_k,
         n_k,
+        stride_dkn,
+        stride_dkd,
         offs_d,
         HEAD_DIM,
         D_PAD,
+        USE_DESC,
     )
-    _store_rows(
-        DV
-        + off_b * stride_dvb
-        + off_h * stride_dvh
-        + offs_k[:, None] * stride_dvn
-        + offs_d[None, :] * stride_dvd,
+    _store_tile(
+        dv_dst,
+        k0,
         dv.to(DV.dtype.element_ty),
         offs_k,
         n_k,
+        stride_dvn,
+        stride_dvd,
         offs_d,
         HEAD_DIM,
         D_PAD,
+        USE_DESC,
     )
+
+
+@triton.jit
+def _dq_inner(
+    dq,
+    q,
+    do,
+    lse,
+    delta,
+    k_src,
+    v_src,
+    stride_kn,
+    stride_kd,
+    stride_vn,
+    stride_vd,
+    offs_q,
+    offs_d,
+    start,
+    stop,
+    n_k,
+    qk_scale,
+    HEAD_DIM: tl.constexpr,
+    D_PAD: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    MASKED: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr,
+    USE_DESC: tl.constexpr,
+):
+    """dQ += dS K over key tiles [start, stop); lse in log2 units."""
+    offs_kb = tl.arange(0, BLOCK_K)
+    for start_k in range(start, stop, BLOCK_K):
+        offs_k = start_k + offs_kb
+        k = _load_tile(
+            k_src,
+            start_k,
+            offs_k,
+            n_k,
+            stride_kn,
+            stride_kd,
+            offs_d,
+            HEAD_DIM,
+            D_PAD,
+            MASKED,
+            USE_DESC,
+        )
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        p = tl.exp2(s * qk_scale - lse[:, None])
+        if MASKED:
+            valid = offs_k[None, :] < n_k
+            if IS_CAUSAL:
+                valid = valid & (offs_q[:, None] >= offs_k[None, :])
+            p = tl.where(valid, p, 0.0)
+        v = _load_tile(
+            v_src,
+            start_k,
+            offs_k,
+            n_k,
+            stride_vn,
+            stride_vd,
+            offs_d,
+            HEAD_DIM,
+            D_PAD,
+            MASKED,
+            USE_DESC,
+        )
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+        ds = p * (dp - delta[:, None])
+        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)
+    return dq
 
 
 @triton.jit(do_not_specialize=NOT_SPECIALIZED)
@@ -567,46 +776,40 @@ def _attn_bwd_dq(
     D_PAD: tl.constexpr,
     IS_CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr,
+    USE_DESC: tl.constexpr,
     BLOCK_Q: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
-    """dQ = scale * dS K for one query tile, over the key tiles it can see."""
-    pid_q = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    """dQ = scale * dS K for one query tile, over the key tiles it can see; grid
+    (batch x heads, query tiles), heaviest tiles first under causal masking."""
+    pid_bh = tl.program_id(0)
+    pid_q = _tile_index(1, IS_CAUSAL)
     off_b = (pid_bh // n_heads).to(tl.int64)
     off_h = (pid_bh % n_heads).to(tl.int64)
-    k_base = K + off_b * stride_kb + off_h * stride_kh
-    v_base = V + off_b * stride_vb + off_h * stride_vh
+    q_src = _source(
+        Q + off_b * stride_qb + off_h * stride_qh, n_q, stride_qn, BLOCK_Q, HEAD_DIM, USE_DESC
+    )
+    do_src = _source(
+        DO + off_b * stride_dob + off_h * stride_doh, n_q, stride_don, BLOCK_Q, HEAD_DIM, USE_DESC
+    )
+    k_src = _source(
+        K + off_b * stride_kb + off_h * stride_kh, n_k, stride_kn, BLOCK_K, HEAD_DIM, USE_DESC
+    )
+    v_src = _source(
+        V + off_b * stride_vb + off_h * stride_vh, n_k, stride_vn, BLOCK_K, HEAD_DIM, USE_DESC
+    )
+    dq_dst = _source(
+        DQ + off_b * stride_dqb + off_h * stride_dqh, n_q, stride_dqn, BLOCK_Q, HEAD_DIM, USE_DESC
+    )
 
     q0 = pid_q * BLOCK_Q
     offs_q = q0 + tl.arange(0, BLOCK_Q)
     offs_d = tl.arange(0, D_PAD)
-    offs_kb = tl.arange(0, BLOCK_K)
-    q = _load_rows(
-        Q
-        + off_b * stride_qb
-        + off_h * stride_qh
-        + offs_q[:, None] * stride_qn
-        + offs_d[None, :] * stride_qd,
-        offs_q,
-        n_q,
-        offs_d,
-        HEAD_DIM,
-        D_PAD,
-        True,
+    q = _load_tile(
+        q_src, q0, offs_q, n_q, stride_qn, stride_qd, offs_d, HEAD_DIM, D_PAD, True, USE_DESC
     )
-    do = _load_rows(
-        DO
-        + off_b * stride_dob
-        + off_h * stride_doh
-        + offs_q[:, None] * stride_don
-        + offs_d[None, :] * stride_dod,
-        offs_q,
-        n_q,
-        offs_d,
-        HEAD_DIM,
-        D_PAD,
-        True,
+    do = _load_tile(
+        do_src, q0, offs_q, n_q, stride_don, stride_dod, offs_d, HEAD_DIM, D_PAD, True, USE_DESC
     )
     in_q = offs_q < n_q
     lse = tl.load(L + pid_bh.to(tl.int64) * n_q + offs_q, mask=in_q, other=0.0) * 1.4426950408889634
@@ -615,87 +818,98 @@ def _attn_bwd_dq(
 
     if IS_CAUSAL:
         hi = tl.minimum(n_k, q0 + BLOCK_Q)
+        lo_masked = (tl.minimum(q0, n_k) // BLOCK_K) * BLOCK_K
     else:
         hi = n_k
-    for start_k in range(0, hi, BLOCK_K):
-        offs_k = start_k + offs_kb
-        k = _load_rows(
-            k_base + offs_k[:, None] * stride_kn + offs_d[None, :] * stride_kd,
-            offs_k,
-            n_k,
+        lo_masked = (n_k // BLOCK_K) * BLOCK_K
+    for masked in tl.static_range(2):
+        dq = _dq_inner(
+            dq,
+            q,
+            do,
+            lse,
+            delta,
+            k_src,
+            v_src,
+            stride_kn,
+            stride_kd,
+            stride_vn,
+            stride_vd,
+            offs_q,
             offs_d,
+            lo_masked if masked else 0,
+            hi if masked else lo_masked,
+            n_k,
+            qk_scale,
             HEAD_DIM,
             D_PAD,
-            True,
+            BLOCK_K,
+            masked == 1,
+            IS_CAUSAL,
+            PRECISION,
+            USE_DESC,
         )
-        v = _load_rows(
-            v_base + offs_k[:, None] * stride_vn + offs_d[None, :] * stride_vd,
-            offs_k,
-            n_k,
-            offs_d,
-            HEAD_DIM,
-            D_PAD,
-            True,
-        )
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
-        valid = offs_k[None, :] < n_k
-        if IS_CAUSAL:
-            valid = valid & (offs_q[:, None] >= offs_k[None, :])
-        p = tl.where(valid, tl.exp2(s - lse[:, None]), 0.0)
-        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
-        ds = p * (dp - delta[:, None])
-        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
 
     dq = dq * sm_scale
-    _store_rows(
-        DQ
-        + off_b * stride_dqb
-        + off_h * stride_dqh
-        + offs_q[:, None] * stride_dqn
-        + offs_d[None, :] * stride_dqd,
+    _store_tile(
+        dq_dst,
+        q0,
         dq.to(DQ.dtype.element_ty),
         offs_q,
         n_q,
+        stride_dqn,
+        stride_dqd,
         offs_d,
         HEAD_DIM,
         D_PAD,
+        USE_DESC,
     )
 
 
 # ----------------------------------------------------------------------------- autotuning
 
 
-# (BLOCK_Q, BLOCK_K, num_warps, num_stages) per kernel and operand width. Few on purpose: every
-# (head dim, dtype, causal) combination compiles each of them. fp32 operands get small tiles: the
-# full-precision (non tensor-core) dot needs many registers and compiles slowly with big tiles.
+# (BLOCK_Q, BLOCK_K, num_warps, num_stages) per kernel, operand width and head dim ("16bit" for
+# d <= 64, "16bit-d128" above). Few on purpose: every (head dim, dtype, causal) combination
+# compiles each of them; scripts/flash_tune.py measures the wider grid they were picked from.
+# fp32 operands get small tiles: the full-precision (non tensor-core) dot needs many registers
+# and compiles slowly with big tiles.
 TILE_CONFIGS = {
     "forward": {
         "16bit": [(128, 64, 8, 3), (64, 64, 4, 3), (128, 32, 4, 3)],
+        "16bit-d128": [(128, 64, 8, 3), (64, 64, 4, 3), (128, 32, 4, 3)],
         "32bit": [(64, 32, 4, 2), (32, 32, 4, 2)],
     },
     "backward_dkdv": {
         "16bit": [(32, 64, 4, 2), (32, 128, 8, 2)],
+        "16bit-d128": [(32, 64, 4, 2), (32, 128, 8, 2)],
         "32bit": [(32, 32, 4, 2), (32, 64, 4, 2)],
     },
     "backward_dq": {
         "16bit": [(64, 32, 4, 2), (128, 32, 8, 2)],
+        "16bit-d128": [(64, 32, 4, 2), (128, 32, 8, 2)],
         "32bit": [(32, 32, 4, 2), (64, 32, 4, 2)],
     },
 }
-TUNE_KEY = ["N_Q_BUCKET", "N_K_BUCKET", "HEAD_DIM", "IS_CAUSAL", "PRECISION"]
+KERNELS = ("forward", "backward_dkdv", "backward_dq")
+TUNE_KEY = ["N_Q_BUCKET", "N_K_BUCKET", "HEAD_DIM", "IS_CAUSAL", "PRECISION", "USE_DESC"]
 
 
-def _width(dtype) -> str:
-    return "32bit" if dtype == torch.float32 else "16bit"
+def _width(dtype: torch.dtype, head_dim: int) -> str:
+    if dtype == torch.float32:
+        return "32bit"
+    return "16bit" if head_dim <= 64 else "16bit-d128"
 
 
-def tile_configs(kernel: str, dtype: torch.dtype) -> list[tuple[int, int, int, int]]:
-    """The candidate tiles of `kernel` ('forward', 'backward_dkdv', 'backward_dq') for `dtype`."""
-    return list(TILE_CONFIGS[kernel][_width(dtype)])
+def tile_configs(
+    kernel: str, dtype: torch.dtype, head_dim: int = 64
+) -> list[tuple[int, int, int, int]]:
+    """The candidate tiles of `kernel` ('forward', 'backward_dkdv', 'backward_dq')."""
+    return list(TILE_CONFIGS[kernel][_width(dtype, head_dim)])
 
 
 def _triton_configs(kernel: str) -> list[triton.Config]:
-    tiles = dict.fromkeys(t for width in ("16bit", "32bit") for t in TILE_CONFIGS[kernel][width])
+    tiles = dict.fromkeys(t for group in TILE_CONFIGS[kernel].values() for t in group)
     return [
         triton.Config({"BLOCK_Q": bq, "BLOCK_K": bk}, num_warps=w, num_stages=st)
         for bq, bk, w, st in tiles
@@ -704,9 +918,11 @@ def _triton_configs(kernel: str) -> list[triton.Config]:
 
 def _pruner(kernel: str):
     def prune(configs, named_args, **kwargs):
-        """Keep the tiles meant for this operand width and not far larger than the problem."""
-        allowed = set(tile_configs(kernel, named_args["Q"].dtype))
-        n_q, n_k = named_args["N_Q_BUCKET"], named_args["N_K_BUCKET"]
+        """Keep the tiles meant for this operand width and head dim, not far larger than the
+        problem."""
+        args = {**named_args, **kwargs}
+        allowed = set(tile_configs(kernel, args["Q"].dtype, args["HEAD_DIM"]))
+        n_q, n_k = args["N_Q_BUCKET"], args["N_K_BUCKET"]
         kept = [
             c
             for c in configs
@@ -738,39 +954,96 @@ def _autotuned(kernel_fn, kernel: str):
         return triton.autotune(**options)(kernel_fn)
 
 
-if INTERPRET:
-    _fwd_tuned = _dkdv_tuned = _dq_tuned = None
-else:
-    _fwd_tuned = _autotuned(_attn_fwd, "forward")
-    _dkdv_tuned = _autotuned(_attn_bwd_dkdv, "backward_dkdv")
-    _dq_tuned = _autotuned(_attn_bwd_dq, "backward_dq")
-
+_RAW = {"forward": _attn_fwd, "backward_dkdv": _attn_bwd_dkdv, "backward_dq": _attn_bwd_dq}
+_TUNED = {} if INTERPRET else {name: _autotuned(fn, name) for name, fn in _RAW.items()}
 _CHOSEN: dict[str, dict] = {}
-
-
-def _record(name: str, tuned, blocks: tuple[int, int] | None) -> None:
-    if blocks is not None or tuned is None:
-        bq, bk = blocks or INTERPRET_BLOCKS[name]
-        _CHOSEN[name] = {
-            "BLOCK_Q": bq,
-            "BLOCK_K": bk,
-            "num_warps": None,
-            "num_stages": None,
-            "autotuned": False,
-        }
-        return
-    cfg = tuned.best_config
-    _CHOSEN[name] = {
-        **cfg.kwargs,
-        "num_warps": cfg.num_warps,
-        "num_stages": cfg.num_stages,
-        "autotuned": True,
-    }
 
 
 def chosen_configs() -> dict[str, dict]:
     """The tile configuration each kernel used in its last launch (autotuned on the GPU)."""
     return {name: dict(cfg) for name, cfg in _CHOSEN.items()}
+
+
+def _launch(kernel: str, args: tuple, meta: dict, n_tiles_of, bh: int, config) -> None:
+    """Launch `kernel` on a (batch x heads, tiles) grid: autotuned, or with `config` (a
+    (BLOCK_Q, BLOCK_K) pair, or a dict with BLOCK_Q, BLOCK_K and optionally num_warps and
+    num_stages), or the interpreter's small tiles. `n_tiles_of(BLOCK_Q, BLOCK_K)` sizes the grid."""
+    tuned = _TUNED.get(kernel)
+    if config is None and tuned is not None:
+        tuned[lambda c: (bh, n_tiles_of(c["BLOCK_Q"], c["BLOCK_K"]))](*args, **meta)
+        best = tuned.best_config
+        _CHOSEN[kernel] = {
+            **best.kwargs,
+            "num_warps": best.num_warps,
+            "num_stages": best.num_stages,
+            "use_desc": meta["USE_DESC"],
+            "autotuned": True,
+        }
+        return
+    if config is None:
+        config = INTERPRET_BLOCKS[kernel]
+    if not isinstance(config, dict):
+        config = dict(zip(("BLOCK_Q", "BLOCK_K"), config, strict=True))
+    bq, bk = _check_blocks((config["BLOCK_Q"], config["BLOCK_K"]))
+    launch = {k: config[k] for k in ("num_warps", "num_stages") if config.get(k)}
+    _RAW[kernel][(bh, n_tiles_of(bq, bk))](*args, **meta, BLOCK_Q=bq, BLOCK_K=bk, **launch)
+    _CHOSEN[kernel] = {
+        "BLOCK_Q": bq,
+        "BLOCK_K": bk,
+        "num_warps": launch.get("num_warps"),
+        "num_stages": launch.get("num_stages"),
+        "use_desc": meta["USE_DESC"],
+        "autotuned": False,
+    }
+
+
+# ----------------------------------------------------------------------------- tensor descriptors
+
+
+def _alloc(size: int, alignment: int, stream) -> torch.Tensor:
+    """Scratch for device-side tensor descriptors (128 bytes per program)."""
+    device = "cpu" if INTERPRET else "cuda"
+    return torch.empty(size, dtype=torch.int8, device=device)
+
+
+def descriptors_supported() -> bool:
+    """Device-side tensor descriptors (TMA): Hopper or newer, or the interpreter; off with
+    CS336_FLASH_DESC=0."""
+    if os.environ.get("CS336_FLASH_DESC", "1") == "0" or not hasattr(tl, "make_tensor_descriptor"):
+        return False
+    if INTERPRET:
+        return True
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
+
+
+def _desc_ok(tensors, d: int, d_pad: int) -> bool:
+    """Every tensor addressable by a 2-D (rows x d) descriptor: unit feature stride, 16-byte
+    aligned base and row stride, d a power of two (no padded features)."""
+    if d != d_pad:
+        return False
+    for x in tensors:
+        row = x.stride(-2) * x.element_size()
+        if x.stride(-1) != 1 or row <= 0 or row % 16 or x.data_ptr() % 16:
+            return False
+        if x.dim() == 4 and any(s * x.element_size() % 16 for s in x.stride()[:2]):
+            return False
+    return True
+
+
+def _use_desc(tensors, d: int, d_pad: int, use_desc: bool | None) -> bool:
+    if use_desc is None:
+        use_desc = (
+            tensors[0].dtype != torch.float32
+            and descriptors_supported()
+            and _desc_ok(tensors, d, d_pad)
+        )
+    elif use_desc and not _desc_ok(tensors, d, d_pad):
+        raise ValueError(
+            "tensor descriptors need unit feature strides, 16-byte aligned rows and d a power of two"
+        )
+    if use_desc:
+        triton.set_allocator(_alloc)  # a context variable: set in the thread that launches
+    return bool(use_desc)
 
 
 # ----------------------------------------------------------------------------- precompiling
@@ -786,15 +1059,10 @@ _KERNEL_TENSORS = {
 
 def _warmup_job(job: tuple) -> str:
     """Compile one kernel variant into Triton's on-disk cache (runs in a worker process)."""
-    kernel, dtype_name, d, causal, precision, tiles = job
+    kernel, dtype_name, d, causal, precision, tiles, use_desc = job
     try:
         dtype = getattr(torch, dtype_name)
-        fn = {
-            "forward": _attn_fwd,
-            "backward_dkdv": _attn_bwd_dkdv,
-            "backward_dq": _attn_bwd_dq,
-            "preprocess": _attn_bwd_preprocess,
-        }[kernel]
+        fn = {**_RAW, "preprocess": _attn_bwd_preprocess}[kernel]
         kinds, n_stride_groups = _KERNEL_TENSORS[kernel]
         tensors = [dtype if kind == "in" else torch.float32 for kind in kinds]
         n = 128  # contiguous (1, 1, n, d): the same divisibility classes as real launches
@@ -808,8 +1076,8 @@ def _warmup_job(job: tuple) -> str:
             scales = (0.125,) if kernel == "forward" else (0.125, 0.125)
             sizes = (1, n, n, *scales, n, n)
             bq, bk, warps, stages = tiles
-            meta.update(IS_CAUSAL=causal, PRECISION=precision, BLOCK_Q=bq, BLOCK_K=bk)
-            meta.update(num_warps=warps, num_stages=stages, num_ctas=1)
+            meta.update(IS_CAUSAL=causal, PRECISION=precision, USE_DESC=use_desc)
+            meta.update(BLOCK_Q=bq, BLOCK_K=bk, num_warps=warps, num_stages=stages, num_ctas=1)
         fn.warmup(*tensors, *strides, *sizes, grid=(1,), **meta)
         return ""
     except Exception as exc:  # the autotuner compiles what is missing anyway
@@ -821,9 +1089,11 @@ def precompile(
     head_dims=(64,),
     causal=(True,),
     workers: int | None = None,
+    tiles: dict | None = None,
 ) -> dict:
-    """Compile every kernel variant the autotuner will try for these settings, in parallel
-    worker processes, into Triton's on-disk cache; the autotuner then only loads and times them.
+    """Compile every kernel variant the autotuner will try for these settings (or, with
+    `tiles={kernel: [(BLOCK_Q, BLOCK_K, warps, stages), ...]}`, those tiles), in parallel worker
+    processes, into Triton's on-disk cache; the autotuner then only loads and times them.
 
     Compiling is CPU-bound and single-threaded per kernel; a stage that sweeps head dims and
     dtypes would otherwise spend minutes compiling one kernel after another.
@@ -838,11 +1108,15 @@ def precompile(
     for dtype in dtypes:
         name = str(dtype).removeprefix("torch.")
         for d in head_dims:
-            jobs.append(("preprocess", name, d, False, "", None))
+            d_pad = max(16, triton.next_power_of_2(d))
+            # what contiguous inputs of this dtype and head dim run with
+            use_desc = dtype != torch.float32 and descriptors_supported() and d == d_pad
+            jobs.append(("preprocess", name, d, False, "", None, False))
             for is_causal in causal:
-                for kernel in ("forward", "backward_dkdv", "backward_dq"):
-                    for tiles in tile_configs(kernel, dtype):
-                        jobs.append((kernel, name, d, bool(is_causal), _precision(dtype), tiles))
+                for kernel in KERNELS:
+                    for tile in (tiles or {}).get(kernel) or tile_configs(kernel, dtype, d):
+                        prec = _precision(dtype)
+                        jobs.append((kernel, name, d, bool(is_causal), prec, tile, use_desc))
     workers = workers or max(1, min(len(jobs), os.cpu_count() or 1, 16))
     t0 = time.perf_counter()
     ctx = multiprocessing.get_context("spawn")
@@ -896,11 +1170,14 @@ def flash_forward_triton(
     k: torch.Tensor,
     v: torch.Tensor,
     is_causal: bool = False,
-    blocks: tuple[int, int] | None = None,
+    blocks=None,
+    use_desc: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward kernel on (batch, n, d) or (batch, heads, n, d); returns (O, L fp32).
 
-    `blocks=(BLOCK_Q, BLOCK_K)` bypasses autotuning (tests use it to exercise tile edges).
+    `blocks` bypasses autotuning: (BLOCK_Q, BLOCK_K) (tests use it to exercise tile edges) or a
+    dict that may add num_warps and num_stages. `use_desc` forces tensor descriptors on or off
+    (default: on for 16-bit inputs they fit, on Hopper or newer).
     """
     check_inputs(q, k, v)
     q4, k4, v4 = _as_4d(q), _as_4d(k), _as_4d(v)
@@ -908,6 +1185,7 @@ def flash_forward_triton(
     o = torch.empty((b, h, n_q, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((b, h, n_q), dtype=torch.float32, device=q.device)
     sm_scale = d**-0.5
+    desc = _use_desc((q4, k4, v4, o), d, d_pad, use_desc)
     args = (
         q4,
         k4,
@@ -925,14 +1203,14 @@ def flash_forward_triton(
         _pow2_bucket(n_q),
         _pow2_bucket(n_k),
     )
-    meta = dict(HEAD_DIM=d, D_PAD=d_pad, IS_CAUSAL=bool(is_causal), PRECISION=_precision(q.dtype))
-    if blocks is None and _fwd_tuned is not None:
-        grid = lambda cfg: (triton.cdiv(n_q, cfg["BLOCK_Q"]), b * h)  # noqa: E731
-        _fwd_tuned[grid](*args, **meta)
-    else:
-        bq, bk = _check_blocks(blocks or INTERPRET_BLOCKS["forward"])
-        _attn_fwd[(triton.cdiv(n_q, bq), b * h)](*args, **meta, BLOCK_Q=bq, BLOCK_K=bk)
-    _record("forward", _fwd_tuned, blocks)
+    meta = dict(
+        HEAD_DIM=d,
+        D_PAD=d_pad,
+        IS_CAUSAL=bool(is_causal),
+        PRECISION=_precision(q.dtype),
+        USE_DESC=desc,
+    )
+    _launch("forward", args, meta, lambda bq, bk: triton.cdiv(n_q, bq), b * h, blocks)
     if q.dim() == 3:
         return o.squeeze(1), lse.squeeze(1)
     return o, lse
@@ -946,15 +1224,20 @@ def flash_backward_triton(
     do: torch.Tensor,
     lse: torch.Tensor,
     is_causal: bool = False,
-    blocks: tuple[int, int] | None = None,
+    blocks=None,
+    use_desc: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Backward kernels: D = rowsum(O*dO), then the dK/dV pass and the dQ pass."""
+    """Backward kernels: D = rowsum(O*dO), then the dK/dV pass and the dQ pass.
+
+    `blocks`: as in flash_forward_triton, for both passes, or a dict
+    {"backward_dkdv": ..., "backward_dq": ...} with one entry per pass.
+    """
     q4, k4, v4, o4, do4 = (_as_4d(x) for x in (q, k, v, o, do))
     b, h, n_q, n_k, d, d_pad = _launch_common(q4, k4, v4)
     lse = lse.reshape(b, h, n_q).contiguous()
     delta = torch.empty((b, h, n_q), dtype=torch.float32, device=q.device)
     pre_block = 64 if not INTERPRET else 16
-    _attn_bwd_preprocess[(triton.cdiv(n_q, pre_block), b * h)](
+    _attn_bwd_preprocess[(b * h, triton.cdiv(n_q, pre_block))](
         o4,
         do4,
         delta,
@@ -968,40 +1251,43 @@ def flash_backward_triton(
     )
     # gradients take their input's layout where it is dense (empty_like's preserve_format)
     dq, dk, dv = torch.empty_like(q4), torch.empty_like(k4), torch.empty_like(v4)
+    if use_desc is not False and not _desc_ok((do4,), d, d_pad):
+        # e.g. the stride-0 gradient of o.sum(): one dense copy lets the descriptors read it
+        do4 = do4.contiguous()
+    desc = _use_desc((q4, k4, v4, do4, dq, dk, dv), d, d_pad, use_desc)
     sm_scale = d**-0.5
     strides = (*_strides(q4), *_strides(k4), *_strides(v4), *_strides(do4))
     scalars = (h, n_q, n_k, sm_scale * LOG2E, sm_scale, _pow2_bucket(n_q), _pow2_bucket(n_k))
-    meta = dict(HEAD_DIM=d, D_PAD=d_pad, IS_CAUSAL=bool(is_causal), PRECISION=_precision(q.dtype))
-
-    dkdv_args = (
-        q4,
-        k4,
-        v4,
-        do4,
-        lse,
-        delta,
-        dk,
-        dv,
-        *strides,
-        *_strides(dk),
-        *_strides(dv),
-        *scalars,
+    meta = dict(
+        HEAD_DIM=d,
+        D_PAD=d_pad,
+        IS_CAUSAL=bool(is_causal),
+        PRECISION=_precision(q.dtype),
+        USE_DESC=desc,
     )
-    if blocks is None and _dkdv_tuned is not None:
-        _dkdv_tuned[lambda cfg: (triton.cdiv(n_k, cfg["BLOCK_K"]), b * h)](*dkdv_args, **meta)
-    else:
-        bq, bk = _check_blocks(blocks or INTERPRET_BLOCKS["backward_dkdv"])
-        _attn_bwd_dkdv[(triton.cdiv(n_k, bk), b * h)](*dkdv_args, **meta, BLOCK_Q=bq, BLOCK_K=bk)
-    _record("backward_dkdv", _dkdv_tuned, blocks)
+    per_pass = blocks if isinstance(blocks, dict) and "backward_dq" in blocks else None
 
+    def pick(kernel):
+        return per_pass.get(kernel) if per_pass is not None else blocks
+
+    dkdv_args = (q4, k4, v4, do4, lse, delta, dk, dv, *strides, *_strides(dk), *_strides(dv))
+    _launch(
+        "backward_dkdv",
+        (*dkdv_args, *scalars),
+        meta,
+        lambda bq, bk: triton.cdiv(n_k, bk),
+        b * h,
+        pick("backward_dkdv"),
+    )
     dq_args = (q4, k4, v4, do4, lse, delta, dq, *strides, *_strides(dq), *scalars)
-    if blocks is None and _dq_tuned is not None:
-        _dq_tuned[lambda cfg: (triton.cdiv(n_q, cfg["BLOCK_Q"]), b * h)](*dq_args, **meta)
-    else:
-        bq, bk = _check_blocks(blocks or INTERPRET_BLOCKS["backward_dq"])
-        _attn_bwd_dq[(triton.cdiv(n_q, bq), b * h)](*dq_args, **meta, BLOCK_Q=bq, BLOCK_K=bk)
-    _record("backward_dq", _dq_tuned, blocks)
-
+    _launch(
+        "backward_dq",
+        dq_args,
+        meta,
+        lambda bq, bk: triton.cdiv(n_q, bq),
+        b * h,
+        pick("backward_dq"),
+    )
     if q.dim() == 3:
         return dq.squeeze(1), dk.squeeze(1), dv.squeeze(1)
     return dq, dk, dv
