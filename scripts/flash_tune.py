@@ -40,25 +40,16 @@ from cs336_systems.flops import attention_flops  # noqa: E402
 from cs336_systems.results import provenance  # noqa: E402
 
 GRID = {
-    "forward": {
-        "BLOCK_Q": [64, 128],
-        "BLOCK_K": [32, 64, 128],
-        "warps": [4, 8],
-        "stages": [2, 3, 4],
-    },
-    "backward_dkdv": {
+    "forward": {"BLOCK_Q": [64, 128], "BLOCK_K": [64, 128], "warps": [4, 8], "stages": [2, 3]},
+    "backward_fused": {
         "BLOCK_Q": [16, 32, 64],
         "BLOCK_K": [64, 128],
         "warps": [4, 8],
-        "stages": [2, 3, 4],
-    },
-    "backward_dq": {
-        "BLOCK_Q": [64, 128],
-        "BLOCK_K": [16, 32, 64],
-        "warps": [4, 8],
-        "stages": [2, 3, 4],
+        "stages": [2, 3],
     },
 }
+# the separate dK/dV + dQ passes: the best pair per head dim measured before (two-pass tuning)
+SEPARATE = {64: ((32, 128, 8, 2), (128, 64, 8, 3)), 128: ((64, 128, 8, 3), (64, 32, 4, 4))}
 
 
 def grid(kernel: str) -> list[tuple[int, int, int, int]]:
@@ -72,8 +63,8 @@ def as_cfg(t):
 
 def bench(fn, rep_ms: float, grads=None) -> float:
     return triton.testing.do_bench(
-        fn, warmup=max(10, rep_ms / 4), rep=rep_ms, grad_to_none=grads, quantiles=[0.5]
-    )[0]
+        fn, warmup=max(10, rep_ms / 4), rep=rep_ms, grad_to_none=grads, return_mode="median"
+    )
 
 
 def sdpa(backend):
@@ -134,84 +125,76 @@ def tune_head_dim(d: int, args, rows: list, summary: dict) -> None:
 
     # forward configs
     best_fwd = None
-    for t in grid("forward"):
+    candidates = [(t, False) for t in grid("forward")]
+    for t, ws in candidates:
         cfg = as_cfg(t)
+        if ws:
+            cfg["WARP_SPEC"] = True
+        label = (*t, "ws") if ws else t
         try:
             o, _ = fat.flash_forward_triton(q, k, v, True, blocks=cfg)
             e = err(o, o_ref)
             if e > 2e-2:
-                row("forward", "ours", t, None, fwd_flops, e, status="wrong")
+                row("forward", "ours", label, None, fwd_flops, e, status="wrong")
                 continue
             ms = bench(
                 lambda cfg=cfg: fat.flash_forward_triton(q, k, v, True, blocks=cfg), args.rep_ms
             )
-            r = row("forward", "ours", t, ms, fwd_flops, e)
+            r = row("forward", "ours", label, ms, fwd_flops, e)
             if best_fwd is None or ms < best_fwd["ms"]:
                 best_fwd = r
         except Exception as exc:  # out of resources and the like: a row, not a stop
             row(
                 "forward",
                 "ours",
-                t,
+                label,
                 None,
                 fwd_flops,
                 status=f"error: {type(exc).__name__}: {str(exc)[:120]}",
             )
-    o, lse = fat.flash_forward_triton(q, k, v, True, blocks=as_cfg(best_fwd["config"]))
+    best_cfg = as_cfg(best_fwd["config"][:4])
+    if len(best_fwd["config"]) > 4:
+        best_cfg["WARP_SPEC"] = True
+    o, lse = fat.flash_forward_triton(q, k, v, True, blocks=best_cfg)
 
-    def backward(dkdv, dq, use_desc=None):
-        return fat.flash_backward_triton(
-            q,
-            k,
-            v,
-            o,
-            do,
-            lse,
-            True,
-            blocks={"backward_dkdv": dkdv, "backward_dq": dq},
-            use_desc=use_desc,
-        )
+    def bwd_row(kind, blocks, fuse, use_desc=None):
+        def call():
+            return fat.flash_backward_triton(
+                q, k, v, o, do, lse, True, blocks=blocks, use_desc=use_desc, fuse_dq=fuse
+            )
 
-    def bwd_row(kind, dkdv_t, dq_t):
-        dkdv, dq = as_cfg(dkdv_t), as_cfg(dq_t)
+        label = str(blocks)
         try:
-            grads = backward(dkdv, dq)
+            grads = call()
             e = max(err(a, r) for a, r in zip(grads, ref_grads, strict=True))
             if e > 6e-2:
-                return row(kind, "ours", (dkdv_t, dq_t), None, bwd_flops, e, status="wrong")
-            ms = bench(lambda: backward(dkdv, dq), args.rep_ms)
-            return row(kind, "ours", (dkdv_t, dq_t), ms, bwd_flops, e)
+                return row(kind, "ours", label, None, bwd_flops, e, status="wrong")
+            return row(kind, "ours", label, bench(call, args.rep_ms), bwd_flops, e)
         except Exception as exc:
             return row(
                 kind,
                 "ours",
-                (dkdv_t, dq_t),
+                label,
                 None,
                 bwd_flops,
                 status=f"error: {type(exc).__name__}: {str(exc)[:120]}",
             )
 
-    fixed_dq = (128, 32, 4, 3)
-    best_dkdv = None
-    for t in grid("backward_dkdv"):
-        r = bwd_row("backward_dkdv", t, fixed_dq)
-        if r["status"] == "ok" and (best_dkdv is None or r["ms"] < best_dkdv["ms"]):
-            best_dkdv = r
     best_bwd = None
-    for t in grid("backward_dq"):
-        r = bwd_row("backward_dq", best_dkdv["config"][0], t)
+    for t in grid("backward_fused"):
+        r = bwd_row("backward_fused", {"backward_fused": as_cfg(t)}, True)
         if r["status"] == "ok" and (best_bwd is None or r["ms"] < best_bwd["ms"]):
-            best_bwd = r
-    dkdv_t, dq_t = best_bwd["config"]
-
-    # what the tensor descriptors bring
-    fcfg = as_cfg(best_fwd["config"])
+            best_bwd, best_fused = r, t
+    sep = SEPARATE.get(d, SEPARATE[64])
+    separate = {"backward_dkdv": as_cfg(sep[0]), "backward_dq": as_cfg(sep[1])}
+    bwd_row("backward_separate", separate, False)
+    bwd_row("backward_separate_pointers", separate, False, use_desc=False)
+    bwd_row("backward_fused_pointers", {"backward_fused": as_cfg(best_fused)}, True, use_desc=False)
     ms = bench(
-        lambda: fat.flash_forward_triton(q, k, v, True, blocks=fcfg, use_desc=False), args.rep_ms
+        lambda: fat.flash_forward_triton(q, k, v, True, blocks=best_cfg, use_desc=False),
+        args.rep_ms,
     )
     row("forward_pointers", "ours", best_fwd["config"], ms, fwd_flops)
-    ms = bench(lambda: backward(as_cfg(dkdv_t), as_cfg(dq_t), use_desc=False), args.rep_ms)
-    row("backward_pointers", "ours", (dkdv_t, dq_t), ms, bwd_flops)
 
     summary[f"d{d}"] = {
         "forward": best_fwd,
@@ -219,37 +202,51 @@ def tune_head_dim(d: int, args, rows: list, summary: dict) -> None:
         "sdpa": [r for r in rows if r["head_dim"] == d and r["impl"].startswith("sdpa")],
     }
     if d == args.leaderboard_head_dim:
-        leaderboard(d, args, rows, summary, best_fwd["config"], dkdv_t, dq_t)
+        leaderboard(d, args, rows, summary, best_cfg, best_fused)
 
 
-def leaderboard(d, args, rows, summary, fwd_t, dkdv_t, dq_t) -> None:
+def leaderboard(d, args, rows, summary, fwd_cfg, fused_t) -> None:
     """The course leaderboard's measurement: torch.compile(apply), fwd then bwd of o.sum()."""
     b, h, n = args.batch, args.heads, args.seq_len
     flop = attention_flops(b, h, n, n, d, causal=True, pass_="forward_backward")
     # ours with the best configs as the autotuner's only candidates
-    for kernel, t in (("forward", fwd_t), ("backward_dkdv", dkdv_t), ("backward_dq", dq_t)):
-        config = triton.Config({"BLOCK_Q": t[0], "BLOCK_K": t[1]}, num_warps=t[2], num_stages=t[3])
-        fat._TUNED[kernel] = triton.autotune(configs=[config], key=fat.TUNE_KEY)(fat._RAW[kernel])
-    impls = {"ours": lambda q, k, v: fat.FlashAttentionTriton.apply(q, k, v, True)}
+    fwd_extra = {"WARP_SPEC": True} if fwd_cfg.get("WARP_SPEC") else {}
+    fwd = triton.Config(
+        {"BLOCK_Q": fwd_cfg["BLOCK_Q"], "BLOCK_K": fwd_cfg["BLOCK_K"], **fwd_extra},
+        num_warps=fwd_cfg["num_warps"],
+        num_stages=fwd_cfg["num_stages"],
+    )
+    fused = triton.Config(
+        {"BLOCK_Q": fused_t[0], "BLOCK_K": fused_t[1]}, num_warps=fused_t[2], num_stages=fused_t[3]
+    )
+    fat._TUNED["forward"] = triton.autotune(configs=[fwd], key=fat.TUNE_KEY)(fat._RAW["forward"])
+    fat._TUNED["backward_fused"] = triton.autotune(configs=[fused], key=fat.TUNE_KEY)(
+        fat._RAW["backward_fused"]
+    )
+    impls = {"ours": (lambda q, k, v: fat.FlashAttentionTriton.apply(q, k, v, True), False)}
     if args.baseline:
         spec = importlib.util.spec_from_file_location("flash_baseline", args.baseline)
         mod = importlib.util.module_from_spec(spec)
+        sys.modules["flash_baseline"] = mod
         spec.loader.exec_module(mod)
-        impls["baseline"] = lambda q, k, v: mod.FlashAttentionTriton.apply(q, k, v, True)
-    impls["sdpa_flash"], impls["sdpa_cudnn"] = sdpa("flash"), sdpa("cudnn")
-    q, k, v = torch.randn(3, b * h, n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        impls["baseline"] = (lambda q, k, v: mod.FlashAttentionTriton.apply(q, k, v, True), False)
+    impls["sdpa_flash"], impls["sdpa_cudnn"] = (sdpa("flash"), True), (sdpa("cudnn"), True)
+    q3, k3, v3 = torch.randn(3, b * h, n, d, device="cuda", dtype=torch.bfloat16)
     board = {}
-    for name, fn in impls.items():
+    for name, (fn, four_d) in impls.items():
+        leaves = [
+            (x.view(b, h, n, d) if four_d else x).clone().requires_grad_() for x in (q3, k3, v3)
+        ]
         compiled = torch.compile(fn)
 
-        def step(compiled=compiled):
-            o = compiled(q, k, v)
+        def step(compiled=compiled, leaves=leaves):
+            o = compiled(*leaves)
             o.sum().backward()
 
         try:
             step()
             ms = triton.testing.do_bench(
-                step, warmup=args.lb_warmup_ms, rep=args.lb_rep_ms, grad_to_none=[q, k, v]
+                step, warmup=args.lb_warmup_ms, rep=args.lb_rep_ms, grad_to_none=leaves
             )
             board[name] = ms
             rows.append(
@@ -268,7 +265,7 @@ def leaderboard(d, args, rows, summary, fwd_t, dkdv_t, dq_t) -> None:
                     "head_dim": d,
                     "kind": "leaderboard",
                     "impl": name,
-                    "status": f"error: {type(exc).__name__}: {str(exc)[:200]}",
+                    "status": f"error: {type(exc).__name__}: {str(exc)[:300]}",
                 }
             )
         print(json.dumps(rows[-1]), flush=True)
@@ -295,7 +292,10 @@ def main() -> None:
     dims = [int(x) for x in args.head_dims.split(",")]
     t0 = time.perf_counter()
     done = fat.precompile(
-        dtypes=(torch.bfloat16,), head_dims=dims, causal=(True,), tiles={k: grid(k) for k in GRID}
+        dtypes=(torch.bfloat16,),
+        head_dims=dims,
+        causal=(True,),
+        tiles={**{k: grid(k) for k in GRID}, "backward_dkdv": [], "backward_dq": []},
     )
     print(
         f"precompiled {done['jobs']} kernels in {done['seconds']:.0f} s; {len(done['errors'])} errors",
@@ -310,7 +310,12 @@ def main() -> None:
         "precompile": {**done, "errors": done["errors"][:20]},
     }
     for d in dims:
-        tune_head_dim(d, args, rows, summary)
+        try:
+            tune_head_dim(d, args, rows, summary)
+        except Exception:  # keep what the other head dims measure
+            import traceback
+
+            traceback.print_exc()
         (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     import pandas as pd
 

@@ -266,7 +266,8 @@ DESC_CASES = [
 @pytest.mark.parametrize("causal", [False, True])
 def test_triton_descriptor_and_pointer_paths(device, dtype, use_desc, causal):
     """Tensor descriptors (TMA loads and stores, out-of-range rows zero-filled and clipped) and
-    plain pointers give the same results, ragged lengths and n_q != n_k included."""
+    plain pointers give the same results, ragged lengths and n_q != n_k included; so do the
+    separate dQ pass and dQ accumulated by the dK/dV pass (bulk reductions or atomics)."""
     if device == "cpu" and not fat.INTERPRET:
         pytest.skip("CPU tensors need TRITON_INTERPRET=1")
     if use_desc and not fat.descriptors_supported():
@@ -279,9 +280,16 @@ def test_triton_descriptor_and_pointer_paths(device, dtype, use_desc, causal):
     o_ref, lse_ref = reference(q, k, v, causal)
     assert_close(o, o_ref, TOL[dtype][0], "O")
     assert_close(lse, lse_ref, TOL[dtype][0], "L")
-    grads = fat.flash_backward_triton(q, k, v, o, do, lse, causal, blocks=blocks, use_desc=use_desc)
-    for name, got, ref in zip("QKV", grads, reference_grads(q, k, v, do, causal), strict=True):
-        assert_close(got, ref, TOL[dtype][1], f"d{name}")
+    refs = reference_grads(q, k, v, do, causal)
+    for fuse_dq in (False, True):  # dQ in its own pass, or accumulated by the dK/dV pass
+        fat._CHOSEN.clear()
+        grads = fat.flash_backward_triton(
+            q, k, v, o, do, lse, causal, blocks=blocks, use_desc=use_desc, fuse_dq=fuse_dq
+        )
+        used = fat.chosen_configs()
+        assert set(used) == ({"backward_fused"} if fuse_dq else {"backward_dkdv", "backward_dq"})
+        for name, got, ref in zip("QKV", grads, refs, strict=True):
+            assert_close(got, ref, TOL[dtype][1], f"d{name} (fuse_dq={fuse_dq})")
 
 
 def test_triton_descriptors_refused_for_padded_head_dim():

@@ -244,6 +244,16 @@ def flash_options(wc):
     )
 
 
+def flash_leaderboard_timing(wc):
+    """The leaderboard point's own do_bench windows, where configured (they override)."""
+    board = stage_config("flash")["leaderboard"]
+    return " ".join(
+        f"--{key.replace('_', '-')} {board[key]}"
+        for key in ("warmup_ms", "rep_ms")
+        if key in board
+    )
+
+
 def flash_point_files(wc):
     cfg = stage_config("flash")
     files = expand(f"{RESULTS}/flash/points/{{dtype}}.csv", dtype=cfg["dtypes"])

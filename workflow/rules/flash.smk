@@ -56,6 +56,7 @@ rule flash_leaderboard:
         board=lambda wc: stage_config("flash")["leaderboard"],
         impls=lambda wc: cli_list(stage_config("flash")["leaderboard"]["impls"]),
         options=flash_options,
+        timing=flash_leaderboard_timing,
         gate=flash_gate_arg,
         common=common_args(),
     shell:
@@ -63,7 +64,7 @@ rule flash_leaderboard:
         " --impls {params.impls} --dtype {params.board[dtype]}"
         " --batch-size {params.board[batch_size]} --heads {params.board[heads]}"
         " --seq-len {params.board[seq_len]} --head-dim {params.board[head_dim]}"
-        " {params.options} {params.gate} 2>&1 | tee {log}"
+        " {params.options} {params.timing} {params.gate} 2>&1 | tee {log}"
 
 
 rule flash_aggregate:
