@@ -125,12 +125,8 @@ def tune_head_dim(d: int, args, rows: list, summary: dict) -> None:
 
     # forward configs
     best_fwd = None
-    candidates = [(t, False) for t in grid("forward")]
-    for t, ws in candidates:
-        cfg = as_cfg(t)
-        if ws:
-            cfg["WARP_SPEC"] = True
-        label = (*t, "ws") if ws else t
+    for t in grid("forward"):
+        cfg, label = as_cfg(t), t
         try:
             o, _ = fat.flash_forward_triton(q, k, v, True, blocks=cfg)
             e = err(o, o_ref)
@@ -152,9 +148,7 @@ def tune_head_dim(d: int, args, rows: list, summary: dict) -> None:
                 fwd_flops,
                 status=f"error: {type(exc).__name__}: {str(exc)[:120]}",
             )
-    best_cfg = as_cfg(best_fwd["config"][:4])
-    if len(best_fwd["config"]) > 4:
-        best_cfg["WARP_SPEC"] = True
+    best_cfg = as_cfg(best_fwd["config"])
     o, lse = fat.flash_forward_triton(q, k, v, True, blocks=best_cfg)
 
     def bwd_row(kind, blocks, fuse, use_desc=None):
@@ -210,9 +204,8 @@ def leaderboard(d, args, rows, summary, fwd_cfg, fused_t) -> None:
     b, h, n = args.batch, args.heads, args.seq_len
     flop = attention_flops(b, h, n, n, d, causal=True, pass_="forward_backward")
     # ours with the best configs as the autotuner's only candidates
-    fwd_extra = {"WARP_SPEC": True} if fwd_cfg.get("WARP_SPEC") else {}
     fwd = triton.Config(
-        {"BLOCK_Q": fwd_cfg["BLOCK_Q"], "BLOCK_K": fwd_cfg["BLOCK_K"], **fwd_extra},
+        {"BLOCK_Q": fwd_cfg["BLOCK_Q"], "BLOCK_K": fwd_cfg["BLOCK_K"]},
         num_warps=fwd_cfg["num_warps"],
         num_stages=fwd_cfg["num_stages"],
     )

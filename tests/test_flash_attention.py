@@ -255,7 +255,13 @@ def test_triton_tile_shapes(device, blocks, causal):
 
 
 DESC_CASES = [
-    pytest.param(dev, dtype, use_desc, marks=[pytest.mark.gpu] if dev == "cuda" else [])
+    pytest.param(
+        dev,
+        dtype,
+        use_desc,
+        marks=[pytest.mark.gpu] if dev == "cuda" else [],
+        id=f"{dev}-{DTYPE_IDS[dtype]}-{'descriptors' if use_desc else 'pointers'}",
+    )
     for dev, dtypes in (("cpu", (F32, F16)), ("cuda", (F16, BF16)))
     for dtype in dtypes
     for use_desc in (False, True)

@@ -938,24 +938,25 @@ def _attn_bwd_dq(
 # and compiles slowly with big tiles.
 TILE_CONFIGS = {
     "forward": {
-        "16bit": [(128, 64, 8, 3), (64, 64, 4, 3), (128, 32, 4, 3)],
-        "16bit-d128": [(128, 64, 8, 3), (64, 64, 4, 3), (128, 32, 4, 3)],
+        "16bit": [(64, 128, 4, 2), (128, 128, 4, 3), (64, 64, 4, 2)],
+        "16bit-d128": [(128, 64, 4, 2), (128, 128, 8, 3), (64, 64, 4, 3)],
         "32bit": [(64, 32, 4, 2), (32, 32, 4, 2)],
     },
     "backward_dkdv": {
-        "16bit": [(32, 64, 4, 2), (32, 128, 8, 2)],
-        "16bit-d128": [(32, 64, 4, 2), (32, 128, 8, 2)],
+        "16bit": [(32, 128, 8, 2), (32, 64, 4, 2)],
+        "16bit-d128": [(64, 128, 8, 3), (64, 64, 4, 2)],
         "32bit": [(32, 32, 4, 2), (32, 64, 4, 2)],
     },
     "backward_dq": {
-        "16bit": [(64, 32, 4, 2), (128, 32, 8, 2)],
-        "16bit-d128": [(64, 32, 4, 2), (128, 32, 8, 2)],
+        "16bit": [(128, 64, 8, 3), (128, 32, 4, 3)],
+        "16bit-d128": [(64, 32, 4, 4), (128, 64, 8, 4)],
         "32bit": [(32, 32, 4, 2), (64, 32, 4, 2)],
     },
-    # one pass for dK, dV and (accumulated in fp32) dQ
+    # one pass for dK, dV and (accumulated in fp32) dQ: measured slower than the two passes on
+    # an H100, so only used when asked for (fuse_dq=True)
     "backward_fused": {
-        "16bit": [(32, 128, 8, 2), (64, 128, 8, 2)],
-        "16bit-d128": [(32, 128, 8, 2), (64, 128, 8, 2)],
+        "16bit": [(64, 64, 4, 2), (64, 128, 8, 3)],
+        "16bit-d128": [(64, 128, 8, 3), (32, 128, 8, 3)],
         "32bit": [(32, 32, 4, 2)],
     },
 }
@@ -1199,10 +1200,8 @@ def precompile(
             # what contiguous inputs of this dtype and head dim run with
             use_desc = dtype != torch.float32 and descriptors_supported() and d == d_pad
             jobs.append(("preprocess", name, d, False, "", None, False))
-            # the backward passes these inputs run: fused with descriptors, separate without
-            kernels = ("forward", "backward_fused") if use_desc else KERNELS[:3]
             for is_causal in causal:
-                for kernel in kernels:
+                for kernel in (tiles or {}).keys() or KERNELS[:3]:
                     for tile in (tiles or {}).get(kernel) or tile_configs(kernel, dtype, d):
                         prec = _precision(dtype)
                         jobs.append((kernel, name, d, bool(is_causal), prec, tile, use_desc))
@@ -1315,12 +1314,13 @@ def flash_backward_triton(
     is_causal: bool = False,
     blocks=None,
     use_desc: bool | None = None,
-    fuse_dq: bool | None = None,
+    fuse_dq: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Backward kernels: D = rowsum(O*dO), then either one pass that computes dK and dV and adds
-    each tile's dQ into an fp32 accumulator (`fuse_dq`; default where tensor descriptors are
-    used, whose bulk reductions make the adds cheap: five matmuls per tile pair), or a dK/dV pass
-    and a separate dQ pass (seven matmuls, no atomics, deterministic).
+    """Backward kernels: D = rowsum(O*dO), then a dK/dV pass and a separate dQ pass (the
+    default: seven matmuls per tile pair, no atomics, deterministic) or, with `fuse_dq=True`, one
+    pass that computes dK and dV and adds each tile's dQ into an fp32 accumulator (five
+    matmuls; bulk tensor reductions with descriptors, atomics without). On an H100 the fused
+    pass measured slower (docs/flash-attention-notes.md).
 
     `blocks`: as in flash_forward_triton, for every pass, or a dict with one entry per pass
     ("backward_dkdv" and "backward_dq", or "backward_fused").
@@ -1348,7 +1348,7 @@ def flash_backward_triton(
         # e.g. the stride-0 gradient of o.sum(): one dense copy lets the descriptors read it
         do4 = do4.contiguous()
     desc = _use_desc((q4, k4, v4, do4, dq, dk, dv), d, d_pad, use_desc)
-    fuse = desc if fuse_dq is None else bool(fuse_dq)
+    fuse = bool(fuse_dq)
     sm_scale = d**-0.5
     strides = (*_strides(q4), *_strides(k4), *_strides(v4), *_strides(do4))
     scalars = (h, n_q, n_k, sm_scale * LOG2E, sm_scale, _pow2_bucket(n_q), _pow2_bucket(n_k))
