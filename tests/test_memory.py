@@ -317,3 +317,29 @@ def test_memory_analysis_of_a_cuda_run(tmp_path):
     assert s["alloc_point"] == "2.7B, context 256, train step, fp32"
     text = render(results, ["memory"])
     assert "falls in backward" in text and "model.py:42 forward" in text
+
+
+def test_measure_point_frees_the_step_it_measured():
+    """The saved-tensor counter must not keep a step's activations alive: after two points on
+    the same model no tensor beyond the parameters and inputs survives (an identity pack hook
+    made a C++ reference cycle that leaked every forward's activations)."""
+    import argparse
+    import gc
+
+    from cs336_systems.benchmark import Workload
+    from cs336_systems.memory import measure_point
+
+    def live_bytes():
+        gc.collect()
+        return sum(
+            o.numel() * o.element_size()
+            for o in gc.get_objects()
+            if torch.is_tensor(o) and not isinstance(o, torch.nn.Parameter)
+        )
+
+    work = Workload.build("tiny", 32, 2, torch.device("cpu"))
+    before = live_bytes()
+    for mode in ("forward", "train_step"):
+        row, _ = measure_point(work, mode, "fp32", 1, None, argparse.Namespace(max_entries=100))
+        assert row["saved_activations_mb"] > 0
+    assert live_bytes() == before

@@ -394,11 +394,14 @@ class SavedTensorCounter:
         ptr = st.data_ptr()
         if ptr not in self.exclude:
             self.storages[ptr] = st.nbytes()
-        return t
+        # not `t` itself: a node that saves its own output would then hold a tensor that holds
+        # the node, a cycle through C++ that Python's collector never frees (every forward's
+        # activations stayed allocated until the process ended)
+        return t.detach()
 
     @staticmethod
     def unpack(t: torch.Tensor) -> torch.Tensor:
-        return t
+        return t.detach()
 
     @property
     def bytes(self) -> int:
