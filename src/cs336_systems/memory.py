@@ -401,7 +401,7 @@ class SavedTensorCounter:
 
     @staticmethod
     def unpack(t: torch.Tensor) -> torch.Tensor:
-        return t.detach()
+        return t
 
     @property
     def bytes(self) -> int:
