@@ -212,6 +212,20 @@ def _tile_index(TILE_AXIS: tl.constexpr, HEAVY_LAST: tl.constexpr):
     return tl.program_id(TILE_AXIS)
 
 
+@triton.jit
+def _key_range(q0, n_k, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, IS_CAUSAL: tl.constexpr):
+    """Key tiles of the query tile starting at q0: [0, lo_masked) need no masks (causal: keys
+    before q0, visible to every row), [lo_masked, hi) do (the diagonal, the ragged end); keys
+    from hi on are visible to no row of the tile."""
+    if IS_CAUSAL:
+        hi = tl.minimum(n_k, q0 + BLOCK_Q)
+        lo_masked = (tl.minimum(q0, n_k) // BLOCK_K) * BLOCK_K
+    else:
+        hi = n_k
+        lo_masked = (n_k // BLOCK_K) * BLOCK_K
+    return lo_masked, hi
+
+
 # ----------------------------------------------------------------------------- forward
 
 
@@ -355,13 +369,7 @@ def _attn_fwd(
     l_i = tl.zeros([BLOCK_Q], dtype=tl.float32)
     acc = tl.zeros([BLOCK_Q, D_PAD], dtype=tl.float32)
 
-    if IS_CAUSAL:
-        # keys < q0 are visible to every row of the tile; keys beyond the tile's last row to none
-        hi = tl.minimum(n_k, q0 + BLOCK_Q)
-        lo_masked = (tl.minimum(q0, n_k) // BLOCK_K) * BLOCK_K
-    else:
-        hi = n_k
-        lo_masked = (n_k // BLOCK_K) * BLOCK_K
+    lo_masked, hi = _key_range(q0, n_k, BLOCK_Q, BLOCK_K, IS_CAUSAL)
     for masked in tl.static_range(2):
         acc, l_i, m_i = _fwd_inner(
             acc,
@@ -879,12 +887,7 @@ def _attn_bwd_dq(
     delta = tl.load(Delta + pid_bh.to(tl.int64) * n_q + offs_q, mask=in_q, other=0.0)
     dq = tl.zeros([BLOCK_Q, D_PAD], dtype=tl.float32)
 
-    if IS_CAUSAL:
-        hi = tl.minimum(n_k, q0 + BLOCK_Q)
-        lo_masked = (tl.minimum(q0, n_k) // BLOCK_K) * BLOCK_K
-    else:
-        hi = n_k
-        lo_masked = (n_k // BLOCK_K) * BLOCK_K
+    lo_masked, hi = _key_range(q0, n_k, BLOCK_Q, BLOCK_K, IS_CAUSAL)
     for masked in tl.static_range(2):
         dq = _dq_inner(
             dq,
