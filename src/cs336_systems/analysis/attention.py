@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from cs336_systems.analysis.common import empty_figure, fmt, load, md_table, save
+from cs336_systems.analysis.common import empty_figure, fmt, load, md_table, save, status_counts
 
 MIB = 2**20
 
@@ -325,7 +325,7 @@ def context(results_dir: Path) -> dict:
         return {"available": False}
     df = _points(df)
     first = df.iloc[0]
-    statuses = df["status"].map(lambda s: str(s).split(":")[0]).value_counts().to_dict()
+    statuses = status_counts(df)
     failed = df[df["status"] != "ok"]
     return {
         "available": True,

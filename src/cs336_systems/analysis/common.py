@@ -84,6 +84,11 @@ def empty_figure(path: Path, message: str) -> Path:
     return save(fig, path)
 
 
+def status_counts(df: pd.DataFrame) -> dict[str, int]:
+    """Rows per status kind ("ok", "oom", "error", "skipped", ...: the text before any colon)."""
+    return df["status"].map(lambda s: str(s).split(":")[0]).value_counts().to_dict()
+
+
 def failed_points(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     if "status" not in df or len(df) == 0:
         return pd.DataFrame(columns=[*columns, "status"])

@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from cs336_systems.analysis.common import empty_figure, fmt, load, md_table, save
+from cs336_systems.analysis.common import empty_figure, fmt, load, md_table, save, status_counts
 
 IMPL_ORDER = [
     "naive_eager",
@@ -373,7 +373,7 @@ def context(results_dir: Path) -> dict:
         return {"available": False}
     sw = sweep(df)
     first = df.iloc[0]
-    statuses = df["status"].map(lambda s: str(s).split(":")[0]).value_counts().to_dict()
+    statuses = status_counts(df)
     gated = df[df["status"] == "skipped: kernel tests failed"]
     verdicts = {}
     if "kernel_tests" in df:
