@@ -1259,6 +1259,20 @@ def _launch_common(q4, k4, v4):
     return b, h, n_q, n_k, d, d_pad
 
 
+@functools.cache
+def _hopper_module():
+    """`flash_attention_hopper` (Gluon kernels for Hopper), or None where it cannot be used: in the
+    interpreter, with CS336_FLASH_GLUON=0, or on a Triton whose Gluon API differs (Gluon is
+    experimental and changes between releases)."""
+    if INTERPRET or os.environ.get("CS336_FLASH_GLUON", "1") == "0":
+        return None
+    try:
+        from cs336_systems import flash_attention_hopper
+    except Exception:  # ImportError, or an API that moved
+        return None
+    return flash_attention_hopper
+
+
 def flash_forward_triton(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -1266,16 +1280,32 @@ def flash_forward_triton(
     is_causal: bool = False,
     blocks=None,
     use_desc: bool | None = None,
+    use_gluon: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward kernel on (batch, n, d) or (batch, heads, n, d); returns (O, L fp32).
 
-    `blocks` bypasses autotuning: (BLOCK_Q, BLOCK_K) (tests use it to exercise tile edges) or a
-    dict that may add num_warps and num_stages. `use_desc` forces tensor descriptors on or off
-    (default: on for 16-bit inputs they fit, on Hopper or newer).
+    On Hopper, 16-bit inputs go to the Gluon kernel of `flash_attention_hopper` (FlashAttention-3's
+    overlap of softmax and matrix products) at the head dims where it measured faster
+    (`flash_attention_hopper.routed`; any of 16/32/64/128 with `use_gluon=True`), unless
+    `use_gluon=False`, `blocks` or `use_desc=False` is given; everything else runs this module's
+    Triton kernel. `blocks` bypasses autotuning: (BLOCK_Q, BLOCK_K) (tests use it to exercise
+    tile edges) or a dict that may add num_warps and num_stages. `use_desc` forces tensor
+    descriptors on or off (default: on for 16-bit inputs they fit, on Hopper or newer).
     """
     check_inputs(q, k, v)
     q4, k4, v4 = _as_4d(q), _as_4d(k), _as_4d(v)
     b, h, n_q, n_k, d, d_pad = _launch_common(q4, k4, v4)
+    hopper = _hopper_module() if use_gluon is not False else None
+    if hopper is not None and blocks is None and use_desc is not False:
+        if (use_gluon or hopper.routed("forward", d)) and hopper.supported(q4, k4, v4):
+            o, lse = hopper.forward(q4, k4, v4, bool(is_causal))
+            _CHOSEN["forward"] = hopper.chosen_config("forward", d)
+            return (o.squeeze(1), lse.squeeze(1)) if q.dim() == 3 else (o, lse)
+    if use_gluon:
+        raise ValueError(
+            f"the Gluon kernels need a Hopper GPU, fp16/bf16, head dim in 16/32/64/128 and "
+            f"16-byte aligned strides; got q {tuple(q.shape)} {q.dtype} on {q.device}"
+        )
     o = torch.empty((b, h, n_q, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((b, h, n_q), dtype=torch.float32, device=q.device)
     sm_scale = d**-0.5
@@ -1321,6 +1351,7 @@ def flash_backward_triton(
     blocks=None,
     use_desc: bool | None = None,
     fuse_dq: bool = False,
+    use_gluon: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Backward kernels: D = rowsum(O*dO), then a dK/dV pass and a separate dQ pass (the
     default: seven matmuls per tile pair, no atomics, deterministic) or, with `fuse_dq=True`, one
@@ -1329,7 +1360,9 @@ def flash_backward_triton(
     pass measured slower (docs/flash-attention-notes.md).
 
     `blocks`: as in flash_forward_triton, for every pass, or a dict with one entry per pass
-    ("backward_dkdv" and "backward_dq", or "backward_fused").
+    ("backward_dkdv" and "backward_dq", or "backward_fused"). On Hopper the dK/dV pass is the
+    Gluon kernel of `flash_attention_hopper` where it applies (as for the forward; not with
+    `fuse_dq`, `blocks`, `use_desc=False` or `use_gluon=False`).
     """
     q4, k4, v4, o4, do4 = (_as_4d(x) for x in (q, k, v, o, do))
     b, h, n_q, n_k, d, d_pad = _launch_common(q4, k4, v4)
@@ -1375,15 +1408,32 @@ def flash_backward_triton(
     # dQ target: the fp32 accumulator (fused) or the output itself (its own pass)
     dq_target = torch.zeros((b, h, n_q, d), dtype=torch.float32, device=q.device) if fuse else dq
     kernel = "backward_fused" if fuse else "backward_dkdv"
-    dkdv_args = (q4, k4, v4, do4, lse, delta, dk, dv, dq_target, *strides)
-    _launch(
-        kernel,
-        (*dkdv_args, *_strides(dk), *_strides(dv), *_strides(dq_target), *scalars),
-        {**meta, "FUSE_DQ": fuse},
-        lambda bq, bk: triton.cdiv(n_k, bk),
-        b * h,
-        pick(kernel),
-    )
+    hopper = _hopper_module() if use_gluon is not False else None
+    if (
+        hopper is not None
+        and not fuse
+        and blocks is None
+        and use_desc is not False
+        and (use_gluon or hopper.routed(kernel, d))
+        and hopper.supported(q4, k4, v4, do4, dk, dv)
+    ):
+        hopper.backward_dkdv(q4, k4, v4, do4, lse, delta, dk, dv, bool(is_causal))
+        _CHOSEN[kernel] = hopper.chosen_config(kernel, d)
+    elif use_gluon:
+        raise ValueError(
+            f"the Gluon dK/dV kernel needs a Hopper GPU, fp16/bf16, head dim in 16/32/64/128, "
+            f"no fuse_dq or blocks; got q {tuple(q.shape)} {q.dtype} on {q.device}"
+        )
+    else:
+        dkdv_args = (q4, k4, v4, do4, lse, delta, dk, dv, dq_target, *strides)
+        _launch(
+            kernel,
+            (*dkdv_args, *_strides(dk), *_strides(dv), *_strides(dq_target), *scalars),
+            {**meta, "FUSE_DQ": fuse},
+            lambda bq, bk: triton.cdiv(n_k, bk),
+            b * h,
+            pick(kernel),
+        )
     if fuse:
         dq.copy_(dq_target)
     else:

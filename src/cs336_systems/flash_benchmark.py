@@ -188,6 +188,8 @@ def _config_text(cfg: dict | None) -> str:
     text = f"{cfg['BLOCK_Q']}x{cfg['BLOCK_K']}"
     if cfg.get("num_warps"):
         text += f" w{cfg['num_warps']} s{cfg['num_stages']}"
+    if cfg.get("kernel") == "gluon":
+        text += " gluon"
     return text
 
 

@@ -1,0 +1,634 @@
+"""FlashAttention-2 kernels for Hopper GPUs (H100, H200) in Gluon, Triton's lower-level dialect.
+
+Why a second set of kernels: in Triton's own language (``flash_attention_triton.py``) every
+matrix product whose result feeds the softmax is followed by a wait for all outstanding tensor-core
+work (Triton 3.6's WGMMA pipeliner makes such a dot synchronous), so within a warpgroup the
+exponentials and the matrix products never overlap. Gluon exposes the asynchronous ``wgmma``
+directly: the forward issues the scores of key tile j+1 and the product P_j V_j back to back,
+waits for the scores only (``warpgroup_mma_wait(1)``), and computes the softmax of tile j+1 while
+the tensor cores are still busy with P_j V_j: FlashAttention-3's intra-warpgroup overlap. K and V
+tiles stream through a ring of shared-memory buffers filled by TMA (bulk tensor copies) ahead of
+use.
+
+Scope: compute capability 9.x, fp16/bf16, head dim 16, 32, 64 or 128, tensors whose last dim
+is contiguous and whose other strides are 16-byte aligned. ``supported()`` says whether a call
+qualifies; ``flash_attention_triton`` uses these kernels when it does and its own kernels
+otherwise (other GPUs, fp32, other head dims, Triton's interpreter on CPU).
+
+Conventions are those of ``flash_attention_triton``: (batch, heads, n, d) tensors, causal masking
+top-left aligned (query i sees key j iff i >= j), L the natural-log logsumexp in fp32.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+LOG2E = 1.4426950408889634
+HEAD_DIMS = (16, 32, 64, 128)
+GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
+
+# Where these kernels are used, and with which tiles: (BLOCK_M, BLOCK_N, num_warps, STAGES) per
+# head dim, for the head dims at which they measured faster than the Triton-language kernels
+# (H100, batch 1, 16 heads, 16384 tokens, causal bf16; scripts/flash_hopper_check.py,
+# docs/flash-attention-notes.md). Other head dims in HEAD_DIMS run when asked for (`config=`).
+FORWARD_CONFIGS = {64: (128, 64, 8, 3)}
+# dK/dV: BLOCK_M query rows per step, BLOCK_N keys per program
+DKDV_CONFIGS = {32: (32, 128, 8, 3), 64: (64, 128, 8, 4), 128: (64, 128, 8, 3)}
+DEFAULT_CONFIGS = {"forward": (128, 64, 8, 3), "backward_dkdv": (32, 128, 8, 3)}
+
+
+@gluon.constexpr_function
+def _mma_layout(num_warps, n):
+    """wgmma accumulator layout of a (BLOCK_M x n) tile: warps stacked along the rows, 16 rows
+    each (a warpgroup covers 64 rows)."""
+    return gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, n, 16]
+    )
+
+
+@gluon.jit
+def _mask_scores(s, offs_m, offs_n, n_k, IS_CAUSAL: gl.constexpr):
+    """-inf where the key is past n_k or (causal) after the query."""
+    valid = gl.expand_dims(offs_n, 0) < n_k
+    if IS_CAUSAL:
+        valid = valid & (gl.expand_dims(offs_m, 1) >= gl.expand_dims(offs_n, 0))
+    return gl.where(valid, s, float("-inf"))
+
+
+@gluon.jit
+def _softmax_update(s, m_i, l_i, qk_scale):
+    """Online softmax over one tile of raw scores: new running max (scaled, log2 units),
+    unnormalised probabilities, running sum and the factor that rescales what came before."""
+    m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+    p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
+    alpha = gl.exp2(m_i - m_new)
+    l_i = l_i * alpha + gl.sum(p, 1)
+    return p, m_new, l_i, alpha
+
+
+@gluon.jit
+def _load_kv(desc, bar, smem, off_b, off_h, tile, n_tiles, BLOCK_N: gl.constexpr):
+    """Start the TMA copy of key/value tile `tile` (if it exists) into `smem`, signalling `bar`."""
+    pred = tile < n_tiles
+    mbarrier.expect(bar, desc.block_type.nbytes, pred=pred)
+    tma.async_copy_global_to_shared(desc, [off_b, off_h, tile * BLOCK_N, 0], bar, smem, pred=pred)
+
+
+@gluon.jit
+def _attn_fwd_kernel(
+    q_desc,
+    k_desc,
+    v_desc,
+    o_desc,
+    L,
+    n_heads,
+    n_q,
+    n_k,
+    qk_scale,
+    HEAD_DIM: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    IS_CAUSAL: gl.constexpr,
+    STAGES: gl.constexpr,
+    num_warps: gl.constexpr,
+):
+    dtype: gl.constexpr = q_desc.dtype
+    s_layout: gl.constexpr = _mma_layout(num_warps, BLOCK_N)
+    o_layout: gl.constexpr = _mma_layout(num_warps, HEAD_DIM)
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    rows_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    cols_s: gl.constexpr = gl.SliceLayout(0, s_layout)
+    rows_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+
+    # grid (batch x heads, query tiles); causal: the heaviest query tiles first
+    pid_bh = gl.program_id(0)
+    if IS_CAUSAL:
+        pid_m = gl.num_programs(1) - 1 - gl.program_id(1)
+    else:
+        pid_m = gl.program_id(1)
+    off_b = pid_bh // n_heads
+    off_h = pid_bh % n_heads
+    q0 = pid_m * BLOCK_M
+
+    q_smem = gl.allocate_shared_memory(dtype, q_desc.block_type.shape, q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_bars.index(i), count=1)
+        mbarrier.init(v_bars.index(i), count=1)
+    fence_async_shared()
+
+    # key tiles [0, n_tiles); from first_masked on they cross the diagonal or the ragged end
+    if IS_CAUSAL:
+        hi = gl.minimum(n_k, q0 + BLOCK_M)
+        first_masked = gl.minimum(q0, n_k) // BLOCK_N
+    else:
+        hi = n_k
+        first_masked = n_k // BLOCK_N
+    n_tiles = gl.cdiv(hi, BLOCK_N)
+
+    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [off_b, off_h, q0, 0], q_bar, q_smem)
+    for i in gl.static_range(STAGES):
+        _load_kv(k_desc, k_bars.index(i), k_smem.index(i), off_b, off_h, i, n_tiles, BLOCK_N)
+        _load_kv(v_desc, v_bars.index(i), v_smem.index(i), off_b, off_h, i, n_tiles, BLOCK_N)
+
+    q = q_smem.reshape([BLOCK_M, HEAD_DIM])
+    offs_m = q0 + gl.arange(0, BLOCK_M, layout=rows_s)
+    offs_nb = gl.arange(0, BLOCK_N, layout=cols_s)
+    s_init = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, rows_s)
+    l_i = gl.zeros([BLOCK_M], gl.float32, rows_s)
+    acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
+
+    # tile 0: scores and softmax, nothing to overlap with yet
+    mbarrier.wait(q_bar, 0)
+    mbarrier.wait(k_bars.index(0), 0)
+    k_t = k_smem.index(0).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+    s = warpgroup_mma(q, k_t, s_init, use_acc=False, is_async=True)
+    s = warpgroup_mma_wait(0, deps=[s])
+    if first_masked == 0:
+        s = _mask_scores(s, offs_m, offs_nb, n_k, IS_CAUSAL)
+    p, m_i, l_i, alpha = _softmax_update(s, m_i, l_i, qk_scale)
+    p_op = gl.convert_layout(p.to(dtype), p_layout)
+    # K_0 is consumed (by every warpgroup): its buffer takes K_STAGES
+    gl.thread_barrier()
+    _load_kv(k_desc, k_bars.index(0), k_smem.index(0), off_b, off_h, STAGES, n_tiles, BLOCK_N)
+
+    for j in range(1, n_tiles):
+        stage = j % STAGES
+        prev = (j - 1) % STAGES
+        # issue S_j = Q K_j^T, then P_{j-1} V_{j-1}; wait for S_j only
+        mbarrier.wait(k_bars.index(stage), (j // STAGES) & 1)
+        k_t = k_smem.index(stage).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+        s = warpgroup_mma(q, k_t, s_init, use_acc=False, is_async=True)
+        mbarrier.wait(v_bars.index(prev), ((j - 1) // STAGES) & 1)
+        v = v_smem.index(prev).reshape([BLOCK_N, HEAD_DIM])
+        acc = warpgroup_mma(p_op, v, acc, is_async=True)
+        s = warpgroup_mma_wait(1, deps=[s])
+        # softmax of tile j while the tensor cores finish P_{j-1} V_{j-1}
+        if j >= first_masked:
+            s = _mask_scores(s, offs_m, j * BLOCK_N + offs_nb, n_k, IS_CAUSAL)
+        p, m_i, l_i, alpha = _softmax_update(s, m_i, l_i, qk_scale)
+        # p_op is read from registers by the product in flight: it stays alive until the wait
+        acc, p_op = warpgroup_mma_wait(0, deps=[acc, p_op])
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, rows_o), 1)
+        p_op = gl.convert_layout(p.to(dtype), p_layout)
+        # K_j and V_{j-1} are consumed (by every warpgroup): refill their buffers
+        gl.thread_barrier()
+        _load_kv(
+            k_desc,
+            k_bars.index(stage),
+            k_smem.index(stage),
+            off_b,
+            off_h,
+            j + STAGES,
+            n_tiles,
+            BLOCK_N,
+        )
+        _load_kv(
+            v_desc,
+            v_bars.index(prev),
+            v_smem.index(prev),
+            off_b,
+            off_h,
+            j - 1 + STAGES,
+            n_tiles,
+            BLOCK_N,
+        )
+
+    last = n_tiles - 1
+    mbarrier.wait(v_bars.index(last % STAGES), (last // STAGES) & 1)
+    v = v_smem.index(last % STAGES).reshape([BLOCK_N, HEAD_DIM])
+    acc = warpgroup_mma(p_op, v, acc, is_async=True)
+    acc, p_op = warpgroup_mma_wait(0, deps=[acc, p_op])
+
+    mbarrier.invalidate(q_bar)
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(k_bars.index(i))
+        mbarrier.invalidate(v_bars.index(i))
+
+    o = acc / gl.expand_dims(gl.convert_layout(l_i, rows_o), 1)
+    # Q's buffer takes O once no warpgroup reads Q any more; the TMA store clips rows >= n_q
+    gl.thread_barrier()
+    q.store(o.to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(o_desc, [off_b, off_h, q0, 0], q_smem)
+    lse = (m_i + gl.log2(l_i)) * 0.6931471805599453
+    gl.store(L + pid_bh * n_q + offs_m, lse, mask=offs_m < n_q)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _attn_bwd_dkdv_kernel(
+    q_desc,
+    k_desc,
+    v_desc,
+    do_desc,
+    dk_desc,
+    dv_desc,
+    L,
+    Delta,
+    n_heads,
+    n_q,
+    n_k,
+    qk_scale,
+    sm_scale,
+    HEAD_DIM: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    IS_CAUSAL: gl.constexpr,
+    STAGES: gl.constexpr,
+    num_warps: gl.constexpr,
+):
+    """dV = P^T dO and dK = scale * dS^T Q for one tile of BLOCK_N keys, over the query tiles
+    that see it, in transposed form (keys are rows). Q and dO tiles stream through a TMA ring.
+
+    Per query tile i the warpgroup waits for S_i^T only, computes P_i^T while dP_i^T and the
+    previous tile's dV and dK products still run, waits for dP_i^T, computes dS_i^T, then issues
+    the next tile's S^T and dP^T ahead of this tile's dV and dK products."""
+    dtype: gl.constexpr = q_desc.dtype
+    st_layout: gl.constexpr = _mma_layout(num_warps, BLOCK_M)
+    acc_layout: gl.constexpr = _mma_layout(num_warps, HEAD_DIM)
+    op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    cols: gl.constexpr = gl.SliceLayout(0, st_layout)
+    rows: gl.constexpr = gl.SliceLayout(1, st_layout)
+
+    # grid (batch x heads, key tiles); causal: key tile 0 sees every query, so ascending order
+    # launches the heaviest programs first
+    pid_bh = gl.program_id(0)
+    k0 = gl.program_id(1) * BLOCK_N
+    off_b = pid_bh // n_heads
+    off_h = pid_bh % n_heads
+
+    k_smem = gl.allocate_shared_memory(dtype, k_desc.block_type.shape, k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, v_desc.block_type.shape, v_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [STAGES] + q_desc.block_type.shape, q_desc.layout)
+    do_smem = gl.allocate_shared_memory(dtype, [STAGES] + do_desc.block_type.shape, do_desc.layout)
+    kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(kv_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(bars.index(i), count=1)
+    fence_async_shared()
+
+    # query tiles lo_tile + [0, T); causal: tiles before the key tile's diagonal see none of it
+    if IS_CAUSAL:
+        lo_tile = k0 // BLOCK_M
+    else:
+        lo_tile = 0
+    T = gl.cdiv(n_q, BLOCK_M) - lo_tile
+    q_bytes: gl.constexpr = q_desc.block_type.nbytes + do_desc.block_type.nbytes
+
+    mbarrier.expect(kv_bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(k_desc, [off_b, off_h, k0, 0], kv_bar, k_smem)
+    tma.async_copy_global_to_shared(v_desc, [off_b, off_h, k0, 0], kv_bar, v_smem)
+    # tile 0 is loaded even when T == 0: the prologue's products read it (and are discarded)
+    for i in gl.static_range(STAGES):
+        _load_q_do(
+            q_desc,
+            do_desc,
+            bars.index(i),
+            q_smem.index(i),
+            do_smem.index(i),
+            off_b,
+            off_h,
+            (lo_tile + i) * BLOCK_M,
+            (i < T) | (i == 0),
+            q_bytes,
+        )
+
+    k = k_smem.reshape([BLOCK_N, HEAD_DIM])
+    v = v_smem.reshape([BLOCK_N, HEAD_DIM])
+    offs_n = k0 + gl.arange(0, BLOCK_N, layout=rows)
+    offs_mb = gl.arange(0, BLOCK_M, layout=cols)
+    st_init = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, st_layout)
+    acc_init = gl.zeros([BLOCK_N, HEAD_DIM], gl.float32, acc_layout)
+    zero_op = gl.zeros([BLOCK_N, BLOCK_M], dtype, op_layout)
+
+    # prologue: the first tile's S^T and dP^T, and zero-initialised dV and dK (A = 0) in the
+    # same queue order as every later iteration
+    mbarrier.wait(kv_bar, 0)
+    mbarrier.wait(bars.index(0), 0)
+    q_t = q_smem.index(0).reshape([BLOCK_M, HEAD_DIM])
+    do_t = do_smem.index(0).reshape([BLOCK_M, HEAD_DIM])
+    s_t = warpgroup_mma(k, q_t.permute((1, 0)), st_init, use_acc=False, is_async=True)
+    dp_t = warpgroup_mma(v, do_t.permute((1, 0)), st_init, use_acc=False, is_async=True)
+    dv = warpgroup_mma(zero_op, do_t, acc_init, use_acc=False, is_async=True)
+    dk = warpgroup_mma(zero_op, q_t, acc_init, use_acc=False, is_async=True)
+    p_op = zero_op
+    ds_op = zero_op
+    # L and D of the next query tile are loaded a whole iteration ahead, one value per thread,
+    # and spread to the score layout through shared memory when used
+    flat: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+    offs_flat = gl.arange(0, BLOCK_M, layout=flat)
+    lse_next, delta_next = _load_rows_stats(L, Delta, pid_bh, n_q, lo_tile * BLOCK_M + offs_flat)
+
+    for i in range(T):
+        stage = i % STAGES
+        offs_m = (lo_tile + i) * BLOCK_M + offs_mb
+        lse = gl.convert_layout(lse_next, cols)
+        delta = gl.convert_layout(delta_next, cols)
+        s_t = warpgroup_mma_wait(3, deps=[s_t])
+        p_t = gl.exp2(s_t * qk_scale - gl.expand_dims(lse, 0))
+        if IS_CAUSAL:
+            if (lo_tile + i) * BLOCK_M < k0 + BLOCK_N:
+                causal = gl.expand_dims(offs_m, 0) >= gl.expand_dims(offs_n, 1)
+                p_t = gl.where(causal, p_t, 0.0)
+        dp_t = warpgroup_mma_wait(2, deps=[dp_t])
+        ds_t = p_t * (dp_t - gl.expand_dims(delta, 0))
+        new_p_op = gl.convert_layout(p_t.to(dtype), op_layout)
+        new_ds_op = gl.convert_layout(ds_t.to(dtype), op_layout)
+        # the previous tile's dV and dK products are done: their operands and Q/dO buffers free
+        dv, dk, p_op, ds_op = warpgroup_mma_wait(0, deps=[dv, dk, p_op, ds_op])
+        gl.thread_barrier()
+        prev_stage = (i + STAGES - 1) % STAGES
+        _load_q_do(
+            q_desc,
+            do_desc,
+            bars.index(prev_stage),
+            q_smem.index(prev_stage),
+            do_smem.index(prev_stage),
+            off_b,
+            off_h,
+            (lo_tile + i - 1 + STAGES) * BLOCK_M,
+            (i >= 1) & (i - 1 + STAGES < T),
+            q_bytes,
+        )
+        # the next tile's scores (the last iteration recomputes its own: discarded)
+        nxt = gl.minimum(i + 1, T - 1)
+        nxt_stage = nxt % STAGES
+        mbarrier.wait(bars.index(nxt_stage), (nxt // STAGES) & 1)
+        q_n = q_smem.index(nxt_stage).reshape([BLOCK_M, HEAD_DIM])
+        do_n = do_smem.index(nxt_stage).reshape([BLOCK_M, HEAD_DIM])
+        s_t = warpgroup_mma(k, q_n.permute((1, 0)), st_init, use_acc=False, is_async=True)
+        dp_t = warpgroup_mma(v, do_n.permute((1, 0)), st_init, use_acc=False, is_async=True)
+        q_t = q_smem.index(stage).reshape([BLOCK_M, HEAD_DIM])
+        do_t = do_smem.index(stage).reshape([BLOCK_M, HEAD_DIM])
+        dv = warpgroup_mma(new_p_op, do_t, dv, is_async=True)
+        dk = warpgroup_mma(new_ds_op, q_t, dk, is_async=True)
+        p_op = new_p_op
+        ds_op = new_ds_op
+        # the next tile's L and D, a whole iteration ahead of their use
+        lse_next, delta_next = _load_rows_stats(
+            L, Delta, pid_bh, n_q, (lo_tile + i + 1) * BLOCK_M + offs_flat
+        )
+
+    s_t, dp_t, dv, dk, p_op, ds_op = warpgroup_mma_wait(0, deps=[s_t, dp_t, dv, dk, p_op, ds_op])
+    mbarrier.invalidate(kv_bar)
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(bars.index(i))
+
+    # K's and V's buffers take dK and dV once no warpgroup reads them; TMA clips rows >= n_k
+    gl.thread_barrier()
+    k.store((dk * sm_scale).to(dtype))
+    v.store(dv.to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(dk_desc, [off_b, off_h, k0, 0], k_smem)
+    tma.async_copy_shared_to_global(dv_desc, [off_b, off_h, k0, 0], v_smem)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _load_rows_stats(L, Delta, pid_bh, n_q, offs_m):
+    """L (in log2 units) and D of query rows `offs_m`; rows past n_q get L = +inf, which makes
+    P exactly 0 there (their Q and dO rows read as zero), and D = 0."""
+    in_q = offs_m < n_q
+    lse = gl.load(L + pid_bh * n_q + offs_m, mask=in_q, other=float("inf"))
+    delta = gl.load(Delta + pid_bh * n_q + offs_m, mask=in_q, other=0.0)
+    return lse * 1.4426950408889634, delta
+
+
+@gluon.jit
+def _load_q_do(q_desc, do_desc, bar, q_buf, do_buf, off_b, off_h, row, pred, nbytes: gl.constexpr):
+    """Start the TMA copies of one Q tile and one dO tile, both signalling `bar`."""
+    mbarrier.expect(bar, nbytes, pred=pred)
+    tma.async_copy_global_to_shared(q_desc, [off_b, off_h, row, 0], bar, q_buf, pred=pred)
+    tma.async_copy_global_to_shared(do_desc, [off_b, off_h, row, 0], bar, do_buf, pred=pred)
+
+
+# ----------------------------------------------------------------------------- host side
+
+
+@functools.cache
+def _is_hopper(device_index: int) -> bool:
+    return torch.cuda.get_device_capability(device_index)[0] == 9
+
+
+def routed(kernel: str, head_dim: int) -> bool:
+    """Whether `flash_attention_triton` sends `kernel` ("forward", "backward_dkdv") at this head
+    dim to these kernels (where they measured faster)."""
+    return head_dim in (FORWARD_CONFIGS if kernel == "forward" else DKDV_CONFIGS)
+
+
+def supported(*tensors: torch.Tensor) -> bool:
+    """Whether these (batch, heads, n, d) tensors can go through the Hopper kernels."""
+    x = tensors[0]
+    if x.device.type != "cuda" or x.dtype not in GL_DTYPES or x.shape[-1] not in HEAD_DIMS:
+        return False
+    if not _is_hopper(x.device.index if x.device.index is not None else 0):
+        return False
+    for t in tensors:
+        if t.dim() != 4 or t.dtype != x.dtype or t.stride(-1) != 1 or t.data_ptr() % 16:
+            return False
+        if any(s * t.element_size() % 16 for s in t.stride()[:-1]):
+            return False
+    return True
+
+
+def _descriptor(x: torch.Tensor, block_rows: int) -> TensorDescriptor:
+    """A TMA descriptor over (batch, heads, n, d) with (1, 1, block_rows, d) tiles: rows past n
+    read as zeros and are not written, per head."""
+    block = [1, 1, block_rows, x.shape[-1]]
+    layout = gl.NVMMASharedLayout.get_default_for(block, GL_DTYPES[x.dtype])
+    return TensorDescriptor(x, list(x.shape), list(x.stride()), block, layout)
+
+
+def _config(kernel: str, head_dim: int) -> tuple[int, int, int, int]:
+    table = FORWARD_CONFIGS if kernel == "forward" else DKDV_CONFIGS
+    return table.get(head_dim, DEFAULT_CONFIGS[kernel])
+
+
+def chosen_config(kernel: str, head_dim: int) -> dict:
+    """The tiles of `kernel` ("forward" or "backward_dkdv") in the form of
+    `flash_attention_triton.chosen_configs()`."""
+    block_m, block_n, warps, stages = _config(kernel, head_dim)
+    return {
+        "BLOCK_Q": block_m,
+        "BLOCK_K": block_n,
+        "num_warps": warps,
+        "num_stages": stages,
+        "use_desc": True,
+        "autotuned": False,
+        "kernel": "gluon",
+    }
+
+
+def forward(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, config=None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """O and L (fp32, (batch, heads, n_q)) for 4-D inputs that `supported()` accepts.
+    `config` = (BLOCK_M, BLOCK_N, num_warps, STAGES) overrides FORWARD_CONFIGS."""
+    b, h, n_q, d = q.shape
+    n_k = k.shape[2]
+    block_m, block_n, warps, stages = config or _config("forward", d)
+    o = torch.empty((b, h, n_q, d), dtype=q.dtype, device=q.device)
+    lse = torch.empty((b, h, n_q), dtype=torch.float32, device=q.device)
+    grid = (b * h, triton.cdiv(n_q, block_m))
+    _attn_fwd_kernel[grid](
+        _descriptor(q, block_m),
+        _descriptor(k, block_n),
+        _descriptor(v, block_n),
+        _descriptor(o, block_m),
+        lse,
+        h,
+        n_q,
+        n_k,
+        LOG2E / math.sqrt(d),
+        HEAD_DIM=d,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        IS_CAUSAL=bool(is_causal),
+        STAGES=stages,
+        num_warps=warps,
+    )
+    return o, lse
+
+
+def backward_dkdv(q, k, v, do, lse, delta, dk, dv, is_causal: bool, config=None) -> None:
+    """dK and dV (written into `dk`, `dv`) for 4-D inputs that `supported()` accepts; `lse` and
+    `delta` are (batch, heads, n_q) fp32, contiguous. `config` = (BLOCK_M, BLOCK_N, num_warps,
+    STAGES) overrides DKDV_CONFIGS."""
+    b, h, n_q, d = q.shape
+    n_k = k.shape[2]
+    block_m, block_n, warps, stages = config or _config("backward_dkdv", d)
+    grid = (b * h, triton.cdiv(n_k, block_n))
+    _attn_bwd_dkdv_kernel[grid](
+        _descriptor(q, block_m),
+        _descriptor(k, block_n),
+        _descriptor(v, block_n),
+        _descriptor(do, block_m),
+        _descriptor(dk, block_n),
+        _descriptor(dv, block_n),
+        lse,
+        delta,
+        h,
+        n_q,
+        n_k,
+        LOG2E / math.sqrt(d),
+        1.0 / math.sqrt(d),
+        HEAD_DIM=d,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        IS_CAUSAL=bool(is_causal),
+        STAGES=stages,
+        num_warps=warps,
+    )
+
+
+def compile_for_sm90(kernel: str, head_dim: int, is_causal: bool = True, config=None):
+    """Compile `kernel` ("forward", "backward_dkdv") for sm_90 without a GPU (Triton's own ptxas):
+    returns the compiled kernel, whose `.asm` holds "ttgir", "ptx" and "cubin". Lets a CPU machine
+    check that the kernels build with this Triton and keep their schedule."""
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.jit import mangle_type
+
+    block_m, block_n, warps, stages = config or _config(kernel, head_dim)
+    x = torch.empty(1, 2, 1024, head_dim, dtype=torch.bfloat16)
+    stats = torch.empty(4, dtype=torch.float32)
+    if kernel == "forward":
+        fn = _attn_fwd_kernel
+        args = dict(
+            q_desc=_descriptor(x, block_m),
+            k_desc=_descriptor(x, block_n),
+            v_desc=_descriptor(x, block_n),
+            o_desc=_descriptor(x, block_m),
+            L=stats,
+            n_heads=2,
+            n_q=1024,
+            n_k=1024,
+            qk_scale=0.1,
+        )
+    else:
+        fn = _attn_bwd_dkdv_kernel
+        rows = dict(q_desc=block_m, k_desc=block_n, v_desc=block_n, do_desc=block_m)
+        rows.update(dk_desc=block_n, dv_desc=block_n)
+        args = {name: _descriptor(x, r) for name, r in rows.items()}
+        args.update(L=stats, Delta=stats, n_heads=2, n_q=1024, n_k=1024)
+        args.update(qk_scale=0.1, sm_scale=0.1)
+    signature = {name: mangle_type(value) for name, value in args.items()}
+    constants = dict(
+        HEAD_DIM=head_dim,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        IS_CAUSAL=bool(is_causal),
+        STAGES=stages,
+        num_warps=warps,
+    )
+    signature.update(dict.fromkeys(constants, "constexpr"))
+    source = GluonASTSource(fn, signature, constants)
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
+
+
+def sm90_report(kernel: str, head_dim: int, is_causal: bool = True) -> dict:
+    """What `compile_for_sm90` built: the wgmma wait depths in program order, whether the loads
+    are TMA copies, and registers, stack and local memory per thread (cuobjdump)."""
+    import re
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    compiled = compile_for_sm90(kernel, head_dim, is_causal)
+    ptx = compiled.asm["ptx"]
+    cubin = Path(tempfile.mkdtemp()) / "kernel.cubin"
+    cubin.write_bytes(compiled.asm["cubin"])
+    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    usage = subprocess.run(
+        [str(cuobjdump), "--dump-resource-usage", str(cubin)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    found = {key: int(v) for key, v in re.findall(r"(REG|STACK|LOCAL):(\d+)", usage)}
+    return {
+        "kernel": kernel,
+        "head_dim": head_dim,
+        "wgmma_waits": [
+            int(n) for n in re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+);", ptx)
+        ],
+        "tma_loads": "cp.async.bulk.tensor" in ptx,
+        "registers": found.get("REG"),
+        "stack_bytes": found.get("STACK"),
+        "local_bytes": found.get("LOCAL"),
+        "shared_bytes": compiled.metadata.shared,
+    }
+
+
+if __name__ == "__main__":
+    # python -m cs336_systems.flash_attention_hopper [head_dim ...]: the sm_90 build of each
+    # kernel as JSON (run without TRITON_INTERPRET: Gluon does not run in Triton's interpreter)
+    import json
+    import sys
+
+    dims = [int(x) for x in sys.argv[1:]] or [64]
+    reports = [sm90_report(k, d) for d in dims for k in ("forward", "backward_dkdv")]
+    print(json.dumps(reports))
