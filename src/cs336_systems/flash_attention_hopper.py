@@ -47,7 +47,7 @@ GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
 # docs/flash-attention-notes.md). Other head dims in HEAD_DIMS run when asked for (`config=`).
 FORWARD_CONFIGS = {64: (128, 64, 8, 3)}
 # dK/dV: BLOCK_M query rows per step, BLOCK_N keys per program
-DKDV_CONFIGS = {32: (32, 128, 8, 3), 64: (64, 128, 8, 4), 128: (64, 128, 8, 3)}
+DKDV_CONFIGS = {32: (32, 128, 8, 3), 64: (64, 64, 4, 3), 128: (64, 128, 8, 4)}
 DEFAULT_CONFIGS = {"forward": (128, 64, 8, 3), "backward_dkdv": (32, 128, 8, 3)}
 
 

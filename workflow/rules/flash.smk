@@ -7,6 +7,7 @@ FLASH_SOURCES = sources(
     "flash_benchmark",
     "flash_attention_pytorch",
     "flash_attention_triton",
+    "flash_attention_hopper",
     "attention_benchmark",
     "kernel_tests",
     "model",

@@ -8,6 +8,7 @@ rule kernel_tests:
             "kernel_tests",
             "flash_attention_pytorch",
             "flash_attention_triton",
+            "flash_attention_hopper",
             "model",
         ),
         tests=lambda wc: stage_config("kernel_tests")["files"] + ["tests/conftest.py"],
