@@ -100,53 +100,50 @@ def check(out: Path) -> None:
     ]
     cases = [(torch.bfloat16, shape) for shape in shapes] + [(torch.float16, shapes[1])]
     for dtype, (b, h, n_q, n_k, d) in cases:
-        if True:
-            for causal in (False, True):
-                for layout in ("bhnd", "bnhd"):
-                    q, k, v = (_random(b, h, n, d, dtype, layout) for n in (n_q, n_k, n_k))
-                    row = dict(
-                        part="check",
-                        kernel="forward",
-                        dtype=str(dtype)[6:],
-                        shape=[b, h, n_q, n_k, d],
-                        causal=causal,
-                        layout=layout,
+        for causal in (False, True):
+            for layout in ("bhnd", "bnhd"):
+                q, k, v = (_random(b, h, n, d, dtype, layout) for n in (n_q, n_k, n_k))
+                row = dict(
+                    part="check",
+                    kernel="forward",
+                    dtype=str(dtype)[6:],
+                    shape=[b, h, n_q, n_k, d],
+                    causal=causal,
+                    layout=layout,
+                )
+                if not fh.supported(q, k, v):
+                    emit(out, {**row, "status": "unsupported"})
+                    continue
+                try:
+                    o, lse = fh.forward(q, k, v, causal)
+                    torch.cuda.synchronize()
+                    o_ref, lse_ref = reference(q, k, v, causal)
+                    err_o = ((o.float() - o_ref).norm() / o_ref.norm()).item()
+                    err_l = (lse - lse_ref).abs().max().item()
+                    ok = err_o < 2e-2 and err_l < 1e-2 and torch.isfinite(o).all().item()
+                    do = torch.randn_like(o)
+                    grads = fat.flash_backward_triton(q, k, v, o, do, lse, causal)
+                    torch.cuda.synchronize()
+                    used = fat.chosen_configs()["backward_dkdv"].get("kernel", "tl")
+                    ref = reference_grads(q, k, v, do, causal)
+                    # relative error, absolute where the true gradient is ~0 (n = 1)
+                    errs = [
+                        ((g.float() - r).norm() / r.norm().clamp_min(1.0)).item()
+                        for g, r in zip(grads, ref, strict=True)
+                    ]
+                    row.update(err_dq=errs[0], err_dk=errs[1], err_dv=errs[2], dkdv=used)
+                    ok = ok and all(e < 3e-2 for e in errs)
+                    emit(
+                        out,
+                        {
+                            **row,
+                            "err_o": err_o,
+                            "err_lse": err_l,
+                            "status": "ok" if ok else "WRONG",
+                        },
                     )
-                    if not fh.supported(q, k, v):
-                        emit(out, {**row, "status": "unsupported"})
-                        continue
-                    try:
-                        o, lse = fh.forward(q, k, v, causal)
-                        torch.cuda.synchronize()
-                        o_ref, lse_ref = reference(q, k, v, causal)
-                        err_o = ((o.float() - o_ref).norm() / o_ref.norm()).item()
-                        err_l = (lse - lse_ref).abs().max().item()
-                        ok = err_o < 2e-2 and err_l < 1e-2 and torch.isfinite(o).all().item()
-                        do = torch.randn_like(o)
-                        grads = fat.flash_backward_triton(q, k, v, o, do, lse, causal)
-                        torch.cuda.synchronize()
-                        used = fat.chosen_configs()["backward_dkdv"].get("kernel", "tl")
-                        ref = reference_grads(q, k, v, do, causal)
-                        # relative error, absolute where the true gradient is ~0 (n = 1)
-                        errs = [
-                            ((g.float() - r).norm() / r.norm().clamp_min(1.0)).item()
-                            for g, r in zip(grads, ref, strict=True)
-                        ]
-                        row.update(err_dq=errs[0], err_dk=errs[1], err_dv=errs[2], dkdv=used)
-                        ok = ok and all(e < 3e-2 for e in errs)
-                        emit(
-                            out,
-                            {
-                                **row,
-                                "err_o": err_o,
-                                "err_lse": err_l,
-                                "status": "ok" if ok else "WRONG",
-                            },
-                        )
-                    except Exception as exc:
-                        emit(
-                            out, {**row, "status": f"error: {type(exc).__name__}: {str(exc)[:300]}"}
-                        )
+                except Exception as exc:
+                    emit(out, {**row, "status": f"error: {type(exc).__name__}: {str(exc)[:300]}"})
 
 
 def bench(out: Path, args) -> None:
@@ -165,166 +162,161 @@ def bench_head_dim(out: Path, args, d: int) -> None:
     from cs336_systems.flops import attention_flops
 
     b, h, n = 1, 16, args.seq_len
-    if True:
-        g = torch.Generator(device="cuda").manual_seed(d)
-        q, k, v, do = (
-            torch.randn((b, h, n, d), generator=g, device="cuda", dtype=torch.bfloat16)
-            for _ in range(4)
-        )
-        flop = attention_flops(b, h, n, n, d, causal=True, pass_="forward")
+    g = torch.Generator(device="cuda").manual_seed(d)
+    q, k, v, do = (
+        torch.randn((b, h, n, d), generator=g, device="cuda", dtype=torch.bfloat16)
+        for _ in range(4)
+    )
+    flop = attention_flops(b, h, n, n, d, causal=True, pass_="forward")
 
-        def timed(name, fn, cfg=""):
-            try:
-                fn()
-                ms = triton.testing.do_bench(fn, warmup=25, rep=args.rep_ms, return_mode="median")
-                emit(
-                    out,
-                    dict(part="bench", d=d, impl=name, config=cfg, ms=ms, tflops=flop / ms / 1e9),
-                )
-            except Exception as exc:
-                emit(
-                    out,
-                    dict(
-                        part="bench",
-                        d=d,
-                        impl=name,
-                        config=cfg,
-                        status=f"error: {type(exc).__name__}: {str(exc)[:200]}",
-                    ),
-                )
-
-        for backend, name in (
-            (SDPBackend.CUDNN_ATTENTION, "sdpa_cudnn"),
-            (SDPBackend.FLASH_ATTENTION, "sdpa_flash"),
-        ):
-
-            def sdpa(backend=backend):
-                with sdpa_kernel([backend]):
-                    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-
-            timed(name, sdpa)
-        timed("triton_tl", lambda: fat.flash_forward_triton(q, k, v, True, use_gluon=False))
-        o_ref, _ = reference(q[:, :2], k[:, :2], v[:, :2], True)
-        for cfg in args.configs:
-            cfg = tuple(int(x) for x in cfg.split(","))
-            try:
-                o, _ = fh.forward(q, k, v, True, config=cfg)
-                err = ((o[:, :2].float() - o_ref).norm() / o_ref.norm()).item()
-                if not err < 2e-2:
-                    emit(
-                        out,
-                        dict(part="bench", d=d, impl="gluon", config=cfg, status=f"WRONG {err}"),
-                    )
-                    continue
-            except Exception as exc:
-                emit(
-                    out,
-                    dict(
-                        part="bench",
-                        d=d,
-                        impl="gluon",
-                        config=cfg,
-                        status=f"error: {type(exc).__name__}: {str(exc)[:200]}",
-                    ),
-                )
-                continue
-            timed("gluon", lambda cfg=cfg: fh.forward(q, k, v, True, config=cfg), cfg)
-        # the Triton-language backward passes, each alone (where does the time go?)
-        o, lse = fat.flash_forward_triton(q, k, v, True)
-        delta = (o.float() * do.float()).sum(-1).contiguous()
-        flop_b = attention_flops(b, h, n, n, d, causal=True, pass_="backward")
-        dk, dv = torch.empty_like(k), torch.empty_like(v)
-        _, dk_ref, dv_ref = fat.flash_backward_triton(
-            q, k, v, o, do, lse, True, blocks=BWD.get(d, BWD[64])
-        )
-        for cfg in args.dkdv_configs:
-            cfg = tuple(int(x) for x in cfg.split(","))
-            try:
-                fh.backward_dkdv(q, k, v, do, lse, delta, dk, dv, True, config=cfg)
-                err = max(
-                    ((a.float() - r.float()).norm() / r.float().norm()).item()
-                    for a, r in ((dk, dk_ref), (dv, dv_ref))
-                )
-                if not err < 2e-2:
-                    emit(
-                        out,
-                        dict(
-                            part="bench", d=d, impl="gluon_dkdv", config=cfg, status=f"WRONG {err}"
-                        ),
-                    )
-                    continue
-
-                def fn(cfg=cfg):
-                    return fh.backward_dkdv(q, k, v, do, lse, delta, dk, dv, True, config=cfg)  # noqa: E731
-
-                ms = triton.testing.do_bench(fn, warmup=25, rep=args.rep_ms, return_mode="median")
-                emit(out, dict(part="bench", d=d, impl="gluon_dkdv", config=cfg, ms=ms, err=err))
-            except Exception as exc:
-                emit(
-                    out,
-                    dict(
-                        part="bench",
-                        d=d,
-                        impl="gluon_dkdv",
-                        config=cfg,
-                        status=f"error: {type(exc).__name__}: {str(exc)[:200]}",
-                    ),
-                )
-        fn = lambda: fat.flash_backward_triton(q, k, v, o, do, lse, True)  # noqa: E731
-        fn()
-        ms = triton.testing.do_bench(fn, warmup=25, rep=args.rep_ms, return_mode="median")
-        emit(
-            out,
-            dict(
-                part="bench",
-                d=d,
-                impl="backward_default",
-                ms=ms,
-                tflops=flop_b / ms / 1e9,
-                chosen=fat.chosen_configs(),
-            ),
-        )
-        flop_b = attention_flops(b, h, n, n, d, causal=True, pass_="backward")
-        for name in ("tl_dkdv+dq",):
-            try:
-
-                def fn():
-                    return fat.flash_backward_triton(
-                        q, k, v, o, do, lse, True, blocks=BWD.get(d, BWD[64])
-                    )  # noqa: E731
-
-                fn()
-                ms = triton.testing.do_bench(fn, warmup=25, rep=args.rep_ms, return_mode="median")
-                emit(
-                    out,
-                    dict(
-                        part="bench",
-                        d=d,
-                        impl=name,
-                        ms=ms,
-                        tflops=flop_b / ms / 1e9,
-                        chosen=fat.chosen_configs(),
-                    ),
-                )
-            except Exception as exc:
-                emit(out, dict(part="bench", d=d, impl=name, status=f"error: {exc}"[:300]))
+    def timed(name, fn, cfg=""):
         try:
-            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-                for _ in range(5):
-                    fat.flash_backward_triton(q, k, v, o, do, lse, True, blocks=BWD.get(d, BWD[64]))
-                torch.cuda.synchronize()
-            kern = {}
-            for e in prof.key_averages():
-                if e.device_type.name == "CUDA":
-                    kern[e.key[:60]] = round(e.device_time_total / 5 / 1000, 4)
-            emit(out, dict(part="bench", d=d, impl="tl_backward_kernels_ms", kernels=kern))
+            fn()
+            ms = triton.testing.do_bench(fn, warmup=25, rep=args.rep_ms, return_mode="median")
+            emit(
+                out,
+                dict(part="bench", d=d, impl=name, config=cfg, ms=ms, tflops=flop / ms / 1e9),
+            )
         except Exception as exc:
             emit(
                 out,
                 dict(
-                    part="bench", d=d, impl="tl_backward_kernels_ms", status=f"error: {exc}"[:300]
+                    part="bench",
+                    d=d,
+                    impl=name,
+                    config=cfg,
+                    status=f"error: {type(exc).__name__}: {str(exc)[:200]}",
                 ),
             )
+
+    for backend, name in (
+        (SDPBackend.CUDNN_ATTENTION, "sdpa_cudnn"),
+        (SDPBackend.FLASH_ATTENTION, "sdpa_flash"),
+    ):
+
+        def sdpa(backend=backend):
+            with sdpa_kernel([backend]):
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+        timed(name, sdpa)
+    timed("triton_tl", lambda: fat.flash_forward_triton(q, k, v, True, use_gluon=False))
+    o_ref, _ = reference(q[:, :2], k[:, :2], v[:, :2], True)
+    for cfg in args.configs:
+        cfg = tuple(int(x) for x in cfg.split(","))
+        try:
+            o, _ = fh.forward(q, k, v, True, config=cfg)
+            err = ((o[:, :2].float() - o_ref).norm() / o_ref.norm()).item()
+            if not err < 2e-2:
+                emit(
+                    out,
+                    dict(part="bench", d=d, impl="gluon", config=cfg, status=f"WRONG {err}"),
+                )
+                continue
+        except Exception as exc:
+            emit(
+                out,
+                dict(
+                    part="bench",
+                    d=d,
+                    impl="gluon",
+                    config=cfg,
+                    status=f"error: {type(exc).__name__}: {str(exc)[:200]}",
+                ),
+            )
+            continue
+        timed("gluon", lambda cfg=cfg: fh.forward(q, k, v, True, config=cfg), cfg)
+    # the Triton-language backward passes, each alone (where does the time go?)
+    o, lse = fat.flash_forward_triton(q, k, v, True)
+    delta = (o.float() * do.float()).sum(-1).contiguous()
+    flop_b = attention_flops(b, h, n, n, d, causal=True, pass_="backward")
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    _, dk_ref, dv_ref = fat.flash_backward_triton(
+        q, k, v, o, do, lse, True, blocks=BWD.get(d, BWD[64])
+    )
+    for cfg in args.dkdv_configs:
+        cfg = tuple(int(x) for x in cfg.split(","))
+        try:
+            fh.backward_dkdv(q, k, v, do, lse, delta, dk, dv, True, config=cfg)
+            err = max(
+                ((a.float() - r.float()).norm() / r.float().norm()).item()
+                for a, r in ((dk, dk_ref), (dv, dv_ref))
+            )
+            if not err < 2e-2:
+                emit(
+                    out,
+                    dict(part="bench", d=d, impl="gluon_dkdv", config=cfg, status=f"WRONG {err}"),
+                )
+                continue
+
+            def fn(cfg=cfg):
+                return fh.backward_dkdv(q, k, v, do, lse, delta, dk, dv, True, config=cfg)  # noqa: E731
+
+            ms = triton.testing.do_bench(fn, warmup=25, rep=args.rep_ms, return_mode="median")
+            emit(out, dict(part="bench", d=d, impl="gluon_dkdv", config=cfg, ms=ms, err=err))
+        except Exception as exc:
+            emit(
+                out,
+                dict(
+                    part="bench",
+                    d=d,
+                    impl="gluon_dkdv",
+                    config=cfg,
+                    status=f"error: {type(exc).__name__}: {str(exc)[:200]}",
+                ),
+            )
+    fn = lambda: fat.flash_backward_triton(q, k, v, o, do, lse, True)  # noqa: E731
+    fn()
+    ms = triton.testing.do_bench(fn, warmup=25, rep=args.rep_ms, return_mode="median")
+    emit(
+        out,
+        dict(
+            part="bench",
+            d=d,
+            impl="backward_default",
+            ms=ms,
+            tflops=flop_b / ms / 1e9,
+            chosen=fat.chosen_configs(),
+        ),
+    )
+    flop_b = attention_flops(b, h, n, n, d, causal=True, pass_="backward")
+    for name in ("tl_dkdv+dq",):
+        try:
+
+            def fn():
+                return fat.flash_backward_triton(
+                    q, k, v, o, do, lse, True, blocks=BWD.get(d, BWD[64])
+                )  # noqa: E731
+
+            fn()
+            ms = triton.testing.do_bench(fn, warmup=25, rep=args.rep_ms, return_mode="median")
+            emit(
+                out,
+                dict(
+                    part="bench",
+                    d=d,
+                    impl=name,
+                    ms=ms,
+                    tflops=flop_b / ms / 1e9,
+                    chosen=fat.chosen_configs(),
+                ),
+            )
+        except Exception as exc:
+            emit(out, dict(part="bench", d=d, impl=name, status=f"error: {exc}"[:300]))
+    try:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(5):
+                fat.flash_backward_triton(q, k, v, o, do, lse, True, blocks=BWD.get(d, BWD[64]))
+            torch.cuda.synchronize()
+        kern = {}
+        for e in prof.key_averages():
+            if e.device_type.name == "CUDA":
+                kern[e.key[:60]] = round(e.device_time_total / 5 / 1000, 4)
+        emit(out, dict(part="bench", d=d, impl="tl_backward_kernels_ms", kernels=kern))
+    except Exception as exc:
+        emit(
+            out,
+            dict(part="bench", d=d, impl="tl_backward_kernels_ms", status=f"error: {exc}"[:300]),
+        )
 
 
 def main() -> None:
