@@ -155,10 +155,10 @@ def bench(out: Path, args) -> None:
 def bench_head_dim(out: Path, args, d: int) -> None:
     import torch
     import triton.testing
-    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from cs336_systems import flash_attention_hopper as fh
     from cs336_systems import flash_attention_triton as fat
+    from cs336_systems.flash_benchmark import _sdpa
     from cs336_systems.flops import attention_flops
 
     b, h, n = 1, 16, args.seq_len
@@ -167,150 +167,87 @@ def bench_head_dim(out: Path, args, d: int) -> None:
         torch.randn((b, h, n, d), generator=g, device="cuda", dtype=torch.bfloat16)
         for _ in range(4)
     )
-    flop = attention_flops(b, h, n, n, d, causal=True, pass_="forward")
+    flop_f = attention_flops(b, h, n, n, d, causal=True, pass_="forward")
+    flop_b = attention_flops(b, h, n, n, d, causal=True, pass_="backward")
 
-    def timed(name, fn, cfg=""):
+    def measure(impl, fn, config="", flop=None, error=None, **extra):
+        """Run once; if `error()` (relative error against a reference) is 2e-2 or more the row
+        says WRONG; else time with do_bench. A failure is a row, not a stop."""
+        row = dict(part="bench", d=d, impl=impl, config=config, **extra)
         try:
             fn()
+            if error is not None:
+                row["err"] = error()
+                if not row["err"] < 2e-2:
+                    emit(out, {**row, "status": f"WRONG {row['err']}"})
+                    return
             ms = triton.testing.do_bench(fn, warmup=25, rep=args.rep_ms, return_mode="median")
-            emit(
-                out,
-                dict(part="bench", d=d, impl=name, config=cfg, ms=ms, tflops=flop / ms / 1e9),
-            )
+            row["ms"] = ms
+            if flop:
+                row["tflops"] = flop / ms / 1e9
+            emit(out, row)
         except Exception as exc:
-            emit(
-                out,
-                dict(
-                    part="bench",
-                    d=d,
-                    impl=name,
-                    config=cfg,
-                    status=f"error: {type(exc).__name__}: {str(exc)[:200]}",
-                ),
-            )
+            emit(out, {**row, "status": f"error: {type(exc).__name__}: {str(exc)[:200]}"})
 
-    for backend, name in (
-        (SDPBackend.CUDNN_ATTENTION, "sdpa_cudnn"),
-        (SDPBackend.FLASH_ATTENTION, "sdpa_flash"),
-    ):
+    def rel(a, r):
+        return ((a.float() - r.float()).norm() / r.float().norm()).item()
 
-        def sdpa(backend=backend):
-            with sdpa_kernel([backend]):
-                return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-
-        timed(name, sdpa)
-    timed("triton_tl", lambda: fat.flash_forward_triton(q, k, v, True, use_gluon=False))
+    for name in ("sdpa_cudnn", "sdpa_flash"):
+        sdpa = _sdpa(name)
+        measure(name, lambda sdpa=sdpa: sdpa(q, k, v), flop=flop_f)
+    measure(
+        "triton_tl",
+        lambda: fat.flash_forward_triton(q, k, v, True, use_gluon=False),
+        flop=flop_f,
+    )
     o_ref, _ = reference(q[:, :2], k[:, :2], v[:, :2], True)
-    for cfg in args.configs:
-        cfg = tuple(int(x) for x in cfg.split(","))
-        try:
-            o, _ = fh.forward(q, k, v, True, config=cfg)
-            err = ((o[:, :2].float() - o_ref).norm() / o_ref.norm()).item()
-            if not err < 2e-2:
-                emit(
-                    out,
-                    dict(part="bench", d=d, impl="gluon", config=cfg, status=f"WRONG {err}"),
-                )
-                continue
-        except Exception as exc:
-            emit(
-                out,
-                dict(
-                    part="bench",
-                    d=d,
-                    impl="gluon",
-                    config=cfg,
-                    status=f"error: {type(exc).__name__}: {str(exc)[:200]}",
-                ),
-            )
-            continue
-        timed("gluon", lambda cfg=cfg: fh.forward(q, k, v, True, config=cfg), cfg)
-    # the Triton-language backward passes, each alone (where does the time go?)
+    for text in args.configs:
+        cfg = tuple(int(x) for x in text.split(","))
+        measure(
+            "gluon",
+            lambda cfg=cfg: fh.forward(q, k, v, True, config=cfg),
+            cfg,
+            flop_f,
+            lambda cfg=cfg: rel(
+                fh.forward(q[:, :2], k[:, :2], v[:, :2], True, config=cfg)[0], o_ref
+            ),
+        )
+    # the dK/dV pass alone: Gluon tiles against the Triton-language pass's dK, dV
     o, lse = fat.flash_forward_triton(q, k, v, True)
     delta = (o.float() * do.float()).sum(-1).contiguous()
-    flop_b = attention_flops(b, h, n, n, d, causal=True, pass_="backward")
+    tl_blocks = BWD.get(d, BWD[64])
+    _, dk_ref, dv_ref = fat.flash_backward_triton(q, k, v, o, do, lse, True, blocks=tl_blocks)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
-    _, dk_ref, dv_ref = fat.flash_backward_triton(
-        q, k, v, o, do, lse, True, blocks=BWD.get(d, BWD[64])
+    for text in args.dkdv_configs:
+        cfg = tuple(int(x) for x in text.split(","))
+        measure(
+            "gluon_dkdv",
+            lambda cfg=cfg: fh.backward_dkdv(q, k, v, do, lse, delta, dk, dv, True, config=cfg),
+            cfg,
+            error=lambda: max(rel(dk, dk_ref), rel(dv, dv_ref)),
+        )
+    # whole backwards: as routed by default, and the Triton-language passes alone
+    measure(
+        "backward_default",
+        lambda: fat.flash_backward_triton(q, k, v, o, do, lse, True),
+        flop=flop_b,
     )
-    for cfg in args.dkdv_configs:
-        cfg = tuple(int(x) for x in cfg.split(","))
-        try:
-            fh.backward_dkdv(q, k, v, do, lse, delta, dk, dv, True, config=cfg)
-            err = max(
-                ((a.float() - r.float()).norm() / r.float().norm()).item()
-                for a, r in ((dk, dk_ref), (dv, dv_ref))
-            )
-            if not err < 2e-2:
-                emit(
-                    out,
-                    dict(part="bench", d=d, impl="gluon_dkdv", config=cfg, status=f"WRONG {err}"),
-                )
-                continue
-
-            def fn(cfg=cfg):
-                return fh.backward_dkdv(q, k, v, do, lse, delta, dk, dv, True, config=cfg)  # noqa: E731
-
-            ms = triton.testing.do_bench(fn, warmup=25, rep=args.rep_ms, return_mode="median")
-            emit(out, dict(part="bench", d=d, impl="gluon_dkdv", config=cfg, ms=ms, err=err))
-        except Exception as exc:
-            emit(
-                out,
-                dict(
-                    part="bench",
-                    d=d,
-                    impl="gluon_dkdv",
-                    config=cfg,
-                    status=f"error: {type(exc).__name__}: {str(exc)[:200]}",
-                ),
-            )
-    fn = lambda: fat.flash_backward_triton(q, k, v, o, do, lse, True)  # noqa: E731
-    fn()
-    ms = triton.testing.do_bench(fn, warmup=25, rep=args.rep_ms, return_mode="median")
-    emit(
-        out,
-        dict(
-            part="bench",
-            d=d,
-            impl="backward_default",
-            ms=ms,
-            tflops=flop_b / ms / 1e9,
-            chosen=fat.chosen_configs(),
-        ),
+    measure(
+        "tl_dkdv+dq",
+        lambda: fat.flash_backward_triton(q, k, v, o, do, lse, True, blocks=tl_blocks),
+        flop=flop_b,
     )
-    flop_b = attention_flops(b, h, n, n, d, causal=True, pass_="backward")
-    for name in ("tl_dkdv+dq",):
-        try:
-
-            def fn():
-                return fat.flash_backward_triton(
-                    q, k, v, o, do, lse, True, blocks=BWD.get(d, BWD[64])
-                )  # noqa: E731
-
-            fn()
-            ms = triton.testing.do_bench(fn, warmup=25, rep=args.rep_ms, return_mode="median")
-            emit(
-                out,
-                dict(
-                    part="bench",
-                    d=d,
-                    impl=name,
-                    ms=ms,
-                    tflops=flop_b / ms / 1e9,
-                    chosen=fat.chosen_configs(),
-                ),
-            )
-        except Exception as exc:
-            emit(out, dict(part="bench", d=d, impl=name, status=f"error: {exc}"[:300]))
+    # where the Triton-language backward's time goes, kernel by kernel
     try:
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             for _ in range(5):
-                fat.flash_backward_triton(q, k, v, o, do, lse, True, blocks=BWD.get(d, BWD[64]))
+                fat.flash_backward_triton(q, k, v, o, do, lse, True, blocks=tl_blocks)
             torch.cuda.synchronize()
-        kern = {}
-        for e in prof.key_averages():
-            if e.device_type.name == "CUDA":
-                kern[e.key[:60]] = round(e.device_time_total / 5 / 1000, 4)
+        kern = {
+            e.key[:60]: round(e.device_time_total / 5 / 1000, 4)
+            for e in prof.key_averages()
+            if e.device_type.name == "CUDA"
+        }
         emit(out, dict(part="bench", d=d, impl="tl_backward_kernels_ms", kernels=kern))
     except Exception as exc:
         emit(

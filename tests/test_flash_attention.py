@@ -518,13 +518,11 @@ def test_triton_under_compiled_model():
 
 
 def _hopper():
-    hopper = fat._hopper_module() if fat.INTERPRET else None
-    if hopper is None:
-        try:
-            from cs336_systems import flash_attention_hopper as hopper
-        except Exception as exc:  # Gluon's API moved: the Triton kernels carry on alone
-            pytest.skip(f"Gluon kernels unavailable with this Triton: {exc}")
-    return hopper
+    try:
+        from cs336_systems import flash_attention_hopper
+    except Exception as exc:  # Gluon's API moved: the Triton kernels carry on alone
+        pytest.skip(f"Gluon kernels unavailable with this Triton: {exc}")
+    return flash_attention_hopper
 
 
 def test_hopper_kernels_compile_for_sm90_with_their_overlap():

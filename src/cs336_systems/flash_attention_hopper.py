@@ -482,101 +482,9 @@ def chosen_config(kernel: str, head_dim: int) -> dict:
     }
 
 
-def forward(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, config=None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """O and L (fp32, (batch, heads, n_q)) for 4-D inputs that `supported()` accepts.
-    `config` = (BLOCK_M, BLOCK_N, num_warps, STAGES) overrides FORWARD_CONFIGS."""
-    b, h, n_q, d = q.shape
-    n_k = k.shape[2]
-    block_m, block_n, warps, stages = config or _config("forward", d)
-    o = torch.empty((b, h, n_q, d), dtype=q.dtype, device=q.device)
-    lse = torch.empty((b, h, n_q), dtype=torch.float32, device=q.device)
-    grid = (b * h, triton.cdiv(n_q, block_m))
-    _attn_fwd_kernel[grid](
-        _descriptor(q, block_m),
-        _descriptor(k, block_n),
-        _descriptor(v, block_n),
-        _descriptor(o, block_m),
-        lse,
-        h,
-        n_q,
-        n_k,
-        LOG2E / math.sqrt(d),
-        HEAD_DIM=d,
-        BLOCK_M=block_m,
-        BLOCK_N=block_n,
-        IS_CAUSAL=bool(is_causal),
-        STAGES=stages,
-        num_warps=warps,
-    )
-    return o, lse
-
-
-def backward_dkdv(q, k, v, do, lse, delta, dk, dv, is_causal: bool, config=None) -> None:
-    """dK and dV (written into `dk`, `dv`) for 4-D inputs that `supported()` accepts; `lse` and
-    `delta` are (batch, heads, n_q) fp32, contiguous. `config` = (BLOCK_M, BLOCK_N, num_warps,
-    STAGES) overrides DKDV_CONFIGS."""
-    b, h, n_q, d = q.shape
-    n_k = k.shape[2]
-    block_m, block_n, warps, stages = config or _config("backward_dkdv", d)
-    grid = (b * h, triton.cdiv(n_k, block_n))
-    _attn_bwd_dkdv_kernel[grid](
-        _descriptor(q, block_m),
-        _descriptor(k, block_n),
-        _descriptor(v, block_n),
-        _descriptor(do, block_m),
-        _descriptor(dk, block_n),
-        _descriptor(dv, block_n),
-        lse,
-        delta,
-        h,
-        n_q,
-        n_k,
-        LOG2E / math.sqrt(d),
-        1.0 / math.sqrt(d),
-        HEAD_DIM=d,
-        BLOCK_M=block_m,
-        BLOCK_N=block_n,
-        IS_CAUSAL=bool(is_causal),
-        STAGES=stages,
-        num_warps=warps,
-    )
-
-
-def compile_for_sm90(kernel: str, head_dim: int, is_causal: bool = True, config=None):
-    """Compile `kernel` ("forward", "backward_dkdv") for sm_90 without a GPU (Triton's own ptxas):
-    returns the compiled kernel, whose `.asm` holds "ttgir", "ptx" and "cubin". Lets a CPU machine
-    check that the kernels build with this Triton and keep their schedule."""
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-    from triton.runtime.jit import mangle_type
-
-    block_m, block_n, warps, stages = config or _config(kernel, head_dim)
-    x = torch.empty(1, 2, 1024, head_dim, dtype=torch.bfloat16)
-    stats = torch.empty(4, dtype=torch.float32)
-    if kernel == "forward":
-        fn = _attn_fwd_kernel
-        args = dict(
-            q_desc=_descriptor(x, block_m),
-            k_desc=_descriptor(x, block_n),
-            v_desc=_descriptor(x, block_n),
-            o_desc=_descriptor(x, block_m),
-            L=stats,
-            n_heads=2,
-            n_q=1024,
-            n_k=1024,
-            qk_scale=0.1,
-        )
-    else:
-        fn = _attn_bwd_dkdv_kernel
-        rows = dict(q_desc=block_m, k_desc=block_n, v_desc=block_n, do_desc=block_m)
-        rows.update(dk_desc=block_n, dv_desc=block_n)
-        args = {name: _descriptor(x, r) for name, r in rows.items()}
-        args.update(L=stats, Delta=stats, n_heads=2, n_q=1024, n_k=1024)
-        args.update(qk_scale=0.1, sm_scale=0.1)
-    signature = {name: mangle_type(value) for name, value in args.items()}
-    constants = dict(
+def _constants(head_dim, config, is_causal) -> dict:
+    block_m, block_n, warps, stages = config
+    return dict(
         HEAD_DIM=head_dim,
         BLOCK_M=block_m,
         BLOCK_N=block_n,
@@ -584,9 +492,83 @@ def compile_for_sm90(kernel: str, head_dim: int, is_causal: bool = True, config=
         STAGES=stages,
         num_warps=warps,
     )
+
+
+def _forward_call(q, k, v, o, lse, is_causal, config=None):
+    """(kernel, grid, arguments, compile-time constants) of one forward launch."""
+    b, h, n_q, d = q.shape
+    config = config or _config("forward", d)
+    block_m, block_n = config[:2]
+    args = dict(
+        q_desc=_descriptor(q, block_m),
+        k_desc=_descriptor(k, block_n),
+        v_desc=_descriptor(v, block_n),
+        o_desc=_descriptor(o, block_m),
+        L=lse,
+        n_heads=h,
+        n_q=n_q,
+        n_k=k.shape[2],
+        qk_scale=LOG2E / math.sqrt(d),
+    )
+    grid = (b * h, triton.cdiv(n_q, block_m))
+    return _attn_fwd_kernel, grid, args, _constants(d, config, is_causal)
+
+
+def _dkdv_call(q, k, v, do, lse, delta, dk, dv, is_causal, config=None):
+    """(kernel, grid, arguments, compile-time constants) of one dK/dV launch."""
+    b, h, n_q, d = q.shape
+    config = config or _config("backward_dkdv", d)
+    block_m, block_n = config[:2]
+    rows = dict(q_desc=(q, block_m), k_desc=(k, block_n), v_desc=(v, block_n))
+    rows.update(do_desc=(do, block_m), dk_desc=(dk, block_n), dv_desc=(dv, block_n))
+    args = {name: _descriptor(x, r) for name, (x, r) in rows.items()}
+    args.update(L=lse, Delta=delta, n_heads=h, n_q=n_q, n_k=k.shape[2])
+    args.update(qk_scale=LOG2E / math.sqrt(d), sm_scale=1.0 / math.sqrt(d))
+    grid = (b * h, triton.cdiv(k.shape[2], block_n))
+    return _attn_bwd_dkdv_kernel, grid, args, _constants(d, config, is_causal)
+
+
+def forward(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, config=None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """O and L (fp32, (batch, heads, n_q)) for 4-D inputs that `supported()` accepts.
+    `config` = (BLOCK_M, BLOCK_N, num_warps, STAGES) overrides FORWARD_CONFIGS."""
+    b, h, n_q, d = q.shape
+    o = torch.empty((b, h, n_q, d), dtype=q.dtype, device=q.device)
+    lse = torch.empty((b, h, n_q), dtype=torch.float32, device=q.device)
+    kernel, grid, args, constants = _forward_call(q, k, v, o, lse, is_causal, config)
+    kernel[grid](**args, **constants)
+    return o, lse
+
+
+def backward_dkdv(q, k, v, do, lse, delta, dk, dv, is_causal: bool, config=None) -> None:
+    """dK and dV (written into `dk`, `dv`) for 4-D inputs that `supported()` accepts; `lse` and
+    `delta` are (batch, heads, n_q) fp32, contiguous. `config` = (BLOCK_M, BLOCK_N, num_warps,
+    STAGES) overrides DKDV_CONFIGS."""
+    kernel, grid, args, constants = _dkdv_call(q, k, v, do, lse, delta, dk, dv, is_causal, config)
+    kernel[grid](**args, **constants)
+
+
+def compile_for_sm90(kernel: str, head_dim: int, is_causal: bool = True, config=None):
+    """Compile `kernel` ("forward", "backward_dkdv") for sm_90 without a GPU (Triton's own ptxas),
+    with the arguments its launcher passes: returns the compiled kernel, whose `.asm` holds
+    "ttgir", "ptx" and "cubin". Lets a CPU machine check that the kernels build with this Triton
+    and keep their schedule."""
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.jit import mangle_type
+
+    x = torch.empty(1, 2, 1024, head_dim, dtype=torch.bfloat16)
+    stats = torch.empty(1, 2, 1024, dtype=torch.float32)
+    if kernel == "forward":
+        fn, _, args, constants = _forward_call(x, x, x, x, stats, is_causal, config)
+    else:
+        fn, _, args, constants = _dkdv_call(x, x, x, x, stats, stats, x, x, is_causal, config)
+    signature = {name: mangle_type(value) for name, value in args.items()}
     signature.update(dict.fromkeys(constants, "constexpr"))
     source = GluonASTSource(fn, signature, constants)
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
+    options = dict(num_warps=constants["num_warps"])
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
 
 
 def sm90_report(kernel: str, head_dim: int, is_causal: bool = True) -> dict:
