@@ -2,7 +2,12 @@
 timings of candidate tiles beside cuDNN, SDPA flash and the Triton-language kernels in the same
 process. Writes rows to OUT/hopper.jsonl and prints a short table.
 
-    python3 scripts/flash_hopper_check.py --out $OUT [--part check|bench|all]
+    python3 scripts/flash_hopper_check.py --out $OUT [--part check|bench|all] \
+        [--configs "128:128,128,4,2,{'WS': True}" ...] [--dkdv-configs "64:64,64,4,3" ...]
+
+A config is BLOCK_M,BLOCK_N,WARPS,STAGES with an optional dict of kernel switches, optionally
+prefixed by "D:" to use it at head dim D only; each is checked against the references of every
+shape in the check part and timed in the bench part.
 
 Each part runs in a child process with a time limit, so a deadlocked kernel (a wrong mbarrier
 phase) costs its limit, not the whole session.
@@ -34,6 +39,19 @@ BWD = {
         (128, (64, 128, 8, 3), (64, 32, 4, 4)),
     )
 }
+
+
+def parse_config(text: str) -> tuple[int | None, tuple]:
+    """'[D:]BLOCK_M,BLOCK_N,WARPS,STAGES[,{switches}]' -> (head dim or None for all, config)."""
+    import ast
+
+    head, sep, rest = text.partition(":")
+    dim, body = (head, rest) if sep and "," not in head else ("", text)
+    return (int(dim) if dim else None), tuple(ast.literal_eval(f"({body},)"))
+
+
+def configs_for(texts: list[str], d: int) -> list[tuple]:
+    return [cfg for dim, cfg in map(parse_config, texts) if dim in (None, d)]
 
 
 def emit(out: Path, row: dict) -> None:
@@ -81,7 +99,7 @@ def _random(b, h, n, d, dtype, layout):
     return torch.randn(b, n, h, d, device="cuda", dtype=dtype).transpose(1, 2)
 
 
-def check(out: Path) -> None:
+def check(out: Path, args) -> None:
     import torch
 
     from cs336_systems import flash_attention_hopper as fh
@@ -142,6 +160,44 @@ def check(out: Path) -> None:
                             "status": "ok" if ok else "WRONG",
                         },
                     )
+                    # candidate tiles and variants, each against the same references
+                    for cfg in configs_for(args.configs, d):
+                        o2, lse2 = fh.forward(q, k, v, causal, config=cfg)
+                        torch.cuda.synchronize()
+                        e_o = ((o2.float() - o_ref).norm() / o_ref.norm()).item()
+                        e_l = (lse2 - lse_ref).abs().max().item()
+                        good = e_o < 2e-2 and e_l < 1e-2
+                        emit(
+                            out,
+                            {
+                                **row,
+                                "config": repr(cfg),
+                                "err_o": e_o,
+                                "err_lse": e_l,
+                                "status": "ok" if good else "WRONG",
+                            },
+                        )
+                    for cfg in configs_for(args.dkdv_configs, d):
+                        delta = (o.float() * do.float()).sum(-1).contiguous()
+                        dk, dv = torch.empty_like(k), torch.empty_like(v)
+                        fh.backward_dkdv(q, k, v, do, lse, delta, dk, dv, causal, config=cfg)
+                        torch.cuda.synchronize()
+                        e_k, e_v = (
+                            ((g.float() - r).norm() / r.norm().clamp_min(1.0)).item()
+                            for g, r in ((dk, ref[1]), (dv, ref[2]))
+                        )
+                        good = e_k < 3e-2 and e_v < 3e-2
+                        emit(
+                            out,
+                            {
+                                **row,
+                                "kernel": "backward_dkdv",
+                                "config": repr(cfg),
+                                "err_dk": e_k,
+                                "err_dv": e_v,
+                                "status": "ok" if good else "WRONG",
+                            },
+                        )
                 except Exception as exc:
                     emit(out, {**row, "status": f"error: {type(exc).__name__}: {str(exc)[:300]}"})
 
@@ -201,12 +257,11 @@ def bench_head_dim(out: Path, args, d: int) -> None:
         flop=flop_f,
     )
     o_ref, _ = reference(q[:, :2], k[:, :2], v[:, :2], True)
-    for text in args.configs:
-        cfg = tuple(int(x) for x in text.split(","))
+    for cfg in configs_for(args.configs, d):
         measure(
             "gluon",
             lambda cfg=cfg: fh.forward(q, k, v, True, config=cfg),
-            cfg,
+            repr(cfg),
             flop_f,
             lambda cfg=cfg: rel(
                 fh.forward(q[:, :2], k[:, :2], v[:, :2], True, config=cfg)[0], o_ref
@@ -218,12 +273,11 @@ def bench_head_dim(out: Path, args, d: int) -> None:
     tl_blocks = BWD.get(d, BWD[64])
     _, dk_ref, dv_ref = fat.flash_backward_triton(q, k, v, o, do, lse, True, blocks=tl_blocks)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
-    for text in args.dkdv_configs:
-        cfg = tuple(int(x) for x in text.split(","))
+    for cfg in configs_for(args.dkdv_configs, d):
         measure(
             "gluon_dkdv",
             lambda cfg=cfg: fh.backward_dkdv(q, k, v, do, lse, delta, dk, dv, True, config=cfg),
-            cfg,
+            repr(cfg),
             error=lambda: max(rel(dk, dk_ref), rel(dv, dv_ref)),
         )
     # whole backwards: as routed by default, and the Triton-language passes alone
@@ -287,6 +341,8 @@ def main() -> None:
                 *args.configs,
                 "--dkdv-configs",
                 *args.dkdv_configs,
+                "--head-dims",
+                ",".join(map(str, args.head_dims)),
             ]
             try:
                 rc = subprocess.run(cmd, timeout=args.timeout).returncode
@@ -294,7 +350,7 @@ def main() -> None:
                 rc = "timeout"
             emit(out, dict(part=part, rc=rc, seconds=round(time.time() - t0, 1)))
         return
-    {"check": lambda: check(out), "bench": lambda: bench(out, args)}[args.part]()
+    {"check": lambda: check(out, args), "bench": lambda: bench(out, args)}[args.part]()
 
 
 if __name__ == "__main__":

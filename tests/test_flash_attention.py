@@ -553,6 +553,29 @@ def test_hopper_kernels_compile_for_sm90_with_their_overlap():
         assert expected <= set(r["wgmma_waits"]), r
         assert r["tma_loads"] and r["stack_bytes"] == 0 and r["local_bytes"] == 0, r
         assert r["shared_bytes"] <= 227 * 1024, r
+        # the d = 128 forward runs with a producer warp and two consumer warpgroups
+        ws = r["kernel"] == "forward" and r["head_dim"] == 128
+        assert r["warp_specialized"] == ws, r
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", [32, 64, 128])
+@pytest.mark.parametrize(
+    "config", [(128, 64, 8, 3), (128, 128, 4, 2, {"WS": True})], ids=["plain", "warp_specialized"]
+)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("n_q, n_k", [(777, 1500), (1500, 333)])
+def test_hopper_forward_variants_against_float64(d, config, causal, n_q, n_k):
+    """Both Gluon forwards (one warpgroup pair in lockstep, and the warp-specialized one with a
+    producer warp) at every head dim they serve, ragged, n_q < n_k and n_q > n_k."""
+    fh = _hopper_gpu()
+    g = torch.Generator(device="cuda").manual_seed(d + n_q)
+    q = torch.randn(2, 3, n_q, d, device="cuda", dtype=BF16, generator=g)
+    k, v = (torch.randn(2, 3, n_k, d, device="cuda", dtype=BF16, generator=g) for _ in "kv")
+    o, lse = fh.forward(q, k, v, causal, config=config)
+    o_ref, lse_ref = reference(q, k, v, causal)
+    assert_close(o, o_ref, TOL[BF16][0], "O")
+    assert_close(lse, lse_ref, 1e-3, "L")
 
 
 def _hopper_gpu():

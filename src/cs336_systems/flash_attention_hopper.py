@@ -45,7 +45,9 @@ GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
 # head dim, for the head dims at which they measured faster than the Triton-language kernels
 # (H100, batch 1, 16 heads, 16384 tokens, causal bf16; scripts/flash_hopper_check.py,
 # docs/flash-attention-notes.md). Other head dims in HEAD_DIMS run when asked for (`config=`).
-FORWARD_CONFIGS = {64: (128, 64, 8, 3)}
+# The d = 128 forward is warp-specialized (WS): a producer warp and two consumer warpgroups of
+# BLOCK_M / 2 rows each, launched with 4 + 4 + 1 warps whatever num_warps says.
+FORWARD_CONFIGS = {64: (128, 64, 8, 3), 128: (128, 128, 4, 2, {"WS": True})}
 # dK/dV: BLOCK_M query rows per step, BLOCK_N keys per program
 DKDV_CONFIGS = {32: (32, 128, 8, 3), 64: (64, 64, 4, 3), 128: (64, 128, 8, 4)}
 DEFAULT_CONFIGS = {"forward": (128, 64, 8, 3), "backward_dkdv": (32, 128, 8, 3)}
@@ -235,6 +237,273 @@ def _attn_fwd_kernel(
     lse = (m_i + gl.log2(l_i)) * 0.6931471805599453
     gl.store(L + pid_bh * n_q + offs_m, lse, mask=offs_m < n_q)
     tma.store_wait(0)
+
+
+@gluon.jit
+def _fwd_loader(
+    q_desc,
+    k_desc,
+    v_desc,
+    q_smem,
+    k_smem,
+    v_smem,
+    bars,
+    off_b,
+    off_h,
+    q0,
+    n_tiles,
+    BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr,
+):
+    """Producer warp of the warp-specialized forward: the two halves of the Q tile once, then
+    K_j and V_j into ring slot j % STAGES as soon as both consumers have released the slot."""
+    q_bar, k_ready, v_ready, k_empty, v_empty = bars
+    half: gl.constexpr = q_desc.block_type.shape[2]
+    mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [off_b, off_h, q0, 0], q_bar, q_smem.index(0))
+    tma.async_copy_global_to_shared(q_desc, [off_b, off_h, q0 + half, 0], q_bar, q_smem.index(1))
+    for j in range(n_tiles):
+        stage = j % STAGES
+        # a fresh mbarrier counts as having completed the phase before phase 0: the first
+        # round of waits passes at once
+        free = ((j // STAGES) & 1) ^ 1
+        mbarrier.wait(k_empty.index(stage), free)
+        _load_kv(
+            k_desc, k_ready.index(stage), k_smem.index(stage), off_b, off_h, j, n_tiles, BLOCK_N
+        )
+        mbarrier.wait(v_empty.index(stage), free)
+        _load_kv(
+            v_desc, v_ready.index(stage), v_smem.index(stage), off_b, off_h, j, n_tiles, BLOCK_N
+        )
+
+
+@gluon.jit
+def _fwd_consumer(
+    q_smem,
+    k_smem,
+    v_smem,
+    bars,
+    o_desc,
+    L,
+    pid_bh,
+    off_b,
+    off_h,
+    q0,
+    n_q,
+    n_k,
+    n_tiles,
+    first_masked,
+    qk_scale,
+    WG: gl.constexpr,
+    HEAD_DIM: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    IS_CAUSAL: gl.constexpr,
+    STAGES: gl.constexpr,
+):
+    """One consumer warpgroup of the warp-specialized forward: rows q0 + WG * BLOCK_M of the
+    program's tile, the loop of `_attn_fwd_kernel` with each K and V slot released through an
+    mbarrier; its warps synchronise among themselves only, never with the other warpgroup."""
+    q_bar, k_ready, v_ready, k_empty, v_empty = bars
+    dtype: gl.constexpr = q_smem.dtype
+    s_layout: gl.constexpr = _mma_layout(4, BLOCK_N)
+    o_layout: gl.constexpr = _mma_layout(4, HEAD_DIM)
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    rows_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    cols_s: gl.constexpr = gl.SliceLayout(0, s_layout)
+    rows_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+
+    r0 = q0 + WG * BLOCK_M
+    q_buf = q_smem.index(WG)
+    q = q_buf.reshape([BLOCK_M, HEAD_DIM])
+    offs_m = r0 + gl.arange(0, BLOCK_M, layout=rows_s)
+    offs_nb = gl.arange(0, BLOCK_N, layout=cols_s)
+    s_init = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, rows_s)
+    l_i = gl.zeros([BLOCK_M], gl.float32, rows_s)
+    acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
+
+    mbarrier.wait(q_bar, 0)
+    mbarrier.wait(k_ready.index(0), 0)
+    k_t = k_smem.index(0).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+    s = warpgroup_mma(q, k_t, s_init, use_acc=False, is_async=True)
+    s = warpgroup_mma_wait(0, deps=[s])
+    mbarrier.arrive(k_empty.index(0), count=1)
+    if first_masked == 0:
+        s = _mask_scores(s, offs_m, offs_nb, n_k, IS_CAUSAL)
+    p, m_i, l_i, alpha = _softmax_update(s, m_i, l_i, qk_scale)
+    p_op = gl.convert_layout(p.to(dtype), p_layout)
+
+    for j in range(1, n_tiles):
+        stage = j % STAGES
+        prev = (j - 1) % STAGES
+        mbarrier.wait(k_ready.index(stage), (j // STAGES) & 1)
+        mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
+        k_t = k_smem.index(stage).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+        s = warpgroup_mma(q, k_t, s_init, use_acc=False, is_async=True)
+        v = v_smem.index(prev).reshape([BLOCK_N, HEAD_DIM])
+        acc = warpgroup_mma(p_op, v, acc, is_async=True)
+        s = warpgroup_mma_wait(1, deps=[s])
+        mbarrier.arrive(k_empty.index(stage), count=1)
+        if j >= first_masked:
+            s = _mask_scores(s, offs_m, j * BLOCK_N + offs_nb, n_k, IS_CAUSAL)
+        p, m_i, l_i, alpha = _softmax_update(s, m_i, l_i, qk_scale)
+        acc, p_op = warpgroup_mma_wait(0, deps=[acc, p_op])
+        mbarrier.arrive(v_empty.index(prev), count=1)
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, rows_o), 1)
+        p_op = gl.convert_layout(p.to(dtype), p_layout)
+
+    last = n_tiles - 1
+    mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
+    v = v_smem.index(last % STAGES).reshape([BLOCK_N, HEAD_DIM])
+    acc = warpgroup_mma(p_op, v, acc, is_async=True)
+    acc, p_op = warpgroup_mma_wait(0, deps=[acc, p_op])
+
+    # this warpgroup's Q buffer takes its O rows; the TMA store clips rows >= n_q
+    o = acc / gl.expand_dims(gl.convert_layout(l_i, rows_o), 1)
+    q.store(o.to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(o_desc, [off_b, off_h, r0, 0], q_buf)
+    lse = (m_i + gl.log2(l_i)) * 0.6931471805599453
+    gl.store(L + pid_bh * n_q + offs_m, lse, mask=offs_m < n_q)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _attn_fwd_ws_kernel(
+    q_desc,
+    k_desc,
+    v_desc,
+    o_desc,
+    L,
+    n_heads,
+    n_q,
+    n_k,
+    qk_scale,
+    HEAD_DIM: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    IS_CAUSAL: gl.constexpr,
+    STAGES: gl.constexpr,
+    num_warps: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr,
+):
+    """The forward with warp specialization (FlashAttention-3's): one producer warp issues the
+    TMA copies of Q, K and V; two consumer warpgroups, each in its own partition, compute
+    BLOCK_M / 2 query rows each and never wait for each other.
+    Launched with num_warps=4 (the default partition is the first consumer)."""
+    dtype: gl.constexpr = q_desc.dtype
+    HALF: gl.constexpr = BLOCK_M // 2
+    pid_bh = gl.program_id(0)
+    if IS_CAUSAL:
+        pid_m = gl.num_programs(1) - 1 - gl.program_id(1)
+    else:
+        pid_m = gl.program_id(1)
+    off_b = pid_bh // n_heads
+    off_h = pid_bh % n_heads
+    q0 = pid_m * BLOCK_M
+    if IS_CAUSAL:
+        hi = gl.minimum(n_k, q0 + BLOCK_M)
+        first_masked = gl.minimum(q0, n_k) // BLOCK_N
+    else:
+        hi = n_k
+        first_masked = n_k // BLOCK_N
+    n_tiles = gl.cdiv(hi, BLOCK_N)
+
+    q_smem = gl.allocate_shared_memory(dtype, [2] + q_desc.block_type.shape, q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        # released by both consumer warpgroups
+        mbarrier.init(k_empty.index(i), count=2)
+        mbarrier.init(v_empty.index(i), count=2)
+    fence_async_shared()
+    bars = (q_bar, k_ready, v_ready, k_empty, v_empty)
+    # (argument tuples written out: tuple concatenation would turn the constexprs into tensors)
+    gl.warp_specialize(
+        [
+            (
+                _fwd_consumer,
+                (
+                    q_smem,
+                    k_smem,
+                    v_smem,
+                    bars,
+                    o_desc,
+                    L,
+                    pid_bh,
+                    off_b,
+                    off_h,
+                    q0,
+                    n_q,
+                    n_k,
+                    n_tiles,
+                    first_masked,
+                    qk_scale,
+                    0,
+                    HEAD_DIM,
+                    HALF,
+                    BLOCK_N,
+                    IS_CAUSAL,
+                    STAGES,
+                ),
+            ),
+            (
+                _fwd_consumer,
+                (
+                    q_smem,
+                    k_smem,
+                    v_smem,
+                    bars,
+                    o_desc,
+                    L,
+                    pid_bh,
+                    off_b,
+                    off_h,
+                    q0,
+                    n_q,
+                    n_k,
+                    n_tiles,
+                    first_masked,
+                    qk_scale,
+                    1,
+                    HEAD_DIM,
+                    HALF,
+                    BLOCK_N,
+                    IS_CAUSAL,
+                    STAGES,
+                ),
+            ),
+            (
+                _fwd_loader,
+                (
+                    q_desc,
+                    k_desc,
+                    v_desc,
+                    q_smem,
+                    k_smem,
+                    v_smem,
+                    bars,
+                    off_b,
+                    off_h,
+                    q0,
+                    n_tiles,
+                    BLOCK_N,
+                    STAGES,
+                ),
+            ),
+        ],
+        [4, 1],
+        [CONSUMER_REGS, 24],
+    )
 
 
 @gluon.jit
@@ -470,7 +739,9 @@ def _config(kernel: str, head_dim: int) -> tuple[int, int, int, int]:
 def chosen_config(kernel: str, head_dim: int) -> dict:
     """The tiles of `kernel` ("forward" or "backward_dkdv") in the form of
     `flash_attention_triton.chosen_configs()`."""
-    block_m, block_n, warps, stages = _config(kernel, head_dim)
+    config = _config(kernel, head_dim)
+    block_m, block_n, warps, stages = config[:4]
+    switches = config[4] if len(config) > 4 else {}
     return {
         "BLOCK_Q": block_m,
         "BLOCK_K": block_n,
@@ -479,11 +750,14 @@ def chosen_config(kernel: str, head_dim: int) -> dict:
         "use_desc": True,
         "autotuned": False,
         "kernel": "gluon",
+        "warp_specialized": bool(switches.get("WS")),
     }
 
 
 def _constants(head_dim, config, is_causal) -> dict:
-    block_m, block_n, warps, stages = config
+    """Compile-time constants and launch options of `config`: (BLOCK_M, BLOCK_N, num_warps,
+    STAGES), optionally followed by a dict of other switches (WS: the warp-specialized forward)."""
+    block_m, block_n, warps, stages = config[:4]
     return dict(
         HEAD_DIM=head_dim,
         BLOCK_M=block_m,
@@ -491,6 +765,7 @@ def _constants(head_dim, config, is_causal) -> dict:
         IS_CAUSAL=bool(is_causal),
         STAGES=stages,
         num_warps=warps,
+        **(config[4] if len(config) > 4 else {}),
     )
 
 
@@ -499,11 +774,16 @@ def _forward_call(q, k, v, o, lse, is_causal, config=None):
     b, h, n_q, d = q.shape
     config = config or _config("forward", d)
     block_m, block_n = config[:2]
+    constants = _constants(d, config, is_causal)
+    ws = constants.pop("WS", False)
+    if ws:  # two consumer warpgroups of block_m / 2 rows each, and a producer warp
+        constants = {"CONSUMER_REGS": 240, **constants, "num_warps": 4}
+    q_rows = block_m // 2 if ws else block_m
     args = dict(
-        q_desc=_descriptor(q, block_m),
+        q_desc=_descriptor(q, q_rows),
         k_desc=_descriptor(k, block_n),
         v_desc=_descriptor(v, block_n),
-        o_desc=_descriptor(o, block_m),
+        o_desc=_descriptor(o, q_rows),
         L=lse,
         n_heads=h,
         n_q=n_q,
@@ -511,7 +791,7 @@ def _forward_call(q, k, v, o, lse, is_causal, config=None):
         qk_scale=LOG2E / math.sqrt(d),
     )
     grid = (b * h, triton.cdiv(n_q, block_m))
-    return _attn_fwd_kernel, grid, args, _constants(d, config, is_causal)
+    return (_attn_fwd_ws_kernel if ws else _attn_fwd_kernel), grid, args, constants
 
 
 def _dkdv_call(q, k, v, do, lse, delta, dk, dv, is_causal, config=None):
@@ -564,22 +844,23 @@ def compile_for_sm90(kernel: str, head_dim: int, is_causal: bool = True, config=
         fn, _, args, constants = _forward_call(x, x, x, x, stats, is_causal, config)
     else:
         fn, _, args, constants = _dkdv_call(x, x, x, x, stats, stats, x, x, is_causal, config)
+    options = dict(num_warps=constants["num_warps"])
     signature = {name: mangle_type(value) for name, value in args.items()}
     signature.update(dict.fromkeys(constants, "constexpr"))
     source = GluonASTSource(fn, signature, constants)
-    options = dict(num_warps=constants["num_warps"])
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
 
 
-def sm90_report(kernel: str, head_dim: int, is_causal: bool = True) -> dict:
+def sm90_report(kernel: str, head_dim: int, is_causal: bool = True, config=None) -> dict:
     """What `compile_for_sm90` built: the wgmma wait depths in program order, whether the loads
-    are TMA copies, and registers, stack and local memory per thread (cuobjdump)."""
+    are TMA copies, whether it is warp-specialized, and registers, stack and local memory per
+    thread (cuobjdump)."""
     import re
     import subprocess
     import tempfile
     from pathlib import Path
 
-    compiled = compile_for_sm90(kernel, head_dim, is_causal)
+    compiled = compile_for_sm90(kernel, head_dim, is_causal, config)
     ptx = compiled.asm["ptx"]
     cubin = Path(tempfile.mkdtemp()) / "kernel.cubin"
     cubin.write_bytes(compiled.asm["cubin"])
@@ -598,6 +879,8 @@ def sm90_report(kernel: str, head_dim: int, is_causal: bool = True) -> dict:
             int(n) for n in re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+);", ptx)
         ],
         "tma_loads": "cp.async.bulk.tensor" in ptx,
+        # partitions with their own register budgets: the warp-specialized kernels
+        "warp_specialized": "setmaxnreg" in ptx,
         "registers": found.get("REG"),
         "stack_bytes": found.get("STACK"),
         "local_bytes": found.get("LOCAL"),

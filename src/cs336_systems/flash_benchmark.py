@@ -189,7 +189,7 @@ def _config_text(cfg: dict | None) -> str:
     if cfg.get("num_warps"):
         text += f" w{cfg['num_warps']} s{cfg['num_stages']}"
     if cfg.get("kernel") == "gluon":
-        text += " gluon"
+        text += " gluon ws" if cfg.get("warp_specialized") else " gluon"
     return text
 
 

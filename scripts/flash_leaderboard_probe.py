@@ -1,0 +1,146 @@
+"""Where the leaderboard configuration's time goes, and what candidate settings change it: the
+flash stage's leaderboard measurement (torch.compile(FlashAttentionTriton.apply), forward and
+backward of o.sum(), do_bench) for ours under each variant and for SDPA cuDNN, in one process,
+plus a torch.profiler breakdown of one step (kernel times and the GPU idle time around them).
+
+    python3 scripts/flash_leaderboard_probe.py --out $OUT [--variants default dq_pinned ...]
+
+Variants patch the routing tables of this process only (nothing is written back):
+``dq=BQ,BK,W,S`` pins the Triton dQ pass's tile, ``dkdv=<config>`` / ``fwd=<config>`` set the
+Gluon tiles at d=64 (the configs of flash_attention_hopper, e.g. ``dkdv=64,64,4,3,{'KV_REGS':True}``);
+several, joined by ``+``, make one variant. Rows go to OUT/leaderboard_probe.jsonl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+
+def emit(out: Path, row: dict) -> None:
+    print(json.dumps(row), flush=True)
+    with open(out / "leaderboard_probe.jsonl", "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+ORIGINAL: dict = {}
+
+
+def apply_variant(text: str) -> None:
+    """Set the routing tables of this process for one variant (see the module docstring)."""
+    import copy
+
+    from cs336_systems import flash_attention_hopper as fh
+    from cs336_systems import flash_attention_triton as fat
+
+    original = ORIGINAL.setdefault(
+        "tables",
+        copy.deepcopy((fat.TILE_CONFIGS, fh.DKDV_CONFIGS, fh.FORWARD_CONFIGS)),
+    )
+    tiles, dkdv, fwd = copy.deepcopy(original)
+    fat.TILE_CONFIGS.update(tiles)
+    fh.DKDV_CONFIGS.clear()
+    fh.DKDV_CONFIGS.update(dkdv)
+    fh.FORWARD_CONFIGS.clear()
+    fh.FORWARD_CONFIGS.update(fwd)
+    for tuned in fat._TUNED.values():  # choices made under another variant's tables
+        tuned.cache.clear()
+    for part in text.split("+"):
+        if part == "default":
+            continue
+        key, _, value = part.partition("=")
+        cfg = tuple(ast.literal_eval(f"({value},)"))
+        if key == "dq":
+            fat.TILE_CONFIGS["backward_dq"]["16bit"] = [cfg]
+        elif key == "dkdv":
+            fh.DKDV_CONFIGS[64] = cfg
+        elif key == "fwd":
+            fh.FORWARD_CONFIGS[64] = cfg
+        else:
+            raise ValueError(f"unknown variant part {part!r}")
+
+
+def profile_step(step, steps: int = 5) -> dict:
+    """Kernel times per step and the part of each step's span when no kernel ran."""
+    import torch
+
+    step()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+            torch.cuda.synchronize()
+    events = sorted(
+        (e for e in prof.events() if e.device_type.name == "CUDA"),
+        key=lambda e: e.time_range.start,
+    )
+    kernels: dict[str, float] = {}
+    for e in events:
+        kernels[e.name[:50]] = kernels.get(e.name[:50], 0.0) + e.time_range.elapsed_us() / steps
+    busy = sum(kernels.values())
+    span = (events[-1].time_range.end - events[0].time_range.start) / steps if events else 0.0
+    return {
+        "kernels_us": {k: round(v, 1) for k, v in kernels.items()},
+        "busy_us": round(busy, 1),
+        "span_us_per_step": round(span, 1),
+    }
+
+
+def main() -> None:
+    import torch
+
+    from cs336_systems import flash_benchmark as fb
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", required=True)
+    p.add_argument("--variants", nargs="*", default=["default"])
+    p.add_argument("--rep-ms", type=float, default=2000)
+    p.add_argument("--sdpa", action="store_true", help="also time SDPA cuDNN and flash")
+    args = p.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    b, h, n, d = 1, 16, 16384, 64
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (
+        torch.randn((b, h, n, d), generator=g, device="cuda", dtype=torch.bfloat16)
+        for _ in range(3)
+    )
+    timer = fb.Timer(torch.device("cuda"), 500, args.rep_ms, 0, 0)
+    if args.sdpa:
+        for name in ("sdpa_cudnn", "sdpa_flash"):
+            row = fb.leaderboard_time(name, fb._sdpa(name), q, k, v, timer)
+            emit(out, {"impl": name, **row})
+    for variant in args.variants:
+        row = {"impl": "flash_triton", "variant": variant}
+        try:
+            apply_variant(variant)
+            torch._dynamo.reset()
+            row.update(fb.leaderboard_time("flash_triton", None, q, k, v, timer))
+            from cs336_systems import flash_attention_triton as fat
+
+            row["configs"] = {
+                name: fb._config_text(cfg) for name, cfg in fat.chosen_configs().items()
+            }
+            leaves = [x.detach().reshape(b * h, n, d).requires_grad_() for x in (q, k, v)]
+            compiled = torch.compile(fat.FlashAttentionTriton.apply)
+
+            def step(leaves=leaves, compiled=compiled):
+                for x in leaves:
+                    x.grad = None
+                compiled(*leaves, True).sum().backward()
+
+            row.update(profile_step(step))
+        except Exception as exc:
+            row["status"] = f"error: {type(exc).__name__}: {str(exc)[:300]}"
+        emit(out, row)
+
+
+if __name__ == "__main__":
+    main()
