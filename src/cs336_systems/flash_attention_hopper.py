@@ -278,34 +278,33 @@ def _fwd_loader(
 
 
 @gluon.jit
-def _fwd_consumer(
-    q_smem,
-    k_smem,
-    v_smem,
-    bars,
-    o_desc,
-    L,
-    pid_bh,
-    off_b,
-    off_h,
-    q0,
-    n_q,
-    n_k,
-    n_tiles,
-    first_masked,
-    qk_scale,
-    WG: gl.constexpr,
-    HEAD_DIM: gl.constexpr,
-    BLOCK_M: gl.constexpr,
-    BLOCK_N: gl.constexpr,
-    IS_CAUSAL: gl.constexpr,
-    STAGES: gl.constexpr,
-):
-    """One consumer warpgroup of the warp-specialized forward: rows q0 + WG * BLOCK_M of the
-    program's tile, the loop of `_attn_fwd_kernel` with each K and V slot released through an
-    mbarrier; its warps synchronise among themselves only, never with the other warpgroup."""
+def _fwd_consumer(q_buf, r0, tile, IS_CAUSAL: gl.constexpr):
+    """One consumer warpgroup of the warp-specialized forward: query rows r0 + [0, BLOCK_M), whose
+    Q tile is in `q_buf`, through the loop of `_attn_fwd_kernel` with each K and V slot released
+    through an mbarrier; its warps synchronise among themselves only, never with the other
+    warpgroup. `tile` holds what both consumers share; the tile sizes come from the buffers'
+    shapes."""
+    (
+        k_smem,
+        v_smem,
+        bars,
+        o_desc,
+        L,
+        pid_bh,
+        off_b,
+        off_h,
+        n_q,
+        n_k,
+        n_tiles,
+        first_masked,
+        qk_scale,
+    ) = tile
     q_bar, k_ready, v_ready, k_empty, v_empty = bars
-    dtype: gl.constexpr = q_smem.dtype
+    BLOCK_M: gl.constexpr = q_buf.shape[2]
+    HEAD_DIM: gl.constexpr = q_buf.shape[3]
+    STAGES: gl.constexpr = k_smem.shape[0]
+    BLOCK_N: gl.constexpr = k_smem.shape[3]
+    dtype: gl.constexpr = q_buf.dtype
     s_layout: gl.constexpr = _mma_layout(4, BLOCK_N)
     o_layout: gl.constexpr = _mma_layout(4, HEAD_DIM)
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
@@ -313,8 +312,6 @@ def _fwd_consumer(
     cols_s: gl.constexpr = gl.SliceLayout(0, s_layout)
     rows_o: gl.constexpr = gl.SliceLayout(1, o_layout)
 
-    r0 = q0 + WG * BLOCK_M
-    q_buf = q_smem.index(WG)
     q = q_buf.reshape([BLOCK_M, HEAD_DIM])
     offs_m = r0 + gl.arange(0, BLOCK_M, layout=rows_s)
     offs_nb = gl.arange(0, BLOCK_N, layout=cols_s)
@@ -427,61 +424,26 @@ def _attn_fwd_ws_kernel(
         mbarrier.init(v_empty.index(i), count=2)
     fence_async_shared()
     bars = (q_bar, k_ready, v_ready, k_empty, v_empty)
-    # (argument tuples written out: tuple concatenation would turn the constexprs into tensors)
+    # what both consumers share (IS_CAUSAL apart: a constexpr in a tuple arrives as a tensor)
+    tile = (
+        k_smem,
+        v_smem,
+        bars,
+        o_desc,
+        L,
+        pid_bh,
+        off_b,
+        off_h,
+        n_q,
+        n_k,
+        n_tiles,
+        first_masked,
+        qk_scale,
+    )
     gl.warp_specialize(
         [
-            (
-                _fwd_consumer,
-                (
-                    q_smem,
-                    k_smem,
-                    v_smem,
-                    bars,
-                    o_desc,
-                    L,
-                    pid_bh,
-                    off_b,
-                    off_h,
-                    q0,
-                    n_q,
-                    n_k,
-                    n_tiles,
-                    first_masked,
-                    qk_scale,
-                    0,
-                    HEAD_DIM,
-                    HALF,
-                    BLOCK_N,
-                    IS_CAUSAL,
-                    STAGES,
-                ),
-            ),
-            (
-                _fwd_consumer,
-                (
-                    q_smem,
-                    k_smem,
-                    v_smem,
-                    bars,
-                    o_desc,
-                    L,
-                    pid_bh,
-                    off_b,
-                    off_h,
-                    q0,
-                    n_q,
-                    n_k,
-                    n_tiles,
-                    first_masked,
-                    qk_scale,
-                    1,
-                    HEAD_DIM,
-                    HALF,
-                    BLOCK_N,
-                    IS_CAUSAL,
-                    STAGES,
-                ),
-            ),
+            (_fwd_consumer, (q_smem.index(0), q0, tile, IS_CAUSAL)),
+            (_fwd_consumer, (q_smem.index(1), q0 + HALF, tile, IS_CAUSAL)),
             (
                 _fwd_loader,
                 (
