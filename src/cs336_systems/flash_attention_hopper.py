@@ -91,6 +91,29 @@ def _load_kv(desc, bar, smem, off_b, off_h, tile, n_tiles, BLOCK_N: gl.constexpr
 
 
 @gluon.jit
+def _query_tile(
+    n_heads, n_k, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr
+):
+    """Where a forward program works, on a (batch x heads, query tiles) grid with, under causal
+    masking, the heaviest query tiles first: its (batch x head) index, batch, head, first query
+    row, and its key tiles [0, n_tiles), of which those from first_masked on cross the diagonal
+    or the ragged end."""
+    pid_bh = gl.program_id(0)
+    if IS_CAUSAL:
+        pid_m = gl.num_programs(1) - 1 - gl.program_id(1)
+    else:
+        pid_m = gl.program_id(1)
+    q0 = pid_m * BLOCK_M
+    if IS_CAUSAL:
+        hi = gl.minimum(n_k, q0 + BLOCK_M)
+        first_masked = gl.minimum(q0, n_k) // BLOCK_N
+    else:
+        hi = n_k
+        first_masked = n_k // BLOCK_N
+    return pid_bh, pid_bh // n_heads, pid_bh % n_heads, q0, gl.cdiv(hi, BLOCK_N), first_masked
+
+
+@gluon.jit
 def _attn_fwd_kernel(
     q_desc,
     k_desc,
@@ -116,15 +139,9 @@ def _attn_fwd_kernel(
     cols_s: gl.constexpr = gl.SliceLayout(0, s_layout)
     rows_o: gl.constexpr = gl.SliceLayout(1, o_layout)
 
-    # grid (batch x heads, query tiles); causal: the heaviest query tiles first
-    pid_bh = gl.program_id(0)
-    if IS_CAUSAL:
-        pid_m = gl.num_programs(1) - 1 - gl.program_id(1)
-    else:
-        pid_m = gl.program_id(1)
-    off_b = pid_bh // n_heads
-    off_h = pid_bh % n_heads
-    q0 = pid_m * BLOCK_M
+    pid_bh, off_b, off_h, q0, n_tiles, first_masked = _query_tile(
+        n_heads, n_k, BLOCK_M, BLOCK_N, IS_CAUSAL
+    )
 
     q_smem = gl.allocate_shared_memory(dtype, q_desc.block_type.shape, q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
@@ -137,15 +154,6 @@ def _attn_fwd_kernel(
         mbarrier.init(k_bars.index(i), count=1)
         mbarrier.init(v_bars.index(i), count=1)
     fence_async_shared()
-
-    # key tiles [0, n_tiles); from first_masked on they cross the diagonal or the ragged end
-    if IS_CAUSAL:
-        hi = gl.minimum(n_k, q0 + BLOCK_M)
-        first_masked = gl.minimum(q0, n_k) // BLOCK_N
-    else:
-        hi = n_k
-        first_masked = n_k // BLOCK_N
-    n_tiles = gl.cdiv(hi, BLOCK_N)
 
     mbarrier.expect(q_bar, q_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [off_b, off_h, q0, 0], q_bar, q_smem)
@@ -391,21 +399,9 @@ def _attn_fwd_ws_kernel(
     Launched with num_warps=4 (the default partition is the first consumer)."""
     dtype: gl.constexpr = q_desc.dtype
     HALF: gl.constexpr = BLOCK_M // 2
-    pid_bh = gl.program_id(0)
-    if IS_CAUSAL:
-        pid_m = gl.num_programs(1) - 1 - gl.program_id(1)
-    else:
-        pid_m = gl.program_id(1)
-    off_b = pid_bh // n_heads
-    off_h = pid_bh % n_heads
-    q0 = pid_m * BLOCK_M
-    if IS_CAUSAL:
-        hi = gl.minimum(n_k, q0 + BLOCK_M)
-        first_masked = gl.minimum(q0, n_k) // BLOCK_N
-    else:
-        hi = n_k
-        first_masked = n_k // BLOCK_N
-    n_tiles = gl.cdiv(hi, BLOCK_N)
+    pid_bh, off_b, off_h, q0, n_tiles, first_masked = _query_tile(
+        n_heads, n_k, BLOCK_M, BLOCK_N, IS_CAUSAL
+    )
 
     q_smem = gl.allocate_shared_memory(dtype, [2] + q_desc.block_type.shape, q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
