@@ -7,7 +7,7 @@ plus a torch.profiler breakdown of one step (kernel times and the GPU idle time 
 
 Variants patch the routing tables of this process only (nothing is written back):
 ``dq=BQ,BK,W,S`` pins the Triton dQ pass's tile, ``dkdv=<config>`` / ``fwd=<config>`` set the
-Gluon tiles at d=64 (the configs of flash_attention_hopper, e.g. ``dkdv=64,64,4,3,{'KV_REGS':True}``);
+Gluon tiles at d=64 (the configs of flash_attention_hopper, e.g. ``dkdv=64,64,4,3,{'A_IN_REGS':True}``);
 several, joined by ``+``, make one variant. Rows go to OUT/leaderboard_probe.jsonl.
 """
 

@@ -529,7 +529,9 @@ def test_hopper_kernels_compile_for_sm90_with_their_overlap():
     """Without a GPU: the Gluon kernels build for sm_90 with this Triton (its own ptxas), spill
     no registers, load through TMA, and keep the schedule they exist for: the forward waits for
     the scores with one product (P V) still in flight; the dK/dV pass waits for S^T with three
-    in flight, then for dP^T with two. Runs in a child process: Gluon cannot be compiled while
+    in flight, then for dP^T with two; and ptxas kept those waits as written instead of
+    serialising every product (it does when products stay in flight across a loop's back
+    edge, as an earlier dK/dV pass had them). Runs in a child process: Gluon cannot be compiled while
     TRITON_INTERPRET is set, as it is for the CPU tests."""
     import json
     import os
@@ -551,6 +553,8 @@ def test_hopper_kernels_compile_for_sm90_with_their_overlap():
     for r in reports:
         expected = {"forward": {1}, "backward_dkdv": {3, 2}}[r["kernel"]]
         assert expected <= set(r["wgmma_waits"]), r
+        # and ptxas kept those products asynchronous (no wait added after each one)
+        assert not r["wgmma_serialized"], r
         assert r["tma_loads"] and r["stack_bytes"] == 0 and r["local_bytes"] == 0, r
         assert r["shared_bytes"] <= 227 * 1024, r
         # the d = 128 forward runs with a producer warp and two consumer warpgroups

@@ -48,8 +48,14 @@ GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
 # The d = 128 forward is warp-specialized (WS): a producer warp and two consumer warpgroups of
 # BLOCK_M / 2 rows each, launched with 4 + 4 + 1 warps whatever num_warps says.
 FORWARD_CONFIGS = {64: (128, 64, 8, 3), 128: (128, 128, 4, 2, {"WS": True})}
-# dK/dV: BLOCK_M query rows per step, BLOCK_N keys per program
-DKDV_CONFIGS = {32: (32, 128, 8, 3), 64: (64, 64, 4, 3), 128: (64, 128, 8, 4)}
+# dK/dV: BLOCK_M query rows per step, BLOCK_N keys per program; A_IN_REGS: K and V are held in
+# registers as the A operands of S^T and dP^T (at d = 64: 232 registers, two CTAs per SM still)
+DKDV_CONFIGS = {
+    16: (64, 64, 4, 3),
+    32: (64, 64, 4, 3),
+    64: (64, 64, 4, 3, {"A_IN_REGS": True}),
+    128: (32, 64, 4, 3),
+}
 DEFAULT_CONFIGS = {"forward": (128, 64, 8, 3), "backward_dkdv": (32, 128, 8, 3)}
 
 
@@ -485,13 +491,14 @@ def _attn_bwd_dkdv_kernel(
     IS_CAUSAL: gl.constexpr,
     STAGES: gl.constexpr,
     num_warps: gl.constexpr,
+    A_IN_REGS: gl.constexpr = False,
 ):
     """dV = P^T dO and dK = scale * dS^T Q for one tile of BLOCK_N keys, over the query tiles
     that see it, in transposed form (keys are rows). Q and dO tiles stream through a TMA ring.
 
-    Per query tile i the warpgroup waits for S_i^T only, computes P_i^T while dP_i^T and the
-    previous tile's dV and dK products still run, waits for dP_i^T, computes dS_i^T, then issues
-    the next tile's S^T and dP^T ahead of this tile's dV and dK products."""
+    Per query tile i the warpgroup issues S_i^T, dP_i^T and the previous tile's dV and dK
+    products, waits for S_i^T only, computes P_i^T while the others run, waits for dP_i^T and
+    computes dS_i^T while the previous tile's products still run."""
     dtype: gl.constexpr = q_desc.dtype
     st_layout: gl.constexpr = _mma_layout(num_warps, BLOCK_M)
     acc_layout: gl.constexpr = _mma_layout(num_warps, HEAD_DIM)
@@ -528,7 +535,7 @@ def _attn_bwd_dkdv_kernel(
     mbarrier.expect(kv_bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(k_desc, [off_b, off_h, k0, 0], kv_bar, k_smem)
     tma.async_copy_global_to_shared(v_desc, [off_b, off_h, k0, 0], kv_bar, v_smem)
-    # tile 0 is loaded even when T == 0: the prologue's products read it (and are discarded)
+    # tile 0 is loaded even when T <= 0: the last products read it (times zero)
     for i in gl.static_range(STAGES):
         _load_q_do(
             q_desc,
@@ -551,27 +558,42 @@ def _attn_bwd_dkdv_kernel(
     acc_init = gl.zeros([BLOCK_N, HEAD_DIM], gl.float32, acc_layout)
     zero_op = gl.zeros([BLOCK_N, BLOCK_M], dtype, op_layout)
 
-    # prologue: the first tile's S^T and dP^T, and zero-initialised dV and dK (A = 0) in the
-    # same queue order as every later iteration
-    mbarrier.wait(kv_bar, 0)
-    mbarrier.wait(bars.index(0), 0)
-    q_t = q_smem.index(0).reshape([BLOCK_M, HEAD_DIM])
-    do_t = do_smem.index(0).reshape([BLOCK_M, HEAD_DIM])
-    s_t = warpgroup_mma(k, q_t.permute((1, 0)), st_init, use_acc=False, is_async=True)
-    dp_t = warpgroup_mma(v, do_t.permute((1, 0)), st_init, use_acc=False, is_async=True)
-    dv = warpgroup_mma(zero_op, do_t, acc_init, use_acc=False, is_async=True)
-    dk = warpgroup_mma(zero_op, q_t, acc_init, use_acc=False, is_async=True)
-    p_op = zero_op
-    ds_op = zero_op
     # L and D of the next query tile are loaded a whole iteration ahead, one value per thread,
     # and spread to the score layout through shared memory when used
     flat: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
     offs_flat = gl.arange(0, BLOCK_M, layout=flat)
     lse_next, delta_next = _load_rows_stats(L, Delta, pid_bh, n_q, lo_tile * BLOCK_M + offs_flat)
+    dv = acc_init
+    dk = acc_init
+    # the previous tile's P^T and dS^T, the A operands of its dV and dK products: zero before
+    # the first tile (whose products then add 0 x Q_0 and 0 x dO_0)
+    p_op = zero_op
+    ds_op = zero_op
+    mbarrier.wait(kv_bar, 0)
+    if A_IN_REGS:  # K and V as register operands: S^T and dP^T read only Q and dO from smem
+        kv_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=st_layout, k_width=2)
+        k_a = k.load(kv_op)
+        v_a = v.load(kv_op)
+    else:
+        k_a = k
+        v_a = v
 
+    # Every product issued in an iteration is waited for in it: with products in flight across
+    # the loop's back edge, ptxas cannot follow the wgmma pipeline and makes every product
+    # synchronous (its "wgmma.mma_async instructions are serialized" note)
     for i in range(T):
         stage = i % STAGES
+        older = (i + STAGES - gl.minimum(i, 1)) % STAGES  # tile i - 1's buffers (tile 0's at i = 0)
         offs_m = (lo_tile + i) * BLOCK_M + offs_mb
+        mbarrier.wait(bars.index(stage), (i // STAGES) & 1)
+        q_t = q_smem.index(stage).reshape([BLOCK_M, HEAD_DIM])
+        do_t = do_smem.index(stage).reshape([BLOCK_M, HEAD_DIM])
+        s_t = warpgroup_mma(k_a, q_t.permute((1, 0)), st_init, use_acc=False, is_async=True)
+        dp_t = warpgroup_mma(v_a, do_t.permute((1, 0)), st_init, use_acc=False, is_async=True)
+        q_p = q_smem.index(older).reshape([BLOCK_M, HEAD_DIM])
+        do_p = do_smem.index(older).reshape([BLOCK_M, HEAD_DIM])
+        dv = warpgroup_mma(p_op, do_p, dv, is_async=True)
+        dk = warpgroup_mma(ds_op, q_p, dk, is_async=True)
         lse = gl.convert_layout(lse_next, cols)
         delta = gl.convert_layout(delta_next, cols)
         s_t = warpgroup_mma_wait(3, deps=[s_t])
@@ -582,10 +604,15 @@ def _attn_bwd_dkdv_kernel(
                 p_t = gl.where(causal, p_t, 0.0)
         dp_t = warpgroup_mma_wait(2, deps=[dp_t])
         ds_t = p_t * (dp_t - gl.expand_dims(delta, 0))
-        new_p_op = gl.convert_layout(p_t.to(dtype), op_layout)
-        new_ds_op = gl.convert_layout(ds_t.to(dtype), op_layout)
-        # the previous tile's dV and dK products are done: their operands and Q/dO buffers free
-        dv, dk, p_op, ds_op = warpgroup_mma_wait(0, deps=[dv, dk, p_op, ds_op])
+        p_lo = p_t.to(dtype)
+        ds_lo = ds_t.to(dtype)
+        # tile i - 1's products are done; p_lo and ds_lo pass through the wait so that their
+        # packing into operand registers (which may be the in-flight operands' registers)
+        # comes after it
+        dv, dk, p_lo, ds_lo = warpgroup_mma_wait(0, deps=[dv, dk, p_lo, ds_lo])
+        p_op = gl.convert_layout(p_lo, op_layout)
+        ds_op = gl.convert_layout(ds_lo, op_layout)
+        # tile i - 1's Q and dO buffers are free: they take tile i - 1 + STAGES
         gl.thread_barrier()
         prev_stage = (i + STAGES - 1) % STAGES
         _load_q_do(
@@ -600,26 +627,19 @@ def _attn_bwd_dkdv_kernel(
             (i >= 1) & (i - 1 + STAGES < T),
             q_bytes,
         )
-        # the next tile's scores (the last iteration recomputes its own: discarded)
-        nxt = gl.minimum(i + 1, T - 1)
-        nxt_stage = nxt % STAGES
-        mbarrier.wait(bars.index(nxt_stage), (nxt // STAGES) & 1)
-        q_n = q_smem.index(nxt_stage).reshape([BLOCK_M, HEAD_DIM])
-        do_n = do_smem.index(nxt_stage).reshape([BLOCK_M, HEAD_DIM])
-        s_t = warpgroup_mma(k, q_n.permute((1, 0)), st_init, use_acc=False, is_async=True)
-        dp_t = warpgroup_mma(v, do_n.permute((1, 0)), st_init, use_acc=False, is_async=True)
-        q_t = q_smem.index(stage).reshape([BLOCK_M, HEAD_DIM])
-        do_t = do_smem.index(stage).reshape([BLOCK_M, HEAD_DIM])
-        dv = warpgroup_mma(new_p_op, do_t, dv, is_async=True)
-        dk = warpgroup_mma(new_ds_op, q_t, dk, is_async=True)
-        p_op = new_p_op
-        ds_op = new_ds_op
         # the next tile's L and D, a whole iteration ahead of their use
         lse_next, delta_next = _load_rows_stats(
             L, Delta, pid_bh, n_q, (lo_tile + i + 1) * BLOCK_M + offs_flat
         )
 
-    s_t, dp_t, dv, dk, p_op, ds_op = warpgroup_mma_wait(0, deps=[s_t, dp_t, dv, dk, p_op, ds_op])
+    # the last tile's dV and dK products (with T <= 0: zeros times tile 0, loaded regardless)
+    last = gl.maximum(T - 1, 0)
+    mbarrier.wait(bars.index(last % STAGES), (last // STAGES) & 1)
+    q_t = q_smem.index(last % STAGES).reshape([BLOCK_M, HEAD_DIM])
+    do_t = do_smem.index(last % STAGES).reshape([BLOCK_M, HEAD_DIM])
+    dv = warpgroup_mma(p_op, do_t, dv, is_async=True)
+    dk = warpgroup_mma(ds_op, q_t, dk, is_async=True)
+    dv, dk = warpgroup_mma_wait(0, deps=[dv, dk])
     mbarrier.invalidate(kv_bar)
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(bars.index(i))
@@ -714,7 +734,8 @@ def chosen_config(kernel: str, head_dim: int) -> dict:
 
 def _constants(head_dim, config, is_causal) -> dict:
     """Compile-time constants and launch options of `config`: (BLOCK_M, BLOCK_N, num_warps,
-    STAGES), optionally followed by a dict of other switches (WS: the warp-specialized forward)."""
+    STAGES), optionally followed by a dict of other switches (WS: the warp-specialized forward;
+    A_IN_REGS: the dK/dV pass's K and V in registers)."""
     block_m, block_n, warps, stages = config[:4]
     return dict(
         HEAD_DIM=head_dim,
@@ -810,8 +831,8 @@ def compile_for_sm90(kernel: str, head_dim: int, is_causal: bool = True, config=
 
 
 def sm90_report(kernel: str, head_dim: int, is_causal: bool = True, config=None) -> dict:
-    """What `compile_for_sm90` built: the wgmma wait depths in program order, whether the loads
-    are TMA copies, whether it is warp-specialized, and registers, stack and local memory per
+    """What `compile_for_sm90` built: the wgmma wait depths in program order, whether ptxas kept
+    the products asynchronous, whether the loads are TMA copies, whether it is warp-specialized, and registers, stack and local memory per
     thread (cuobjdump)."""
     import re
     import subprocess
@@ -830,12 +851,17 @@ def sm90_report(kernel: str, head_dim: int, is_causal: bool = True, config=None)
         check=True,
     ).stdout
     found = {key: int(v) for key, v in re.findall(r"(REG|STACK|LOCAL):(\d+)", usage)}
+    sass = subprocess.run(
+        [str(cuobjdump), "-sass", str(cubin)], capture_output=True, text=True, check=True
+    ).stdout
+    waits = [int(n) for n in re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+);", ptx)]
     return {
         "kernel": kernel,
         "head_dim": head_dim,
-        "wgmma_waits": [
-            int(n) for n in re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+);", ptx)
-        ],
+        "wgmma_waits": waits,
+        # ptxas adds a wait after every wgmma where it cannot follow the pipeline (e.g. products
+        # in flight across a loop's back edge): the SASS then has more waits than the PTX
+        "wgmma_serialized": sass.count("WARPGROUP.DEPBAR") > len(waits),
         "tma_loads": "cp.async.bulk.tensor" in ptx,
         # partitions with their own register budgets: the warp-specialized kernels
         "warp_specialized": "setmaxnreg" in ptx,
