@@ -531,8 +531,8 @@ def test_hopper_kernels_compile_for_sm90_with_their_overlap():
     the scores with one product (P V) still in flight; the dK/dV pass waits for S^T with three
     in flight, then for dP^T with two; and ptxas kept those waits as written instead of
     serialising every product (it does when products stay in flight across a loop's back
-    edge, as an earlier dK/dV pass had them). Runs in a child process: Gluon cannot be compiled while
-    TRITON_INTERPRET is set, as it is for the CPU tests."""
+    edge, as an earlier dK/dV pass had them). Runs in a child process: Gluon cannot be
+    compiled while TRITON_INTERPRET is set, as it is for the CPU tests."""
     import json
     import os
     import subprocess

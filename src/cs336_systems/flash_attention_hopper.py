@@ -832,8 +832,8 @@ def compile_for_sm90(kernel: str, head_dim: int, is_causal: bool = True, config=
 
 def sm90_report(kernel: str, head_dim: int, is_causal: bool = True, config=None) -> dict:
     """What `compile_for_sm90` built: the wgmma wait depths in program order, whether ptxas kept
-    the products asynchronous, whether the loads are TMA copies, whether it is warp-specialized, and registers, stack and local memory per
-    thread (cuobjdump)."""
+    the products asynchronous, whether the loads are TMA copies, whether it is warp-specialized,
+    and registers, stack and local memory per thread (cuobjdump)."""
     import re
     import subprocess
     import tempfile
