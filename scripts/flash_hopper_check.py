@@ -179,22 +179,24 @@ def check(out: Path, args) -> None:
                         )
                     for cfg in configs_for(args.dkdv_configs, d):
                         delta = (o.float() * do.float()).sum(-1).contiguous()
-                        dk, dv = torch.empty_like(k), torch.empty_like(v)
-                        fh.backward_dkdv(q, k, v, do, lse, delta, dk, dv, causal, config=cfg)
+                        dq, dk, dv = (torch.full_like(x, float("nan")) for x in (q, k, v))
+                        fh.backward_dkdv(q, k, v, do, lse, delta, dk, dv, causal, config=cfg, dq=dq)
                         torch.cuda.synchronize()
-                        e_k, e_v = (
-                            ((g.float() - r).norm() / r.norm().clamp_min(1.0)).item()
-                            for g, r in ((dk, ref[1]), (dv, ref[2]))
-                        )
-                        good = e_k < 3e-2 and e_v < 3e-2
+                        pairs = {"dk": (dk, ref[1]), "dv": (dv, ref[2])}
+                        if fh.fuses_dq(d, cfg):
+                            pairs["dq"] = (dq, ref[0])
+                        errs = {
+                            f"err_{name}": ((g.float() - r).norm() / r.norm().clamp_min(1.0)).item()
+                            for name, (g, r) in pairs.items()
+                        }
+                        good = all(e < 3e-2 for e in errs.values())
                         emit(
                             out,
                             {
                                 **row,
                                 "kernel": "backward_dkdv",
                                 "config": repr(cfg),
-                                "err_dk": e_k,
-                                "err_dv": e_v,
+                                **errs,
                                 "status": "ok" if good else "WRONG",
                             },
                         )
@@ -271,14 +273,19 @@ def bench_head_dim(out: Path, args, d: int) -> None:
     o, lse = fat.flash_forward_triton(q, k, v, True)
     delta = (o.float() * do.float()).sum(-1).contiguous()
     tl_blocks = BWD.get(d, BWD[64])
-    _, dk_ref, dv_ref = fat.flash_backward_triton(q, k, v, o, do, lse, True, blocks=tl_blocks)
-    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    dq_ref, dk_ref, dv_ref = fat.flash_backward_triton(q, k, v, o, do, lse, True, blocks=tl_blocks)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     for cfg in configs_for(args.dkdv_configs, d):
+        fused = fh.fuses_dq(d, cfg)
         measure(
-            "gluon_dkdv",
-            lambda cfg=cfg: fh.backward_dkdv(q, k, v, do, lse, delta, dk, dv, True, config=cfg),
+            "gluon_dkdv+dq" if fused else "gluon_dkdv",
+            lambda cfg=cfg: fh.backward_dkdv(
+                q, k, v, do, lse, delta, dk, dv, True, config=cfg, dq=dq
+            ),
             repr(cfg),
-            error=lambda: max(rel(dk, dk_ref), rel(dv, dv_ref)),
+            error=lambda fused=fused: max(
+                rel(dk, dk_ref), rel(dv, dv_ref), rel(dq, dq_ref) if fused else 0.0
+            ),
         )
     # whole backwards: as routed by default, and the Triton-language passes alone
     measure(

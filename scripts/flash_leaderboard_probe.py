@@ -4,6 +4,13 @@ backward of o.sum(), do_bench) for ours under each variant and for SDPA cuDNN, i
 plus a torch.profiler breakdown of one step (kernel times and the GPU idle time around them).
 
     python3 scripts/flash_leaderboard_probe.py --out $OUT [--variants default dq_pinned ...]
+    python3 scripts/flash_leaderboard_probe.py --out $OUT --timeline   # do_bench's loop, profiled
+    ncu --profile-from-start off ... python3 scripts/flash_leaderboard_probe.py --out $OUT --one-step
+
+``--timeline`` runs do_bench's own loop (gradients to None, L2 cleared, events around each step,
+no synchronization between steps) under torch.profiler for ours and SDPA cuDNN, and splits each
+step's event time into the wait for its first kernel, kernel time and the gaps between kernels.
+``--one-step`` runs one warmed-up step of each inside cudaProfilerStart/Stop, for ncu.
 
 Variants patch the routing tables of this process only (nothing is written back):
 ``dq=BQ,BK,W,S`` pins the Triton dQ pass's tile, ``dkdv=<config>`` / ``fwd=<config>`` set the
@@ -92,6 +99,91 @@ def profile_step(step, steps: int = 5) -> dict:
     }
 
 
+def timeline(step, grads, reps: int = 40) -> dict:
+    """do_bench's measurement loop under torch.profiler (CUDA activity only): per step, the event
+    time, the lead (start event to the first kernel), the kernel time, the gaps between kernels,
+    and each kernel's median duration. A tiny marker kernel after each L2 clear splits the steps."""
+    import statistics
+
+    import torch
+    from triton import runtime
+
+    cache = runtime.driver.active.get_empty_cache_for_benchmark()
+    marker = torch.zeros(4, dtype=torch.int32, device="cuda")
+    for _ in range(10):
+        step()
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for i in range(reps):
+            for x in grads:
+                x.grad = None
+            runtime.driver.active.clear_cache(cache)
+            marker.bitwise_not_()
+            starts[i].record()
+            step()
+            ends[i].record()
+        torch.cuda.synchronize()
+    events = sorted(
+        (e for e in prof.events() if e.device_type.name == "CUDA"),
+        key=lambda e: e.time_range.start,
+    )
+    marks = [j for j, e in enumerate(events) if "bitwise_not" in e.name]
+    steps = []
+    for a, b in zip(marks, marks[1:] + [len(events) + 1]):
+        steps.append(events[a + 1 : b - 1])  # the kernel before the next marker is its L2 clear
+    per_kernel: dict[str, list[float]] = {}
+    leads, busys, gaps, spans = [], [], [], []
+    for a, kernels in zip(marks, steps):
+        if not kernels:
+            continue
+        lead = kernels[0].time_range.start - events[a].time_range.end
+        busy = sum(e.time_range.elapsed_us() for e in kernels)
+        span = kernels[-1].time_range.end - kernels[0].time_range.start
+        leads.append(lead)
+        busys.append(busy)
+        spans.append(span)
+        gaps.append(span - busy)
+        for e in kernels:
+            per_kernel.setdefault(e.name[:60], []).append(e.time_range.elapsed_us())
+    med = statistics.median
+    return {
+        "event_ms_median": round(med(s.elapsed_time(e) for s, e in zip(starts, ends)), 4),
+        "lead_us_median": round(med(leads), 1),
+        "busy_us_median": round(med(busys), 1),
+        "gap_us_median": round(med(gaps), 1),
+        "span_us_median": round(med(spans), 1),
+        "kernels_us_median": {k: round(med(v), 1) for k, v in per_kernel.items()},
+    }
+
+
+def compiled_step(impl: str, q, k, v):
+    """The leaderboard's step for `impl` (as flash_benchmark.leaderboard_time builds it) and its
+    leaves."""
+    import torch
+
+    from cs336_systems import flash_benchmark as fb
+
+    if impl == "flash_triton":
+        from cs336_systems.flash_attention_triton import FlashAttentionTriton
+
+        b, h, n, d = q.shape
+        leaves = [x.detach().reshape(b * h, n, d).requires_grad_() for x in (q, k, v)]
+        compiled = torch.compile(FlashAttentionTriton.apply)
+
+        def step():
+            compiled(*leaves, True).sum().backward()
+    else:
+        leaves = [x.detach().requires_grad_() for x in (q, k, v)]
+        compiled = torch.compile(fb._sdpa(impl))
+
+        def step():
+            compiled(*leaves).sum().backward()
+
+    return step, leaves
+
+
 def main() -> None:
     import torch
 
@@ -102,6 +194,8 @@ def main() -> None:
     p.add_argument("--variants", nargs="*", default=["default"])
     p.add_argument("--rep-ms", type=float, default=2000)
     p.add_argument("--sdpa", action="store_true", help="also time SDPA cuDNN and flash")
+    p.add_argument("--timeline", action="store_true", help="profile do_bench's loop (see above)")
+    p.add_argument("--one-step", action="store_true", help="one step of each for ncu (see above)")
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -112,6 +206,22 @@ def main() -> None:
         torch.randn((b, h, n, d), generator=g, device="cuda", dtype=torch.bfloat16)
         for _ in range(3)
     )
+    if args.timeline or args.one_step:
+        for impl in ("flash_triton", "sdpa_cudnn"):
+            step, leaves = compiled_step(impl, q, k, v)
+            for _ in range(3):
+                step()
+            torch.cuda.synchronize()
+            if args.one_step:
+                torch.cuda.profiler.start()
+                for x in leaves:
+                    x.grad = None
+                step()
+                torch.cuda.synchronize()
+                torch.cuda.profiler.stop()
+            else:
+                emit(out, {"impl": impl, "mode": "timeline", **timeline(step, leaves)})
+        return
     timer = fb.Timer(torch.device("cuda"), 500, args.rep_ms, 0, 0)
     if args.sdpa:
         for name in ("sdpa_cudnn", "sdpa_flash"):

@@ -549,9 +549,12 @@ def test_hopper_kernels_compile_for_sm90_with_their_overlap():
     )
     assert done.returncode == 0, done.stderr[-3000:]
     reports = json.loads(done.stdout.strip().splitlines()[-1])
-    assert len(reports) == 4
+    assert len(reports) == 5  # the d = 64 dK/dV pass that fuses dQ is the fifth
     for r in reports:
         expected = {"forward": {1}, "backward_dkdv": {3, 2}}[r["kernel"]]
+        if r.get("fused_dq"):  # S^T with four products in flight, dP^T with three
+            expected = {4, 3}
+        assert r["tma_reductions"] == bool(r.get("fused_dq")), r
         assert expected <= set(r["wgmma_waits"]), r
         # and ptxas kept those products asynchronous (no wait added after each one)
         assert not r["wgmma_serialized"], r
@@ -607,5 +610,25 @@ def test_hopper_kernels_against_float64(d, dtype, causal):
     assert_close(lse, lse_ref, 1e-3, "L")
     grads = fat.flash_backward_triton(q, k, v, o, do, lse, causal, use_gluon=True)
     assert fat.chosen_configs()["backward_dkdv"]["kernel"] == "gluon"
+    for name, got, ref in zip("QKV", grads, reference_grads(q, k, v, do, causal), strict=True):
+        assert_close(got, ref, TOL[dtype][1], f"d{name}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", [32, 64])
+@pytest.mark.parametrize("dtype", [BF16, F16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("n_q, n_k", [(777, 1500), (1500, 333)])
+def test_hopper_fused_dq_against_float64(d, dtype, causal, n_q, n_k, monkeypatch):
+    """The dK/dV pass that also computes dQ (TMA reductions from every key tile into one fp32
+    tensor), routed in place of the two passes: ragged, n_q < n_k and n_q > n_k."""
+    fh = _hopper_gpu()
+    monkeypatch.setitem(fh.DKDV_CONFIGS, d, fh.FUSED_DQ_CONFIG)
+    g = torch.Generator(device="cuda").manual_seed(d + n_q)
+    q, do = (torch.randn(2, 3, n_q, d, device="cuda", dtype=dtype, generator=g) for _ in "qo")
+    k, v = (torch.randn(2, 3, n_k, d, device="cuda", dtype=dtype, generator=g) for _ in "kv")
+    o, lse = fat.flash_forward_triton(q, k, v, causal)
+    grads = fat.flash_backward_triton(q, k, v, o, do, lse, causal, use_gluon=True)
+    assert "backward_dq" not in fat.chosen_configs()  # no separate dQ pass ran
     for name, got, ref in zip("QKV", grads, reference_grads(q, k, v, do, causal), strict=True):
         assert_close(got, ref, TOL[dtype][1], f"d{name}")

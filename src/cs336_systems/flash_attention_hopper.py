@@ -26,8 +26,10 @@ import math
 
 import torch
 import triton
+from triton._C.libtriton import ir as _ir
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language._core import builtin
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
@@ -57,6 +59,10 @@ DKDV_CONFIGS = {
     128: (32, 64, 4, 3),
 }
 DEFAULT_CONFIGS = {"forward": (128, 64, 8, 3), "backward_dkdv": (32, 128, 8, 3)}
+# The dK/dV pass that computes dQ too (TMA reductions into fp32), head dims 16-64: correct, but
+# on an H100 it measured slower than the two passes (3.90 against 2.09 + 1.25 ms at d = 64), so
+# no head dim routes to it (docs/flash-attention-notes.md, version 16)
+FUSED_DQ_CONFIG = (64, 64, 4, 3, {"FUSE_DQ": True})
 
 
 @gluon.constexpr_function
@@ -86,6 +92,17 @@ def _softmax_update(s, m_i, l_i, qk_scale):
     alpha = gl.exp2(m_i - m_new)
     l_i = l_i * alpha + gl.sum(p, 1)
     return p, m_new, l_i, alpha
+
+
+@builtin
+def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
+    """Add the shared-memory tile `src` into the global tile of `tensor_desc` at `coord` (a TMA
+    bulk tensor reduction, cp.reduce.async.bulk.tensor; rows out of bounds are skipped); waited
+    for by `tma.store_wait` like a TMA store. Triton 3.6's Gluon has the op but no wrapper."""
+    coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+    _semantic.builder.create_async_tma_reduce(
+        _ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord, src.handle
+    )
 
 
 @gluon.jit
@@ -478,6 +495,7 @@ def _attn_bwd_dkdv_kernel(
     do_desc,
     dk_desc,
     dv_desc,
+    dq_desc,
     L,
     Delta,
     n_heads,
@@ -492,13 +510,19 @@ def _attn_bwd_dkdv_kernel(
     STAGES: gl.constexpr,
     num_warps: gl.constexpr,
     A_IN_REGS: gl.constexpr = False,
+    FUSE_DQ: gl.constexpr = False,
 ):
     """dV = P^T dO and dK = scale * dS^T Q for one tile of BLOCK_N keys, over the query tiles
     that see it, in transposed form (keys are rows). Q and dO tiles stream through a TMA ring.
 
     Per query tile i the warpgroup issues S_i^T, dP_i^T and the previous tile's dV and dK
     products, waits for S_i^T only, computes P_i^T while the others run, waits for dP_i^T and
-    computes dS_i^T while the previous tile's products still run."""
+    computes dS_i^T while the previous tile's products still run.
+
+    FUSE_DQ: the pass also computes dQ (no separate dQ pass). dS_i^T goes to shared memory, the
+    next iteration issues dQ_i = dS_i K beside tile i's dV and dK products, and each tile's
+    scaled dQ is added into the fp32 tensor of `dq_desc` by a TMA bulk reduction (the programs of
+    all key tiles add into the same rows; the tensor starts at zero)."""
     dtype: gl.constexpr = q_desc.dtype
     st_layout: gl.constexpr = _mma_layout(num_warps, BLOCK_M)
     acc_layout: gl.constexpr = _mma_layout(num_warps, HEAD_DIM)
@@ -522,7 +546,19 @@ def _attn_bwd_dkdv_kernel(
     mbarrier.init(kv_bar, count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(bars.index(i), count=1)
+    if FUSE_DQ:
+        gl.static_assert(BLOCK_M == BLOCK_N, "the fused dQ product reuses the dK tile layout")
+        ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype)
+        ds_smem = gl.allocate_shared_memory(
+            dtype, [BLOCK_N, BLOCK_M], ds_layout, gl.zeros([BLOCK_N, BLOCK_M], dtype, st_layout)
+        )
+        # two dQ tiles: one being added by TMA while the next is written
+        dq_smem = gl.allocate_shared_memory(
+            gl.float32, [2] + dq_desc.block_type.shape, dq_desc.layout
+        )
     fence_async_shared()
+    if FUSE_DQ:
+        gl.thread_barrier()  # dS^T's zeros are written before the first dQ product reads them
 
     # query tiles lo_tile + [0, T); causal: tiles before the key tile's diagonal see none of it
     if IS_CAUSAL:
@@ -594,22 +630,32 @@ def _attn_bwd_dkdv_kernel(
         do_p = do_smem.index(older).reshape([BLOCK_M, HEAD_DIM])
         dv = warpgroup_mma(p_op, do_p, dv, is_async=True)
         dk = warpgroup_mma(ds_op, q_p, dk, is_async=True)
+        if FUSE_DQ:  # tile i - 1's dQ (zeros at i = 0)
+            dq = warpgroup_mma(ds_smem.permute((1, 0)), k, acc_init, use_acc=False, is_async=True)
         lse = gl.convert_layout(lse_next, cols)
         delta = gl.convert_layout(delta_next, cols)
-        s_t = warpgroup_mma_wait(3, deps=[s_t])
+        s_t = warpgroup_mma_wait(4 if FUSE_DQ else 3, deps=[s_t])
         p_t = gl.exp2(s_t * qk_scale - gl.expand_dims(lse, 0))
         if IS_CAUSAL:
             if (lo_tile + i) * BLOCK_M < k0 + BLOCK_N:
                 causal = gl.expand_dims(offs_m, 0) >= gl.expand_dims(offs_n, 1)
                 p_t = gl.where(causal, p_t, 0.0)
-        dp_t = warpgroup_mma_wait(2, deps=[dp_t])
+        dp_t = warpgroup_mma_wait(3 if FUSE_DQ else 2, deps=[dp_t])
         ds_t = p_t * (dp_t - gl.expand_dims(delta, 0))
         p_lo = p_t.to(dtype)
         ds_lo = ds_t.to(dtype)
         # tile i - 1's products are done; p_lo and ds_lo pass through the wait so that their
         # packing into operand registers (which may be the in-flight operands' registers)
         # comes after it
-        dv, dk, p_lo, ds_lo = warpgroup_mma_wait(0, deps=[dv, dk, p_lo, ds_lo])
+        if FUSE_DQ:
+            dv, dk, dq, p_lo, ds_lo = warpgroup_mma_wait(0, deps=[dv, dk, dq, p_lo, ds_lo])
+            row = (lo_tile + gl.maximum(i - 1, 0)) * BLOCK_M  # tile 0's rows (+ 0) at i = 0
+            _reduce_dq(dq_desc, dq_smem.index(i % 2), dq * sm_scale, [off_b, off_h, row, 0])
+            # dS_i^T for the next iteration's dQ product (read after the barrier below)
+            ds_smem.store(ds_lo)
+            fence_async_shared()
+        else:
+            dv, dk, p_lo, ds_lo = warpgroup_mma_wait(0, deps=[dv, dk, p_lo, ds_lo])
         p_op = gl.convert_layout(p_lo, op_layout)
         ds_op = gl.convert_layout(ds_lo, op_layout)
         # tile i - 1's Q and dO buffers are free: they take tile i - 1 + STAGES
@@ -639,7 +685,14 @@ def _attn_bwd_dkdv_kernel(
     do_t = do_smem.index(last % STAGES).reshape([BLOCK_M, HEAD_DIM])
     dv = warpgroup_mma(p_op, do_t, dv, is_async=True)
     dk = warpgroup_mma(ds_op, q_t, dk, is_async=True)
-    dv, dk = warpgroup_mma_wait(0, deps=[dv, dk])
+    if FUSE_DQ:
+        dq = warpgroup_mma(ds_smem.permute((1, 0)), k, acc_init, use_acc=False, is_async=True)
+        dv, dk, dq = warpgroup_mma_wait(0, deps=[dv, dk, dq])
+        if T > 0:
+            row = (lo_tile + T - 1) * BLOCK_M
+            _reduce_dq(dq_desc, dq_smem.index(T % 2), dq * sm_scale, [off_b, off_h, row, 0])
+    else:
+        dv, dk = warpgroup_mma_wait(0, deps=[dv, dk])
     mbarrier.invalidate(kv_bar)
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(bars.index(i))
@@ -652,6 +705,18 @@ def _attn_bwd_dkdv_kernel(
     tma.async_copy_shared_to_global(dk_desc, [off_b, off_h, k0, 0], k_smem)
     tma.async_copy_shared_to_global(dv_desc, [off_b, off_h, k0, 0], v_smem)
     tma.store_wait(0)
+
+
+@gluon.jit
+def _reduce_dq(dq_desc, buf, dq, coord):
+    """Add the fp32 tile `dq` into the rows of `dq_desc` at `coord` by a TMA reduction through
+    `buf`, one of two buffers used in turn (the reduction that read it before is waited for)."""
+    tma.store_wait(1)
+    gl.thread_barrier()
+    buf.reshape([dq_desc.block_type.shape[2], dq_desc.block_type.shape[3]]).store(dq)
+    fence_async_shared()
+    gl.thread_barrier()
+    _tma_reduce_add(dq_desc, coord, buf)
 
 
 @gluon.jit
@@ -705,7 +770,8 @@ def _descriptor(x: torch.Tensor, block_rows: int) -> TensorDescriptor:
     """A TMA descriptor over (batch, heads, n, d) with (1, 1, block_rows, d) tiles: rows past n
     read as zeros and are not written, per head."""
     block = [1, 1, block_rows, x.shape[-1]]
-    layout = gl.NVMMASharedLayout.get_default_for(block, GL_DTYPES[x.dtype])
+    dtype = gl.float32 if x.dtype == torch.float32 else GL_DTYPES[x.dtype]
+    layout = gl.NVMMASharedLayout.get_default_for(block, dtype)
     return TensorDescriptor(x, list(x.shape), list(x.stride()), block, layout)
 
 
@@ -773,13 +839,15 @@ def _forward_call(q, k, v, o, lse, is_causal, config=None):
     return (_attn_fwd_ws_kernel if ws else _attn_fwd_kernel), grid, args, constants
 
 
-def _dkdv_call(q, k, v, do, lse, delta, dk, dv, is_causal, config=None):
-    """(kernel, grid, arguments, compile-time constants) of one dK/dV launch."""
+def _dkdv_call(q, k, v, do, lse, delta, dk, dv, is_causal, config=None, dq=None):
+    """(kernel, grid, arguments, compile-time constants) of one dK/dV launch; `dq` is the fp32
+    tensor the FUSE_DQ configs add dQ into (unused otherwise)."""
     b, h, n_q, d = q.shape
     config = config or _config("backward_dkdv", d)
     block_m, block_n = config[:2]
     rows = dict(q_desc=(q, block_m), k_desc=(k, block_n), v_desc=(v, block_n))
     rows.update(do_desc=(do, block_m), dk_desc=(dk, block_n), dv_desc=(dv, block_n))
+    rows.update(dq_desc=(dq if dq is not None else dk, block_m))
     args = {name: _descriptor(x, r) for name, (x, r) in rows.items()}
     args.update(L=lse, Delta=delta, n_heads=h, n_q=n_q, n_k=k.shape[2])
     args.update(qk_scale=LOG2E / math.sqrt(d), sm_scale=1.0 / math.sqrt(d))
@@ -800,12 +868,29 @@ def forward(
     return o, lse
 
 
-def backward_dkdv(q, k, v, do, lse, delta, dk, dv, is_causal: bool, config=None) -> None:
+def fuses_dq(head_dim: int, config=None) -> bool:
+    """Whether the dK/dV pass at this head dim (or `config`) also computes dQ (FUSE_DQ)."""
+    config = config or _config("backward_dkdv", head_dim)
+    return bool(len(config) > 4 and config[4].get("FUSE_DQ"))
+
+
+def backward_dkdv(q, k, v, do, lse, delta, dk, dv, is_causal: bool, config=None, dq=None) -> None:
     """dK and dV (written into `dk`, `dv`) for 4-D inputs that `supported()` accepts; `lse` and
     `delta` are (batch, heads, n_q) fp32, contiguous. `config` = (BLOCK_M, BLOCK_N, num_warps,
-    STAGES) overrides DKDV_CONFIGS."""
-    kernel, grid, args, constants = _dkdv_call(q, k, v, do, lse, delta, dk, dv, is_causal, config)
+    STAGES[, switches]) overrides DKDV_CONFIGS. Where the config fuses dQ (`fuses_dq`), dQ is
+    written into `dq` too (through an fp32 accumulator of Q's shape)."""
+    d = q.shape[-1]
+    acc = None
+    if fuses_dq(d, config):
+        if dq is None:
+            raise ValueError("this dK/dV configuration computes dQ: pass `dq`")
+        acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    kernel, grid, args, constants = _dkdv_call(
+        q, k, v, do, lse, delta, dk, dv, is_causal, config, dq=acc
+    )
     kernel[grid](**args, **constants)
+    if acc is not None:
+        dq.copy_(acc)
 
 
 def compile_for_sm90(kernel: str, head_dim: int, is_causal: bool = True, config=None):
@@ -822,7 +907,10 @@ def compile_for_sm90(kernel: str, head_dim: int, is_causal: bool = True, config=
     if kernel == "forward":
         fn, _, args, constants = _forward_call(x, x, x, x, stats, is_causal, config)
     else:
-        fn, _, args, constants = _dkdv_call(x, x, x, x, stats, stats, x, x, is_causal, config)
+        acc = torch.empty(x.shape, dtype=torch.float32) if fuses_dq(head_dim, config) else None
+        fn, _, args, constants = _dkdv_call(
+            x, x, x, x, stats, stats, x, x, is_causal, config, dq=acc
+        )
     options = dict(num_warps=constants["num_warps"])
     signature = {name: mangle_type(value) for name, value in args.items()}
     signature.update(dict.fromkeys(constants, "constexpr"))
@@ -863,6 +951,7 @@ def sm90_report(kernel: str, head_dim: int, is_causal: bool = True, config=None)
         # in flight across a loop's back edge): the SASS then has more waits than the PTX
         "wgmma_serialized": sass.count("WARPGROUP.DEPBAR") > len(waits),
         "tma_loads": "cp.async.bulk.tensor" in ptx,
+        "tma_reductions": "cp.reduce.async.bulk.tensor" in ptx,
         # partitions with their own register budgets: the warp-specialized kernels
         "warp_specialized": "setmaxnreg" in ptx,
         "registers": found.get("REG"),
@@ -880,4 +969,9 @@ if __name__ == "__main__":
 
     dims = [int(x) for x in sys.argv[1:]] or [64]
     reports = [sm90_report(k, d) for d in dims for k in ("forward", "backward_dkdv")]
+    reports += [
+        {**sm90_report("backward_dkdv", d, config=FUSED_DQ_CONFIG), "fused_dq": True}
+        for d in dims
+        if d <= 64
+    ]
     print(json.dumps(reports))

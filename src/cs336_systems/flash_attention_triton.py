@@ -1409,15 +1409,17 @@ def flash_backward_triton(
     dq_target = torch.zeros((b, h, n_q, d), dtype=torch.float32, device=q.device) if fuse else dq
     kernel = "backward_fused" if fuse else "backward_dkdv"
     hopper = _hopper_module() if use_gluon is not False else None
+    gluon_dq = False  # the Gluon dK/dV pass computed dQ as well (a FUSE_DQ configuration)
     if (
         hopper is not None
         and not fuse
         and blocks is None
         and use_desc is not False
         and (use_gluon or hopper.routed(kernel, d))
-        and hopper.supported(q4, k4, v4, do4, dk, dv)
+        and hopper.supported(q4, k4, v4, do4, dq, dk, dv)
     ):
-        hopper.backward_dkdv(q4, k4, v4, do4, lse, delta, dk, dv, bool(is_causal))
+        gluon_dq = hopper.fuses_dq(d)
+        hopper.backward_dkdv(q4, k4, v4, do4, lse, delta, dk, dv, bool(is_causal), dq=dq)
         _CHOSEN[kernel] = hopper.chosen_config(kernel, d)
     elif use_gluon:
         raise ValueError(
@@ -1436,7 +1438,7 @@ def flash_backward_triton(
         )
     if fuse:
         dq.copy_(dq_target)
-    else:
+    elif not gluon_dq:
         dq_args = (q4, k4, v4, do4, lse, delta, dq, *strides, *_strides(dq), *scalars)
         _launch(
             "backward_dq",
