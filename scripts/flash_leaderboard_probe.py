@@ -73,6 +73,14 @@ def apply_variant(text: str) -> None:
             raise ValueError(f"unknown variant part {part!r}")
 
 
+def _kernels_in_order(prof) -> list:
+    """The CUDA activity of a torch.profiler run, by start time."""
+    return sorted(
+        (e for e in prof.events() if e.device_type.name == "CUDA"),
+        key=lambda e: e.time_range.start,
+    )
+
+
 def profile_step(step, steps: int = 5) -> dict:
     """Kernel times per step and the part of each step's span when no kernel ran."""
     import torch
@@ -83,10 +91,7 @@ def profile_step(step, steps: int = 5) -> dict:
         for _ in range(steps):
             step()
             torch.cuda.synchronize()
-    events = sorted(
-        (e for e in prof.events() if e.device_type.name == "CUDA"),
-        key=lambda e: e.time_range.start,
-    )
+    events = _kernels_in_order(prof)
     kernels: dict[str, float] = {}
     for e in events:
         kernels[e.name[:50]] = kernels.get(e.name[:50], 0.0) + e.time_range.elapsed_us() / steps
@@ -125,10 +130,7 @@ def timeline(step, grads, reps: int = 40) -> dict:
             step()
             ends[i].record()
         torch.cuda.synchronize()
-    events = sorted(
-        (e for e in prof.events() if e.device_type.name == "CUDA"),
-        key=lambda e: e.time_range.start,
-    )
+    events = _kernels_in_order(prof)
     marks = [j for j, e in enumerate(events) if "bitwise_not" in e.name]
     steps = []
     for a, b in zip(marks, marks[1:] + [len(events) + 1]):
@@ -158,32 +160,6 @@ def timeline(step, grads, reps: int = 40) -> dict:
     }
 
 
-def compiled_step(impl: str, q, k, v):
-    """The leaderboard's step for `impl` (as flash_benchmark.leaderboard_time builds it) and its
-    leaves."""
-    import torch
-
-    from cs336_systems import flash_benchmark as fb
-
-    if impl == "flash_triton":
-        from cs336_systems.flash_attention_triton import FlashAttentionTriton
-
-        b, h, n, d = q.shape
-        leaves = [x.detach().reshape(b * h, n, d).requires_grad_() for x in (q, k, v)]
-        compiled = torch.compile(FlashAttentionTriton.apply)
-
-        def step():
-            compiled(*leaves, True).sum().backward()
-    else:
-        leaves = [x.detach().requires_grad_() for x in (q, k, v)]
-        compiled = torch.compile(fb._sdpa(impl))
-
-        def step():
-            compiled(*leaves).sum().backward()
-
-    return step, leaves
-
-
 def main() -> None:
     import torch
 
@@ -208,7 +184,9 @@ def main() -> None:
     )
     if args.timeline or args.one_step:
         for impl in ("flash_triton", "sdpa_cudnn"):
-            step, leaves = compiled_step(impl, q, k, v)
+            step, leaves = fb.leaderboard_step(
+                impl, fb._sdpa(impl) if impl != "flash_triton" else None, q, k, v
+            )
             for _ in range(3):
                 step()
             torch.cuda.synchronize()
@@ -238,13 +216,12 @@ def main() -> None:
             row["configs"] = {
                 name: fb._config_text(cfg) for name, cfg in fat.chosen_configs().items()
             }
-            leaves = [x.detach().reshape(b * h, n, d).requires_grad_() for x in (q, k, v)]
-            compiled = torch.compile(fat.FlashAttentionTriton.apply)
+            lb_step, leaves = fb.leaderboard_step("flash_triton", None, q, k, v)
 
-            def step(leaves=leaves, compiled=compiled):
+            def step(lb_step=lb_step, leaves=leaves):
                 for x in leaves:
                     x.grad = None
-                compiled(*leaves, True).sum().backward()
+                lb_step()
 
             row.update(profile_step(step))
         except Exception as exc:

@@ -159,6 +159,14 @@ def leaderboard_time(impl: str, fn, q, k, v, timer: Timer) -> dict:
     ``o.sum()``, timed with do_bench. CUDA only (torch.compile on CPU would build C++)."""
     if q.device.type != "cuda":
         return {"lb_status": "cuda only"}
+    step, leaves = leaderboard_step(impl, fn, q, k, v)
+    step()
+    return {"lb_status": "ok", **timer(step, "lb", leaves)}
+
+
+def leaderboard_step(impl: str, fn, q, k, v):
+    """The leaderboard's step (compiled call, then backward of ``o.sum()``) for `impl` (`fn`
+    for the SDPA backends) and the leaves whose gradients it fills."""
     if impl == "flash_triton":
         from cs336_systems.flash_attention_triton import FlashAttentionTriton
 
@@ -178,8 +186,7 @@ def leaderboard_time(impl: str, fn, q, k, v, timer: Timer) -> dict:
     def step():
         call().sum().backward()
 
-    step()
-    return {"lb_status": "ok", **timer(step, "lb", leaves)}
+    return step, leaves
 
 
 def _config_text(cfg: dict | None) -> str:
