@@ -3,7 +3,8 @@ timings of candidate tiles beside cuDNN, SDPA flash and the Triton-language kern
 process. Writes rows to OUT/hopper.jsonl and prints a short table.
 
     python3 scripts/flash_hopper_check.py --out $OUT [--part check|bench|all] \
-        [--configs "128:128,128,4,2,{'WS': True}" ...] [--dkdv-configs "64:64,64,4,3" ...]
+        [--configs "128:128,128,4,2,{'WS': True}" ...] [--dkdv-configs "64:64,64,4,3" ...] \
+        [--dq-configs "64:128,64,8,3" ...]
 
 A config is BLOCK_M,BLOCK_N,WARPS,STAGES with an optional dict of kernel switches, optionally
 prefixed by "D:" to use it at head dim D only; each is checked against the references of every
@@ -143,13 +144,16 @@ def check(out: Path, args) -> None:
                     grads = fat.flash_backward_triton(q, k, v, o, do, lse, causal)
                     torch.cuda.synchronize()
                     used = fat.chosen_configs()["backward_dkdv"].get("kernel", "tl")
+                    used_dq = fat.chosen_configs()["backward_dq"].get("kernel", "tl")
                     ref = reference_grads(q, k, v, do, causal)
                     # relative error, absolute where the true gradient is ~0 (n = 1)
                     errs = [
                         ((g.float() - r).norm() / r.norm().clamp_min(1.0)).item()
                         for g, r in zip(grads, ref, strict=True)
                     ]
-                    row.update(err_dq=errs[0], err_dk=errs[1], err_dv=errs[2], dkdv=used)
+                    row.update(
+                        err_dq=errs[0], err_dk=errs[1], err_dv=errs[2], dkdv=used, dq=used_dq
+                    )
                     ok = ok and all(e < 3e-2 for e in errs)
                     emit(
                         out,
@@ -198,6 +202,22 @@ def check(out: Path, args) -> None:
                                 "config": repr(cfg),
                                 **errs,
                                 "status": "ok" if good else "WRONG",
+                            },
+                        )
+                    for cfg in configs_for(args.dq_configs, d):
+                        delta = (o.float() * do.float()).sum(-1).contiguous()
+                        dq = torch.full_like(q, float("nan"))
+                        fh.backward_dq(q, k, v, do, lse, delta, dq, causal, config=cfg)
+                        torch.cuda.synchronize()
+                        e = ((dq.float() - ref[0]).norm() / ref[0].norm().clamp_min(1.0)).item()
+                        emit(
+                            out,
+                            {
+                                **row,
+                                "kernel": "backward_dq",
+                                "config": repr(cfg),
+                                "err_dq": e,
+                                "status": "ok" if e < 3e-2 else "WRONG",
                             },
                         )
                 except Exception as exc:
@@ -287,6 +307,13 @@ def bench_head_dim(out: Path, args, d: int) -> None:
                 rel(dk, dk_ref), rel(dv, dv_ref), rel(dq, dq_ref) if fused else 0.0
             ),
         )
+    for cfg in configs_for(args.dq_configs, d):
+        measure(
+            "gluon_dq",
+            lambda cfg=cfg: fh.backward_dq(q, k, v, do, lse, delta, dq, True, config=cfg),
+            repr(cfg),
+            error=lambda: rel(dq, dq_ref),
+        )
     # whole backwards: as routed by default, and the Triton-language passes alone
     measure(
         "backward_default",
@@ -326,6 +353,7 @@ def main() -> None:
     p.add_argument("--timeout", type=int, default=240)
     p.add_argument("--configs", nargs="*", default=[])
     p.add_argument("--dkdv-configs", nargs="*", default=[])
+    p.add_argument("--dq-configs", nargs="*", default=[])
     p.add_argument("--head-dims", type=lambda t: [int(x) for x in t.split(",")], default=[64, 128])
     args = p.parse_args()
     out = Path(args.out)
@@ -348,6 +376,8 @@ def main() -> None:
                 *args.configs,
                 "--dkdv-configs",
                 *args.dkdv_configs,
+                "--dq-configs",
+                *args.dq_configs,
                 "--head-dims",
                 ",".join(map(str, args.head_dims)),
             ]

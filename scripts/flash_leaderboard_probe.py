@@ -14,7 +14,8 @@ step's event time into the wait for its first kernel, kernel time and the gaps b
 
 Variants patch the routing tables of this process only (nothing is written back):
 ``dq=BQ,BK,W,S`` pins the Triton dQ pass's tile, ``dkdv=<config>`` / ``fwd=<config>`` set the
-Gluon tiles at d=64 (the configs of flash_attention_hopper, e.g. ``dkdv=64,64,4,3,{'A_IN_REGS':True}``);
+Gluon tiles at d=64 (the configs of flash_attention_hopper, e.g. ``dkdv=64,64,4,3,{'A_IN_REGS':True}``),
+``gdq=<config>`` the Gluon dQ pass's (``gdq=none``: the Triton-language dQ pass);
 several, joined by ``+``, make one variant. Rows go to OUT/leaderboard_probe.jsonl.
 """
 
@@ -48,25 +49,32 @@ def apply_variant(text: str) -> None:
 
     original = ORIGINAL.setdefault(
         "tables",
-        copy.deepcopy((fat.TILE_CONFIGS, fh.DKDV_CONFIGS, fh.FORWARD_CONFIGS)),
+        copy.deepcopy((fat.TILE_CONFIGS, fh.DKDV_CONFIGS, fh.FORWARD_CONFIGS, fh.DQ_CONFIGS)),
     )
-    tiles, dkdv, fwd = copy.deepcopy(original)
+    tiles, dkdv, fwd, gdq = copy.deepcopy(original)
     fat.TILE_CONFIGS.update(tiles)
     fh.DKDV_CONFIGS.clear()
     fh.DKDV_CONFIGS.update(dkdv)
     fh.FORWARD_CONFIGS.clear()
     fh.FORWARD_CONFIGS.update(fwd)
+    fh.DQ_CONFIGS.clear()
+    fh.DQ_CONFIGS.update(gdq)
     for tuned in fat._TUNED.values():  # choices made under another variant's tables
         tuned.cache.clear()
     for part in text.split("+"):
         if part == "default":
             continue
         key, _, value = part.partition("=")
+        if part == "gdq=none":  # the Triton-language dQ pass
+            fh.DQ_CONFIGS.pop(64, None)
+            continue
         cfg = tuple(ast.literal_eval(f"({value},)"))
         if key == "dq":
             fat.TILE_CONFIGS["backward_dq"]["16bit"] = [cfg]
         elif key == "dkdv":
             fh.DKDV_CONFIGS[64] = cfg
+        elif key == "gdq":
+            fh.DQ_CONFIGS[64] = cfg
         elif key == "fwd":
             fh.FORWARD_CONFIGS[64] = cfg
         else:

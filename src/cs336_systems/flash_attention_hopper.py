@@ -51,14 +51,25 @@ GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
 # BLOCK_M / 2 rows each, launched with 4 + 4 + 1 warps whatever num_warps says.
 FORWARD_CONFIGS = {64: (128, 64, 8, 3), 128: (128, 128, 4, 2, {"WS": True})}
 # dK/dV: BLOCK_M query rows per step, BLOCK_N keys per program; A_IN_REGS: K and V are held in
-# registers as the A operands of S^T and dP^T (at d = 64: 232 registers, two CTAs per SM still)
+# registers as the A operands of S^T and dP^T; WS: warp-specialized, a producer warp and two
+# consumer warpgroups of BLOCK_N / 2 keys sharing each Q and dO tile (at d = 64: 240 registers
+# per consumer thread, one CTA per SM)
 DKDV_CONFIGS = {
     16: (64, 64, 4, 3),
     32: (64, 64, 4, 3),
-    64: (64, 64, 4, 3, {"A_IN_REGS": True}),
+    64: (64, 128, 4, 3, {"WS": True, "A_IN_REGS": True}),
     128: (32, 64, 4, 3),
 }
-DEFAULT_CONFIGS = {"forward": (128, 64, 8, 3), "backward_dkdv": (32, 128, 8, 3)}
+# dQ: BLOCK_M query rows per program, BLOCK_N keys per step; WS: a producer warp and BLOCK_M / 64
+# consumer warpgroups sharing each K and V tile. Routed, this pass runs before the dK/dV pass and
+# computes D itself. Measured at d = 64 only; other head dims keep the Triton-language dQ pass.
+DQ_CONFIGS = {64: (192, 64, 4, 3, {"WS": True})}
+CONFIGS = {"forward": FORWARD_CONFIGS, "backward_dkdv": DKDV_CONFIGS, "backward_dq": DQ_CONFIGS}
+DEFAULT_CONFIGS = {
+    "forward": (128, 64, 8, 3),
+    "backward_dkdv": (32, 128, 8, 3),
+    "backward_dq": (128, 64, 4, 3, {"WS": True}),
+}
 # The dK/dV pass that computes dQ too (TMA reductions into fp32), head dims 16-64: correct, but
 # on an H100 it measured slower than the two passes (3.90 against 2.09 + 1.25 ms at d = 64), so
 # no head dim routes to it (docs/flash-attention-notes.md, version 16)
@@ -708,6 +719,539 @@ def _attn_bwd_dkdv_kernel(
 
 
 @gluon.jit
+def _dkdv_loader(
+    q_desc,
+    do_desc,
+    k_desc,
+    v_desc,
+    q_smem,
+    do_smem,
+    k_smem,
+    v_smem,
+    bars,
+    off_b,
+    off_h,
+    k0,
+    lo_tile,
+    T,
+    STAGES: gl.constexpr,
+):
+    """Producer warp of the warp-specialized dK/dV pass: both halves of the K and V tiles once,
+    then Q_i and dO_i into ring slot i % STAGES as soon as both consumers have released it
+    (tile 0 even when no query tile sees the keys: the consumers' last products read it)."""
+    kv_bar, ready, empty = bars
+    HALF: gl.constexpr = k_desc.block_type.shape[2]
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
+    mbarrier.expect(kv_bar, 2 * (k_desc.block_type.nbytes + v_desc.block_type.nbytes))
+    for c in gl.static_range(2):
+        row = k0 + c * HALF
+        tma.async_copy_global_to_shared(k_desc, [off_b, off_h, row, 0], kv_bar, k_smem.index(c))
+        tma.async_copy_global_to_shared(v_desc, [off_b, off_h, row, 0], kv_bar, v_smem.index(c))
+    nbytes: gl.constexpr = q_desc.block_type.nbytes + do_desc.block_type.nbytes
+    for i in range(gl.maximum(T, 1)):
+        stage = i % STAGES
+        # a fresh mbarrier counts as having completed the phase before phase 0
+        mbarrier.wait(empty.index(stage), ((i // STAGES) & 1) ^ 1)
+        _load_q_do(
+            q_desc,
+            do_desc,
+            ready.index(stage),
+            q_smem.index(stage),
+            do_smem.index(stage),
+            off_b,
+            off_h,
+            (lo_tile + i) * BLOCK_M,
+            True,
+            nbytes,
+        )
+
+
+@gluon.jit
+def _dkdv_consumer(kc, k_buf, v_buf, tile, IS_CAUSAL: gl.constexpr, A_IN_REGS: gl.constexpr):
+    """One consumer warpgroup of the warp-specialized dK/dV pass: keys kc + [0, BLOCK_N), whose
+    K and V tiles are in `k_buf`, `v_buf`, through the loop of `_attn_bwd_dkdv_kernel`, each Q
+    and dO slot released through an mbarrier once this warpgroup's products have read it; its
+    warps never wait for the other warpgroup. `tile` holds what both consumers share."""
+    (
+        q_smem,
+        do_smem,
+        bars,
+        dk_desc,
+        dv_desc,
+        L,
+        Delta,
+        pid_bh,
+        off_b,
+        off_h,
+        n_q,
+        lo_tile,
+        T,
+        qk_scale,
+        sm_scale,
+    ) = tile
+    kv_bar, ready, empty = bars
+    BLOCK_N: gl.constexpr = k_buf.shape[2]
+    HEAD_DIM: gl.constexpr = k_buf.shape[3]
+    STAGES: gl.constexpr = q_smem.shape[0]
+    BLOCK_M: gl.constexpr = q_smem.shape[3]
+    dtype: gl.constexpr = k_buf.dtype
+    st_layout: gl.constexpr = _mma_layout(4, BLOCK_M)
+    acc_layout: gl.constexpr = _mma_layout(4, HEAD_DIM)
+    op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    cols: gl.constexpr = gl.SliceLayout(0, st_layout)
+    rows: gl.constexpr = gl.SliceLayout(1, st_layout)
+
+    k = k_buf.reshape([BLOCK_N, HEAD_DIM])
+    v = v_buf.reshape([BLOCK_N, HEAD_DIM])
+    offs_n = kc + gl.arange(0, BLOCK_N, layout=rows)
+    offs_mb = gl.arange(0, BLOCK_M, layout=cols)
+    st_init = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, st_layout)
+    acc_init = gl.zeros([BLOCK_N, HEAD_DIM], gl.float32, acc_layout)
+    zero_op = gl.zeros([BLOCK_N, BLOCK_M], dtype, op_layout)
+    flat: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    offs_flat = gl.arange(0, BLOCK_M, layout=flat)
+    lse_next, delta_next = _load_rows_stats(L, Delta, pid_bh, n_q, lo_tile * BLOCK_M + offs_flat)
+    dv = acc_init
+    dk = acc_init
+    p_op = zero_op
+    ds_op = zero_op
+    mbarrier.wait(kv_bar, 0)
+    if A_IN_REGS:
+        kv_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=st_layout, k_width=2)
+        k_a = k.load(kv_op)
+        v_a = v.load(kv_op)
+    else:
+        k_a = k
+        v_a = v
+
+    for i in range(T):
+        stage = i % STAGES
+        older = (i + STAGES - gl.minimum(i, 1)) % STAGES  # tile i - 1's slot (tile 0's at i = 0)
+        offs_m = (lo_tile + i) * BLOCK_M + offs_mb
+        mbarrier.wait(ready.index(stage), (i // STAGES) & 1)
+        q_t = q_smem.index(stage).reshape([BLOCK_M, HEAD_DIM])
+        do_t = do_smem.index(stage).reshape([BLOCK_M, HEAD_DIM])
+        s_t = warpgroup_mma(k_a, q_t.permute((1, 0)), st_init, use_acc=False, is_async=True)
+        dp_t = warpgroup_mma(v_a, do_t.permute((1, 0)), st_init, use_acc=False, is_async=True)
+        q_p = q_smem.index(older).reshape([BLOCK_M, HEAD_DIM])
+        do_p = do_smem.index(older).reshape([BLOCK_M, HEAD_DIM])
+        dv = warpgroup_mma(p_op, do_p, dv, is_async=True)
+        dk = warpgroup_mma(ds_op, q_p, dk, is_async=True)
+        lse = gl.convert_layout(lse_next, cols)
+        delta = gl.convert_layout(delta_next, cols)
+        s_t = warpgroup_mma_wait(3, deps=[s_t])
+        p_t = gl.exp2(s_t * qk_scale - gl.expand_dims(lse, 0))
+        if IS_CAUSAL:
+            if (lo_tile + i) * BLOCK_M < kc + BLOCK_N:
+                causal = gl.expand_dims(offs_m, 0) >= gl.expand_dims(offs_n, 1)
+                p_t = gl.where(causal, p_t, 0.0)
+        dp_t = warpgroup_mma_wait(2, deps=[dp_t])
+        ds_t = p_t * (dp_t - gl.expand_dims(delta, 0))
+        p_lo = p_t.to(dtype)
+        ds_lo = ds_t.to(dtype)
+        dv, dk, p_lo, ds_lo = warpgroup_mma_wait(0, deps=[dv, dk, p_lo, ds_lo])
+        # tile i - 1's Q and dO slot is read by neither of this warpgroup's products any more
+        if i >= 1:
+            mbarrier.arrive(empty.index(older), count=1)
+        p_op = gl.convert_layout(p_lo, op_layout)
+        ds_op = gl.convert_layout(ds_lo, op_layout)
+        lse_next, delta_next = _load_rows_stats(
+            L, Delta, pid_bh, n_q, (lo_tile + i + 1) * BLOCK_M + offs_flat
+        )
+
+    last = gl.maximum(T - 1, 0)
+    mbarrier.wait(ready.index(last % STAGES), (last // STAGES) & 1)
+    q_t = q_smem.index(last % STAGES).reshape([BLOCK_M, HEAD_DIM])
+    do_t = do_smem.index(last % STAGES).reshape([BLOCK_M, HEAD_DIM])
+    dv = warpgroup_mma(p_op, do_t, dv, is_async=True)
+    dk = warpgroup_mma(ds_op, q_t, dk, is_async=True)
+    dv, dk = warpgroup_mma_wait(0, deps=[dv, dk])
+
+    # this warpgroup's K and V buffers take its dK and dV rows; TMA clips rows >= n_k
+    gl.thread_barrier()
+    k.store((dk * sm_scale).to(dtype))
+    v.store(dv.to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(dk_desc, [off_b, off_h, kc, 0], k_buf)
+    tma.async_copy_shared_to_global(dv_desc, [off_b, off_h, kc, 0], v_buf)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _attn_bwd_dkdv_ws_kernel(
+    q_desc,
+    k_desc,
+    v_desc,
+    do_desc,
+    dk_desc,
+    dv_desc,
+    L,
+    Delta,
+    n_heads,
+    n_q,
+    n_k,
+    qk_scale,
+    sm_scale,
+    HEAD_DIM: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    IS_CAUSAL: gl.constexpr,
+    STAGES: gl.constexpr,
+    num_warps: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr,
+    A_IN_REGS: gl.constexpr = False,
+):
+    """The dK/dV pass with warp specialization: one producer warp issues the TMA copies; two
+    consumer warpgroups, each in its own partition, own BLOCK_N / 2 keys each and share every
+    Q and dO tile (loaded once for both), never waiting for each other. Launched with
+    num_warps=4 (the default partition is the first consumer)."""
+    dtype: gl.constexpr = q_desc.dtype
+    HALF: gl.constexpr = BLOCK_N // 2
+    pid_bh = gl.program_id(0)
+    k0 = gl.program_id(1) * BLOCK_N
+    off_b = pid_bh // n_heads
+    off_h = pid_bh % n_heads
+
+    k_smem = gl.allocate_shared_memory(dtype, [2] + k_desc.block_type.shape, k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [2] + v_desc.block_type.shape, v_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [STAGES] + q_desc.block_type.shape, q_desc.layout)
+    do_smem = gl.allocate_shared_memory(dtype, [STAGES] + do_desc.block_type.shape, do_desc.layout)
+    kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(kv_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)  # released by both consumer warpgroups
+    fence_async_shared()
+
+    if IS_CAUSAL:  # query tiles before the key tile's diagonal see none of it
+        lo_tile = k0 // BLOCK_M
+    else:
+        lo_tile = 0
+    T = gl.cdiv(n_q, BLOCK_M) - lo_tile
+    bars = (kv_bar, ready, empty)
+    tile = (
+        q_smem,
+        do_smem,
+        bars,
+        dk_desc,
+        dv_desc,
+        L,
+        Delta,
+        pid_bh,
+        off_b,
+        off_h,
+        n_q,
+        lo_tile,
+        T,
+        qk_scale,
+        sm_scale,
+    )
+    gl.warp_specialize(
+        [
+            (_dkdv_consumer, (k0, k_smem.index(0), v_smem.index(0), tile, IS_CAUSAL, A_IN_REGS)),
+            (
+                _dkdv_consumer,
+                (k0 + HALF, k_smem.index(1), v_smem.index(1), tile, IS_CAUSAL, A_IN_REGS),
+            ),
+            (
+                _dkdv_loader,
+                (
+                    q_desc,
+                    do_desc,
+                    k_desc,
+                    v_desc,
+                    q_smem,
+                    do_smem,
+                    k_smem,
+                    v_smem,
+                    bars,
+                    off_b,
+                    off_h,
+                    k0,
+                    lo_tile,
+                    T,
+                    STAGES,
+                ),
+            ),
+        ],
+        [4, 1],
+        [CONSUMER_REGS, 24],
+    )
+
+
+@gluon.jit
+def _dq_loader(
+    q_desc,
+    do_desc,
+    o_desc,
+    k_desc,
+    v_desc,
+    q_smem,
+    do_smem,
+    o_smem,
+    k_smem,
+    v_smem,
+    bars,
+    off_b,
+    off_h,
+    q0,
+    n_tiles,
+    DELTA: gl.constexpr,
+):
+    """Producer warp of the warp-specialized dQ pass: every consumer's Q and dO rows (and O's,
+    with DELTA) once, then K_j and V_j into ring slot j % STAGES as soon as every consumer has
+    released the slot."""
+    q_bar, k_ready, v_ready, k_empty, v_empty = bars
+    NC: gl.constexpr = q_smem.shape[0]
+    STAGES: gl.constexpr = k_smem.shape[0]
+    BLOCK_N: gl.constexpr = k_smem.shape[3]
+    ROWS: gl.constexpr = q_desc.block_type.shape[2]
+    nbytes: gl.constexpr = q_desc.block_type.nbytes + do_desc.block_type.nbytes
+    if DELTA:
+        mbarrier.expect(q_bar, NC * (nbytes + o_desc.block_type.nbytes))
+    else:
+        mbarrier.expect(q_bar, NC * nbytes)
+    for c in gl.static_range(NC):
+        coord = [off_b, off_h, q0 + c * ROWS, 0]
+        tma.async_copy_global_to_shared(q_desc, coord, q_bar, q_smem.index(c))
+        tma.async_copy_global_to_shared(do_desc, coord, q_bar, do_smem.index(c))
+        if DELTA:
+            tma.async_copy_global_to_shared(o_desc, coord, q_bar, o_smem.index(c))
+    for j in range(n_tiles):
+        stage = j % STAGES
+        free = ((j // STAGES) & 1) ^ 1  # a fresh mbarrier's "previous phase" has completed
+        mbarrier.wait(k_empty.index(stage), free)
+        _load_kv(
+            k_desc, k_ready.index(stage), k_smem.index(stage), off_b, off_h, j, n_tiles, BLOCK_N
+        )
+        mbarrier.wait(v_empty.index(stage), free)
+        _load_kv(
+            v_desc, v_ready.index(stage), v_smem.index(stage), off_b, off_h, j, n_tiles, BLOCK_N
+        )
+
+
+@gluon.jit
+def _dq_consumer(
+    q_smem, do_smem, o_smem, c: gl.constexpr, tile, IS_CAUSAL: gl.constexpr, DELTA: gl.constexpr
+):
+    """Consumer warpgroup c of the warp-specialized dQ pass: dQ = scale * dS K for query rows
+    q0 + c * ROWS + [0, ROWS) (its tiles are q_smem.index(c), ...).
+
+    Per key tile j it issues S_j = Q K_j^T, dP_j = dO V_j^T and the previous tile's dQ product
+    (dS_{j-1} K_{j-1}, dS from registers), waits for S_j only, computes P_j while the others
+    run, waits for dP_j (and releases V_j's slot) and computes dS_j while the dQ product still
+    runs, then releases K_{j-1}'s slot. Nothing is in flight across the loop's back edge (see
+    the dK/dV pass). Slots are released through mbarriers; it never waits for the other
+    consumers. DELTA: D = rowsum(O * dO) of its rows is computed here and written to `Delta`."""
+    (
+        k_smem,
+        v_smem,
+        bars,
+        dq_desc,
+        L,
+        Delta,
+        pid_bh,
+        off_b,
+        off_h,
+        q0,
+        n_q,
+        n_k,
+        n_tiles,
+        first_masked,
+        qk_scale,
+        sm_scale,
+    ) = tile
+    q_bar, k_ready, v_ready, k_empty, v_empty = bars
+    q_buf = q_smem.index(c)
+    do_buf = do_smem.index(c)
+    o_buf = o_smem.index(c)
+    ROWS: gl.constexpr = q_buf.shape[2]
+    r0 = q0 + c * ROWS
+    HEAD_DIM: gl.constexpr = q_buf.shape[3]
+    STAGES: gl.constexpr = k_smem.shape[0]
+    BLOCK_N: gl.constexpr = k_smem.shape[3]
+    dtype: gl.constexpr = q_buf.dtype
+    s_layout: gl.constexpr = _mma_layout(4, BLOCK_N)
+    acc_layout: gl.constexpr = _mma_layout(4, HEAD_DIM)
+    ds_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    rows_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    cols_s: gl.constexpr = gl.SliceLayout(0, s_layout)
+
+    offs_m = r0 + gl.arange(0, ROWS, layout=rows_s)
+    in_q = offs_m < n_q
+    lse = gl.load(L + pid_bh * n_q + offs_m, mask=in_q, other=0.0) * 1.4426950408889634
+    offs_nb = gl.arange(0, BLOCK_N, layout=cols_s)
+    s_init = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
+    dq = gl.zeros([ROWS, HEAD_DIM], gl.float32, acc_layout)
+    ds_op = gl.zeros([ROWS, BLOCK_N], dtype, ds_layout)
+    q = q_buf.reshape([ROWS, HEAD_DIM])
+    do = do_buf.reshape([ROWS, HEAD_DIM])
+    mbarrier.wait(q_bar, 0)
+    if DELTA:
+        o_t = o_buf.reshape([ROWS, HEAD_DIM]).load(acc_layout).to(gl.float32)
+        do_t = do.load(acc_layout).to(gl.float32)
+        delta = gl.convert_layout(gl.sum(o_t * do_t, 1), rows_s)
+        gl.store(Delta + pid_bh * n_q + offs_m, delta, mask=in_q)
+    else:
+        delta = gl.load(Delta + pid_bh * n_q + offs_m, mask=in_q, other=0.0)
+
+    for j in range(n_tiles):
+        stage = j % STAGES
+        older = (j + STAGES - gl.minimum(j, 1)) % STAGES  # K_{j-1}'s slot (K_0's at j = 0)
+        mbarrier.wait(k_ready.index(stage), (j // STAGES) & 1)
+        mbarrier.wait(v_ready.index(stage), (j // STAGES) & 1)
+        k_t = k_smem.index(stage).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+        s = warpgroup_mma(q, k_t, s_init, use_acc=False, is_async=True)
+        v_t = v_smem.index(stage).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+        dp = warpgroup_mma(do, v_t, s_init, use_acc=False, is_async=True)
+        k_p = k_smem.index(older).reshape([BLOCK_N, HEAD_DIM])
+        dq = warpgroup_mma(ds_op, k_p, dq, is_async=True)
+        s = warpgroup_mma_wait(2, deps=[s])
+        if j >= first_masked:
+            s = _mask_scores(s, offs_m, j * BLOCK_N + offs_nb, n_k, IS_CAUSAL)
+        p = gl.exp2(s * qk_scale - gl.expand_dims(lse, 1))
+        dp = warpgroup_mma_wait(1, deps=[dp])
+        mbarrier.arrive(v_empty.index(stage), count=1)
+        ds_lo = (p * (dp - gl.expand_dims(delta, 1))).to(dtype)
+        dq, ds_lo = warpgroup_mma_wait(0, deps=[dq, ds_lo])
+        if j >= 1:
+            mbarrier.arrive(k_empty.index(older), count=1)
+        ds_op = gl.convert_layout(ds_lo, ds_layout)
+
+    if n_tiles > 0:
+        k_p = k_smem.index((n_tiles - 1) % STAGES).reshape([BLOCK_N, HEAD_DIM])
+        dq = warpgroup_mma(ds_op, k_p, dq, is_async=True)
+        dq, ds_op = warpgroup_mma_wait(0, deps=[dq, ds_op])
+
+    # this warpgroup's Q buffer takes its dQ rows; the TMA store clips rows >= n_q
+    gl.thread_barrier()
+    q.store((dq * sm_scale).to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(dq_desc, [off_b, off_h, r0, 0], q_buf)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _attn_bwd_dq_ws_kernel(
+    q_desc,
+    k_desc,
+    v_desc,
+    do_desc,
+    o_desc,
+    dq_desc,
+    L,
+    Delta,
+    n_heads,
+    n_q,
+    n_k,
+    qk_scale,
+    sm_scale,
+    HEAD_DIM: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    IS_CAUSAL: gl.constexpr,
+    STAGES: gl.constexpr,
+    num_warps: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr,
+    DELTA: gl.constexpr = False,
+):
+    """The dQ pass with warp specialization: one producer warp issues the TMA copies; BLOCK_M /
+    64 (2 or 3) consumer warpgroups of 64 query rows each, in their own partitions, share every
+    K and V tile (loaded once for all) and never wait for each other. Launched with num_warps=4
+    (the default partition is the first consumer)."""
+    dtype: gl.constexpr = q_desc.dtype
+    ROWS: gl.constexpr = q_desc.block_type.shape[2]
+    NC: gl.constexpr = BLOCK_M // ROWS
+    gl.static_assert((NC == 2) | (NC == 3), "two or three consumer warpgroups")
+    pid_bh, off_b, off_h, q0, n_tiles, first_masked = _query_tile(
+        n_heads, n_k, BLOCK_M, BLOCK_N, IS_CAUSAL
+    )
+
+    q_smem = gl.allocate_shared_memory(dtype, [NC] + q_desc.block_type.shape, q_desc.layout)
+    do_smem = gl.allocate_shared_memory(dtype, [NC] + do_desc.block_type.shape, do_desc.layout)
+    if DELTA:
+        o_smem = gl.allocate_shared_memory(dtype, [NC] + o_desc.block_type.shape, o_desc.layout)
+    else:
+        o_smem = q_smem
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=NC)  # released by every consumer
+        mbarrier.init(v_empty.index(i), count=NC)
+    fence_async_shared()
+    bars = (q_bar, k_ready, v_ready, k_empty, v_empty)
+    tile = (
+        k_smem,
+        v_smem,
+        bars,
+        dq_desc,
+        L,
+        Delta,
+        pid_bh,
+        off_b,
+        off_h,
+        q0,
+        n_q,
+        n_k,
+        n_tiles,
+        first_masked,
+        qk_scale,
+        sm_scale,
+    )
+    loads = (
+        q_desc,
+        do_desc,
+        o_desc,
+        k_desc,
+        v_desc,
+        q_smem,
+        do_smem,
+        o_smem,
+        k_smem,
+        v_smem,
+        bars,
+        off_b,
+        off_h,
+        q0,
+        n_tiles,
+        DELTA,
+    )
+    # (constexprs go straight into the partitions' argument tuples: inside a tuple variable
+    # they would arrive as tensors)
+    if NC == 2:
+        gl.warp_specialize(
+            [
+                (_dq_consumer, (q_smem, do_smem, o_smem, 0, tile, IS_CAUSAL, DELTA)),
+                (_dq_consumer, (q_smem, do_smem, o_smem, 1, tile, IS_CAUSAL, DELTA)),
+                (_dq_loader, loads),
+            ],
+            [4, 1],
+            [CONSUMER_REGS, 24],
+        )
+    else:
+        gl.warp_specialize(
+            [
+                (_dq_consumer, (q_smem, do_smem, o_smem, 0, tile, IS_CAUSAL, DELTA)),
+                (_dq_consumer, (q_smem, do_smem, o_smem, 1, tile, IS_CAUSAL, DELTA)),
+                (_dq_consumer, (q_smem, do_smem, o_smem, 2, tile, IS_CAUSAL, DELTA)),
+                (_dq_loader, loads),
+            ],
+            [4, 4, 1],
+            [CONSUMER_REGS, CONSUMER_REGS, 24],
+        )
+
+
+@gluon.jit
 def _reduce_dq(dq_desc, buf, dq, coord):
     """Add the fp32 tile `dq` into the rows of `dq_desc` at `coord` by a TMA reduction through
     `buf`, one of two buffers used in turn (the reduction that read it before is waited for)."""
@@ -746,9 +1290,9 @@ def _is_hopper(device_index: int) -> bool:
 
 
 def routed(kernel: str, head_dim: int) -> bool:
-    """Whether `flash_attention_triton` sends `kernel` ("forward", "backward_dkdv") at this head
-    dim to these kernels (where they measured faster)."""
-    return head_dim in (FORWARD_CONFIGS if kernel == "forward" else DKDV_CONFIGS)
+    """Whether `flash_attention_triton` sends `kernel` ("forward", "backward_dkdv",
+    "backward_dq") at this head dim to these kernels (where they measured faster)."""
+    return head_dim in CONFIGS[kernel]
 
 
 def supported(*tensors: torch.Tensor) -> bool:
@@ -776,12 +1320,11 @@ def _descriptor(x: torch.Tensor, block_rows: int) -> TensorDescriptor:
 
 
 def _config(kernel: str, head_dim: int) -> tuple[int, int, int, int]:
-    table = FORWARD_CONFIGS if kernel == "forward" else DKDV_CONFIGS
-    return table.get(head_dim, DEFAULT_CONFIGS[kernel])
+    return CONFIGS[kernel].get(head_dim, DEFAULT_CONFIGS[kernel])
 
 
 def chosen_config(kernel: str, head_dim: int) -> dict:
-    """The tiles of `kernel` ("forward" or "backward_dkdv") in the form of
+    """The tiles of `kernel` ("forward", "backward_dkdv", "backward_dq") in the form of
     `flash_attention_triton.chosen_configs()`."""
     config = _config(kernel, head_dim)
     block_m, block_n, warps, stages = config[:4]
@@ -848,11 +1391,44 @@ def _dkdv_call(q, k, v, do, lse, delta, dk, dv, is_causal, config=None, dq=None)
     rows = dict(q_desc=(q, block_m), k_desc=(k, block_n), v_desc=(v, block_n))
     rows.update(do_desc=(do, block_m), dk_desc=(dk, block_n), dv_desc=(dv, block_n))
     rows.update(dq_desc=(dq if dq is not None else dk, block_m))
+    constants = _constants(d, config, is_causal)
+    ws = constants.pop("WS", False)
+    if ws:  # two consumer warpgroups of block_n / 2 keys each, and a producer warp
+        constants = {"CONSUMER_REGS": 240, **constants, "num_warps": 4}
+        for name in ("k_desc", "v_desc", "dk_desc", "dv_desc"):
+            rows[name] = (rows[name][0], block_n // 2)
+        rows.pop("dq_desc")
     args = {name: _descriptor(x, r) for name, (x, r) in rows.items()}
     args.update(L=lse, Delta=delta, n_heads=h, n_q=n_q, n_k=k.shape[2])
     args.update(qk_scale=LOG2E / math.sqrt(d), sm_scale=1.0 / math.sqrt(d))
     grid = (b * h, triton.cdiv(k.shape[2], block_n))
-    return _attn_bwd_dkdv_kernel, grid, args, _constants(d, config, is_causal)
+    return (_attn_bwd_dkdv_ws_kernel if ws else _attn_bwd_dkdv_kernel), grid, args, constants
+
+
+def _dq_call(q, k, v, do, lse, delta, dq, is_causal, config=None, o=None):
+    """(kernel, grid, arguments, compile-time constants) of one dQ launch; with `o`, the pass
+    computes D from O and dO and writes it into `delta`."""
+    b, h, n_q, d = q.shape
+    config = config or _config("backward_dq", d)
+    block_m, block_n = config[:2]
+    constants = _constants(d, config, is_causal)
+    if not constants.pop("WS", False):
+        raise ValueError(f"the Gluon dQ pass is warp-specialized: {config} lacks {{'WS': True}}")
+    # block_m / 64 consumer warpgroups of 64 rows each, and a producer warp
+    q_rows = 64
+    rows = dict(q_desc=(q, q_rows), k_desc=(k, block_n), v_desc=(v, block_n))
+    rows.update(do_desc=(do, q_rows), o_desc=(do if o is None else o, q_rows))
+    rows.update(dq_desc=(dq, q_rows))
+    args = {name: _descriptor(x, r) for name, (x, r) in rows.items()}
+    args.update(L=lse, Delta=delta, n_heads=h, n_q=n_q, n_k=k.shape[2])
+    args.update(qk_scale=LOG2E / math.sqrt(d), sm_scale=1.0 / math.sqrt(d))
+    grid = (b * h, triton.cdiv(n_q, block_m))
+    if o is not None:
+        constants["DELTA"] = True
+    # registers: what two or three warpgroups and a warp can share of an SM's 64K
+    regs = 240 if block_m == 128 else 160
+    constants = {"CONSUMER_REGS": regs, **constants, "num_warps": 4}
+    return _attn_bwd_dq_ws_kernel, grid, args, constants
 
 
 def forward(
@@ -893,8 +1469,17 @@ def backward_dkdv(q, k, v, do, lse, delta, dk, dv, is_causal: bool, config=None,
         dq.copy_(acc)
 
 
+def backward_dq(q, k, v, do, lse, delta, dq, is_causal: bool, config=None, o=None) -> None:
+    """dQ (written into `dq`) for 4-D inputs that `supported()` accepts; `lse` and `delta` as
+    for `backward_dkdv`. `config` = (BLOCK_M, BLOCK_N, num_warps, STAGES) overrides DQ_CONFIGS.
+    With `o` (the forward's output), D = rowsum(O * dO) is computed here and written into
+    `delta` (which then need not hold anything)."""
+    kernel, grid, args, constants = _dq_call(q, k, v, do, lse, delta, dq, is_causal, config, o)
+    kernel[grid](**args, **constants)
+
+
 def compile_for_sm90(kernel: str, head_dim: int, is_causal: bool = True, config=None):
-    """Compile `kernel` ("forward", "backward_dkdv") for sm_90 without a GPU (Triton's own ptxas),
+    """Compile `kernel` ("forward", "backward_dkdv", "backward_dq") for sm_90 without a GPU (Triton's own ptxas),
     with the arguments its launcher passes: returns the compiled kernel, whose `.asm` holds
     "ttgir", "ptx" and "cubin". Lets a CPU machine check that the kernels build with this Triton
     and keep their schedule."""
@@ -906,12 +1491,16 @@ def compile_for_sm90(kernel: str, head_dim: int, is_causal: bool = True, config=
     stats = torch.empty(1, 2, 1024, dtype=torch.float32)
     if kernel == "forward":
         fn, _, args, constants = _forward_call(x, x, x, x, stats, is_causal, config)
+    elif kernel == "backward_dq":  # as routed: computing D too
+        fn, _, args, constants = _dq_call(x, x, x, x, stats, stats, x, is_causal, config, o=x)
     else:
         acc = torch.empty(x.shape, dtype=torch.float32) if fuses_dq(head_dim, config) else None
         fn, _, args, constants = _dkdv_call(
             x, x, x, x, stats, stats, x, x, is_causal, config, dq=acc
         )
     options = dict(num_warps=constants["num_warps"])
+    if "maxnreg" in constants:  # a launch option, not a kernel argument
+        options["maxnreg"] = constants.pop("maxnreg")
     signature = {name: mangle_type(value) for name, value in args.items()}
     signature.update(dict.fromkeys(constants, "constexpr"))
     source = GluonASTSource(fn, signature, constants)
@@ -968,7 +1557,7 @@ if __name__ == "__main__":
     import sys
 
     dims = [int(x) for x in sys.argv[1:]] or [64]
-    reports = [sm90_report(k, d) for d in dims for k in ("forward", "backward_dkdv")]
+    reports = [sm90_report(k, d) for d in dims for k in CONFIGS]
     reports += [
         {**sm90_report("backward_dkdv", d, config=FUSED_DQ_CONFIG), "fused_dq": True}
         for d in dims

@@ -1360,9 +1360,10 @@ def flash_backward_triton(
     pass measured slower (docs/flash-attention-notes.md).
 
     `blocks`: as in flash_forward_triton, for every pass, or a dict with one entry per pass
-    ("backward_dkdv" and "backward_dq", or "backward_fused"). On Hopper the dK/dV pass is the
-    Gluon kernel of `flash_attention_hopper` where it applies (as for the forward; not with
-    `fuse_dq`, `blocks`, `use_desc=False` or `use_gluon=False`).
+    ("backward_dkdv" and "backward_dq", or "backward_fused"). On Hopper the dK/dV and dQ passes
+    are the Gluon kernels of `flash_attention_hopper` where they are routed (as for the
+    forward; not with `fuse_dq`, `blocks`, `use_desc=False` or `use_gluon=False`); the Gluon dQ
+    pass then runs first and computes D itself.
     """
     q4, k4, v4, o4, do4 = (_as_4d(x) for x in (q, k, v, o, do))
     b, h, n_q, n_k, d, d_pad = _launch_common(q4, k4, v4)
@@ -1370,26 +1371,44 @@ def flash_backward_triton(
         _CHOSEN.pop(name, None)
     lse = lse.reshape(b, h, n_q).contiguous()
     delta = torch.empty((b, h, n_q), dtype=torch.float32, device=q.device)
-    pre_block = 64 if not INTERPRET else 16
-    _attn_bwd_preprocess[(b * h, triton.cdiv(n_q, pre_block))](
-        o4,
-        do4,
-        delta,
-        *_strides(o4),
-        *_strides(do4),
-        h,
-        n_q,
-        HEAD_DIM=d,
-        D_PAD=d_pad,
-        BLOCK_Q=pre_block,
-    )
     # gradients take their input's layout where it is dense (empty_like's preserve_format)
     dq, dk, dv = torch.empty_like(q4), torch.empty_like(k4), torch.empty_like(v4)
+    do_given = do4
+    broadcast = False  # dO is one row of d values repeated through zero strides
     if use_desc is not False and not _desc_ok((do4,), d, d_pad):
-        # e.g. the stride-0 gradient of o.sum(): one dense copy lets the descriptors read it
-        do4 = do4.contiguous()
-    desc = _use_desc((q4, k4, v4, do4, dq, dk, dv), d, d_pad, use_desc)
+        # e.g. the stride-0 gradient of o.sum(). The Gluon passes' TMA descriptors read a
+        # (0, 0, 0, 1)-strided view of one row as it is; the Triton-language passes get one
+        # dense copy (below, once the passes are chosen)
+        broadcast = all(s == 0 for s in do4.stride()[:-1])
+        do4 = do4[:1, :1, :1].contiguous().expand(do4.shape) if broadcast else do4.contiguous()
     fuse = bool(fuse_dq)
+    hopper = _hopper_module() if use_gluon is not False else None
+    # On Hopper, where routed: Gluon passes for dK/dV and for dQ; the dQ pass then runs first
+    # and computes D itself. `use_gluon=True` forces both.
+    gluon_ok = (
+        hopper is not None
+        and not fuse
+        and blocks is None
+        and use_desc is not False
+        and hopper.supported(q4, k4, v4, do4, dq, dk, dv)
+    )
+    gluon_dkdv = gluon_ok and bool(use_gluon or hopper.routed("backward_dkdv", d))
+    if use_gluon and not gluon_dkdv:
+        raise ValueError(
+            f"the Gluon dK/dV kernel needs a Hopper GPU, fp16/bf16, head dim in 16/32/64/128, "
+            f"no fuse_dq or blocks; got q {tuple(q.shape)} {q.dtype} on {q.device}"
+        )
+    # a FUSE_DQ configuration of the Gluon dK/dV pass computes dQ as well
+    dq_in_dkdv = gluon_dkdv and hopper.fuses_dq(d)
+    gluon_dq = (
+        gluon_ok
+        and not dq_in_dkdv
+        and bool(use_gluon or hopper.routed("backward_dq", d))
+        and hopper.supported(q4, o4)
+    )
+    if broadcast and not (gluon_dkdv and (gluon_dq or dq_in_dkdv)):
+        do4 = do_given.contiguous()
+    desc = _use_desc((q4, k4, v4, do4, dq, dk, dv), d, d_pad, use_desc)
     sm_scale = d**-0.5
     strides = (*_strides(q4), *_strides(k4), *_strides(v4), *_strides(do4))
     scalars = (h, n_q, n_k, sm_scale * LOG2E, sm_scale, _pow2_bucket(n_q), _pow2_bucket(n_k))
@@ -1405,27 +1424,30 @@ def flash_backward_triton(
     def pick(kernel):
         return blocks.get(kernel) if per_pass else blocks
 
+    if gluon_dq:
+        hopper.backward_dq(q4, k4, v4, do4, lse, delta, dq, bool(is_causal), o=o4)
+        _CHOSEN["backward_dq"] = hopper.chosen_config("backward_dq", d)
+    else:
+        pre_block = 64 if not INTERPRET else 16
+        _attn_bwd_preprocess[(b * h, triton.cdiv(n_q, pre_block))](
+            o4,
+            do_given,
+            delta,
+            *_strides(o4),
+            *_strides(do_given),
+            h,
+            n_q,
+            HEAD_DIM=d,
+            D_PAD=d_pad,
+            BLOCK_Q=pre_block,
+        )
+
     # dQ target: the fp32 accumulator (fused) or the output itself (its own pass)
     dq_target = torch.zeros((b, h, n_q, d), dtype=torch.float32, device=q.device) if fuse else dq
     kernel = "backward_fused" if fuse else "backward_dkdv"
-    hopper = _hopper_module() if use_gluon is not False else None
-    gluon_dq = False  # the Gluon dK/dV pass computed dQ as well (a FUSE_DQ configuration)
-    if (
-        hopper is not None
-        and not fuse
-        and blocks is None
-        and use_desc is not False
-        and (use_gluon or hopper.routed(kernel, d))
-        and hopper.supported(q4, k4, v4, do4, dq, dk, dv)
-    ):
-        gluon_dq = hopper.fuses_dq(d)
+    if gluon_dkdv:
         hopper.backward_dkdv(q4, k4, v4, do4, lse, delta, dk, dv, bool(is_causal), dq=dq)
         _CHOSEN[kernel] = hopper.chosen_config(kernel, d)
-    elif use_gluon:
-        raise ValueError(
-            f"the Gluon dK/dV kernel needs a Hopper GPU, fp16/bf16, head dim in 16/32/64/128, "
-            f"no fuse_dq or blocks; got q {tuple(q.shape)} {q.dtype} on {q.device}"
-        )
     else:
         dkdv_args = (q4, k4, v4, do4, lse, delta, dk, dv, dq_target, *strides)
         _launch(
@@ -1438,7 +1460,7 @@ def flash_backward_triton(
         )
     if fuse:
         dq.copy_(dq_target)
-    elif not gluon_dq:
+    elif not (gluon_dq or dq_in_dkdv):
         dq_args = (q4, k4, v4, do4, lse, delta, dq, *strides, *_strides(dq), *scalars)
         _launch(
             "backward_dq",
