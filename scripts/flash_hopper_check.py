@@ -100,6 +100,11 @@ def _random(b, h, n, d, dtype, layout):
     return torch.randn(b, n, h, d, device="cuda", dtype=dtype).transpose(1, 2)
 
 
+def grad_err(got, ref) -> float:
+    """Relative error of a gradient, absolute where the true gradient is ~0 (n = 1)."""
+    return ((got.float() - ref).norm() / ref.norm().clamp_min(1.0)).item()
+
+
 def check(out: Path, args) -> None:
     import torch
 
@@ -146,11 +151,7 @@ def check(out: Path, args) -> None:
                     used = fat.chosen_configs()["backward_dkdv"].get("kernel", "tl")
                     used_dq = fat.chosen_configs()["backward_dq"].get("kernel", "tl")
                     ref = reference_grads(q, k, v, do, causal)
-                    # relative error, absolute where the true gradient is ~0 (n = 1)
-                    errs = [
-                        ((g.float() - r).norm() / r.norm().clamp_min(1.0)).item()
-                        for g, r in zip(grads, ref, strict=True)
-                    ]
+                    errs = [grad_err(g, r) for g, r in zip(grads, ref, strict=True)]
                     row.update(
                         err_dq=errs[0], err_dk=errs[1], err_dv=errs[2], dkdv=used, dq=used_dq
                     )
@@ -181,18 +182,15 @@ def check(out: Path, args) -> None:
                                 "status": "ok" if good else "WRONG",
                             },
                         )
+                    delta = (o.float() * do.float()).sum(-1).contiguous()
                     for cfg in configs_for(args.dkdv_configs, d):
-                        delta = (o.float() * do.float()).sum(-1).contiguous()
                         dq, dk, dv = (torch.full_like(x, float("nan")) for x in (q, k, v))
                         fh.backward_dkdv(q, k, v, do, lse, delta, dk, dv, causal, config=cfg, dq=dq)
                         torch.cuda.synchronize()
                         pairs = {"dk": (dk, ref[1]), "dv": (dv, ref[2])}
                         if fh.fuses_dq(d, cfg):
                             pairs["dq"] = (dq, ref[0])
-                        errs = {
-                            f"err_{name}": ((g.float() - r).norm() / r.norm().clamp_min(1.0)).item()
-                            for name, (g, r) in pairs.items()
-                        }
+                        errs = {f"err_{name}": grad_err(g, r) for name, (g, r) in pairs.items()}
                         good = all(e < 3e-2 for e in errs.values())
                         emit(
                             out,
@@ -205,11 +203,10 @@ def check(out: Path, args) -> None:
                             },
                         )
                     for cfg in configs_for(args.dq_configs, d):
-                        delta = (o.float() * do.float()).sum(-1).contiguous()
                         dq = torch.full_like(q, float("nan"))
                         fh.backward_dq(q, k, v, do, lse, delta, dq, causal, config=cfg)
                         torch.cuda.synchronize()
-                        e = ((dq.float() - ref[0]).norm() / ref[0].norm().clamp_min(1.0)).item()
+                        e = grad_err(dq, ref[0])
                         emit(
                             out,
                             {

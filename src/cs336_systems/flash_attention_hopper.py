@@ -125,6 +125,29 @@ def _load_kv(desc, bar, smem, off_b, off_h, tile, n_tiles, BLOCK_N: gl.constexpr
 
 
 @gluon.jit
+def _load_kv_ring(k_desc, v_desc, k_smem, v_smem, bars, off_b, off_h, n_tiles):
+    """The producer warps' K/V stream: K_j and V_j into ring slot j % STAGES, each as soon as
+    every consumer has released that slot (`bars` = (q_bar, k_ready, v_ready, k_empty,
+    v_empty))."""
+    _, k_ready, v_ready, k_empty, v_empty = bars
+    STAGES: gl.constexpr = k_smem.shape[0]
+    BLOCK_N: gl.constexpr = k_smem.shape[3]
+    for j in range(n_tiles):
+        stage = j % STAGES
+        # a fresh mbarrier counts as having completed the phase before phase 0: the first
+        # round of waits passes at once
+        free = ((j // STAGES) & 1) ^ 1
+        mbarrier.wait(k_empty.index(stage), free)
+        _load_kv(
+            k_desc, k_ready.index(stage), k_smem.index(stage), off_b, off_h, j, n_tiles, BLOCK_N
+        )
+        mbarrier.wait(v_empty.index(stage), free)
+        _load_kv(
+            v_desc, v_ready.index(stage), v_smem.index(stage), off_b, off_h, j, n_tiles, BLOCK_N
+        )
+
+
+@gluon.jit
 def _query_tile(
     n_heads, n_k, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr
 ):
@@ -294,29 +317,15 @@ def _fwd_loader(
     off_h,
     q0,
     n_tiles,
-    BLOCK_N: gl.constexpr,
-    STAGES: gl.constexpr,
 ):
     """Producer warp of the warp-specialized forward: the two halves of the Q tile once, then
     K_j and V_j into ring slot j % STAGES as soon as both consumers have released the slot."""
-    q_bar, k_ready, v_ready, k_empty, v_empty = bars
+    q_bar = bars[0]
     half: gl.constexpr = q_desc.block_type.shape[2]
     mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [off_b, off_h, q0, 0], q_bar, q_smem.index(0))
     tma.async_copy_global_to_shared(q_desc, [off_b, off_h, q0 + half, 0], q_bar, q_smem.index(1))
-    for j in range(n_tiles):
-        stage = j % STAGES
-        # a fresh mbarrier counts as having completed the phase before phase 0: the first
-        # round of waits passes at once
-        free = ((j // STAGES) & 1) ^ 1
-        mbarrier.wait(k_empty.index(stage), free)
-        _load_kv(
-            k_desc, k_ready.index(stage), k_smem.index(stage), off_b, off_h, j, n_tiles, BLOCK_N
-        )
-        mbarrier.wait(v_empty.index(stage), free)
-        _load_kv(
-            v_desc, v_ready.index(stage), v_smem.index(stage), off_b, off_h, j, n_tiles, BLOCK_N
-        )
+    _load_kv_ring(k_desc, v_desc, k_smem, v_smem, bars, off_b, off_h, n_tiles)
 
 
 @gluon.jit
@@ -488,8 +497,6 @@ def _attn_fwd_ws_kernel(
                     off_h,
                     q0,
                     n_tiles,
-                    BLOCK_N,
-                    STAGES,
                 ),
             ),
         ],
@@ -1003,10 +1010,8 @@ def _dq_loader(
     """Producer warp of the warp-specialized dQ pass: every consumer's Q and dO rows (and O's,
     with DELTA) once, then K_j and V_j into ring slot j % STAGES as soon as every consumer has
     released the slot."""
-    q_bar, k_ready, v_ready, k_empty, v_empty = bars
+    q_bar = bars[0]
     NC: gl.constexpr = q_smem.shape[0]
-    STAGES: gl.constexpr = k_smem.shape[0]
-    BLOCK_N: gl.constexpr = k_smem.shape[3]
     ROWS: gl.constexpr = q_desc.block_type.shape[2]
     nbytes: gl.constexpr = q_desc.block_type.nbytes + do_desc.block_type.nbytes
     if DELTA:
@@ -1019,17 +1024,7 @@ def _dq_loader(
         tma.async_copy_global_to_shared(do_desc, coord, q_bar, do_smem.index(c))
         if DELTA:
             tma.async_copy_global_to_shared(o_desc, coord, q_bar, o_smem.index(c))
-    for j in range(n_tiles):
-        stage = j % STAGES
-        free = ((j // STAGES) & 1) ^ 1  # a fresh mbarrier's "previous phase" has completed
-        mbarrier.wait(k_empty.index(stage), free)
-        _load_kv(
-            k_desc, k_ready.index(stage), k_smem.index(stage), off_b, off_h, j, n_tiles, BLOCK_N
-        )
-        mbarrier.wait(v_empty.index(stage), free)
-        _load_kv(
-            v_desc, v_ready.index(stage), v_smem.index(stage), off_b, off_h, j, n_tiles, BLOCK_N
-        )
+    _load_kv_ring(k_desc, v_desc, k_smem, v_smem, bars, off_b, off_h, n_tiles)
 
 
 @gluon.jit
@@ -1499,8 +1494,6 @@ def compile_for_sm90(kernel: str, head_dim: int, is_causal: bool = True, config=
             x, x, x, x, stats, stats, x, x, is_causal, config, dq=acc
         )
     options = dict(num_warps=constants["num_warps"])
-    if "maxnreg" in constants:  # a launch option, not a kernel argument
-        options["maxnreg"] = constants.pop("maxnreg")
     signature = {name: mangle_type(value) for name, value in args.items()}
     signature.update(dict.fromkeys(constants, "constexpr"))
     source = GluonASTSource(fn, signature, constants)
