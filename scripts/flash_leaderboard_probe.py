@@ -10,7 +10,8 @@ plus a torch.profiler breakdown of one step (kernel times and the GPU idle time 
 ``--timeline`` runs do_bench's own loop (gradients to None, L2 cleared, events around each step,
 no synchronization between steps) under torch.profiler for ours and SDPA cuDNN, and splits each
 step's event time into the wait for its first kernel, kernel time and the gaps between kernels.
-``--one-step`` runs one warmed-up step of each inside cudaProfilerStart/Stop, for ncu.
+``--one-step`` runs one warmed-up step of each inside cudaProfilerStart/Stop, for ncu. Both
+modes run ours under each of ``--variants`` (in order), then SDPA cuDNN.
 
 Variants patch the routing tables of this process only (nothing is written back):
 ``dq=BQ,BK,W,S`` pins the Triton dQ pass's tile, ``dkdv=<config>`` / ``fwd=<config>`` set the
@@ -191,7 +192,11 @@ def main() -> None:
         for _ in range(3)
     )
     if args.timeline or args.one_step:
-        for impl in ("flash_triton", "sdpa_cudnn"):
+        # ours under each variant, then SDPA cuDNN
+        for impl, variant in [("flash_triton", v) for v in args.variants] + [("sdpa_cudnn", "")]:
+            if variant:
+                apply_variant(variant)
+                torch._dynamo.reset()
             step, leaves = fb.leaderboard_step(
                 impl, fb._sdpa(impl) if impl != "flash_triton" else None, q, k, v
             )
@@ -206,7 +211,8 @@ def main() -> None:
                 torch.cuda.synchronize()
                 torch.cuda.profiler.stop()
             else:
-                emit(out, {"impl": impl, "mode": "timeline", **timeline(step, leaves)})
+                row = {"impl": impl, "variant": variant, "mode": "timeline"}
+                emit(out, {**row, **timeline(step, leaves)})
         return
     timer = fb.Timer(torch.device("cuda"), 500, args.rep_ms, 0, 0)
     if args.sdpa:

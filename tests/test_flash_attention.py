@@ -562,10 +562,12 @@ def test_hopper_kernels_compile_for_sm90_with_their_overlap():
         assert expected <= set(r["wgmma_waits"]), r
         # and ptxas kept those products asynchronous (no wait added after each one)
         assert not r["wgmma_serialized"], r
-        # warp-specialized (a producer warp and consumer warpgroups): the d = 128 forward, the
-        # d = 64 dK/dV pass and every dQ pass
-        ws = (r["kernel"], r["head_dim"]) in {("forward", 128), ("backward_dkdv", 64)}
-        ws |= r["kernel"] == "backward_dq"
+        # warp-specialized (a producer warp and consumer warpgroups): both forwards, the d = 64
+        # dK/dV pass and every dQ pass
+        ws = r["kernel"] in ("forward", "backward_dq") or (r["kernel"], r["head_dim"]) == (
+            "backward_dkdv",
+            64,
+        )
         assert r["warp_specialized"] == (ws and not r.get("fused_dq")), r
         # no spills; ptxas keeps four values (16 bytes) of the d = 64 warp-specialized dK/dV
         # consumer on the stack at its 240 registers
@@ -577,14 +579,24 @@ def test_hopper_kernels_compile_for_sm90_with_their_overlap():
 @pytest.mark.gpu
 @pytest.mark.parametrize("d", [32, 64, 128])
 @pytest.mark.parametrize(
-    "config", [(128, 64, 8, 3), (128, 128, 4, 2, {"WS": True})], ids=["plain", "warp_specialized"]
+    "config",
+    [
+        (128, 64, 8, 3),
+        (128, 128, 4, 2, {"WS": True}),
+        (128, 128, 4, 2, {"WS": True, "PINGPONG": True}),
+        (192, 128, 4, 2, {"WS": True, "PINGPONG": True}),
+    ],
+    ids=["plain", "ws2", "ws2_pingpong", "ws3_pingpong"],
 )
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("n_q, n_k", [(777, 1500), (1500, 333)])
 def test_hopper_forward_variants_against_float64(d, config, causal, n_q, n_k):
     """Both Gluon forwards (one warpgroup pair in lockstep, and the warp-specialized one with a
-    producer warp) at every head dim they serve, ragged, n_q < n_k and n_q > n_k."""
+    producer warp and two or three consumer warpgroups, taking turns or not) at every head dim
+    they serve, ragged, n_q < n_k and n_q > n_k."""
     fh = _hopper_gpu()
+    if config[0] == 192 and d == 128:  # three consumers' registers hold 64-key tiles only
+        config = (192, 64, *config[2:])
     g = torch.Generator(device="cuda").manual_seed(d + n_q)
     q = torch.randn(2, 3, n_q, d, device="cuda", dtype=BF16, generator=g)
     k, v = (torch.randn(2, 3, n_k, d, device="cuda", dtype=BF16, generator=g) for _ in "kv")

@@ -47,9 +47,13 @@ GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
 # head dim, for the head dims at which they measured faster than the Triton-language kernels
 # (H100, batch 1, 16 heads, 16384 tokens, causal bf16; scripts/flash_hopper_check.py,
 # docs/flash-attention-notes.md). Other head dims in HEAD_DIMS run when asked for (`config=`).
-# The d = 128 forward is warp-specialized (WS): a producer warp and two consumer warpgroups of
-# BLOCK_M / 2 rows each, launched with 4 + 4 + 1 warps whatever num_warps says.
-FORWARD_CONFIGS = {64: (128, 64, 8, 3), 128: (128, 128, 4, 2, {"WS": True})}
+# Both forwards are warp-specialized (WS): a producer warp and BLOCK_M / 64 consumer warpgroups
+# of 64 rows each, launched with 4 warps per consumer + 1 whatever num_warps says; PINGPONG: the
+# consumers take turns to issue their products (at d = 64: three consumers at 160 registers).
+FORWARD_CONFIGS = {
+    64: (192, 128, 4, 2, {"WS": True, "PINGPONG": True}),
+    128: (128, 128, 4, 2, {"WS": True}),
+}
 # dK/dV: BLOCK_M query rows per step, BLOCK_N keys per program; A_IN_REGS: K and V are held in
 # registers as the A operands of S^T and dP^T; WS: warp-specialized, a producer warp and two
 # consumer warpgroups of BLOCK_N / 2 keys sharing each Q and dO tile (at d = 64: 240 registers
@@ -145,6 +149,28 @@ def _load_kv_ring(k_desc, v_desc, k_smem, v_smem, bars, off_b, off_h, n_tiles):
         _load_kv(
             v_desc, v_ready.index(stage), v_smem.index(stage), off_b, off_h, j, n_tiles, BLOCK_N
         )
+
+
+@gluon.jit
+def _turn_start(turn, C: gl.constexpr):
+    """Ping-pong between the consumer warpgroups of a warp-specialized kernel (FlashAttention-3's):
+    `turn` holds one mbarrier per consumer; consumer C issues its k-th round of products after
+    `_turn_wait(turn, C, k)` and hands the turn on with `_turn_pass`, so the consumers issue in
+    a fixed rotation and one warpgroup's softmax runs while another's products keep the tensor
+    cores busy. Every consumer must run the same number of rounds. Here the last consumer
+    passes the turn as if it had issued a round -1."""
+    if C == turn.shape[0] - 1:
+        mbarrier.arrive(turn.index(0), count=1)
+
+
+@gluon.jit
+def _turn_wait(turn, C: gl.constexpr, k):
+    mbarrier.wait(turn.index(C), k & 1)
+
+
+@gluon.jit
+def _turn_pass(turn, C: gl.constexpr):
+    mbarrier.arrive(turn.index((C + 1) % turn.shape[0]), count=1)
 
 
 @gluon.jit
@@ -318,23 +344,34 @@ def _fwd_loader(
     q0,
     n_tiles,
 ):
-    """Producer warp of the warp-specialized forward: the two halves of the Q tile once, then
-    K_j and V_j into ring slot j % STAGES as soon as both consumers have released the slot."""
+    """Producer warp of the warp-specialized forward: each consumer's rows of the Q tile once,
+    then K_j and V_j into ring slot j % STAGES as soon as every consumer has released the slot."""
     q_bar = bars[0]
-    half: gl.constexpr = q_desc.block_type.shape[2]
-    mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [off_b, off_h, q0, 0], q_bar, q_smem.index(0))
-    tma.async_copy_global_to_shared(q_desc, [off_b, off_h, q0 + half, 0], q_bar, q_smem.index(1))
+    NC: gl.constexpr = q_smem.shape[0]
+    rows: gl.constexpr = q_desc.block_type.shape[2]
+    mbarrier.expect(q_bar, NC * q_desc.block_type.nbytes)
+    for c in gl.static_range(NC):
+        tma.async_copy_global_to_shared(
+            q_desc, [off_b, off_h, q0 + c * rows, 0], q_bar, q_smem.index(c)
+        )
     _load_kv_ring(k_desc, v_desc, k_smem, v_smem, bars, off_b, off_h, n_tiles)
 
 
 @gluon.jit
-def _fwd_consumer(q_buf, r0, tile, IS_CAUSAL: gl.constexpr):
+def _fwd_consumer(
+    q_buf,
+    r0,
+    tile,
+    IS_CAUSAL: gl.constexpr,
+    C: gl.constexpr,
+    PINGPONG: gl.constexpr,
+):
     """One consumer warpgroup of the warp-specialized forward: query rows r0 + [0, BLOCK_M), whose
     Q tile is in `q_buf`, through the loop of `_attn_fwd_kernel` with each K and V slot released
     through an mbarrier; its warps synchronise among themselves only, never with the other
     warpgroup. `tile` holds what both consumers share; the tile sizes come from the buffers'
-    shapes."""
+    shapes. C: this consumer's index; PINGPONG: the consumers take turns to issue their
+    products (`_turn_start`)."""
     (
         k_smem,
         v_smem,
@@ -349,6 +386,7 @@ def _fwd_consumer(q_buf, r0, tile, IS_CAUSAL: gl.constexpr):
         n_tiles,
         first_masked,
         qk_scale,
+        turn,
     ) = tile
     q_bar, k_ready, v_ready, k_empty, v_empty = bars
     BLOCK_M: gl.constexpr = q_buf.shape[2]
@@ -382,15 +420,21 @@ def _fwd_consumer(q_buf, r0, tile, IS_CAUSAL: gl.constexpr):
     p, m_i, l_i, alpha = _softmax_update(s, m_i, l_i, qk_scale)
     p_op = gl.convert_layout(p.to(dtype), p_layout)
 
+    if PINGPONG:
+        _turn_start(turn, C)
     for j in range(1, n_tiles):
         stage = j % STAGES
         prev = (j - 1) % STAGES
         mbarrier.wait(k_ready.index(stage), (j // STAGES) & 1)
         mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
+        if PINGPONG:
+            _turn_wait(turn, C, j - 1)
         k_t = k_smem.index(stage).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
         s = warpgroup_mma(q, k_t, s_init, use_acc=False, is_async=True)
         v = v_smem.index(prev).reshape([BLOCK_N, HEAD_DIM])
         acc = warpgroup_mma(p_op, v, acc, is_async=True)
+        if PINGPONG:
+            _turn_pass(turn, C)
         s = warpgroup_mma_wait(1, deps=[s])
         mbarrier.arrive(k_empty.index(stage), count=1)
         if j >= first_masked:
@@ -435,18 +479,21 @@ def _attn_fwd_ws_kernel(
     STAGES: gl.constexpr,
     num_warps: gl.constexpr,
     CONSUMER_REGS: gl.constexpr,
+    PINGPONG: gl.constexpr = False,
 ):
     """The forward with warp specialization (FlashAttention-3's): one producer warp issues the
-    TMA copies of Q, K and V; two consumer warpgroups, each in its own partition, compute
-    BLOCK_M / 2 query rows each and never wait for each other.
+    TMA copies of Q, K and V; BLOCK_M / 64 (2 or 3) consumer warpgroups, each in its own
+    partition, compute 64 query rows each and never wait for each other.
     Launched with num_warps=4 (the default partition is the first consumer)."""
     dtype: gl.constexpr = q_desc.dtype
-    HALF: gl.constexpr = BLOCK_M // 2
+    ROWS: gl.constexpr = q_desc.block_type.shape[2]
+    NC: gl.constexpr = BLOCK_M // ROWS
+    gl.static_assert((NC == 2) | (NC == 3), "two or three consumer warpgroups")
     pid_bh, off_b, off_h, q0, n_tiles, first_masked = _query_tile(
         n_heads, n_k, BLOCK_M, BLOCK_N, IS_CAUSAL
     )
 
-    q_smem = gl.allocate_shared_memory(dtype, [2] + q_desc.block_type.shape, q_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [NC] + q_desc.block_type.shape, q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -454,13 +501,15 @@ def _attn_fwd_ws_kernel(
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_bar, count=1)
+    for c in gl.static_range(NC):
+        mbarrier.init(turn.index(c), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
-        # released by both consumer warpgroups
-        mbarrier.init(k_empty.index(i), count=2)
-        mbarrier.init(v_empty.index(i), count=2)
+        mbarrier.init(k_empty.index(i), count=NC)  # released by every consumer
+        mbarrier.init(v_empty.index(i), count=NC)
     fence_async_shared()
     bars = (q_bar, k_ready, v_ready, k_empty, v_empty)
     # what both consumers share (IS_CAUSAL apart: a constexpr in a tuple arrives as a tensor)
@@ -478,31 +527,35 @@ def _attn_fwd_ws_kernel(
         n_tiles,
         first_masked,
         qk_scale,
+        turn,
     )
-    gl.warp_specialize(
-        [
-            (_fwd_consumer, (q_smem.index(0), q0, tile, IS_CAUSAL)),
-            (_fwd_consumer, (q_smem.index(1), q0 + HALF, tile, IS_CAUSAL)),
-            (
-                _fwd_loader,
+    loads = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, off_b, off_h, q0, n_tiles)
+    # (constexprs go straight into the partitions' argument tuples: inside a tuple variable
+    # they would arrive as tensors)
+    if NC == 2:
+        gl.warp_specialize(
+            [
+                (_fwd_consumer, (q_smem.index(0), q0, tile, IS_CAUSAL, 0, PINGPONG)),
+                (_fwd_consumer, (q_smem.index(1), q0 + ROWS, tile, IS_CAUSAL, 1, PINGPONG)),
+                (_fwd_loader, loads),
+            ],
+            [4, 1],
+            [CONSUMER_REGS, 24],
+        )
+    else:
+        gl.warp_specialize(
+            [
+                (_fwd_consumer, (q_smem.index(0), q0, tile, IS_CAUSAL, 0, PINGPONG)),
+                (_fwd_consumer, (q_smem.index(1), q0 + ROWS, tile, IS_CAUSAL, 1, PINGPONG)),
                 (
-                    q_desc,
-                    k_desc,
-                    v_desc,
-                    q_smem,
-                    k_smem,
-                    v_smem,
-                    bars,
-                    off_b,
-                    off_h,
-                    q0,
-                    n_tiles,
+                    _fwd_consumer,
+                    (q_smem.index(2), q0 + 2 * ROWS, tile, IS_CAUSAL, 2, PINGPONG),
                 ),
-            ),
-        ],
-        [4, 1],
-        [CONSUMER_REGS, 24],
-    )
+                (_fwd_loader, loads),
+            ],
+            [4, 4, 1],
+            [CONSUMER_REGS, CONSUMER_REGS, 24],
+        )
 
 
 @gluon.jit
@@ -1359,9 +1412,10 @@ def _forward_call(q, k, v, o, lse, is_causal, config=None):
     block_m, block_n = config[:2]
     constants = _constants(d, config, is_causal)
     ws = constants.pop("WS", False)
-    if ws:  # two consumer warpgroups of block_m / 2 rows each, and a producer warp
-        constants = {"CONSUMER_REGS": 240, **constants, "num_warps": 4}
-    q_rows = block_m // 2 if ws else block_m
+    if ws:  # block_m / 64 consumer warpgroups of 64 rows each, and a producer warp
+        regs = 240 if block_m == 128 else 160
+        constants = {"CONSUMER_REGS": regs, **constants, "num_warps": 4}
+    q_rows = 64 if ws else block_m
     args = dict(
         q_desc=_descriptor(q, q_rows),
         k_desc=_descriptor(k, block_n),
