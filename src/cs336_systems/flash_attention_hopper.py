@@ -1405,6 +1405,13 @@ def _constants(head_dim, config, is_causal) -> dict:
     )
 
 
+def _consumer_regs(block_m: int) -> int:
+    """Registers per thread of each of the block_m / 64 consumer warpgroups of a
+    warp-specialized kernel: what two or three warpgroups and the producer warp can share of an
+    SM's 64K."""
+    return 240 if block_m == 128 else 160
+
+
 def _forward_call(q, k, v, o, lse, is_causal, config=None):
     """(kernel, grid, arguments, compile-time constants) of one forward launch."""
     b, h, n_q, d = q.shape
@@ -1413,8 +1420,7 @@ def _forward_call(q, k, v, o, lse, is_causal, config=None):
     constants = _constants(d, config, is_causal)
     ws = constants.pop("WS", False)
     if ws:  # block_m / 64 consumer warpgroups of 64 rows each, and a producer warp
-        regs = 240 if block_m == 128 else 160
-        constants = {"CONSUMER_REGS": regs, **constants, "num_warps": 4}
+        constants = {"CONSUMER_REGS": _consumer_regs(block_m), **constants, "num_warps": 4}
     q_rows = 64 if ws else block_m
     args = dict(
         q_desc=_descriptor(q, q_rows),
@@ -1474,9 +1480,7 @@ def _dq_call(q, k, v, do, lse, delta, dq, is_causal, config=None, o=None):
     grid = (b * h, triton.cdiv(n_q, block_m))
     if o is not None:
         constants["DELTA"] = True
-    # registers: what two or three warpgroups and a warp can share of an SM's 64K
-    regs = 240 if block_m == 128 else 160
-    constants = {"CONSUMER_REGS": regs, **constants, "num_warps": 4}
+    constants = {"CONSUMER_REGS": _consumer_regs(block_m), **constants, "num_warps": 4}
     return _attn_bwd_dq_ws_kernel, grid, args, constants
 
 
