@@ -129,6 +129,26 @@ def _load_kv(desc, bar, smem, off_b, off_h, tile, n_tiles, BLOCK_N: gl.constexpr
 
 
 @gluon.jit
+def _kv_ring_barriers(STAGES: gl.constexpr, NC: gl.constexpr):
+    """The mbarriers of a warp-specialized kernel whose producer loads a Q tile once and streams
+    K/V through a ring of STAGES slots to NC consumers, initialised and fenced:
+    (q_bar, k_ready, v_ready, k_empty, v_empty), the "empty" ones released by every consumer."""
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=NC)
+        mbarrier.init(v_empty.index(i), count=NC)
+    fence_async_shared()
+    return q_bar, k_ready, v_ready, k_empty, v_empty
+
+
+@gluon.jit
 def _load_kv_ring(k_desc, v_desc, k_smem, v_smem, bars, off_b, off_h, n_tiles):
     """The producer warps' K/V stream: K_j and V_j into ring slot j % STAGES, each as soon as
     every consumer has released that slot (`bars` = (q_bar, k_ready, v_ready, k_empty,
@@ -496,22 +516,10 @@ def _attn_fwd_ws_kernel(
     q_smem = gl.allocate_shared_memory(dtype, [NC] + q_desc.block_type.shape, q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
-    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_bar, count=1)
     for c in gl.static_range(NC):
         mbarrier.init(turn.index(c), count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(k_ready.index(i), count=1)
-        mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=NC)  # released by every consumer
-        mbarrier.init(v_empty.index(i), count=NC)
-    fence_async_shared()
-    bars = (q_bar, k_ready, v_ready, k_empty, v_empty)
+    bars = _kv_ring_barriers(STAGES, NC)
     # what both consumers share (IS_CAUSAL apart: a constexpr in a tuple arrives as a tensor)
     tile = (
         k_smem,
@@ -1225,19 +1233,7 @@ def _attn_bwd_dq_ws_kernel(
         o_smem = q_smem
     k_smem = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
-    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_bar, count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(k_ready.index(i), count=1)
-        mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=NC)  # released by every consumer
-        mbarrier.init(v_empty.index(i), count=NC)
-    fence_async_shared()
-    bars = (q_bar, k_ready, v_ready, k_empty, v_empty)
+    bars = _kv_ring_barriers(STAGES, NC)
     tile = (
         k_smem,
         v_smem,
