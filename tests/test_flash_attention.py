@@ -553,22 +553,26 @@ def test_hopper_kernels_compile_for_sm90_with_their_overlap():
     )
     assert done.returncode == 0, done.stderr[-3000:]
     reports = json.loads(done.stdout.strip().splitlines()[-1])
-    assert len(reports) == 7  # three kernels per head dim, and the d = 64 dK/dV pass fusing dQ
-    for r in reports:
+    # three kernels per head dim as routed, then the one-warpgroup dK/dV pass fusing dQ (d = 64)
+    assert len(reports) == 7
+    for j, r in enumerate(reports):
+        plain_fused = j == len(reports) - 1
         expected = {"forward": {1}, "backward_dkdv": {3, 2}, "backward_dq": {2, 1}}[r["kernel"]]
-        if r.get("fused_dq"):  # S^T with four products in flight, dP^T with three
+        if plain_fused:  # S^T with four products in flight, dP^T with three
             expected = {4, 3}
-        assert r["tma_reductions"] == bool(r.get("fused_dq")), r
+        # dQ inside the dK/dV pass: as routed at d = 64 (a dQ warpgroup), and the plain one
+        assert r["fused_dq"] == (r["kernel"] == "backward_dkdv" and r["head_dim"] == 64), r
+        assert r["tma_reductions"] == r["fused_dq"], r
         assert expected <= set(r["wgmma_waits"]), r
         # and ptxas kept those products asynchronous (no wait added after each one)
         assert not r["wgmma_serialized"], r
-        # warp-specialized (a producer warp and consumer warpgroups): both forwards, the d = 64
-        # dK/dV pass and every dQ pass
+        # warp-specialized (a producer warp and consumer warpgroups): both forwards, every dQ
+        # pass and the routed d = 64 dK/dV pass
         ws = r["kernel"] in ("forward", "backward_dq") or (r["kernel"], r["head_dim"]) == (
             "backward_dkdv",
             64,
         )
-        assert r["warp_specialized"] == (ws and not r.get("fused_dq")), r
+        assert r["warp_specialized"] == (ws and not plain_fused), r
         # no spills; ptxas keeps four values (16 bytes) of the d = 64 warp-specialized dK/dV
         # consumer on the stack at its 240 registers
         spill = 16 if r["warp_specialized"] and r["kernel"] == "backward_dkdv" else 0
@@ -619,7 +623,7 @@ def _hopper_gpu():
 def test_hopper_kernels_against_float64(d, dtype, causal):
     """Every head dim through the Gluon forward, dK/dV and dQ kernels (use_gluon=True), on ragged
     lengths with n_q != n_k and a transposed (b, n, h, d) layout."""
-    _hopper_gpu()
+    fh = _hopper_gpu()
     g = torch.Generator(device="cuda").manual_seed(d)
     q = torch.randn(2, 777, 3, d, device="cuda", dtype=dtype, generator=g).transpose(1, 2)
     k, v = (torch.randn(2, 3, 1500, d, device="cuda", dtype=dtype, generator=g) for _ in "kv")
@@ -631,7 +635,10 @@ def test_hopper_kernels_against_float64(d, dtype, causal):
     assert_close(lse, lse_ref, 1e-3, "L")
     grads = fat.flash_backward_triton(q, k, v, o, do, lse, causal, use_gluon=True)
     assert fat.chosen_configs()["backward_dkdv"]["kernel"] == "gluon"
-    assert fat.chosen_configs()["backward_dq"]["kernel"] == "gluon"
+    if fh.fuses_dq(d):  # the dK/dV pass computed dQ as well
+        assert "backward_dq" not in fat.chosen_configs()
+    else:
+        assert fat.chosen_configs()["backward_dq"]["kernel"] == "gluon"
     for name, got, ref in zip("QKV", grads, reference_grads(q, k, v, do, causal), strict=True):
         assert_close(got, ref, TOL[dtype][1], f"d{name}")
 
@@ -641,11 +648,17 @@ def test_hopper_kernels_against_float64(d, dtype, causal):
 @pytest.mark.parametrize("dtype", [BF16, F16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("n_q, n_k", [(777, 1500), (1500, 333)])
-def test_hopper_fused_dq_against_float64(d, dtype, causal, n_q, n_k, monkeypatch):
+@pytest.mark.parametrize(
+    "config",
+    ["plain", (64, 128, 4, 3, {"WS": True, "FUSE_DQ": True})],
+    ids=["plain", "ws"],
+)
+def test_hopper_fused_dq_against_float64(d, dtype, causal, n_q, n_k, config, monkeypatch):
     """The dK/dV pass that also computes dQ (TMA reductions from every key tile into one fp32
-    tensor), routed in place of the two passes: ragged, n_q < n_k and n_q > n_k."""
+    tensor), routed in place of the two passes: ragged, n_q < n_k and n_q > n_k; plain (one
+    warpgroup) and warp-specialized (a dQ warpgroup beside the two consumers)."""
     fh = _hopper_gpu()
-    monkeypatch.setitem(fh.DKDV_CONFIGS, d, fh.FUSED_DQ_CONFIG)
+    monkeypatch.setitem(fh.DKDV_CONFIGS, d, fh.FUSED_DQ_CONFIG if config == "plain" else config)
     g = torch.Generator(device="cuda").manual_seed(d + n_q)
     q, do = (torch.randn(2, 3, n_q, d, device="cuda", dtype=dtype, generator=g) for _ in "qo")
     k, v = (torch.randn(2, 3, n_k, d, device="cuda", dtype=dtype, generator=g) for _ in "kv")

@@ -1363,7 +1363,9 @@ def flash_backward_triton(
     ("backward_dkdv" and "backward_dq", or "backward_fused"). On Hopper the dK/dV and dQ passes
     are the Gluon kernels of `flash_attention_hopper` where they are routed (as for the
     forward; not with `fuse_dq`, `blocks`, `use_desc=False` or `use_gluon=False`); the Gluon dQ
-    pass then runs first and computes D itself.
+    pass then runs first and computes D itself, unless the head dim's Gluon dK/dV pass computes
+    dQ as well (`flash_attention_hopper.fuses_dq`, at d = 64: after the D kernel, into an fp32
+    accumulator).
     """
     q4, k4, v4, o4, do4 = (_as_4d(x) for x in (q, k, v, o, do))
     b, h, n_q, n_k, d, d_pad = _launch_common(q4, k4, v4)
