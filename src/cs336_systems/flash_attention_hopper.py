@@ -807,12 +807,12 @@ def _dkdv_loader(
     k0,
     lo_tile,
     T,
-    STAGES: gl.constexpr,
 ):
     """Producer warp of the warp-specialized dK/dV pass: both halves of the K and V tiles once,
     then Q_i and dO_i into ring slot i % STAGES as soon as both consumers have released it
     (tile 0 even when no query tile sees the keys: the consumers' last products read it)."""
     kv_bar, ready, empty = bars
+    STAGES: gl.constexpr = q_smem.shape[0]
     HALF: gl.constexpr = k_desc.block_type.shape[2]
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
     mbarrier.expect(kv_bar, 2 * (k_desc.block_type.nbytes + v_desc.block_type.nbytes))
@@ -1135,7 +1135,6 @@ def _attn_bwd_dkdv_ws_kernel(
         k0,
         lo_tile,
         T,
-        STAGES,
     )
     k_1 = k_smem.index(1)
     v_1 = v_smem.index(1)
