@@ -108,8 +108,8 @@ def grad_err(got, ref) -> float:
 def check(out: Path, args) -> None:
     import torch
 
-    from cs336_systems import flash_attention_hopper as fh
-    from cs336_systems import flash_attention_triton as fat
+    from cs336_systems.kernels import flash_triton as fat
+    from cs336_systems.kernels import hopper as fh
 
     torch.manual_seed(0)
     shapes = [  # (b, h, n_q, n_k, d): one tile, ragged, n_q != n_k both ways, every head dim
@@ -231,10 +231,10 @@ def bench_head_dim(out: Path, args, d: int) -> None:
     import torch
     import triton.testing
 
-    from cs336_systems import flash_attention_hopper as fh
-    from cs336_systems import flash_attention_triton as fat
-    from cs336_systems.flash_benchmark import _sdpa
-    from cs336_systems.flops import attention_flops
+    from cs336_systems.core.costs import attention_flops
+    from cs336_systems.kernels import flash_triton as fat
+    from cs336_systems.kernels import hopper as fh
+    from cs336_systems.stages.flash.measure import _sdpa
 
     b, h, n = 1, 16, args.seq_len
     g = torch.Generator(device="cuda").manual_seed(d)

@@ -45,8 +45,8 @@ def apply_variant(text: str) -> None:
     """Set the routing tables of this process for one variant (see the module docstring)."""
     import copy
 
-    from cs336_systems import flash_attention_hopper as fh
-    from cs336_systems import flash_attention_triton as fat
+    from cs336_systems.kernels import flash_triton as fat
+    from cs336_systems.kernels import hopper as fh
 
     original = ORIGINAL.setdefault(
         "tables",
@@ -172,7 +172,7 @@ def timeline(step, grads, reps: int = 40) -> dict:
 def main() -> None:
     import torch
 
-    from cs336_systems import flash_benchmark as fb
+    from cs336_systems.stages.flash import measure as fb
 
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
@@ -225,7 +225,7 @@ def main() -> None:
             apply_variant(variant)
             torch._dynamo.reset()
             row.update(fb.leaderboard_time("flash_triton", None, q, k, v, timer))
-            from cs336_systems import flash_attention_triton as fat
+            from cs336_systems.kernels import flash_triton as fat
 
             row["configs"] = {
                 name: fb._config_text(cfg) for name, cfg in fat.chosen_configs().items()

@@ -35,9 +35,9 @@ sys.path.insert(0, str(ROOT / "src"))
 import triton  # noqa: E402
 import triton.testing  # noqa: E402
 
-from cs336_systems import flash_attention_triton as fat  # noqa: E402
-from cs336_systems.flops import attention_flops  # noqa: E402
-from cs336_systems.results import provenance  # noqa: E402
+from cs336_systems.core.costs import attention_flops  # noqa: E402
+from cs336_systems.core.results import provenance  # noqa: E402
+from cs336_systems.kernels import flash_triton as fat  # noqa: E402
 
 GRID = {
     "forward": {"BLOCK_Q": [64, 128], "BLOCK_K": [64, 128], "warps": [4, 8], "stages": [2, 3]},

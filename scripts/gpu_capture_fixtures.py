@@ -48,7 +48,7 @@ def profile_capture(size: str, context: int, work: Path) -> Path:
         [
             sys.executable,
             "-m",
-            "cs336_systems.profile",
+            "cs336_systems.stages.profile.measure",
             "run",
             "--machine=fixture",
             "--preset=gpu",
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import torch
 
-    from cs336_systems import nsys as nsys_tools
+    from cs336_systems.profiling import nsys as nsys_tools
 
     if not torch.cuda.is_available():
         raise SystemExit("needs a CUDA GPU")
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> None:
             [
                 sys.executable,
                 "-m",
-                "cs336_systems.memory",
+                "cs336_systems.stages.memory.measure",
                 "run",
                 "--machine=fixture",
                 "--preset=gpu",

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from cs336_systems import allreduce_benchmark as ar
-from cs336_systems import launch
+from cs336_systems.parallel import launch
+from cs336_systems.stages.allreduce import measure as ar
 
-SRC = str(Path(ar.__file__).resolve().parents[1])
+SRC = str(Path(ar.__file__).resolve().parents[3])
 
 
 def test_bandwidth_arithmetic():
@@ -42,14 +42,14 @@ def test_check_sum_detects_wrong_results():
 
 
 def test_feasibility(monkeypatch):
-    monkeypatch.setattr(ar, "gpu_count", lambda: 1)
-    monkeypatch.setattr(ar, "available_cores", lambda: 2)
-    assert ar.feasibility("nccl", 2) == "skipped: needs 2 GPUs, found 1"
-    assert ar.feasibility("gloo", 2) is None
-    assert ar.feasibility("gloo", 6) == "skipped: needs 6 CPU cores, found 2"
-    monkeypatch.setattr(ar, "gpu_count", lambda: 2)
-    assert ar.feasibility("nccl", 2) is None
-    assert ar.feasibility("nccl", 4) == "skipped: needs 4 GPUs, found 2"
+    monkeypatch.setattr(launch, "gpu_count", lambda: 1)
+    monkeypatch.setattr(launch, "available_cores", lambda: 2)
+    assert launch.feasibility("nccl", 2) == "skipped: needs 2 GPUs, found 1"
+    assert launch.feasibility("gloo", 2) is None
+    assert launch.feasibility("gloo", 6) == "skipped: needs 6 CPU cores, found 2"
+    monkeypatch.setattr(launch, "gpu_count", lambda: 2)
+    assert launch.feasibility("nccl", 2) is None
+    assert launch.feasibility("nccl", 4) == "skipped: needs 4 GPUs, found 2"
 
 
 def test_commands_and_environment(monkeypatch):
@@ -87,7 +87,7 @@ def test_fill_missing_keeps_order_and_reason():
 @pytest.mark.slow
 def test_gloo_allreduce_end_to_end(monkeypatch):
     """Two gloo processes through torchrun: checked sums, sane bandwidths; ws 4 skipped."""
-    monkeypatch.setattr(ar, "available_cores", lambda: 2)
+    monkeypatch.setattr(launch, "available_cores", lambda: 2)
     args = ar.parse_args(
         "--backend gloo --world-sizes 2,4 --sizes-mb 0.0625,0.5 --warmup 2 --repeats 5"
         " --min-repeats 2 --max-seconds 0.5 --timeout-s 240 --out unused.csv".split()
@@ -141,7 +141,7 @@ def test_crash_reason_from_worker_output():
 def test_latency_bandwidth_fit():
     import pandas as pd
 
-    from cs336_systems.analysis.allreduce import fit_latency_bandwidth
+    from cs336_systems.core.costs import fit_latency_bandwidth
 
     o, w = 20e-6, 100e9  # 20 us per call, 100 GB/s
     sizes = [2**20, 10 * 2**20, 100 * 2**20, 2**30]

@@ -10,10 +10,14 @@ import pandas as pd
 import pytest
 import torch
 
-from cs336_systems import attention_benchmark, flash_benchmark, kernel_tests, report
-from cs336_systems.analysis import attention as attention_analysis
-from cs336_systems.analysis import flash as flash_analysis
-from cs336_systems.analysis import kernel_tests as kernel_tests_analysis
+from cs336_systems import report
+from cs336_systems.core import results as kernel_results
+from cs336_systems.stages.attention import analysis as attention_analysis
+from cs336_systems.stages.attention import measure as attention_benchmark
+from cs336_systems.stages.flash import analysis as flash_analysis
+from cs336_systems.stages.flash import measure as flash_benchmark
+from cs336_systems.stages.kernel_tests import analysis as kernel_tests_analysis
+from cs336_systems.stages.kernel_tests import measure as kernel_tests_stage
 
 COMMON = ["--machine", "test-machine", "--preset", "cpu"]
 
@@ -47,7 +51,7 @@ def results(tmp_path_factory):
     tests_dir = tmp_path_factory.mktemp("synthetic")
     test_file = tests_dir / "test_synthetic.py"
     test_file.write_text(SYNTHETIC_TESTS)
-    kernel_tests.main(
+    kernel_tests_stage.main(
         [
             *COMMON,
             "--files",
@@ -138,7 +142,7 @@ def test_kernel_tests_rows_and_verdicts(results):
     ]:
         assert col in df
     assert (results / "kernel_tests" / "junit.xml").exists()
-    assert kernel_tests.verdicts(results / "kernel_tests.csv") == {
+    assert kernel_results.verdicts(results / "kernel_tests.csv") == {
         "flash_pytorch": "passed",
         "flash_triton": "failed",
     }
@@ -148,15 +152,15 @@ def test_kernel_tests_when_pytest_cannot_collect(tmp_path):
     bad = tmp_path / "test_bad.py"
     bad.write_text("import does_not_exist\n")
     out = tmp_path / "kt.csv"
-    kernel_tests.main(
+    kernel_tests_stage.main(
         [*COMMON, "--files", str(bad), "--kernel=flash_triton=^test_", "--junit",
          str(tmp_path / "j.xml"), "--out", str(out)]
     )  # fmt: skip
-    assert kernel_tests.verdicts(out) == {"flash_triton": "failed"}
+    assert kernel_results.verdicts(out) == {"flash_triton": "failed"}
 
 
 def test_verdicts_of_missing_csv(tmp_path):
-    assert kernel_tests.verdicts(tmp_path / "absent.csv") == {}
+    assert kernel_results.verdicts(tmp_path / "absent.csv") == {}
 
 
 def test_attention_rows(results):

@@ -17,7 +17,7 @@ from dist_utils import run_forked_ranks
 from torch import nn
 
 from cs336_systems import adapters
-from cs336_systems.ddp import DDPBucketed, DDPFlat, DDPNaive, DDPOverlapIndividual, wrap
+from cs336_systems.parallel.ddp import DDPBucketed, DDPFlat, DDPNaive, DDPOverlapIndividual, wrap
 
 WORLD = 2
 STEPS = 4
@@ -226,7 +226,7 @@ def test_bucket_order_and_wrappers(single_process_group):
 
 
 def test_overhead_model_and_optimum():
-    from cs336_systems.ddp import optimal_bucket, overhead_model
+    from cs336_systems.parallel.ddp import optimal_bucket, overhead_model
 
     s, w, o = 8e9, 300e9, 50e-6  # 8 GB of gradients, 300 GB/s, 50 us per call
     best = optimal_bucket(s, w, o)
@@ -240,7 +240,7 @@ def test_overhead_model_and_optimum():
 
 
 def test_profile_overlap_arithmetic():
-    from cs336_systems.ddp_benchmark import overlap_stats
+    from cs336_systems.profiling.overlap import overlap_stats
 
     comm = [(0.0, 10.0), (20.0, 30.0)]  # us
     compute = [(5.0, 12.0), (8.0, 9.0), (25.0, 40.0)]
@@ -253,7 +253,7 @@ def test_profile_overlap_arithmetic():
 @pytest.mark.slow
 def test_ddp_benchmark_end_to_end(tmp_path):
     """The stage's worker through torchrun: baseline and two variants, checked replicas."""
-    from cs336_systems import ddp_benchmark as bench
+    from cs336_systems.stages.ddp import measure as bench
 
     args = bench.parse_args(
         "variants --backend gloo --world-size 2 --size tiny --context-length 16"

@@ -14,13 +14,13 @@ import pytest
 import torch
 
 from cs336_systems import adapters, model
-from cs336_systems.flash_attention_pytorch import (
+from cs336_systems.kernels.flash_pytorch import (
     FlashAttentionPytorch,
     flash_backward_pytorch,
     flash_forward_pytorch,
 )
 
-fat = pytest.importorskip("cs336_systems.flash_attention_triton")
+fat = pytest.importorskip("cs336_systems.kernels.flash_triton")
 
 HAS_CUDA = torch.cuda.is_available()
 F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
@@ -212,7 +212,7 @@ def test_pytorch_backward_inductor_on_gpu():
     q, k, v, do = make_inputs((2, 300, 300, 64), BF16, "cuda", seed=4)
     assert FlashAttentionPytorch.compile_backward
     check_backward(FlashAttentionPytorch.apply, q, k, v, do, True)
-    from cs336_systems import flash_attention_pytorch as fap
+    from cs336_systems.kernels import flash_pytorch as fap
 
     assert fap._compiled_backward is not None
 
@@ -522,7 +522,7 @@ def test_triton_under_compiled_model():
 
 def _hopper():
     try:
-        from cs336_systems import flash_attention_hopper
+        from cs336_systems.kernels import hopper as flash_attention_hopper
     except Exception as exc:  # Gluon's API moved: the Triton kernels carry on alone
         pytest.skip(f"Gluon kernels unavailable with this Triton: {exc}")
     return flash_attention_hopper
@@ -545,7 +545,7 @@ def test_hopper_kernels_compile_for_sm90_with_their_overlap():
     _hopper()
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     done = subprocess.run(
-        [sys.executable, "-m", "cs336_systems.flash_attention_hopper", "64", "128"],
+        [sys.executable, "-m", "cs336_systems.kernels.hopper", "64", "128"],
         capture_output=True,
         text=True,
         env=env,

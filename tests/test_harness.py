@@ -5,7 +5,7 @@ import statistics
 import pytest
 import torch
 
-from cs336_systems import harness
+from cs336_systems.core import harness
 
 
 def test_summarize_statistics():

@@ -7,8 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from cs336_systems.kernels import KERNEL_CLASSES, classify_kernel, short_kernel_name
-from cs336_systems.nsys import read_stats_csv
+from cs336_systems.profiling.kernel_classes import (
+    KERNEL_CLASSES,
+    classify_kernel,
+    short_kernel_name,
+)
+from cs336_systems.profiling.nsys import read_stats_csv
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PROVISIONAL = FIXTURES / "provisional" / "kernel_names.csv"

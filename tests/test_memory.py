@@ -10,8 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cs336_systems import memory as mem
-from cs336_systems.benchmark import Workload, autocast
+from cs336_systems.core.device import autocast
+from cs336_systems.core.workload import Workload
+from cs336_systems.stages.memory import measure as mem
 
 GPU = Path(__file__).parent / "fixtures" / "gpu"
 SNAPSHOT_FIXTURE = GPU / "memory_snapshot.pickle"  # from scripts/gpu_capture_fixtures.py
@@ -227,8 +228,8 @@ def test_memory_stage_on_cpu(cpu_run):
 
 
 def test_memory_analysis_on_cpu(cpu_run, tmp_path):
-    from cs336_systems.analysis import memory as analysis
     from cs336_systems.report import render
+    from cs336_systems.stages.memory import analysis as analysis
 
     rows, allocs = cpu_run
     rows.to_csv(tmp_path / "memory.csv", index=False)
@@ -248,8 +249,8 @@ def test_memory_analysis_on_cpu(cpu_run, tmp_path):
 
 def test_memory_analysis_of_a_cuda_run(tmp_path):
     """The CUDA-only parts of the section, on rows shaped like a GPU run's."""
-    from cs336_systems.analysis import memory as analysis
     from cs336_systems.report import render
+    from cs336_systems.stages.memory import analysis as analysis
 
     base = {"size": "2.7B", "batch_size": 4, "device": "cuda", "warmup_steps": 2}
     rows, allocs = [], []
@@ -326,8 +327,8 @@ def test_measure_point_frees_the_step_it_measured():
     import argparse
     import gc
 
-    from cs336_systems.benchmark import Workload
-    from cs336_systems.memory import measure_point
+    from cs336_systems.core.workload import Workload
+    from cs336_systems.stages.memory.measure import measure_point
 
     def live_bytes():
         gc.collect()

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cs336_systems import flops
+from cs336_systems.core import costs as flops
 from cs336_systems.model import (
     MODEL_SIZES,
     RMSNorm,

@@ -101,26 +101,43 @@ def test_changing_steps_reruns_every_benchmark_job_but_not_ceilings(tiny_run, tm
     )
 
 
-def test_editing_stage_module_reruns_stage_and_downstream(tiny_run):
-    module = tiny_run / "src/cs336_systems/benchmark.py"
+def edited_plan(work: Path, rel: str) -> Counter:
+    """The jobs a real edit of the package file `rel` would rerun (the edit is undone after)."""
+    module = work / rel
     before = edit(module, "\n# an edit\n")
     try:
-        jobs = planned_jobs(tiny_run, *TINY, *STAGES)
+        return planned_jobs(work, *TINY, *STAGES)
     finally:
         module.write_text(before)
         past = time.time() - 3600
         os.utime(module, (past, past))
-    assert jobs == Counter(
-        {
-            "benchmark": 2,
-            "benchmark_warmup": 1,
-            "benchmark_aggregate": 1,
-            "benchmark_warmup_aggregate": 1,
-            "benchmark_plots": 1,
-            "report": 1,
-        }
-    )
+
+
+BENCHMARK_RERUN = Counter(
+    {
+        "benchmark": 2,
+        "benchmark_warmup": 1,
+        "benchmark_aggregate": 1,
+        "benchmark_warmup_aggregate": 1,
+        "benchmark_plots": 1,
+        "report": 1,
+    }
+)
+
+
+def test_editing_stage_module_reruns_stage_and_downstream(tiny_run):
+    jobs = edited_plan(tiny_run, "src/cs336_systems/stages/benchmark/measure.py")
+    assert jobs == BENCHMARK_RERUN
     assert "ceilings" not in jobs
+
+
+def test_editing_a_file_two_imports_deep_reruns_the_job(tiny_run):
+    """stages/benchmark/__main__ imports measure, which imports core/workload: no rule names
+    workload.py, the import graph does."""
+    jobs = edited_plan(tiny_run, "src/cs336_systems/core/workload.py")
+    assert jobs == BENCHMARK_RERUN
+    # and a file nothing in these stages imports reruns nothing
+    assert edited_plan(tiny_run, "src/cs336_systems/parallel/ddp.py") == Counter()
 
 
 def test_editing_report_template_reruns_only_the_report(tiny_run):

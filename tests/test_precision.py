@@ -7,7 +7,7 @@ import argparse
 import pytest
 import torch
 
-from cs336_systems import precision as prec
+from cs336_systems.stages.precision import measure as prec
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +77,8 @@ def test_layernorm_sensitivity():
 
 
 def test_stage_run_analysis_and_section(tmp_path):
-    from cs336_systems.analysis import precision as analysis
     from cs336_systems.report import render
+    from cs336_systems.stages.precision import analysis as analysis
 
     args = argparse.Namespace(machine="test", preset="cpu", devices=["cpu", "cuda"])
     acc, dtypes, ln = prec.run(args)

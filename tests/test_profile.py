@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 import torch
 
-from cs336_systems import nsys as nsys_tools
-from cs336_systems import profile as prof
-from cs336_systems.annotated_attention import annotated_naive_attention
 from cs336_systems.model import ATTENTION_FUNCTIONS, build_model, naive_attention
+from cs336_systems.profiling import nsys as nsys_tools
+from cs336_systems.profiling.annotated_attention import annotated_naive_attention
+from cs336_systems.stages.profile import measure as prof
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PROVISIONAL = FIXTURES / "provisional"
@@ -364,8 +364,8 @@ def test_torch_profiler_run_on_cpu(cpu_run):
 
 
 def test_analysis_and_section_from_a_cpu_run(cpu_run, tmp_path):
-    from cs336_systems.analysis import profile as analysis
     from cs336_systems.report import render
+    from cs336_systems.stages.profile import analysis as analysis
 
     _, points, kernels = cpu_run
     points.to_csv(tmp_path / "profile.csv", index=False)
@@ -388,7 +388,7 @@ def test_analysis_and_section_from_a_cpu_run(cpu_run, tmp_path):
 
 
 def test_analysis_compares_with_the_harness(cpu_run, tmp_path):
-    from cs336_systems.analysis import profile as analysis
+    from cs336_systems.stages.profile import analysis as analysis
 
     _, points, _ = cpu_run
     bench = pd.DataFrame(

@@ -16,8 +16,8 @@ from dist_utils import run_forked_ranks
 from torch import nn
 
 from cs336_systems import adapters
-from cs336_systems.ddp import DDPFlat
-from cs336_systems.sharded_optimizer import ShardedOptimizer
+from cs336_systems.parallel.ddp import DDPFlat
+from cs336_systems.parallel.sharded_optimizer import ShardedOptimizer
 
 WORLD = 2
 STEPS = 5

@@ -460,7 +460,7 @@ def test_launcher_finds_the_rendezvous_host_without_the_node_list():
     failed point, not a crash."""
     import socket
 
-    from cs336_systems import launch
+    from cs336_systems.parallel import launch
 
     assert launch.slurm_first_node({"SLURM_JOB_ID": "7"}) == socket.gethostname()
     with pytest.raises(RuntimeError, match="inside a SLURM allocation"):

@@ -12,20 +12,20 @@ import torch
 
 def get_flashattention_autograd_function_pytorch() -> type[torch.autograd.Function]:
     """FlashAttention-2 written in PyTorch: `.apply(Q, K, V, is_causal=False)`."""
-    from cs336_systems.flash_attention_pytorch import FlashAttentionPytorch
+    from cs336_systems.kernels.flash_pytorch import FlashAttentionPytorch
 
     return FlashAttentionPytorch
 
 
 def get_flashattention_autograd_function_triton() -> type[torch.autograd.Function]:
     """FlashAttention-2 with Triton forward and backward kernels: `.apply(Q, K, V, is_causal=False)`."""
-    from cs336_systems.flash_attention_triton import FlashAttentionTriton
+    from cs336_systems.kernels.flash_triton import FlashAttentionTriton
 
     return FlashAttentionTriton
 
 
 def get_ddp_individual_parameters(module: torch.nn.Module) -> torch.nn.Module:
-    from cs336_systems.ddp import DDPOverlapIndividual
+    from cs336_systems.parallel.ddp import DDPOverlapIndividual
 
     return DDPOverlapIndividual(module)
 
@@ -37,7 +37,7 @@ def ddp_individual_parameters_on_after_backward(
 
 
 def get_ddp_bucketed(module: torch.nn.Module, bucket_size_mb: float) -> torch.nn.Module:
-    from cs336_systems.ddp import DDPBucketed
+    from cs336_systems.parallel.ddp import DDPBucketed
 
     return DDPBucketed(module, bucket_size_mb=bucket_size_mb)
 
@@ -57,6 +57,6 @@ def ddp_bucketed_on_train_batch_start(
 def get_sharded_optimizer(
     params: Any, optimizer_cls: type[torch.optim.Optimizer], **kwargs: Any
 ) -> torch.optim.Optimizer:
-    from cs336_systems.sharded_optimizer import ShardedOptimizer
+    from cs336_systems.parallel.sharded_optimizer import ShardedOptimizer
 
     return ShardedOptimizer(params, optimizer_cls, **kwargs)

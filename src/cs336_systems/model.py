@@ -65,12 +65,9 @@ ATTENTION_FUNCTIONS: dict[str, AttentionFn] = {"naive": naive_attention, "sdpa":
 
 
 def get_attention_fn(name: str) -> AttentionFn:
-    """Look an attention implementation up by name (kernels register themselves on import)."""
-    lazy = {"flash_triton": "flash_attention_triton", "naive_annotated": "annotated_attention"}
-    if name in lazy and name not in ATTENTION_FUNCTIONS:
-        import importlib
-
-        importlib.import_module(f"cs336_systems.{lazy[name]}")
+    """An attention implementation by name: the model's own (`naive`, `sdpa`) or one a module
+    registered on import (`kernels.flash_triton`: `flash_triton`; `profiling.annotated_attention`:
+    `naive_annotated`). `cs336_systems.kernels.attention.attention_function` imports on demand."""
     if name not in ATTENTION_FUNCTIONS:
         raise ValueError(f"unknown attention {name!r}; known: {sorted(ATTENTION_FUNCTIONS)}")
     return ATTENTION_FUNCTIONS[name]

@@ -2,7 +2,7 @@
 
     python -m cs336_systems.report --results results/M --out report/M/report.md --stages a,b
 
-Every number and sentence comes from the stage analyses (cs336_systems.analysis.<stage>.context).
+Every number and sentence comes from the stage analyses (`cs336_systems.stages.<stage>.analysis.context`).
 """
 
 from __future__ import annotations
@@ -16,28 +16,20 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from cs336_systems.analysis.common import fmt, md_table, pct
-from cs336_systems.results import PROVENANCE_COLUMNS, atomic_write_text
+from cs336_systems.core.analysis import fmt, md_table, pct
+from cs336_systems.core.results import PROVENANCE_COLUMNS, atomic_write_text
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "report" / "templates"
-STAGE_TITLES = {
-    "kernel_tests": "Kernel tests",
-    "ceilings": "Machine ceilings",
-    "benchmark": "End-to-end benchmarks",
-    "profile": "Profiling",
-    "precision": "Mixed precision",
-    "memory": "Memory",
-    "attention": "Attention",
-    "flash": "FlashAttention-2",
-    "allreduce": "Distributed communication",
-    "ddp": "Data-parallel training and optimizer-state sharding",
-}
-# the order sections appear in (stages not listed come last, alphabetically)
-STAGE_ORDER = list(STAGE_TITLES)
+
+
+def stage_package(stage: str):
+    """The stage's package (`cs336_systems.stages.<stage>`): its TITLE and ORDER."""
+    return importlib.import_module(f"cs336_systems.stages.{stage}")
 
 
 def order_stages(stages: list[str]) -> list[str]:
-    return sorted(stages, key=lambda s: (STAGE_ORDER.index(s) if s in STAGE_ORDER else 99, s))
+    """Sections in the stages' own ORDER, then by name."""
+    return sorted(stages, key=lambda s: (getattr(stage_package(s), "ORDER", 999), s))
 
 
 def header(results_dir: Path) -> dict:
@@ -97,10 +89,10 @@ def render(
     env.globals.update(md_table=md_table)
     sections = []
     for stage in order_stages(stages):
-        module = importlib.import_module(f"cs336_systems.analysis.{stage}")
+        module = importlib.import_module(f"cs336_systems.stages.{stage}.analysis")
         ctx = module.context(Path(results_dir))
         body = env.get_template(f"sections/{stage}.md.j2").render(s=ctx, fig_dir=fig_dir)
-        sections.append({"stage": stage, "title": STAGE_TITLES.get(stage, stage), "body": body})
+        sections.append({"stage": stage, "title": stage_package(stage).TITLE, "body": body})
     return env.get_template("report.md.j2").render(h=header(Path(results_dir)), sections=sections)
 
 

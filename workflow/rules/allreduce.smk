@@ -11,7 +11,7 @@ ALLREDUCE_FIGURES = [
 
 rule allreduce:
     input:
-        sources("allreduce_benchmark", "launch", "harness"),
+        code("cs336_systems.stages.allreduce"),
     output:
         ALLREDUCE_POINTS,
     resources:
@@ -36,7 +36,7 @@ rule allreduce:
         ),
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.allreduce_benchmark {params.common} --out {output}"
+        "python3 -m cs336_systems.stages.allreduce {params.common} --out {output}"
         " --backend {wildcards.backend} --world-sizes {params.world_sizes}"
         " --sizes-mb {params.sizes} --buffers {params.buffers}"
         " --warmup {params.cfg[warmup]} --repeats {params.cfg[repeats]}"
@@ -52,20 +52,20 @@ rule allreduce_aggregate:
         points=lambda wc: expand(
             ALLREDUCE_POINTS, backend=stage_config("allreduce")["backends"]
         ),
-        code=sources(),
+        code=code("cs336_systems.core.results"),
     output:
         f"{RESULTS}/allreduce.csv",
     log:
         f"{RESULTS}/logs/allreduce_aggregate.log",
     shell:
-        "python3 -m cs336_systems.results --out {output} {input.points} 2>&1 | tee {log}"
+        "python3 -m cs336_systems.core.results --out {output} {input.points} 2>&1 | tee {log}"
 
 
 rule allreduce_plots:
     localrule: True
     input:
         data=rules.allreduce_aggregate.output[0],
-        code=sources("analysis.allreduce", "analysis.common"),
+        code=code("cs336_systems.stages.allreduce.analysis"),
     output:
         ALLREDUCE_FIGURES,
     log:
@@ -74,7 +74,7 @@ rule allreduce_plots:
         results=lambda wc, input: parent(input.data),
         figures=lambda wc, output: parent(output[0]),
     shell:
-        "python3 -m cs336_systems.analysis plot allreduce --results {params.results}"
+        "python3 -m cs336_systems.stages.allreduce.analysis --results {params.results}"
         " --figures {params.figures} 2>&1 | tee {log}"
 
 

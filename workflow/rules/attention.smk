@@ -4,7 +4,7 @@
 
 rule attention:
     input:
-        sources("attention_benchmark", "model", "harness"),
+        code("cs336_systems.stages.attention"),
     output:
         f"{RESULTS}/attention/points/{{impl}}.csv",
     log:
@@ -20,7 +20,7 @@ rule attention:
         causal=lambda wc: "--causal" if stage_config("attention")["causal"] else "",
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.attention_benchmark {params.common} --out {output}"
+        "python3 -m cs336_systems.stages.attention {params.common} --out {output}"
         " --impl {wildcards.impl} --batch-size {params.cfg[batch_size]}"
         " --head-dims {params.head_dims} --seq-lens {params.seq_lens} {params.causal}"
         " --warmup {params.cfg[warmup_steps]} --fwd-steps {params.cfg[fwd_steps]}"
@@ -30,20 +30,21 @@ rule attention:
 rule attention_aggregate:
     localrule: True
     input:
-        attention_points,
+        points=attention_points,
+        code=code("cs336_systems.core.results"),
     output:
         f"{RESULTS}/attention.csv",
     log:
         f"{RESULTS}/logs/attention_aggregate.log",
     shell:
-        "python3 -m cs336_systems.results --out {output} {input} 2>&1 | tee {log}"
+        "python3 -m cs336_systems.core.results --out {output} {input.points} 2>&1 | tee {log}"
 
 
 rule attention_plots:
     localrule: True
     input:
         csv=rules.attention_aggregate.output[0],
-        code=sources("analysis.attention", "analysis.common"),
+        code=code("cs336_systems.stages.attention.analysis"),
     output:
         [
             f"{REPORT_DIR}/figures/attention_{n}.png"
@@ -55,7 +56,7 @@ rule attention_plots:
         results=lambda wc, input: parent(input.csv),
         figures=lambda wc, output: parent(output[0]),
     shell:
-        "python3 -m cs336_systems.analysis plot attention --results {params.results}"
+        "python3 -m cs336_systems.stages.attention.analysis --results {params.results}"
         " --figures {params.figures} 2>&1 | tee {log}"
 
 

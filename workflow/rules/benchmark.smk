@@ -3,7 +3,7 @@
 
 
 BENCHMARK_POINTS = f"{RESULTS}/benchmark/points/{{size}}_ctx{{ctx}}_{{attention}}.csv"
-BENCHMARK_SOURCES = sources("benchmark", "model", "harness", "flops")
+BENCHMARK_SOURCES = code("cs336_systems.stages.benchmark")
 
 
 wildcard_constraints:
@@ -33,7 +33,7 @@ rule benchmark:
     benchmark:
         f"{RESULTS}/jobs/benchmark/{{size}}_ctx{{ctx}}_{{attention}}.tsv"
     shell:
-        "python3 -m cs336_systems.benchmark run {params.common} --out {output}"
+        "python3 -m cs336_systems.stages.benchmark run {params.common} --out {output}"
         " --size {wildcards.size} --context-length {wildcards.ctx}"
         " --attention {wildcards.attention} --modes {params.modes}"
         " --precisions {params.precisions} --compile {params.compile}"
@@ -59,7 +59,7 @@ rule benchmark_warmup:
     benchmark:
         f"{RESULTS}/jobs/benchmark/warmup_{{size}}.tsv"
     shell:
-        "python3 -m cs336_systems.benchmark warmup {params.common} --out {output}"
+        "python3 -m cs336_systems.stages.benchmark warmup {params.common} --out {output}"
         " --size {wildcards.size} --context-length {params.cfg[context_length]}"
         " --warmups {params.warmups} --steps {params.cfg[measure_steps]}"
         " --mode {params.cfg[mode]} --precision {params.cfg[precision]}"
@@ -77,29 +77,30 @@ rule benchmark_aggregate:
             attention=benchmark_table()["attention"],
         ),
         ceilings=f"{RESULTS}/ceilings.csv",
-        code=sources("benchmark"),
+        code=code("cs336_systems.stages.benchmark"),
     output:
         f"{RESULTS}/benchmark.csv",
     log:
         f"{RESULTS}/logs/benchmark_aggregate.log",
     shell:
-        "python3 -m cs336_systems.benchmark aggregate --ceilings {input.ceilings}"
+        "python3 -m cs336_systems.stages.benchmark aggregate --ceilings {input.ceilings}"
         " --out {output} {input.points} 2>&1 | tee {log}"
 
 
 rule benchmark_warmup_aggregate:
     localrule: True
     input:
-        lambda wc: expand(
+        points=lambda wc: expand(
             rules.benchmark_warmup.output[0],
             size=stage_config("benchmark").get("warmup_sweep", {}).get("sizes", []),
         ),
+        code=code("cs336_systems.core.results"),
     output:
         f"{RESULTS}/benchmark_warmup.csv",
     log:
         f"{RESULTS}/logs/benchmark_warmup_aggregate.log",
     shell:
-        "python3 -m cs336_systems.results --out {output} {input} 2>&1 | tee {log}"
+        "python3 -m cs336_systems.core.results --out {output} {input.points} 2>&1 | tee {log}"
 
 
 BENCHMARK_FIGURES = [
@@ -113,7 +114,7 @@ rule benchmark_plots:
     input:
         benchmark=rules.benchmark_aggregate.output[0],
         warmup=rules.benchmark_warmup_aggregate.output[0],
-        code=sources("analysis.benchmark", "analysis.common"),
+        code=code("cs336_systems.stages.benchmark.analysis"),
     output:
         BENCHMARK_FIGURES,
     params:
@@ -122,7 +123,7 @@ rule benchmark_plots:
     log:
         f"{RESULTS}/logs/benchmark_plots.log",
     shell:
-        "python3 -m cs336_systems.analysis plot benchmark --results {params.results}"
+        "python3 -m cs336_systems.stages.benchmark.analysis --results {params.results}"
         " --figures {params.figures} 2>&1 | tee {log}"
 
 

@@ -3,7 +3,7 @@
 
 rule ceilings:
     input:
-        sources("ceilings", "harness"),
+        code("cs336_systems.stages.ceilings"),
     output:
         f"{RESULTS}/ceilings.csv",
     params:
@@ -15,7 +15,7 @@ rule ceilings:
     benchmark:
         f"{RESULTS}/jobs/ceilings.tsv"
     shell:
-        "python3 -m cs336_systems.ceilings {params.common} --out {output}"
+        "python3 -m cs336_systems.stages.ceilings {params.common} --out {output}"
         " --matmul-size {params.cfg[matmul_size]} --dtypes {params.dtypes}"
         " --copy-mb {params.cfg[copy_mb]} --reps {params.cfg[reps]} 2>&1 | tee {log}"
 

@@ -9,9 +9,13 @@ import yaml
 from snakemake.utils import min_version, update_config, validate
 
 
-min_version("9.0")
-
 ROOT = Path(workflow.basedir)
+# the workflow's own package, whatever else is installed
+sys.path.insert(0, str(ROOT / "src"))
+from cs336_systems.core.imports import import_closure  # noqa: E402
+
+
+min_version("9.0")
 SCHEMAS = ROOT / "workflow" / "schemas"
 GLOBAL_KEYS = {"preset", "machine", "stages", "keep_raw"}
 
@@ -58,7 +62,7 @@ if PRESET == "auto":
 
 
 def _machine_tag():
-    from cs336_systems.results import machine_tag
+    from cs336_systems.core.results import machine_tag
 
     return machine_tag()
 
@@ -99,10 +103,11 @@ def sweep_table(stage, axes, schema=None):
     return table
 
 
-def sources(*modules):
-    """The package source files a stage imports, as inputs of its rules (edits rerun the stage)."""
-    files = ["results"] + list(modules)
-    return [f"src/cs336_systems/{m.replace('.', '/')}.py" for m in dict.fromkeys(files)]
+def code(*modules, files=()):
+    """A rule's code inputs: every package file that `modules` (what its shell runs with
+    `python3 -m`) and the test `files` import, however deep, read from the import graph."""
+    found = import_closure(ROOT / "src", *modules, files=[ROOT / f for f in files])
+    return [str(p.relative_to(ROOT)) for p in found]
 
 
 def common_args():

@@ -10,9 +10,7 @@ DDP_FIGURES = [
 
 rule ddp:
     input:
-        sources(
-            "ddp_benchmark", "ddp", "sharded_optimizer", "launch", "harness", "model"
-        ),
+        code("cs336_systems.stages.ddp"),
     output:
         DDP_POINTS,
     resources:
@@ -45,7 +43,7 @@ rule ddp:
         ),
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.ddp_benchmark {wildcards.kind} {params.common}"
+        "python3 -m cs336_systems.stages.ddp {wildcards.kind} {params.common}"
         " --out {output} --backend {params.cfg[backend]} --world-size {params.cfg[world_size]}"
         " --size {params.cfg[size]} --context-length {params.cfg[context_length]}"
         " --batch-per-rank {params.cfg[batch_per_rank]} --variants={params.variants}"
@@ -68,13 +66,13 @@ rule ddp_aggregate:
                 else ["variants"]
             ),
         ),
-        code=sources(),
+        code=code("cs336_systems.core.results"),
     output:
         f"{RESULTS}/ddp.csv",
     log:
         f"{RESULTS}/logs/ddp_aggregate.log",
     shell:
-        "python3 -m cs336_systems.results --out {output} {input.points} 2>&1 | tee {log}"
+        "python3 -m cs336_systems.core.results --out {output} {input.points} 2>&1 | tee {log}"
 
 
 rule ddp_plots:
@@ -85,7 +83,7 @@ rule ddp_plots:
         allreduce=lambda wc: (
             [rules.allreduce_aggregate.output[0]] if "allreduce" in STAGES else []
         ),
-        code=sources("analysis.ddp", "analysis.allreduce", "analysis.common"),
+        code=code("cs336_systems.stages.ddp.analysis"),
     output:
         DDP_FIGURES,
     log:
@@ -94,7 +92,7 @@ rule ddp_plots:
         results=lambda wc, input: parent(input.data),
         figures=lambda wc, output: parent(output[0]),
     shell:
-        "python3 -m cs336_systems.analysis plot ddp --results {params.results}"
+        "python3 -m cs336_systems.stages.ddp.analysis --results {params.results}"
         " --figures {params.figures} 2>&1 | tee {log}"
 
 

@@ -3,17 +3,7 @@
 # plus the leaderboard point. Our kernels run only if the kernel_tests stage passed them.
 
 
-FLASH_SOURCES = sources(
-    "flash_benchmark",
-    "flash_attention_pytorch",
-    "flash_attention_triton",
-    "flash_attention_hopper",
-    "attention_benchmark",
-    "kernel_tests",
-    "model",
-    "harness",
-    "flops",
-)
+FLASH_SOURCES = code("cs336_systems.stages.flash")
 
 
 rule flash:
@@ -37,7 +27,7 @@ rule flash:
         gate=flash_gate_arg,
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.flash_benchmark sweep {params.common} --out {output}"
+        "python3 -m cs336_systems.stages.flash sweep {params.common} --out {output}"
         " --dtype {wildcards.dtype} --impls {params.impls} --batch-size {params.batch}"
         " --head-dims {params.head_dims} --seq-lens {params.seq_lens} {params.options}"
         " {params.gate} 2>&1 | tee {log}"
@@ -61,7 +51,7 @@ rule flash_leaderboard:
         gate=flash_gate_arg,
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.flash_benchmark leaderboard {params.common} --out {output}"
+        "python3 -m cs336_systems.stages.flash leaderboard {params.common} --out {output}"
         " --impls {params.impls} --dtype {params.board[dtype]}"
         " --batch-size {params.board[batch_size]} --heads {params.board[heads]}"
         " --seq-len {params.board[seq_len]} --head-dim {params.board[head_dim]}"
@@ -71,20 +61,21 @@ rule flash_leaderboard:
 rule flash_aggregate:
     localrule: True
     input:
-        flash_point_files,
+        points=flash_point_files,
+        code=code("cs336_systems.core.results"),
     output:
         f"{RESULTS}/flash.csv",
     log:
         f"{RESULTS}/logs/flash_aggregate.log",
     shell:
-        "python3 -m cs336_systems.results --out {output} {input} 2>&1 | tee {log}"
+        "python3 -m cs336_systems.core.results --out {output} {input.points} 2>&1 | tee {log}"
 
 
 rule flash_plots:
     localrule: True
     input:
         csv=rules.flash_aggregate.output[0],
-        code=sources("analysis.flash", "analysis.common"),
+        code=code("cs336_systems.stages.flash.analysis"),
     output:
         [
             f"{REPORT_DIR}/figures/flash_{n}.png"
@@ -96,7 +87,7 @@ rule flash_plots:
         results=lambda wc, input: parent(input.csv),
         figures=lambda wc, output: parent(output[0]),
     shell:
-        "python3 -m cs336_systems.analysis plot flash --results {params.results}"
+        "python3 -m cs336_systems.stages.flash.analysis --results {params.results}"
         " --figures {params.figures} 2>&1 | tee {log}"
 
 

@@ -4,12 +4,8 @@
 
 rule kernel_tests:
     input:
-        code=sources(
-            "kernel_tests",
-            "flash_attention_pytorch",
-            "flash_attention_triton",
-            "flash_attention_hopper",
-            "model",
+        code=lambda wc: code(
+            "cs336_systems.stages.kernel_tests", files=stage_config("kernel_tests")["files"]
         ),
         tests=lambda wc: stage_config("kernel_tests")["files"] + ["tests/conftest.py"],
     output:
@@ -27,7 +23,7 @@ rule kernel_tests:
         timeout=lambda wc: stage_config("kernel_tests")["timeout_s"],
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.kernel_tests {params.common} --files {params.files}"
+        "python3 -m cs336_systems.stages.kernel_tests {params.common} --files {params.files}"
         " {params.kernels} --select {params.select} --marker {params.marker}"
         " --timeout {params.timeout} --junit {output.junit} --out {output.csv} 2>&1 | tee {log}"
 
@@ -36,7 +32,7 @@ rule kernel_tests_plots:
     localrule: True
     input:
         csv=rules.kernel_tests.output.csv,
-        code=sources("analysis.kernel_tests", "analysis.common"),
+        code=code("cs336_systems.stages.kernel_tests.analysis"),
     output:
         f"{REPORT_DIR}/figures/kernel_tests_durations.png",
     log:
@@ -45,7 +41,7 @@ rule kernel_tests_plots:
         results=lambda wc, input: parent(input.csv),
         figures=lambda wc, output: parent(output[0]),
     shell:
-        "python3 -m cs336_systems.analysis plot kernel_tests --results {params.results}"
+        "python3 -m cs336_systems.stages.kernel_tests.analysis --results {params.results}"
         " --figures {params.figures} 2>&1 | tee {log}"
 
 

@@ -3,7 +3,7 @@
 
 MEMORY_POINTS = f"{RESULTS}/memory/{{size}}.csv"
 MEMORY_ALLOCATIONS = f"{RESULTS}/memory/{{size}}.allocations.csv"
-MEMORY_SOURCES = sources("memory", "profile", "benchmark", "model", "harness", "flops")
+MEMORY_SOURCES = code("cs336_systems.stages.memory")
 MEMORY_FIGURES = [
     f"{REPORT_DIR}/figures/memory_{name}.png"
     for name in ("peak", "activations", "timelines")
@@ -32,7 +32,7 @@ rule memory:
         timelines=f"{RESULTS}/memory/timelines",
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.memory run {params.common} --size {wildcards.size}"
+        "python3 -m cs336_systems.stages.memory run {params.common} --size {wildcards.size}"
         " --contexts {params.contexts} --modes {params.modes} --precisions {params.precisions}"
         " --batch-size {params.batch} --warmup {params.warmup}"
         " --max-entries {params.max_entries} --raw-dir {params.raw}"
@@ -47,15 +47,15 @@ rule memory_aggregate:
         allocations=lambda wc: expand(
             MEMORY_ALLOCATIONS, size=stage_config("memory")["sizes"]
         ),
-        code=sources(),
+        code=code("cs336_systems.core.results"),
     output:
         points=f"{RESULTS}/memory.csv",
         allocations=f"{RESULTS}/memory_allocations.csv",
     log:
         f"{RESULTS}/logs/memory_aggregate.log",
     shell:
-        "(python3 -m cs336_systems.results --out {output.points} {input.points}"
-        " && python3 -m cs336_systems.results --out {output.allocations} {input.allocations})"
+        "(python3 -m cs336_systems.core.results --out {output.points} {input.points}"
+        " && python3 -m cs336_systems.core.results --out {output.allocations} {input.allocations})"
         " 2>&1 | tee {log}"
 
 
@@ -64,7 +64,7 @@ rule memory_plots:
     input:
         points=rules.memory_aggregate.output.points,
         allocations=rules.memory_aggregate.output.allocations,
-        code=sources("analysis.memory", "analysis.common"),
+        code=code("cs336_systems.stages.memory.analysis"),
     output:
         MEMORY_FIGURES,
     params:
@@ -73,7 +73,7 @@ rule memory_plots:
     log:
         f"{RESULTS}/logs/memory_plots.log",
     shell:
-        "python3 -m cs336_systems.analysis plot memory --results {params.results}"
+        "python3 -m cs336_systems.stages.memory.analysis --results {params.results}"
         " --figures {params.figures} 2>&1 | tee {log}"
 
 

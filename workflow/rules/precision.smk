@@ -14,7 +14,7 @@ PRECISION_FIGURES = [
 
 rule precision:
     input:
-        sources("precision"),
+        code("cs336_systems.stages.precision"),
     output:
         **PRECISION_OUTPUTS,
     log:
@@ -25,7 +25,7 @@ rule precision:
         devices=lambda wc: cli_list(stage_config("precision")["devices"]),
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.precision run {params.common} --devices {params.devices}"
+        "python3 -m cs336_systems.stages.precision run {params.common} --devices {params.devices}"
         " --out {output.accumulation} --dtypes-out {output.dtypes}"
         " --layernorm-out {output.layernorm} 2>&1 | tee {log}"
 
@@ -34,7 +34,7 @@ rule precision_plots:
     localrule: True
     input:
         **PRECISION_OUTPUTS,
-        code=sources("analysis.precision", "analysis.common"),
+        code=code("cs336_systems.stages.precision.analysis"),
     output:
         PRECISION_FIGURES,
     params:
@@ -43,7 +43,7 @@ rule precision_plots:
     log:
         f"{RESULTS}/logs/precision_plots.log",
     shell:
-        "python3 -m cs336_systems.analysis plot precision --results {params.results}"
+        "python3 -m cs336_systems.stages.precision.analysis --results {params.results}"
         " --figures {params.figures} 2>&1 | tee {log}"
 
 

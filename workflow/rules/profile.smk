@@ -3,16 +3,7 @@
 
 PROFILE_POINTS = f"{RESULTS}/profile/{{size}}.csv"
 PROFILE_KERNELS = f"{RESULTS}/profile/{{size}}.kernels.csv"
-PROFILE_SOURCES = sources(
-    "profile",
-    "nsys",
-    "kernels",
-    "annotated_attention",
-    "benchmark",
-    "model",
-    "harness",
-    "flops",
-)
+PROFILE_SOURCES = code("cs336_systems.stages.profile")
 PROFILE_FIGURES = [
     f"{REPORT_DIR}/figures/profile_{name}.png"
     for name in ("kernel_share", "gemm_share", "attention")
@@ -43,7 +34,7 @@ rule profile:
         raw=f"{RESULTS}/profile/raw",
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.profile run {params.common} --size {wildcards.size}"
+        "python3 -m cs336_systems.stages.profile run {params.common} --size {wildcards.size}"
         " --contexts {params.contexts} --modes {params.modes} --precision {params.precision}"
         " --batch-size {params.batch} --warmup {params.warmup} --steps {params.steps}"
         " --profiler {params.profiler} --nsys '{params.nsys}' --timeout {params.timeout}"
@@ -58,15 +49,15 @@ rule profile_aggregate:
         kernels=lambda wc: expand(
             PROFILE_KERNELS, size=stage_config("profile")["sizes"]
         ),
-        code=sources(),
+        code=code("cs336_systems.core.results"),
     output:
         points=f"{RESULTS}/profile.csv",
         kernels=f"{RESULTS}/profile_kernels.csv",
     log:
         f"{RESULTS}/logs/profile_aggregate.log",
     shell:
-        "(python3 -m cs336_systems.results --out {output.points} {input.points}"
-        " && python3 -m cs336_systems.results --out {output.kernels} {input.kernels})"
+        "(python3 -m cs336_systems.core.results --out {output.points} {input.points}"
+        " && python3 -m cs336_systems.core.results --out {output.kernels} {input.kernels})"
         " 2>&1 | tee {log}"
 
 
@@ -75,7 +66,7 @@ rule profile_plots:
     input:
         points=rules.profile_aggregate.output.points,
         kernels=rules.profile_aggregate.output.kernels,
-        code=sources("analysis.profile", "analysis.common", "kernels", "flops"),
+        code=code("cs336_systems.stages.profile.analysis"),
     output:
         PROFILE_FIGURES,
     params:
@@ -84,7 +75,7 @@ rule profile_plots:
     log:
         f"{RESULTS}/logs/profile_plots.log",
     shell:
-        "python3 -m cs336_systems.analysis plot profile --results {params.results}"
+        "python3 -m cs336_systems.stages.profile.analysis --results {params.results}"
         " --figures {params.figures} 2>&1 | tee {log}"
 
 

@@ -7,8 +7,11 @@ rule report:
         data=lambda wc: [f for stage in STAGES for f in REPORT_INPUTS.get(stage, [])],
         templates=lambda wc: ["report/templates/report.md.j2"]
         + [f"report/templates/sections/{s}.md.j2" for s in STAGES],
-        code=lambda wc: sources("report", "analysis.common")
-        + [f"src/cs336_systems/analysis/{s}.py" for s in STAGES],
+        # report.py imports each stage's package and analysis by name
+        code=lambda wc: code(
+            "cs336_systems.report",
+            *(f"cs336_systems.stages.{s}.analysis" for s in STAGES),
+        ),
     output:
         f"{REPORT_DIR}/report.md",
     params:

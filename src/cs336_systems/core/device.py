@@ -1,0 +1,47 @@
+"""Device helpers: which device, autocast per precision, GPU and core counts, compile limits."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import torch
+
+PRECISIONS = ("fp32", "bf16")
+
+
+def pick_device(name: str = "auto") -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def autocast(precision: str, device: torch.device):
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    if precision == "bf16":
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    raise ValueError(f"unknown precision {precision!r}; known: {PRECISIONS}")
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def allow_recompiles(limit: int = 64) -> None:
+    """Each head dim (and dtype) is a new specialisation of the compiled function; dynamo's
+    default limit of 8 would silently fall back to eager after that."""
+    import torch._dynamo.config as dcfg
+
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(dcfg, name):
+            setattr(dcfg, name, max(limit, getattr(dcfg, name)))

@@ -1,0 +1,89 @@
+"""Which package files a module imports, found by reading the source (nothing is imported).
+
+The workflow makes these files a rule's code inputs, so editing any file a stage's entry point
+imports, however deep, reruns that stage's jobs and nothing else. Every ``import`` statement
+counts, also one inside a function (a lazy import is still code the job may run). Standard
+library only: the workflow calls this while planning, before any job, without loading torch.
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import cache
+from pathlib import Path
+
+PACKAGE = "cs336_systems"
+
+
+def module_path(src: Path, name: str) -> Path | None:
+    """The file of module `name` under the source folder `src` (a package: its __init__.py)."""
+    base = Path(src, *name.split("."))
+    if base.with_suffix(".py").is_file():
+        return base.with_suffix(".py")
+    if (base / "__init__.py").is_file():
+        return base / "__init__.py"
+    return None
+
+
+@cache
+def _imports(path: Path, name: str) -> tuple[str, ...]:
+    """Package modules that the file of module `name` imports (absolute names)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    is_package = path.name == "__init__.py"
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                # relative: `from . import x` inside package p.q refers to p.q (package) or p
+                parts = name.split(".") if is_package else name.split(".")[:-1]
+                parts = parts[: len(parts) - (node.level - 1)]
+                module = ".".join(parts + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            found.append(module)
+            # `from pkg import sub` imports the submodule pkg.sub when there is one
+            found += [f"{module}.{alias.name}" for alias in node.names if alias.name != "*"]
+    return tuple(m for m in found if m == PACKAGE or m.startswith(PACKAGE + "."))
+
+
+def _with_parents(name: str) -> list[str]:
+    """Importing a.b.c runs a/__init__, a/b/__init__ and a/b/c."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def import_closure(src: str | Path, *modules: str, files: list[str | Path] = ()) -> list[Path]:
+    """Every package file that importing (or `python -m`-running) `modules`, or running the
+    scripts or test `files` (outside the package), may load, sorted.
+
+    A package named as a module counts with its __main__.py, which `python -m` runs. Names that
+    are not modules (a function imported with `from m import f`) are skipped.
+    """
+    src = Path(src)
+    seen: set[str] = set()
+    found: set[Path] = set()
+    todo = [m for name in modules for m in _with_parents(name)]
+    for script in files:
+        todo += [m for name in _imports(Path(script), "__script__") for m in _with_parents(name)]
+    for name in modules:
+        path = module_path(src, name)
+        if (
+            path is not None
+            and path.name == "__init__.py"
+            and (path.parent / "__main__.py").is_file()
+        ):
+            todo.append(f"{name}.__main__")
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        path = module_path(src, name)
+        if path is None:
+            continue
+        found.add(path)
+        for imported in _imports(path, name):
+            todo += [m for m in _with_parents(imported) if m not in seen]
+    return sorted(found)

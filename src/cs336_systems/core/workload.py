@@ -1,0 +1,84 @@
+"""The workload every model-level stage measures: a model, a batch and an optimizer on a device."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from cs336_systems.core.device import autocast
+from cs336_systems.model import BATCH_SIZE, VOCAB_SIZE, build_model, make_optimizer
+
+MODES = ("forward", "forward_backward", "train_step")
+
+
+@dataclass
+class Workload:
+    """A model with its data on a device; `step(mode, precision, compiled)` builds a step."""
+
+    model: torch.nn.Module
+    tokens: torch.Tensor
+    targets: torch.Tensor
+    device: torch.device
+    compile_mode: str = "default"
+    _compiled: torch.nn.Module | None = None
+
+    @classmethod
+    def build(
+        cls,
+        size: str,
+        context_length: int,
+        batch_size: int = BATCH_SIZE,
+        device: torch.device | str = "cpu",
+        attention: str | Callable = "naive",
+        seed: int = 0,
+        compile_mode: str = "default",
+    ) -> Workload:
+        device = torch.device(device)
+        torch.manual_seed(seed)
+        with device:
+            model = build_model(size, context_length).set_attention(attention)
+        shape = (batch_size, context_length)
+        tokens = torch.randint(0, VOCAB_SIZE, shape, device=device)
+        targets = torch.randint(0, VOCAB_SIZE, shape, device=device)
+        return cls(model, tokens, targets, device, compile_mode)
+
+    def forward_module(self, compiled: bool) -> torch.nn.Module:
+        if not compiled:
+            return self.model
+        if self._compiled is None:
+            self._compiled = torch.compile(self.model, mode=self.compile_mode)
+        return self._compiled
+
+    def step(
+        self, mode: str, precision: str, compiled: bool
+    ) -> tuple[Callable[[], None], Callable]:
+        """(step, cleanup): one call of `step` is one measured unit of `mode`."""
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; known: {MODES}")
+        net = self.forward_module(compiled)
+        optimizer = make_optimizer(self.model) if mode == "train_step" else None
+
+        def loss() -> torch.Tensor:
+            with autocast(precision, self.device):
+                logits = net(self.tokens)
+                return F.cross_entropy(logits.flatten(0, 1).float(), self.targets.flatten())
+
+        def step() -> None:
+            if mode == "forward":
+                loss()
+                return
+            if optimizer is not None:
+                optimizer.zero_grad(set_to_none=True)
+            loss().backward()
+            if optimizer is not None:
+                optimizer.step()
+
+        def cleanup() -> None:
+            nonlocal optimizer
+            self.model.zero_grad(set_to_none=True)
+            optimizer = None
+
+        return step, cleanup

@@ -1,0 +1,387 @@
+"""Start distributed workers through torchrun, bound their time, collect their rows.
+
+The parent side (a stage CLI) calls :func:`launch`: it runs ``python -m torch.distributed.run``
+with one worker per process, every worker a ``python -m <module> ...`` of ours, waits at most
+``timeout_s`` (a hang becomes an ``error: timeout ...`` status, never a stuck pipeline) and reads
+the rows rank 0 wrote to a JSON file. Points the workers did not finish become rows with the
+failure as their status (:func:`fill_missing`).
+
+Topologies:
+- ``local``: one machine, ``--standalone`` rendezvous: torchrun binds its c10d store to port 0,
+  so the operating system picks a free port and concurrent jobs never collide.
+- ``slurm``: inside an allocation, ``srun`` starts one torchrun per node
+  (``--nnodes $SLURM_NNODES --nproc-per-node G``) with a c10d rendezvous on the allocation's first
+  node, at a free port picked there (the batch script runs on that node).
+
+Every process gets the NCCL environment our GPU hosts need (NVLink multicast off, see
+../shared/gpu/README.md), on top of the caller's environment and any extra settings.
+
+The worker side calls :func:`init_worker` (process group from torchrun's environment variables,
+one GPU per local rank for NCCL), :func:`slowest_rank` (per-iteration max over ranks) and
+:func:`write_rows` (rank 0 writes the rows, atomically, after every point).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import math
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from cs336_systems.core.device import available_cores, gpu_count
+
+# NVLink multicast (NVLS) must stay off on our two-GPU hosts; harmless everywhere else.
+DISTRIBUTED_ENV = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+TOPOLOGIES = ("local", "slurm")
+
+
+def free_port(host: str = "") -> int:
+    """A TCP port free on this host now (for rendezvous endpoints that must be named)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def slurm_first_node(env: dict[str, str] | None = None) -> str:
+    """The first host of the SLURM allocation (where the c10d rendezvous lives).
+
+    Under Snakemake the node list may be gone: snakemake-executor-plugin-slurm drops every
+    SLURM_* variable but the job id before it runs a rule in the batch script (rules with the
+    `mpi` resource, as distributed rules over several nodes are). SLURM runs the batch script on
+    the allocation's first node, so that is this host. On the first node this host's own name
+    is used, not SLURM's node name: that need not resolve (several slurmd on one host).
+    """
+    env = dict(os.environ if env is None else env)
+    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    if not nodelist:
+        if not env.get("SLURM_JOB_ID"):
+            raise RuntimeError("topology 'slurm' runs inside a SLURM allocation (no SLURM_JOB_ID)")
+        return socket.gethostname()
+    out = subprocess.run(
+        ["scontrol", "show", "hostnames", nodelist],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
+    first = out.stdout.split()[0]
+    return socket.gethostname() if env.get("SLURMD_NODENAME") == first else first
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Where the workers run: `nnodes` x `nproc_per_node` processes, `local` or `slurm`."""
+
+    nproc_per_node: int
+    nnodes: int = 1
+    mode: str = "local"
+
+    def __post_init__(self) -> None:
+        if self.mode not in TOPOLOGIES:
+            raise ValueError(f"unknown topology {self.mode!r}; known: {TOPOLOGIES}")
+        if self.nproc_per_node < 1 or self.nnodes < 1:
+            raise ValueError(f"need nproc_per_node >= 1 and nnodes >= 1, got {self}")
+        if self.mode == "local" and self.nnodes != 1:
+            raise ValueError("topology 'local' runs on one node; use 'slurm' for several")
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.nproc_per_node
+
+
+def torchrun_command(
+    module: str,
+    args: Sequence[str],
+    topology: Topology,
+    rdzv_endpoint: str | None = None,
+    rdzv_id: str | None = None,
+) -> list[str]:
+    """The command that starts `python -m module args` on every process of `topology`."""
+    torchrun = [sys.executable, "-m", "torch.distributed.run"]
+    common = [f"--nproc-per-node={topology.nproc_per_node}", "--max-restarts=0"]
+    worker = ["-m", module, *args]
+    if topology.mode == "local":
+        return [*torchrun, "--standalone", "--nnodes=1", *common, *worker]
+    endpoint = rdzv_endpoint or f"{slurm_first_node()}:{free_port()}"
+    job = rdzv_id or os.environ.get("SLURM_JOB_ID", "cs336")
+    srun = [
+        "srun",
+        f"--nodes={topology.nnodes}",
+        f"--ntasks={topology.nnodes}",
+        "--ntasks-per-node=1",
+        "--kill-on-bad-exit=1",
+        # over several nodes the rule runs in the batch script (`mpi` resource); where it runs
+        # as a step itself (one node), this step must share its resources or wait forever
+        "--overlap",
+    ]
+    rdzv = [
+        f"--nnodes={topology.nnodes}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={endpoint}",
+        f"--rdzv-id={job}",
+    ]
+    return [*srun, *torchrun, *rdzv, *common, *worker]
+
+
+def worker_env(
+    topology: Topology, extra: dict[str, str] | None = None, base: dict[str, str] | None = None
+) -> dict[str, str]:
+    """The environment of every worker: caller's, the multicast-off settings, then `extra`."""
+    env = dict(os.environ if base is None else base)
+    env.update(DISTRIBUTED_ENV)
+    # CPU workers share the cores; torchrun would otherwise force 1 thread with a warning
+    cores = os.cpu_count() or 1
+    env.setdefault("OMP_NUM_THREADS", str(max(1, cores // topology.nproc_per_node)))
+    # the workers import this package: make sure they find it even without an installed copy
+    src = str(Path(__file__).resolve().parents[2])
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if src not in paths:
+        env["PYTHONPATH"] = os.pathsep.join([src, *paths])
+    env.update({k: str(v) for k, v in (extra or {}).items()})
+    return env
+
+
+@dataclass
+class LaunchResult:
+    status: str  # ok, or error: <reason> (timeout, exit code)
+    returncode: int | None
+    elapsed_s: float
+    rows: list[dict] = field(default_factory=list)
+    log_tail: list[str] = field(default_factory=list)
+
+
+def _terminate(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """SIGTERM the launcher's process group (torchrun and its workers), SIGKILL if it lingers."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=grace_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def launch(
+    module: str,
+    args: Sequence[str],
+    topology: Topology,
+    timeout_s: float,
+    extra_env: dict[str, str] | None = None,
+    tail_lines: int = 400,
+) -> LaunchResult:
+    """Run `module` under torchrun on `topology`; rows come from the file passed as `--result`.
+
+    The worker's output streams to our stdout (the rule's log). Never raises for a failed or
+    hung run: the result's status says what happened and its rows hold what was written.
+    """
+    # rank 0 may run on another node than this one: under SLURM its rows file goes to the
+    # working directory, which the nodes share
+    shared = Path.cwd() if topology.mode == "slurm" else None
+    with tempfile.TemporaryDirectory(prefix=".cs336-launch-", dir=shared) as tmp:
+        result_path = Path(tmp) / "rows.json"
+        try:
+            cmd = torchrun_command(module, [*args, "--result", str(result_path)], topology)
+        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:  # e.g. no allocation
+            print(f"[launch] cannot start: {exc}", flush=True)
+            return LaunchResult(f"error: {exc}"[:160].replace(",", ";"), None, 0.0)
+        env = worker_env(topology, extra_env)
+        print("[launch] " + " ".join(cmd), flush=True)
+        tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            start_new_session=True,  # its own process group: a timeout ends all of it
+        )
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                sys.stdout.write(line)
+                tail.append(line.rstrip("\n"))
+            sys.stdout.flush()
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        status = ""
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _terminate(proc)
+            status = f"error: timeout after {timeout_s:g} s"
+        except BaseException:
+            _terminate(proc)
+            raise
+        reader.join(timeout=10)
+        if not status:
+            status = "ok" if proc.returncode == 0 else _exit_reason(proc.returncode, tail)
+        elapsed = time.perf_counter() - t0
+        rows = read_rows(result_path)
+    print(f"[launch] {status} after {elapsed:.1f} s, {len(rows)} rows", flush=True)
+    return LaunchResult(status, proc.returncode, elapsed, rows, list(tail))
+
+
+_EXCEPTION_LINE = re.compile(
+    r"^(?:\[rank\d+\]:\s*)?((?:\w+\.)*\w*(?:Error|Exception|Interrupt)): (.*)$"
+)
+
+
+def _exit_reason(returncode: int, lines: Iterable[str]) -> str:
+    """`error: <the workers' first exception>` from their output, else the exit code."""
+    for line in lines:
+        m = _EXCEPTION_LINE.match(line.strip())
+        if m and "ChildFailedError" not in m.group(1):
+            name = m.group(1).rsplit(".", 1)[-1]
+            return f"error: {name}: {m.group(2)}"[:160].replace(",", ";")
+    return f"error: exit code {returncode}"
+
+
+def read_rows(path: Path) -> list[dict]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+
+
+def fill_missing(
+    planned: Sequence[dict], rows: Sequence[dict], keys: Sequence[str], status: str
+) -> list[dict]:
+    """Rows for every planned point: the workers' row where there is one, else the point with
+    `status` (the launch's failure), in the planned order."""
+    got = {tuple(r.get(k) for k in keys): r for r in rows}
+    out = []
+    for point in planned:
+        key = tuple(point.get(k) for k in keys)
+        out.append(got[key] if key in got else {**point, "status": status})
+    return out
+
+
+# ---- worker side ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkerContext:
+    rank: int
+    world_size: int
+    local_rank: int
+    backend: str
+    device: Any  # torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init_worker(backend: str, timeout_s: float = 600.0) -> WorkerContext:
+    """Join the process group torchrun describes in the environment (NCCL: GPU = local rank)."""
+    import torch
+    import torch.distributed as dist
+
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if backend == "nccl":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s), device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+    return WorkerContext(dist.get_rank(), dist.get_world_size(), local_rank, backend, device)
+
+
+def slowest_rank(values: Sequence[float], ctx: WorkerContext) -> list[float]:
+    """Element-wise maximum over ranks (e.g. per-iteration times: the slowest rank's)."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor(list(values), dtype=torch.float64, device=ctx.device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.tolist()
+
+
+def write_rows(rows: Sequence[dict], path: str | os.PathLike | None, ctx: WorkerContext) -> None:
+    """Rank 0 writes all rows so far as JSON, atomically (call after every point)."""
+    if path is None or not ctx.is_main:
+        return
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        json.dump(list(rows), f, default=str)
+    os.replace(tmp, path)
+
+
+def finalize_worker() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def feasibility(backend: str, world_size: int, nnodes: int = 1) -> str | None:
+    """None when this machine can run `world_size` processes of `backend`, else the reason."""
+    per_node = math.ceil(world_size / nnodes)
+    if backend == "nccl":
+        found = gpu_count()
+        if found < max(per_node, 2):
+            need = max(world_size, 2)
+            return f"skipped: needs {need} GPUs, found {found * nnodes}"
+    elif backend == "gloo":
+        cores = available_cores()
+        if cores < per_node:
+            return f"skipped: needs {world_size} CPU cores, found {cores * nnodes}"
+    else:
+        return f"skipped: unknown backend {backend}"
+    return None
+
+
+def slowest_steps(times: dict[str, list[float]], ctx) -> dict[str, list[float]]:
+    """Per step, every part as measured on the rank whose whole step was slowest (so the parts
+    of a step add up to its total), gathered from all ranks."""
+    import torch
+    import torch.distributed as dist
+
+    names = list(times)
+    mine = torch.tensor([times[n] for n in names], dtype=torch.float64, device=ctx.device)
+    every = [torch.empty_like(mine) for _ in range(ctx.world_size)]
+    dist.all_gather(every, mine)
+    stacked = torch.stack(every)  # (rank, part, step)
+    slowest = stacked[:, names.index("step"), :].argmax(dim=0)
+    picked = stacked[slowest, :, torch.arange(stacked.shape[2])]  # (step, part)
+    return {n: picked[:, i].tolist() for i, n in enumerate(names)}
+
+
+def summarize_slowest(times: dict[str, list[float]], ctx) -> dict:
+    from cs336_systems.core.harness import summarize
+
+    if ctx is not None:
+        times = slowest_steps(times, ctx)
+    row: dict = {}
+    for name, values in times.items():
+        row.update(summarize(values, name))
+    row["comm_share"] = row["comm_ms_mean"] / row["step_ms_mean"]
+    return row

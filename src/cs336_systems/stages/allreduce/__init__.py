@@ -1,0 +1,10 @@
+"""Stage `allreduce`: All-reduce time and bandwidth over backends, world sizes and message sizes.
+
+`python -m cs336_systems.stages.allreduce` measures (see measure.py); analysis.py turns the CSVs into
+figures and the report's sentences; plan.py (where present) holds what the workflow needs to plan
+the stage's jobs. Keep this file free of heavy imports: the workflow reads it while planning.
+"""
+
+TITLE = "Distributed communication"
+# where the section sits in the report (ascending)
+ORDER = 90

@@ -1,0 +1,202 @@
+"""Report context and figures for the `allreduce` stage (question 22)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from cs336_systems.core import costs
+from cs336_systems.core.analysis import (
+    empty_figure,
+    failed_points,
+    fmt,
+    load,
+    md_table,
+    ok,
+    plot_main,
+    save,
+)
+
+GROUP = costs.ALLREDUCE_GROUP
+
+
+def _with_defaults(df: pd.DataFrame) -> pd.DataFrame:
+    if len(df) and "buffers" not in df:
+        df = df.assign(buffers="default")
+    return df
+
+
+def _size_label(mb: float) -> str:
+    return f"{mb / 1024:g} GB" if mb >= 1024 else f"{mb:g} MB"
+
+
+def pivot(df: pd.DataFrame, backend: str, buffers: str = "default") -> str:
+    """Rows: message size; columns: world size; cells: median time (busbw)."""
+    d = ok(_with_defaults(df))
+    d = d[(d["backend"] == backend) & (d["buffers"] == buffers)]
+    if len(d) == 0:
+        return ""
+    d = d.assign(
+        cell=[
+            f"{fmt(t, 3)} ms ({fmt(bw, 2)} GB/s)"
+            for t, bw in zip(d.time_ms_median, d.busbw_gbps, strict=True)
+        ]
+    )
+    t = d.pivot_table(index="size_mb", columns="world_size", values="cell", aggfunc="first")
+    t = t.reset_index().sort_values("size_mb")
+    t["size_mb"] = t["size_mb"].map(_size_label)
+    t.columns = ["message"] + [f"n = {c}" for c in t.columns[1:]]
+    return md_table(t)
+
+
+def _sentences(d: pd.DataFrame) -> list[str]:
+    out = []
+    for (backend, buffers), g in d.groupby(["backend", "buffers"]):
+        label = backend + ("" if buffers == "default" else f" ({buffers} buffers)")
+        for n, h in g.groupby("world_size"):
+            h = h.sort_values("size_mb")
+            if len(h) < 2:
+                continue
+            lo, hi = h.iloc[0], h.iloc[-1]
+            out.append(
+                f"{label}, {n} processes: bus bandwidth rises from {fmt(lo.busbw_gbps)} GB/s at "
+                f"{_size_label(lo.size_mb)} to {fmt(hi.busbw_gbps)} GB/s at "
+                f"{_size_label(hi.size_mb)} ({fmt(hi.busbw_gbps / lo.busbw_gbps, 1)}x): small "
+                f"messages pay the fixed cost of each call, large ones run at link bandwidth."
+            )
+        sizes = sorted(set.intersection(*(set(h["size_mb"]) for _, h in g.groupby("world_size"))))
+        if g["world_size"].nunique() > 1 and sizes:
+            big = g[g["size_mb"] == sizes[-1]].sort_values("world_size")
+            parts = ", ".join(
+                f"n = {r.world_size}: {fmt(r.time_ms_median, 3)} ms, busbw {fmt(r.busbw_gbps)} GB/s"
+                for r in big.itertuples()
+            )
+            out.append(
+                f"{label} at {_size_label(sizes[-1])} across world sizes: {parts}. Each rank "
+                f"sends and receives 2(n-1)/n of the message in a ring, so time grows with n "
+                f"while busbw, which divides that factor out, shows how well the links are used."
+            )
+    return out
+
+
+def _span(values: pd.Series) -> str:
+    lo, hi = int(values.min()), int(values.max())
+    return str(lo) if lo == hi else f"{lo}–{hi}"
+
+
+def context(results_dir: Path) -> dict:
+    df = _with_defaults(load(results_dir, "allreduce"))
+    if len(df) == 0:
+        return {"available": False}
+    d = ok(df)
+    statuses = df["status"].value_counts().to_dict()
+    tables = {}
+    for backend in ("gloo", "nccl"):
+        for buffers in sorted(set(df["buffers"])):
+            text = pivot(df, backend, buffers)
+            if text:
+                tables[backend + ("" if buffers == "default" else f" ({buffers} buffers)")] = text
+    fits = costs.fit_latency_bandwidth(df)
+    fit_table = (
+        md_table(
+            fits[[*GROUP, "latency_us", "bandwidth_gbps", "max_rel_residual", "points"]].rename(
+                columns={
+                    "latency_us": "latency o (us)",
+                    "bandwidth_gbps": "bandwidth w (GB/s)",
+                    "max_rel_residual": "max rel. residual",
+                }
+            )
+        )
+        if len(fits)
+        else ""
+    )
+    skipped = failed_points(df, ["backend", "buffers", "world_size", "size_mb"])
+    # one row per (backend, world size, status) is enough to say why
+    skipped = skipped.drop_duplicates(subset=["backend", "world_size", "status"])
+    compare = ""
+    common = d.groupby("size_mb")["backend"].nunique()
+    both = [s for s, k in common.items() if k > 1]
+    if both:
+        s = max(both)
+        at = d[(d["size_mb"] == s) & (d["buffers"] == "default")]
+        g = at[at["backend"] == "gloo"].set_index("world_size")["time_ms_median"]
+        n = at[at["backend"] == "nccl"].set_index("world_size")["time_ms_median"]
+        ws = sorted(set(g.index) & set(n.index))
+        if ws:
+            compare = "; ".join(
+                f"n = {w}: gloo {fmt(g[w], 3)} ms vs NCCL {fmt(n[w], 3)} ms ({fmt(g[w] / n[w], 0)}x)"
+                for w in ws
+            )
+            compare = f"At {_size_label(s)}, {compare}."
+    best = {}
+    for backend, g in d.groupby("backend"):
+        r = g.loc[g["busbw_gbps"].idxmax()]
+        best[backend] = (
+            f"{fmt(r.busbw_gbps)} GB/s ({_size_label(r.size_mb)}, n = {r.world_size}, "
+            f"{r.buffers} buffers)"
+        )
+    nccl_note = ""
+    if "nccl" in set(df["backend"]) and len(d[d["backend"] == "nccl"]) == 0:
+        reasons = sorted(set(df[df["backend"] == "nccl"]["status"]))
+        nccl_note = "NCCL was not measured on this machine: " + "; ".join(reasons) + "."
+    iters = ""
+    if len(d):
+        iters = (
+            f"Per point {_span(d['warmup'])} warm-up all-reduces, then {_span(d['repeats'])} "
+            f"timed samples (fewer for large messages, within a time budget per point)"
+        )
+    return {
+        "available": True,
+        "n_points": len(df),
+        "n_ok": len(d),
+        "statuses": statuses,
+        "tables": tables,
+        "fit_table": fit_table,
+        "failed_table": md_table(skipped) if len(skipped) else "",
+        "sentences": _sentences(d),
+        "compare": compare,
+        "best": best,
+        "nccl_note": nccl_note,
+        "iterations": iters,
+        "max_rel_err": float(d["max_rel_err"].max()) if len(d) else math.nan,
+    }
+
+
+def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
+    df = _with_defaults(load(results_dir, "allreduce"))
+    fig_dir = Path(fig_dir)
+    paths = {n: fig_dir / f"allreduce_{n}.png" for n in ("bandwidth", "time")}
+    d = ok(df) if len(df) else df
+    if len(d) == 0:
+        return [empty_figure(p, "no successful all-reduce points") for p in paths.values()]
+    out = []
+    for name, column, ylabel in (
+        ("bandwidth", "busbw_gbps", "bus bandwidth (GB/s)"),
+        ("time", "time_ms_median", "time per all-reduce (ms, median)"),
+    ):
+        backends = sorted(set(d["backend"]))
+        fig, axes = plt.subplots(1, len(backends), figsize=(5 * len(backends), 3.8), squeeze=False)
+        for ax, backend in zip(axes[0], backends, strict=True):
+            g = d[d["backend"] == backend]
+            for (buffers, n), h in g.groupby(["buffers", "world_size"]):
+                h = h.sort_values("size_mb")
+                style = "-" if buffers == "default" else "--"
+                label = f"n = {n}" + ("" if buffers == "default" else f", {buffers}")
+                ax.plot(h["size_mb"], h[column], style, marker="o", label=label)
+            ax.set_xscale("log")
+            if name == "time":
+                ax.set_yscale("log")
+            ax.set_xlabel("message size (MB, float32)")
+            ax.set_ylabel(ylabel)
+            ax.set_title(f"{backend} ({'GPU' if backend == 'nccl' else 'CPU'})")
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=8)
+        out.append(save(fig, paths[name]))
+    return out
+
+
+if __name__ == "__main__":
+    plot_main(plot)

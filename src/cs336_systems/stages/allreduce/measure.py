@@ -1,0 +1,334 @@
+"""All-reduce benchmark: time, algorithmic and bus bandwidth per backend, world size and size.
+
+One job measures one backend at several world sizes: for each, the parent checks that the
+machine can run it (gloo: one CPU core per process; NCCL: one GPU per process), launches the
+workers through torchrun with a timeout, and adds a row per message size to one tidy CSV. A world
+size the machine cannot run gives rows with status `skipped: <reason>`.
+
+Each worker, per message size (float32, MB = 2**20 bytes):
+1. correctness: rank r contributes `base * (r + 1)` (`base` uniform random, the same on every
+   rank), the sum must be `base * n (n + 1) / 2`; a wrong sum is an `error:` row, never timed;
+2. warm-up all-reduces, then `repeats` samples, each `inner` back-to-back all-reduces after a
+   reset of the buffer and a barrier (`inner` so that a sample lasts ~`sample_ms` and the sums
+   cannot overflow), timed with CUDA events on GPU and the host clock on CPU;
+3. per sample, the slowest rank's time per all-reduce; mean/std/median over samples.
+
+Bandwidths as nccl-tests defines them (GB = 1e9 bytes): algbw = size / time,
+busbw = algbw * 2 (n - 1) / n (the bytes each rank's link carries in a ring all-reduce).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from pathlib import Path
+
+from cs336_systems.parallel.launch import feasibility
+
+BYTES_PER_MB = 2**20
+BACKENDS = ("gloo", "nccl")
+POINT_KEYS = ("buffers", "size_mb")
+# default: tensors from PyTorch's caching allocator; registered: from NCCL's allocator in a
+# memory pool registered with the communicator (NCCL user-buffer registration, zero-copy paths)
+BUFFERS = ("default", "registered")
+
+
+def algbw_gbps(nbytes: float, time_ms: float) -> float:
+    """Algorithmic bandwidth: message bytes / time, in GB/s (1e9 bytes)."""
+    if not time_ms or time_ms <= 0 or math.isnan(time_ms):
+        return float("nan")
+    return nbytes / (time_ms * 1e-3) / 1e9
+
+
+def busbw_factor(world_size: int) -> float:
+    """nccl-tests' all-reduce bus-bandwidth factor 2 (n - 1) / n."""
+    if world_size < 1:
+        raise ValueError(f"world size must be >= 1, got {world_size}")
+    return 2.0 * (world_size - 1) / world_size
+
+
+def busbw_gbps(nbytes: float, time_ms: float, world_size: int) -> float:
+    return algbw_gbps(nbytes, time_ms) * busbw_factor(world_size)
+
+
+def check_sum(result, base, world_size: int, rtol: float = 1e-5) -> tuple[bool, float]:
+    """Is `result` the all-reduce sum of `base * (r + 1)` over r < world_size?
+
+    Returns (ok, max relative error)."""
+    expected = base * (world_size * (world_size + 1) / 2)
+    err = ((result - expected).abs() / expected.abs().clamp_min(1e-6)).max().item()
+    return err <= rtol, err
+
+
+def message_numel(size_mb: float) -> int:
+    return int(size_mb * BYTES_PER_MB) // 4
+
+
+# ---- worker --------------------------------------------------------------------------------
+
+
+def _measure_size(ctx, size_mb: float, args, buffers: str = "default") -> dict:
+    import contextlib
+
+    import torch
+    import torch.distributed as dist
+
+    pool, backend = None, None
+    if buffers == "registered":
+        backend = dist.group.WORLD._get_backend(ctx.device)
+        pool = torch.cuda.MemPool(backend.mem_allocator)
+    with torch.cuda.use_mem_pool(pool) if pool is not None else contextlib.nullcontext():
+        numel = message_numel(size_mb)
+        gen = torch.Generator(device=ctx.device).manual_seed(args.seed)
+        base = torch.rand(numel, generator=gen, device=ctx.device, dtype=torch.float32) + 0.5
+        src = base * (ctx.rank + 1)
+        buf = src.clone()
+    if pool is None:
+        return _time_allreduce(ctx, size_mb, args, base, src, buf)
+    backend.register_mem_pool(pool)
+    try:
+        return _time_allreduce(ctx, size_mb, args, base, src, buf)
+    finally:
+        del base, src, buf
+        backend.deregister_mem_pool(pool)
+
+
+def _time_allreduce(ctx, size_mb: float, args, base, src, buf) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    from cs336_systems.parallel.launch import slowest_rank
+
+    device = ctx.device
+    is_cuda = device.type == "cuda"
+    nbytes = buf.numel() * 4
+
+    def sync() -> None:
+        if is_cuda:
+            torch.cuda.synchronize(device)
+
+    # correctness first: never record a time for a wrong result
+    dist.all_reduce(buf)
+    ok, err = check_sum(buf, base, ctx.world_size)
+    worst = slowest_rank([err], ctx)[0]
+    row = {"size_mb": size_mb, "bytes": nbytes, "max_rel_err": worst}
+    if worst > 1e-5 or not ok:
+        return {**row, "status": f"error: wrong sum (max relative error {worst:.2e})"}
+
+    def one(n: int) -> float:
+        """ms for n back-to-back all-reduces after a reset and a barrier."""
+        buf.copy_(src)
+        dist.barrier()
+        sync()
+        if is_cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(n):
+                dist.all_reduce(buf)
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            dist.all_reduce(buf)
+        return (time.perf_counter() - t0) * 1e3
+
+    # warm-up: the first calls pay set-up costs; after two, the slowest rank's estimate (the
+    # same on every rank, so all ranks agree) caps the rest at half the timing budget
+    warm = [one(1) for _ in range(min(2, args.warmup))]
+    est = slowest_rank([min(warm[1:] or warm)], ctx)[0]
+    more = min(args.warmup - len(warm), int(args.max_seconds * 1e3 / 2 // max(est, 1e-3)))
+    warm += [one(1) for _ in range(max(0, more))]
+    est = slowest_rank([min(warm[1:] or warm)], ctx)[0]
+    # inner: samples of ~sample_ms; capped so that sums stay finite (n^inner growth)
+    cap = max(1, int(30 / math.log2(max(ctx.world_size, 2))))
+    inner = int(min(cap, max(1, math.ceil(args.sample_ms / max(est, 1e-3)))))
+    repeats = int(
+        min(args.repeats, max(args.min_repeats, args.max_seconds * 1e3 // max(est * inner, 1e-3)))
+    )
+    samples = [one(inner) / inner for _ in range(repeats)]
+    slowest = slowest_rank(samples, ctx)
+    finite = bool(torch.isfinite(buf).all().item())
+    sync()
+    from cs336_systems.core.harness import summarize
+
+    stats = summarize(slowest, "time")
+    t = stats["time_ms_median"]
+    row.update(stats)
+    row.update(
+        {
+            "inner": inner,
+            "repeats": repeats,
+            "warmup": len(warm),
+            "algbw_gbps": algbw_gbps(nbytes, t),
+            "busbw_gbps": busbw_gbps(nbytes, t, ctx.world_size),
+            "algbw_gbps_mean": algbw_gbps(nbytes, stats["time_ms_mean"]),
+            "busbw_gbps_mean": busbw_gbps(nbytes, stats["time_ms_mean"], ctx.world_size),
+            "status": "ok" if finite else "error: non-finite values after timing",
+        }
+    )
+    return row
+
+
+def worker(args) -> None:
+    from cs336_systems.core.harness import run_point
+    from cs336_systems.parallel.launch import finalize_worker, init_worker, write_rows
+
+    ctx = init_worker(args.backend, timeout_s=args.timeout_s)
+    rows = []
+    for buffers, size_mb in [(b, s) for b in args.buffers for s in args.sizes_mb]:
+        result = run_point(lambda s=size_mb, b=buffers: _measure_size(ctx, s, args, b))
+        row = {"buffers": buffers, "size_mb": size_mb, "status": result.status}
+        row.update(result.value or {})
+        rows.append(row)
+        if ctx.is_main:
+            print(
+                f"[allreduce] {args.backend} {buffers} n={ctx.world_size} {size_mb:g} MB: "
+                f"{row.get('time_ms_median', float('nan')):.4f} ms, "
+                f"busbw {row.get('busbw_gbps', float('nan')):.2f} GB/s ({row['status']})",
+                flush=True,
+            )
+        write_rows(rows, args.result, ctx)
+    finalize_worker()
+
+
+# ---- parent --------------------------------------------------------------------------------
+
+
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x.strip()]
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def _buffers(text: str) -> list[str]:
+    names = [x for x in text.split(",") if x.strip()]
+    if not names or set(names) - set(BUFFERS):
+        raise argparse.ArgumentTypeError(f"buffers must be a comma list of {BUFFERS}")
+    return names
+
+
+def _env_pairs(text: str) -> dict[str, str]:
+    pairs = [kv for kv in text.split(",") if kv.strip()]
+    return dict(kv.split("=", 1) for kv in pairs)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--machine", default="local")
+    ap.add_argument("--preset", default="cpu")
+    ap.add_argument("--backend", choices=BACKENDS, required=True)
+    ap.add_argument("--world-sizes", type=_ints, help="comma list (required)")
+    ap.add_argument("--sizes-mb", type=_floats, required=True, help="comma list, MB = 2**20 B")
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=50, help="most timed samples per size")
+    ap.add_argument("--min-repeats", type=int, default=5)
+    ap.add_argument("--max-seconds", type=float, default=5.0, help="timing budget per size")
+    ap.add_argument("--sample-ms", type=float, default=5.0, help="target length of one sample")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--buffers", type=_buffers, default=["default"], help="NCCL only: default,registered"
+    )
+    ap.add_argument("--topology", choices=("local", "slurm"), default="local")
+    ap.add_argument("--nnodes", type=int, default=1)
+    ap.add_argument("--env", type=_env_pairs, default={}, help="KEY=VAL,... for every worker")
+    ap.add_argument("--timeout-s", type=float, default=600.0)
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--result", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.warmup < 1 or args.repeats < 1 or args.min_repeats < 1:
+        ap.error("--warmup, --repeats and --min-repeats must be >= 1")
+    if not args.worker and (args.out is None or not args.world_sizes):
+        ap.error("--out and --world-sizes are required")
+    if args.backend != "nccl" and args.buffers != ["default"]:
+        ap.error("--buffers registered needs --backend nccl")
+    return args
+
+
+def worker_argv(args: argparse.Namespace) -> list[str]:
+    return [
+        "--worker",
+        f"--backend={args.backend}",
+        "--sizes-mb=" + ",".join(f"{s:g}" for s in args.sizes_mb),
+        f"--warmup={args.warmup}",
+        f"--repeats={args.repeats}",
+        f"--min-repeats={args.min_repeats}",
+        f"--max-seconds={args.max_seconds}",
+        f"--sample-ms={args.sample_ms}",
+        f"--seed={args.seed}",
+        "--buffers=" + ",".join(args.buffers),
+        f"--timeout-s={args.timeout_s}",
+    ]
+
+
+def run_world_size(args: argparse.Namespace, world_size: int) -> list[dict]:
+    """Measure (or skip) every size at one world size; rows without provenance."""
+    from cs336_systems.parallel.launch import Topology, fill_missing, launch
+
+    planned = [{"buffers": b, "size_mb": s} for b in args.buffers for s in args.sizes_mb]
+    reason = feasibility(args.backend, world_size, args.nnodes)
+    if reason is None and world_size % args.nnodes:
+        reason = f"skipped: world size {world_size} not divisible by {args.nnodes} nodes"
+    if reason is not None:
+        rows = [{**p, "status": reason} for p in planned]
+    else:
+        topo = Topology(world_size // args.nnodes, args.nnodes, args.topology)
+        result = launch(
+            "cs336_systems.stages.allreduce.measure",
+            worker_argv(args),
+            topo,
+            timeout_s=args.timeout_s,
+            extra_env=args.env,
+        )
+        failure = result.status if result.status != "ok" else "error: no result from workers"
+        rows = fill_missing(planned, result.rows, POINT_KEYS, failure)
+    env_text = ";".join(f"{k}={v}" for k, v in sorted(args.env.items()))
+    for row in rows:
+        row.update(
+            {
+                "backend": args.backend,
+                "device": "cuda" if args.backend == "nccl" else "cpu",
+                "world_size": world_size,
+                "nnodes": args.nnodes,
+                "bytes": message_numel(row["size_mb"]) * 4,
+                "env": env_text,
+            }
+        )
+    return rows
+
+
+COLUMNS_FIRST = [
+    "backend",
+    "device",
+    "buffers",
+    "world_size",
+    "nnodes",
+    "size_mb",
+    "bytes",
+    "status",
+]
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.worker:
+        worker(args)
+        return
+    from cs336_systems.core.results import provenance, with_columns_first, write_csv
+
+    rows = [
+        {**provenance(args.machine, args.preset), **r}
+        for n in args.world_sizes
+        for r in run_world_size(args, n)
+    ]
+    df = with_columns_first(rows, COLUMNS_FIRST)
+    write_csv(df, args.out)
+    print(f"[allreduce] wrote {args.out}: {len(df)} rows")
+
+
+if __name__ == "__main__":
+    main()

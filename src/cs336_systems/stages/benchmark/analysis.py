@@ -1,0 +1,392 @@
+"""Report context and figures for the `benchmark` stage (questions 1-4)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from cs336_systems.core.analysis import (
+    SIZE_ORDER,
+    empty_figure,
+    failed_points,
+    fmt,
+    load,
+    md_table,
+    ok,
+    pct,
+    plot_main,
+    save,
+    size_key,
+    sort_sizes,
+)
+
+KEYS = ["size", "context_length", "precision", "compile", "attention"]
+WHY_FIRST_STEP = {
+    "cuda": "The first step costs more because it pays one-time work that later steps reuse: "
+    "library handles (cuBLAS, cuDNN) are created, kernels are loaded and their algorithms chosen, "
+    "and the caching allocator grows its pool with real cudaMalloc calls.",
+    "cpu": "The first step costs more because it pays one-time work that later steps reuse: the "
+    "allocator grows the process's heap (page faults on fresh memory), and the CPU kernels' "
+    "one-time dispatch and primitive caches are filled.",
+}
+MODE_LABEL = {
+    "forward": "forward",
+    "forward_backward": "forward+backward",
+    "train_step": "train step",
+}
+
+
+def _eager_naive(df: pd.DataFrame) -> pd.DataFrame:
+    return df[(df["compile"] == "eager") & (df["attention"] == "naive")]
+
+
+def backward_ratios(df: pd.DataFrame) -> pd.DataFrame:
+    """backward time (forward+backward minus forward) over forward time, per point."""
+    d = ok(df)
+    fwd = d[d["mode"] == "forward"].set_index(KEYS)["step_ms_mean"]
+    fb = d[d["mode"] == "forward_backward"].set_index(KEYS)["step_ms_mean"]
+    both = pd.concat({"forward_ms": fwd, "fwd_bwd_ms": fb}, axis=1).dropna()
+    both["backward_ms"] = both["fwd_bwd_ms"] - both["forward_ms"]
+    both["ratio"] = both["backward_ms"] / both["forward_ms"]
+    return both.reset_index()
+
+
+def speedups(df: pd.DataFrame, axis: str, base: str, fast: str) -> pd.DataFrame:
+    """base-time / fast-time along one axis (precision fp32->bf16, or compile eager->compiled)."""
+    d = ok(df)
+    keys = [k for k in [*KEYS, "mode"] if k != axis]
+    a = d[d[axis] == base].set_index(keys)["step_ms_mean"]
+    b = d[d[axis] == fast].set_index(keys)["step_ms_mean"]
+    both = pd.concat({f"{base}_ms": a, f"{fast}_ms": b}, axis=1).dropna()
+    both["speedup"] = both[f"{base}_ms"] / both[f"{fast}_ms"]
+    return both.reset_index()
+
+
+def warmup_summary(w: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for r in ok(w).itertuples():
+        times = json.loads(r.step_times_ms)
+        rows.append(
+            {
+                "size": r.size,
+                "warmup_steps": r.warmup_steps,
+                "mean_ms": r.step_ms_mean,
+                "std_ms": r.step_ms_std,
+                "first_measured_ms": times[0],
+                "median_ms": r.step_ms_median,
+                "cv": r.step_ms_std / r.step_ms_mean,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _latency_table(df: pd.DataFrame, precision: str) -> str:
+    d = _eager_naive(ok(df))
+    d = d[d["precision"] == precision]
+    if len(d) == 0:
+        return ""
+    d = d.assign(cell=[f"{m:.2f} ± {s:.2f}" for m, s in zip(d.step_ms_mean, d.step_ms_std)])
+    t = d.pivot_table(
+        index=["size", "context_length"], columns="mode", values="cell", aggfunc="first"
+    )
+    t = t.reset_index()
+    t = sort_sizes(t, "context_length")
+    t.columns.name = None
+    t = t.rename(columns={m: f"{MODE_LABEL[m]} (ms)" for m in MODE_LABEL})
+    return md_table(t)
+
+
+def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
+    df = load(results_dir, "benchmark")
+    w = load(results_dir, "benchmark_warmup")
+    fig_dir = Path(fig_dir)
+    out = []
+    names = ["latency", "bwd_fwd", "warmup", "speedups", "mfu"]
+    paths = {n: fig_dir / f"benchmark_{n}.png" for n in names}
+    d = ok(df) if len(df) else df
+    if len(d) == 0:
+        return [empty_figure(p, "no successful benchmark points") for p in paths.values()]
+
+    # latency vs model size, one panel per mode, one line per context length (eager, naive)
+    e = _eager_naive(d)
+    modes = [m for m in MODE_LABEL if m in set(e["mode"])]
+    fig, axes = plt.subplots(
+        1, max(len(modes), 1), figsize=(4.2 * max(len(modes), 1), 3.6), squeeze=False
+    )
+    for ax, mode in zip(axes[0], modes):
+        for (ctx, prec), g in e[e["mode"] == mode].groupby(["context_length", "precision"]):
+            g = sort_sizes(g)
+            ax.errorbar(
+                g["size"],
+                g["step_ms_mean"],
+                yerr=g["step_ms_std"],
+                marker="o",
+                capsize=2,
+                label=f"ctx {ctx} {prec}",
+                linestyle="-" if prec == "fp32" else "--",
+            )
+        ax.set_yscale("log")
+        ax.set_title(MODE_LABEL[mode])
+        ax.set_xlabel("model size")
+        ax.set_ylabel("ms per step (mean ± std)")
+    axes[0][-1].legend(fontsize=7)
+    out.append(save(fig, paths["latency"]))
+
+    # backward / forward ratio
+    r = backward_ratios(e)
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    if len(r):
+        for (ctx, prec), g in r.groupby(["context_length", "precision"]):
+            g = sort_sizes(g)
+            ax.plot(g["size"], g["ratio"], marker="o", label=f"ctx {ctx} {prec}")
+        ax.axhline(2.0, color="grey", lw=0.8, ls=":", label="2× (matmul FLOP ratio)")
+        ax.legend(fontsize=7)
+    ax.set_ylabel("backward time / forward time")
+    ax.set_xlabel("model size")
+    out.append(save(fig, paths["bwd_fwd"]))
+
+    # warm-up effect: per-step times and their std for each warm-up count
+    if len(w) and len(ok(w)):
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
+        ws = ok(w)
+        for r_ in ws.itertuples():
+            times = json.loads(r_.warmup_times_ms) + json.loads(r_.step_times_ms)
+            x = np.arange(1, len(times) + 1)
+            a1.plot(x, times, marker=".", label=f"{r_.size}, {r_.warmup_steps} warm-up")
+            a1.axvline(r_.warmup_steps + 0.5, color=a1.lines[-1].get_color(), lw=0.6, ls=":")
+        a1.set_yscale("log")
+        a1.set_xlabel("step (dotted: first measured step)")
+        a1.set_ylabel("ms")
+        a1.legend(fontsize=7)
+        s = warmup_summary(w)
+        for size, g in s.groupby("size"):
+            a2.bar([f"{size}\n{k} w" for k in g["warmup_steps"]], g["std_ms"])
+        a2.set_ylabel("std of measured steps (ms)")
+        out.append(save(fig, paths["warmup"]))
+    else:
+        out.append(empty_figure(paths["warmup"], "no warm-up sweep data"))
+
+    # speedups: bf16 over fp32 (eager) and compiled over eager, train step
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for label, sp in (
+        ("bf16 / fp32 (eager)", speedups(d[d["compile"] == "eager"], "precision", "fp32", "bf16")),
+        (
+            "compiled / eager (fp32)",
+            speedups(d[d["precision"] == "fp32"], "compile", "eager", "compiled"),
+        ),
+        (
+            "compiled / eager (bf16)",
+            speedups(d[d["precision"] == "bf16"], "compile", "eager", "compiled"),
+        ),
+    ):
+        sp = sp[sp["mode"] == "train_step"]
+        if len(sp):
+            g = sp.groupby("size", as_index=False)["speedup"].median()
+            g = sort_sizes(g)
+            ax.plot(g["size"], g["speedup"], marker="o", label=label)
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_ylabel("speedup, train step (median over contexts)")
+    ax.set_xlabel("model size")
+    ax.legend(fontsize=7)
+    out.append(save(fig, paths["speedups"]))
+
+    # MFU
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    if "mfu" in d and d["mfu"].notna().any():
+        t = d[d["mode"] == "train_step"]
+        for (prec, comp), g in t.groupby(["precision", "compile"]):
+            g = g.groupby("size", as_index=False)["mfu"].max()
+            g = sort_sizes(g)
+            ax.plot(g["size"], 100 * g["mfu"], marker="o", label=f"{prec} {comp}")
+        ax.legend(fontsize=7)
+    ax.set_ylabel("MFU, train step (% of measured peak; best context)")
+    ax.set_xlabel("model size")
+    out.append(save(fig, paths["mfu"]))
+    return out
+
+
+def _range_sentence(values: pd.Series, what: str) -> str:
+    return f"{values.median():.2f}× ({values.min():.2f}–{values.max():.2f}× across {len(values)} {what})"
+
+
+def context(results_dir: Path) -> dict:
+    df = load(results_dir, "benchmark")
+    w = load(results_dir, "benchmark_warmup")
+    s: dict = {"available": len(df) > 0}
+    if not s["available"]:
+        return s
+    d = ok(df)
+    s["n_points"] = len(df)
+    s["n_ok"] = len(d)
+    s["statuses"] = df["status"].value_counts().to_dict()
+    s["failed_table"] = (
+        md_table(
+            sort_sizes(
+                failed_points(
+                    df, ["size", "context_length", "mode", "precision", "compile", "attention"]
+                )
+            )
+        )
+        if len(d) < len(df)
+        else ""
+    )
+    s["sizes"] = [x for x in SIZE_ORDER if x in set(df["size"])]
+    s["contexts"] = sorted(set(df["context_length"]))
+    s["batch_size"] = int(df["batch_size"].iloc[0])
+    s["warmup_steps"] = int(df["warmup_steps"].iloc[0])
+    s["measure_steps"] = int(df["measure_steps"].iloc[0])
+    s["latency_fp32"] = _latency_table(df, "fp32")
+    s["latency_bf16"] = _latency_table(df, "bf16")
+
+    # Q1: backward vs forward
+    r = backward_ratios(_eager_naive(d))
+    s["bwd"] = {}
+    for prec, g in r.groupby("precision"):
+        s["bwd"][prec] = _range_sentence(g["ratio"], "size/context points")
+    if len(r):
+        hi = r.loc[r["ratio"].idxmax()]
+        lo = r.loc[r["ratio"].idxmin()]
+        s["bwd_extremes"] = (
+            f"the largest ratio is {hi.ratio:.2f}× ({hi['size']}, context {hi.context_length}, "
+            f"{hi.precision}) and the smallest {lo.ratio:.2f}× ({lo['size']}, context "
+            f"{lo.context_length}, {lo.precision})"
+        )
+
+    # Q2: warm-up
+    ws = warmup_summary(w) if len(w) else pd.DataFrame()
+    s["warmup"] = []
+    for size, g in ws.groupby("size") if len(ws) else []:
+        g = g.set_index("warmup_steps").sort_index()
+        entry = {
+            "size": size,
+            "table": md_table(
+                g.reset_index()[
+                    ["warmup_steps", "mean_ms", "std_ms", "median_ms", "first_measured_ms"]
+                ]
+            ),
+        }
+        if 0 in g.index:
+            z = g.loc[0]
+            entry["first_ratio"] = z.first_measured_ms / z.median_ms
+            entry["sentence0"] = (
+                f"With no warm-up, the first measured step of `{size}` takes "
+                f"{z.first_measured_ms:.1f} ms, {entry['first_ratio']:.1f}× the median step "
+                f"({z.median_ms:.1f} ms); the std over the measured steps is {z.std_ms:.2f} ms "
+                f"(mean {z.mean_ms:.1f} ms)."
+            )
+            for k in sorted(i for i in g.index if i > 0):
+                row = g.loc[k]
+                change = 1 - row.std_ms / z.std_ms if z.std_ms > 0 else float("nan")
+                entry.setdefault("after", []).append(
+                    f"with {k} warm-up step{'s' if k > 1 else ''} the std is {row.std_ms:.2f} ms "
+                    f"({'−' if change >= 0 else '+'}{abs(100 * change):.1f}%) and the mean {row.mean_ms:.1f} ms"
+                )
+        entry["why"] = WHY_FIRST_STEP.get(str(w["device"].iloc[0]), WHY_FIRST_STEP["cpu"])
+        s["warmup"].append(entry)
+
+    # Q3: bf16 and compile speedups
+    bf = speedups(d[d["compile"] == "eager"], "precision", "fp32", "bf16")
+    s["bf16"] = _speedup_summary(bf, "bf16 autocast over fp32 (eager)")
+    cp = speedups(d, "compile", "eager", "compiled")
+    s["compile"] = _speedup_summary(cp, "torch.compile over eager")
+
+    # Q4: MFU
+    if "mfu" in d and d["mfu"].notna().any():
+        best = d.loc[d["mfu"].idxmax()]
+        s["mfu_best"] = (
+            f"{pct(best.mfu)} MFU ({best.tflops:.1f} TFLOP/s of a measured {best.peak_tflops:.1f}) "
+            f"for `{best['size']}` at context {best.context_length}, {MODE_LABEL[best['mode']]}, "
+            f"{best.precision}, {best['compile']}"
+        )
+        t = d[d["mode"] == "train_step"]
+        if len(t):
+            m = t.pivot_table(
+                index="size", columns=["precision", "compile"], values="mfu", aggfunc="max"
+            )
+            m = m.reindex([x for x in SIZE_ORDER if x in m.index])
+            m.columns = [f"{p} {c}" for p, c in m.columns]
+            s["mfu_table"] = md_table((100 * m).round(1).reset_index())
+        s["mfu_goal"] = goal_breakdown(d, load(results_dir, "ceilings"))
+    return s
+
+
+# fused AdamW per fp32 parameter: reads param, grad, exp_avg, exp_avg_sq; writes all but grad
+ADAMW_BYTES_PER_PARAM = 4 * 4 + 3 * 4
+
+
+def goal_breakdown(d: pd.DataFrame, ceilings: pd.DataFrame) -> list[str]:
+    """The speed goal's point (xl, context 512, bf16, compiled, train step), per attention, with
+    the step split into forward, backward and optimizer from the same job's three modes."""
+    sel = d[
+        (d["size"] == "xl")
+        & (d["context_length"] == 512)
+        & (d["precision"] == "bf16")
+        & (d["compile"] == "compiled")
+    ]
+    copy = (
+        ceilings[(ceilings.get("kind") == "copy") & (ceilings.get("status") == "ok")]
+        if len(ceilings)
+        else ceilings
+    )
+    copy_gbps = float(copy["gbps"].iloc[0]) if len(copy) else float("nan")
+    out = []
+    for attention, g in sel.groupby("attention"):
+        t = g.set_index("mode")["step_ms_mean"]
+        if "train_step" not in t:
+            continue
+        row = g[g["mode"] == "train_step"].iloc[0]
+        text = (
+            f"attention `{attention}`: {row.step_ms_mean:.1f} ms per step, {row.tflops:.1f} TFLOP/s, "
+            f"**{pct(row.mfu)} MFU** against the measured bf16 peak ({row.peak_tflops:.0f} TFLOP/s)"
+        )
+        if {"forward", "forward_backward"} <= set(t.index):
+            fwd, fb, step = t["forward"], t["forward_backward"], t["train_step"]
+            opt = step - fb
+            floor = ADAMW_BYTES_PER_PARAM * row.params / (copy_gbps * 1e9) * 1e3
+            fb_row = g[g["mode"] == "forward_backward"].iloc[0]
+            text += (
+                f". Of the step, forward takes {fwd:.1f} ms, backward {fb - fwd:.1f} ms and the "
+                f"optimizer {opt:.1f} ms ({100 * opt / step:.0f}% of the step, which adds no "
+                f"counted FLOPs); forward+backward alone runs at {pct(fb_row.mfu)} MFU. Fused AdamW "
+                f"must move {ADAMW_BYTES_PER_PARAM} bytes per fp32 parameter, a floor of "
+                f"{floor:.1f} ms at the measured copy bandwidth ({copy_gbps:.0f} GB/s)"
+            )
+        out.append(text)
+    return out
+
+
+def _speedup_summary(sp: pd.DataFrame, what: str) -> dict:
+    if len(sp) == 0:
+        return {"sentence": f"No pairs of points to compare for {what}.", "losers": "", "table": ""}
+    out = {}
+    per_size = sp.groupby(["size", "mode"], as_index=False)["speedup"].median()
+    per_size = per_size.sort_values(
+        ["size", "mode"], key=lambda c: size_key(c) if c.name == "size" else c
+    )
+    t = per_size.pivot(index="size", columns="mode", values="speedup")
+    t = t.reindex([x for x in SIZE_ORDER if x in t.index])
+    t.columns = [MODE_LABEL.get(c, c) for c in t.columns]
+    out["table"] = md_table(t.reset_index())
+    out["sentence"] = f"{what}: {_range_sentence(sp['speedup'], 'points')} (median, range)."
+    losers = sp[sp["speedup"] < 1.0]
+    if len(losers):
+        items = ", ".join(
+            f"{r['size']} ctx {r.context_length} {MODE_LABEL[r['mode']]} ({r.speedup:.2f}×)"
+            for _, r in sort_sizes(losers).head(8).iterrows()
+        )
+        out["losers"] = f"It does not pay (speedup below 1) at {len(losers)} point(s): {items}."
+    else:
+        out["losers"] = "It pays at every measured point."
+    return out
+
+
+__all__ = ["plot", "context", "backward_ratios", "speedups", "warmup_summary", "fmt", "math"]
+
+
+if __name__ == "__main__":
+    plot_main(plot)

@@ -1,0 +1,304 @@
+"""Stage `benchmark`: end-to-end latency of the model (forward, forward+backward, training step).
+
+    python -m cs336_systems.stages.benchmark.measure run --size small --context-length 128 ... --out X.csv
+    python -m cs336_systems.stages.benchmark.measure warmup --size small --context-length 128 --warmups 0,1,2,5 ...
+    python -m cs336_systems.stages.benchmark.measure aggregate --ceilings C.csv --out B.csv points/*.csv
+
+Each (size, context length, attention) job builds the model once and times every mode x
+precision x compile point on it through the harness; a point that runs out of memory or fails
+is a row with its status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pandas as pd
+import torch
+
+from cs336_systems.core import costs as flops
+from cs336_systems.core.device import pick_device
+from cs336_systems.core.harness import (
+    peak_memory_mb,
+    release_memory,
+    run_point,
+    summarize,
+    time_steps,
+)
+from cs336_systems.core.results import concat_csvs, provenance, write_csv
+from cs336_systems.core.workload import Workload
+from cs336_systems.kernels.attention import attention_function
+from cs336_systems.model import BATCH_SIZE, VOCAB_SIZE, size_spec
+
+MODES = ("forward", "forward_backward", "train_step")
+PRECISIONS = ("fp32", "bf16")
+COMPILE = ("eager", "compiled")
+# the measured ceiling each precision's MFU is taken against (fp32 runs at full fp32: no TF32)
+PEAK_FOR_PRECISION = {"fp32": "fp32", "bf16": "bf16"}
+
+
+def model_row(size: str, context_length: int, batch_size: int) -> dict:
+    spec = size_spec(size)
+    return {
+        "size": size,
+        **spec,
+        "params": flops.param_count(VOCAB_SIZE, spec["d_model"], spec["num_layers"], spec["d_ff"]),
+        "context_length": context_length,
+        "batch_size": batch_size,
+    }
+
+
+def step_flops(size: str, context_length: int, batch_size: int, mode: str) -> float:
+    spec = size_spec(size)
+    return flops.model_flops(
+        VOCAB_SIZE,
+        spec["d_model"],
+        spec["num_layers"],
+        spec["d_ff"],
+        batch_size,
+        context_length,
+        mode,
+    )
+
+
+def measure(
+    work: Workload, mode: str, precision: str, compiled: bool, warmup: int, steps: int
+) -> dict:
+    """Time one point; returns the stats columns (raises on OOM/failure: run_point catches)."""
+    step, cleanup = work.step(mode, precision, compiled)
+    try:
+        if work.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(work.device)
+        warm, times = time_steps(step, warmup, steps, work.device)
+        return {
+            **summarize(times, "step"),
+            "first_step_ms": (warm or times)[0],
+            "warmup_times_ms": json.dumps([round(t, 4) for t in warm]),
+            "step_times_ms": json.dumps([round(t, 4) for t in times]),
+            "peak_memory_mb": peak_memory_mb(work.device),
+        }
+    finally:
+        cleanup()
+
+
+def run_grid(
+    size: str,
+    context_length: int,
+    modes: list[str],
+    precisions: list[str],
+    compiles: list[str],
+    attention: str,
+    batch_size: int,
+    warmup: int,
+    steps: int,
+    device: torch.device,
+    base: dict,
+    compile_modes: list[str] | None = None,
+    compile_precisions: list[str] | None = None,
+    compile_mode: str = "default",
+) -> list[dict]:
+    rows: list[dict] = []
+    fixed = {
+        **base,
+        **model_row(size, context_length, batch_size),
+        "attention": attention,
+        "compile_mode": compile_mode,
+    }
+    built = run_point(
+        lambda: Workload.build(
+            size,
+            context_length,
+            batch_size,
+            device,
+            attention_function(attention),
+            compile_mode=compile_mode,
+        )
+    )
+    compile_modes = compile_modes if compile_modes is not None else modes
+    compile_precisions = compile_precisions if compile_precisions is not None else precisions
+    points = [
+        (c, p, m)
+        for c in compiles
+        for p in precisions
+        for m in modes
+        if c == "eager" or (m in compile_modes and p in compile_precisions)
+    ]
+    for n, (comp, prec, mode) in enumerate(points, 1):
+        row = {
+            **fixed,
+            "mode": mode,
+            "precision": prec,
+            "compile": comp,
+            "warmup_steps": warmup,
+            "measure_steps": steps,
+        }
+        if built.status != "ok":
+            rows.append({**row, "status": built.status})
+            continue
+        work = built.value
+        res = run_point(
+            lambda w=work, m=mode, p=prec, c=comp: measure(w, m, p, c == "compiled", warmup, steps)
+        )
+        row["status"] = res.status
+        if res.status == "ok":
+            row.update(res.value)
+            f = step_flops(size, context_length, batch_size, mode)
+            ms = row["step_ms_mean"]
+            row["flops_per_step"] = f
+            row["tflops"] = flops.tflops(f, ms)
+            row["tokens_per_s"] = batch_size * context_length / (ms * 1e-3)
+        rows.append(row)
+        summary = f"{row.get('step_ms_mean', float('nan')):.2f} ms" if res.status == "ok" else ""
+        print(
+            f"[benchmark] {n}/{len(points)} {size} ctx={context_length} {mode} {prec} {comp} "
+            f"{attention}: {res.status} {summary}",
+            flush=True,
+        )
+    built = work = None
+    release_memory()
+    return rows
+
+
+def run_warmup_sweep(
+    size: str,
+    context_length: int,
+    warmups: list[int],
+    steps: int,
+    mode: str,
+    precision: str,
+    batch_size: int,
+    device: torch.device,
+    base: dict,
+) -> list[dict]:
+    """The same point measured after 0, 1, 2, ... warm-up steps, each on a freshly built model,
+    so the first steps' costs (allocator growth, kernel selection, caches) show again each time."""
+    rows = []
+    for w in warmups:
+
+        def point(w=w):
+            work = Workload.build(size, context_length, batch_size, device)
+            return measure(work, mode, precision, False, w, steps)
+
+        res = run_point(point)
+        row = {
+            **base,
+            **model_row(size, context_length, batch_size),
+            "attention": "naive",
+            "mode": mode,
+            "precision": precision,
+            "compile": "eager",
+            "warmup_steps": w,
+            "measure_steps": steps,
+            "status": res.status,
+        }
+        if res.status == "ok":
+            row.update(res.value)
+        rows.append(row)
+        print(f"[benchmark-warmup] {size} warmup={w}: {res.status}", flush=True)
+    return rows
+
+
+def add_mfu(df: pd.DataFrame, ceilings: pd.DataFrame) -> pd.DataFrame:
+    """MFU = achieved TFLOP/s over the measured matmul peak of the point's precision."""
+    peaks = (
+        ceilings[(ceilings["kind"] == "matmul") & (ceilings["status"] == "ok")]
+        .set_index("dtype")["tflops"]
+        .to_dict()
+        if len(ceilings)
+        else {}
+    )
+    df = df.copy()
+    if "tflops" not in df:
+        df["tflops"] = float("nan")
+    df["peak_tflops"] = df["precision"].map(lambda p: peaks.get(PEAK_FOR_PRECISION.get(p, p)))
+    df["mfu"] = df["tflops"] / df["peak_tflops"].astype(float)
+    return df
+
+
+def _csv_list(text: str, cast=str) -> list:
+    return [cast(x) for x in text.split(",") if x]
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("run", "warmup"):
+        p = sub.add_parser(name)
+        p.add_argument("--size", required=True)
+        p.add_argument("--context-length", type=int, required=True)
+        p.add_argument("--batch-size", type=int, default=BATCH_SIZE)
+        p.add_argument("--steps", type=int, default=10)
+        p.add_argument("--device", default="auto")
+        p.add_argument("--machine", required=True)
+        p.add_argument("--preset", required=True)
+        p.add_argument("--out", required=True)
+    run = sub.choices["run"]
+    run.add_argument("--modes", default=",".join(MODES))
+    run.add_argument("--precisions", default=",".join(PRECISIONS))
+    run.add_argument("--compile", default="eager")
+    run.add_argument("--compile-modes", default=None, help="modes that get compiled points")
+    run.add_argument(
+        "--compile-precisions", default=None, help="precisions that get compiled points"
+    )
+    run.add_argument("--attention", default="naive")
+    run.add_argument(
+        "--compile-mode",
+        default="default",
+        choices=["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"],
+    )
+    run.add_argument("--warmup", type=int, default=5)
+    warm = sub.choices["warmup"]
+    warm.add_argument("--warmups", default="0,1,2,5")
+    warm.add_argument("--mode", default="train_step")
+    warm.add_argument("--precision", default="fp32")
+    agg = sub.add_parser("aggregate")
+    agg.add_argument("--ceilings", required=True)
+    agg.add_argument("--out", required=True)
+    agg.add_argument("inputs", nargs="+")
+    args = ap.parse_args(argv)
+
+    if args.cmd == "aggregate":
+        df = concat_csvs(args.inputs, args.out)
+        df = add_mfu(df, pd.read_csv(args.ceilings))
+        write_csv(df, args.out)
+        print(f"wrote {args.out}: {len(df)} rows, {int((df['status'] != 'ok').sum())} not ok")
+        return
+
+    device = pick_device(args.device)
+    base = {**provenance(args.machine, args.preset), "device": device.type}
+    if args.cmd == "run":
+        rows = run_grid(
+            args.size,
+            args.context_length,
+            _csv_list(args.modes),
+            _csv_list(args.precisions),
+            _csv_list(args.compile),
+            args.attention,
+            args.batch_size,
+            args.warmup,
+            args.steps,
+            device,
+            base,
+            _csv_list(args.compile_modes) if args.compile_modes else None,
+            _csv_list(args.compile_precisions) if args.compile_precisions else None,
+            args.compile_mode,
+        )
+    else:
+        rows = run_warmup_sweep(
+            args.size,
+            args.context_length,
+            _csv_list(args.warmups, int),
+            args.steps,
+            args.mode,
+            args.precision,
+            args.batch_size,
+            device,
+            base,
+        )
+    write_csv(rows, args.out)
+    print(f"wrote {args.out}: {len(rows)} rows")
+
+
+if __name__ == "__main__":
+    main()

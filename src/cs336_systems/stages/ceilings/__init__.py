@@ -1,0 +1,10 @@
+"""Stage `ceilings`: This machine's matmul peaks and copy bandwidth: the denominators of every MFU figure.
+
+`python -m cs336_systems.stages.ceilings` measures (see measure.py); analysis.py turns the CSVs into
+figures and the report's sentences; plan.py (where present) holds what the workflow needs to plan
+the stage's jobs. Keep this file free of heavy imports: the workflow reads it while planning.
+"""
+
+TITLE = "Machine ceilings"
+# where the section sits in the report (ascending)
+ORDER = 20

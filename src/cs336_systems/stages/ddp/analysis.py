@@ -1,0 +1,424 @@
+"""Report context and figures for the `ddp` stage (questions 23-27).
+
+The bucket-size model (assignment's overhead equation): with total gradient bytes s, all-reduce
+bandwidth w (algorithmic: message bytes / time), a fixed cost o per all-reduce call and n_b
+equal buckets, and each bucket's gradient computation taking as long as its communication
+(c = s / (n_b w)), bucket i is ready at i c and the communication stream falls behind by o per
+call, so the last all-reduce ends at (n_b + 1) c + n_b o while backward ends at n_b c:
+
+    overhead(n_b) = s / (n_b w) + n_b o,
+
+minimized at n_b* = sqrt(s / (w o)), i.e. a bucket size b* = s / n_b* = sqrt(s w o), where the
+overhead is 2 sqrt(s o / w). The predicted step time is the compute-only step plus the overhead.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from cs336_systems.core.analysis import (
+    empty_figure,
+    failed_points,
+    fmt,
+    load,
+    md_table,
+    ok,
+    pct,
+    plot_main,
+    save,
+)
+from cs336_systems.core.costs import fit_latency_bandwidth
+from cs336_systems.parallel.ddp import optimal_bucket, overhead_model
+
+BYTES_PER_MB = 2**20
+PARTS = [("fwd_bwd", "forward+backward"), ("comm", "gradient sync"), ("opt", "optimizer step")]
+
+
+def run_label(variant: str, bucket: float | None) -> str:
+    if variant == "bucketed":
+        return f"bucketed {bucket:g} MB"
+    return {"baseline": "compute only (1 process)", "overlap": "overlap (per parameter)"}.get(
+        variant, variant
+    )
+
+
+def _variants(df: pd.DataFrame) -> pd.DataFrame:
+    if len(df) == 0 or "kind" not in df:
+        return pd.DataFrame()
+    return df[df["kind"] == "variants"].copy()
+
+
+def _one(d: pd.DataFrame, variant: str) -> pd.Series | None:
+    rows = ok(d)[ok(d)["variant"] == variant]
+    return rows.iloc[0] if len(rows) else None
+
+
+def comm_fits(df: pd.DataFrame, allreduce: pd.DataFrame) -> dict[str, dict]:
+    """Latency o (s) and bandwidth w (B/s) from the all-reduce stage (same backend, world size,
+    default buffers) and from this stage's naive and flat runs (per-call cost from their
+    difference: naive makes one call per gradient tensor, flat one)."""
+    fits: dict[str, dict] = {}
+    d = _variants(df)
+    if len(d) == 0:
+        return fits
+    backend, n = d["backend"].iloc[0], int(d["world_size"].iloc[0])
+    if len(allreduce):
+        f = fit_latency_bandwidth(allreduce)
+        if len(f):
+            f = f[(f["backend"] == backend) & (f["world_size"] == n) & (f["buffers"] == "default")]
+        if len(f):
+            r = f.iloc[0]
+            fits["allreduce stage"] = {"o": r.latency_us * 1e-6, "w": r.bandwidth_gbps * 1e9}
+    naive, flat = _one(d, "naive"), _one(d, "flat")
+    if naive is not None and flat is not None and naive.num_grad_tensors > 1:
+        s = naive.grad_mb * BYTES_PER_MB
+        o = (naive.comm_ms_mean - flat.comm_ms_mean) * 1e-3 / (naive.num_grad_tensors - 1)
+        if o > 0 and flat.comm_ms_mean * 1e-3 > o:
+            fits["naive vs flat DDP runs"] = {"o": o, "w": s / (flat.comm_ms_mean * 1e-3 - o)}
+    return fits
+
+
+def bucket_table(df: pd.DataFrame, fit: dict | None) -> pd.DataFrame:
+    d = ok(_variants(df))
+    base = _one(d, "baseline")
+    b = d[d["variant"] == "bucketed"].sort_values("bucket_size_mb")
+    rows = []
+    for r in b.itertuples():
+        row = {
+            "bucket (MB)": r.bucket_size_mb,
+            "buckets": int(r.num_buckets),
+            "step (ms)": r.step_ms_mean,
+            "std (ms)": r.step_ms_std,
+            "sync after backward (ms)": r.comm_ms_mean,
+        }
+        if fit is not None and base is not None:
+            over = overhead_model(r.grad_mb * BYTES_PER_MB, fit["w"], fit["o"], r.num_buckets)
+            row["model overhead (ms)"] = over * 1e3
+            row["model step (ms)"] = base.step_ms_mean + over * 1e3
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _variant_table(d: pd.DataFrame, base_ms: float) -> pd.DataFrame:
+    rows = []
+    for r in ok(d).itertuples():
+        bucket = r.bucket_size_mb if r.variant == "bucketed" else None
+        row = {
+            "run": run_label(r.variant, bucket),
+            "step (ms)": f"{fmt(r.step_ms_mean)} ± {fmt(r.step_ms_std)}",
+            "fwd+bwd (ms)": r.fwd_bwd_ms_mean,
+            "sync (ms)": r.comm_ms_mean,
+            "optimizer (ms)": r.opt_ms_mean,
+            "sync share": pct(r.comm_share) if r.variant != "baseline" else "–",
+            "vs compute only": f"{fmt(r.step_ms_mean / base_ms)}x" if base_ms else "–",
+        }
+        if "prof_overlap_share" in d:
+            share = getattr(r, "prof_overlap_share", math.nan)
+            row["NCCL time overlapped"] = pct(share) if isinstance(share, float) else "–"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _memory(df: pd.DataFrame) -> dict:
+    if len(df) == 0 or "kind" not in df:
+        return {}
+    m = ok(df[df["kind"] == "sharding"])
+    if len(m) == 0:
+        return {}
+    cols = {
+        "params_mb": "parameters",
+        "grads_mb": "gradients",
+        "optimizer_state_mb": "optimizer state (this rank)",
+        "mem_init_peak_mb": "peak after construction",
+        "mem_before_step_peak_mb": "peak before optimizer step",
+        "mem_after_step_peak_mb": "peak after optimizer step",
+        "step_ms_mean": "step (ms)",
+        "opt_ms_mean": "optimizer step (ms)",
+    }
+    t = m.set_index("variant")[list(cols)].rename(columns=cols).T
+    t = t.reset_index().rename(columns={"index": "MB per rank (max over ranks)"})
+    t.columns.name = None
+    out = {
+        "memory_table": md_table(t),
+        "measured_peaks": bool(m["mem_after_step_peak_mb"].notna().any()),
+    }
+    if {"unsharded", "sharded"} <= set(m["variant"]):
+        u = m[m["variant"] == "unsharded"].iloc[0]
+        s = m[m["variant"] == "sharded"].iloc[0]
+        n = int(s.world_size)
+        out["state"] = (
+            f"The optimizer state held per rank falls from {fmt(u.optimizer_state_mb)} MB to "
+            f"{fmt(s.optimizer_state_mb)} MB ({fmt(s.optimizer_state_mb / u.optimizer_state_mb)}x; "
+            f"an even split over {n} ranks would be {fmt(1 / n)}x — parameters are assigned whole, "
+            f"so the largest tensors limit the balance)."
+        )
+        if out["measured_peaks"]:
+            saved = u.mem_after_step_peak_mb - s.mem_after_step_peak_mb
+            out["peaks"] = (
+                f"Peak memory after the optimizer step: {fmt(u.mem_after_step_peak_mb)} MB "
+                f"unsharded vs {fmt(s.mem_after_step_peak_mb)} MB sharded ({fmt(saved)} MB saved, "
+                f"{pct(saved / u.mem_after_step_peak_mb)}); before the step "
+                f"{fmt(u.mem_before_step_peak_mb)} vs {fmt(s.mem_before_step_peak_mb)} MB; after "
+                f"construction {fmt(u.mem_init_peak_mb)} vs {fmt(s.mem_init_peak_mb)} MB (AdamW "
+                f"allocates its state at the first step, so construction costs the same)."
+            )
+        out["time"] = (
+            f"Time per step: {fmt(u.step_ms_mean)} ms unsharded vs {fmt(s.step_ms_mean)} ms "
+            f"sharded; the optimizer step itself {fmt(u.opt_ms_mean)} vs {fmt(s.opt_ms_mean)} ms "
+            f"(the sharded step updates 1/{n} of the parameters, then broadcasts every parameter "
+            f"from its owner)."
+        )
+    return out
+
+
+def context(results_dir: Path) -> dict:
+    df = load(results_dir, "ddp")
+    if len(df) == 0:
+        return {"available": False}
+    allreduce = load(results_dir, "allreduce")
+    d = _variants(df)
+    first = df.iloc[0]
+    ctx: dict = {
+        "available": True,
+        "setup": (
+            f"model `{first['size']}` ({fmt(first['params'] / 1e6, 1)} M parameters), context "
+            f"{int(first['context_length'])}, batch {int(first['batch_per_rank'])} per rank, "
+            f"{first['backend']} with {int(first['world_size'])} processes"
+            f"{' (one per GPU)' if first['backend'] == 'nccl' else ' on the CPU'}, "
+            f"fp32, AdamW; {int(first['warmup_steps'])} warm-up and "
+            f"{int(first['measure_steps'])} measured steps per run"
+        ),
+        "n_points": len(df),
+        "n_ok": len(ok(df)),
+        "failed_table": md_table(
+            failed_points(df, ["kind", "variant", "bucket_size_mb"]).drop_duplicates()
+        )
+        if len(ok(df)) < len(df)
+        else "",
+    }
+    base = _one(d, "baseline")
+    base_ms = float(base.step_ms_mean) if base is not None else math.nan
+    ctx["variant_table"] = md_table(_variant_table(d, base_ms)) if len(ok(d)) else ""
+    ctx["baseline"] = (
+        f"The compute-only step (forward, backward, AdamW on one process with the per-rank "
+        f"batch, no communication) takes {fmt(base_ms)} ms."
+        if base is not None
+        else "The compute-only baseline did not run."
+    )
+    naive, flat, overlap = _one(d, "naive"), _one(d, "flat"), _one(d, "overlap")
+    if naive is not None:
+        ctx["q23"] = (
+            f"Naive DDP (one blocking all-reduce per parameter tensor, "
+            f"{int(naive.num_grad_tensors)} calls for {fmt(naive.grad_mb)} MB of gradients): "
+            f"{fmt(naive.step_ms_mean)} ms per step, of which {fmt(naive.comm_ms_mean)} ms "
+            f"({pct(naive.comm_share)}) is spent communicating gradients"
+            + (
+                f"; {fmt(naive.step_ms_mean / base_ms)}x the compute-only step."
+                if base is not None
+                else "."
+            )
+        )
+    if naive is not None and flat is not None:
+        ctx["q24"] = (
+            f"One all-reduce of the flattened gradients: {fmt(flat.step_ms_mean)} ms per step and "
+            f"{fmt(flat.comm_ms_mean)} ms communicating, against {fmt(naive.step_ms_mean)} ms and "
+            f"{fmt(naive.comm_ms_mean)} ms naive ({fmt(naive.comm_ms_mean / flat.comm_ms_mean)}x "
+            f"less communication time): one call pays the per-call cost once instead of "
+            f"{int(naive.num_grad_tensors)} times, at the price of copying the gradients into "
+            f"and out of one buffer."
+        )
+    if overlap is not None:
+        ref = ", ".join(
+            f"{name} {fmt(r.step_ms_mean)} ms"
+            for name, r in (("naive", naive), ("flat", flat))
+            if r is not None
+        )
+        text = (
+            f"Overlapping each gradient's all-reduce with the rest of backward: "
+            f"{fmt(overlap.step_ms_mean)} ms per step ({ref}); only {fmt(overlap.comm_ms_mean)} ms "
+            f"of communication is left after backward."
+        )
+        if base is not None:
+            text += (
+                f" Forward+backward itself takes {fmt(overlap.fwd_bwd_ms_mean)} ms against "
+                f"{fmt(base.fwd_bwd_ms_mean)} ms without communication: the all-reduces "
+                f"launched during backward compete with it for "
+                f"{'SMs and memory bandwidth' if overlap.backend == 'nccl' else 'CPU cores'}."
+            )
+        share = overlap.get("prof_overlap_share", math.nan)
+        if isinstance(share, float) and not math.isnan(share):
+            text += (
+                f" In the profiled step {pct(share)} of the NCCL kernel time "
+                f"({fmt(overlap.prof_comm_kernel_ms)} ms) ran while compute kernels ran."
+            )
+        ctx["q25"] = text
+    traces = sorted(set(ok(d).get("trace", pd.Series(dtype=str)).dropna().astype(str)) - {""})
+    ctx["traces"] = [f"{results_dir}/ddp/raw/{t}" for t in traces]
+
+    # Q26: bucket sizes against the overhead model
+    fits = comm_fits(df, allreduce)
+    ctx["fits"] = [
+        f"{name}: o = {fmt(f['o'] * 1e6, 1)} us per call, w = {fmt(f['w'] / 1e9)} GB/s"
+        for name, f in fits.items()
+    ]
+    fit_name = next(iter(fits), None)
+    fit = fits.get(fit_name) if fit_name else None
+    bt = bucket_table(df, fit)
+    ctx["bucket_table"] = md_table(bt) if len(bt) else ""
+    ctx["fit_used"] = fit_name or ""
+    bucketed = ok(d)[ok(d)["variant"] == "bucketed"]
+    if len(bucketed):
+        best = bucketed.loc[bucketed["step_ms_mean"].idxmin()]
+        ctx["best_bucket"] = (
+            f"The fastest measured bucket size is {fmt(best.bucket_size_mb)} MB "
+            f"({fmt(best.step_ms_mean)} ms per step"
+            + (
+                f", {fmt(best.step_ms_mean / base_ms)}x the compute-only step)."
+                if base is not None
+                else ")."
+            )
+        )
+        if fit is not None:
+            s = float(best.grad_mb) * BYTES_PER_MB
+            opt = optimal_bucket(s, fit["w"], fit["o"])
+            ctx["model_best"] = (
+                f"With s = {fmt(best.grad_mb)} MB of gradients and the {fit_name} fit, the model "
+                f"puts the optimum at n_b* = sqrt(s/(w·o)) = {fmt(opt['n_b'], 1)} buckets, a "
+                f"bucket size of b* = sqrt(s·w·o) = {fmt(opt['bucket_mb'])} MB, with "
+                f"{fmt(opt['overhead_ms'])} ms of overhead"
+                + (
+                    "; since n_b* < 1, one bucket holding every gradient is the best the model "
+                    "allows: the per-call cost outweighs what overlap can hide."
+                    if opt["n_b"] < 1
+                    else "."
+                )
+            )
+            if "model step (ms)" in bt:
+                err = (bt["model step (ms)"] - bt["step (ms)"]) / bt["step (ms)"]
+                ctx["model_error"] = (
+                    f"Across the measured bucket sizes the model's step time is off by "
+                    f"{pct(float(err.abs().mean()))} on average (largest {pct(float(err.abs().max()))}); "
+                    f"it ignores the compute slowed down by concurrent communication kernels, the "
+                    f"copies into and out of the bucket buffers, and that real buckets are not "
+                    f"equal and backward does not produce gradients at a constant rate."
+                )
+    ctx.update(_memory(df))
+    return ctx
+
+
+def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
+    df = load(results_dir, "ddp")
+    allreduce = load(results_dir, "allreduce")
+    fig_dir = Path(fig_dir)
+    paths = {n: fig_dir / f"ddp_{n}.png" for n in ("variants", "buckets", "memory")}
+    out = []
+    d = ok(_variants(df)) if len(df) else pd.DataFrame()
+
+    # step time split into forward+backward, sync after backward and optimizer step
+    if len(d) == 0:
+        out.append(empty_figure(paths["variants"], "no successful DDP runs"))
+    else:
+        labels = [
+            run_label(r.variant, r.bucket_size_mb if r.variant == "bucketed" else None)
+            for r in d.itertuples()
+        ]
+        fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(d)), 4))
+        bottom = np.zeros(len(d))
+        for col, name in PARTS:
+            vals = d[f"{col}_ms_mean"].to_numpy()
+            ax.bar(labels, vals, bottom=bottom, label=name)
+            bottom += vals
+        ax.errorbar(
+            labels, d["step_ms_mean"], yerr=d["step_ms_std"], fmt="k.", label="step (total)"
+        )
+        ax.set_ylabel("ms per training step (slowest rank)")
+        ax.set_title("DDP variants: where a step's time goes")
+        ax.tick_params(axis="x", rotation=30)
+        ax.legend(fontsize=8)
+        out.append(save(fig, paths["variants"]))
+
+    # bucket size: measured step time vs the overhead model
+    b = d[d["variant"] == "bucketed"].sort_values("bucket_size_mb") if len(d) else d
+    if len(b) == 0:
+        out.append(empty_figure(paths["buckets"], "no successful bucketed runs"))
+    else:
+        fig, ax = plt.subplots(figsize=(6.5, 4))
+        ax.errorbar(
+            b["bucket_size_mb"],
+            b["step_ms_mean"],
+            yerr=b["step_ms_std"],
+            marker="o",
+            label="measured",
+        )
+        base = _one(d, "baseline")
+        fits = comm_fits(df, allreduce)
+        if base is not None:
+            ax.axhline(base.step_ms_mean, color="gray", ls=":", label="compute only")
+            s = float(b["grad_mb"].iloc[0]) * BYTES_PER_MB
+            sizes = np.geomspace(b["bucket_size_mb"].min() / 4, b["bucket_size_mb"].max(), 100)
+            for (name, f), style in zip(fits.items(), ("--", "-."), strict=False):
+                n_b = np.maximum(1.0, s / (sizes * BYTES_PER_MB))
+                pred = base.step_ms_mean + 1e3 * (s / (n_b * f["w"]) + n_b * f["o"])
+                ax.plot(sizes, pred, style, label=f"model ({name})")
+        others = d[d["variant"].isin(["naive", "flat", "overlap"])]
+        for r, color in zip(others.itertuples(), ("C3", "C4", "C5"), strict=False):
+            ax.axhline(
+                r.step_ms_mean,
+                color=color,
+                lw=0.9,
+                ls=(0, (5, 3)),
+                label=run_label(r.variant, None),
+            )
+        ax.set_xscale("log")
+        ax.set_xlabel("bucket size (MB)")
+        ax.set_ylabel("ms per training step")
+        ax.set_title("Bucketed DDP: step time vs bucket size")
+        ax.legend(fontsize=7)
+        out.append(save(fig, paths["buckets"]))
+
+    # memory with and without optimizer-state sharding
+    m = ok(df[df["kind"] == "sharding"]) if len(df) and "kind" in df else pd.DataFrame()
+    if len(m) == 0:
+        out.append(empty_figure(paths["memory"], "no successful sharding runs"))
+    else:
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+        names = list(m["variant"])
+        bottom = np.zeros(len(m))
+        for col, label in (
+            ("params_mb", "parameters"),
+            ("grads_mb", "gradients"),
+            ("optimizer_state_mb", "optimizer state"),
+        ):
+            vals = m[col].fillna(0).to_numpy()
+            axes[0].bar(names, vals, bottom=bottom, label=label)
+            bottom += vals
+        axes[0].set_ylabel("MB per rank")
+        axes[0].set_title("tensors held per rank")
+        axes[0].legend(fontsize=8)
+        peaks = [
+            ("mem_init_peak_mb", "after construction"),
+            ("mem_before_step_peak_mb", "before optimizer step"),
+            ("mem_after_step_peak_mb", "after optimizer step"),
+        ]
+        if m["mem_after_step_peak_mb"].notna().any():
+            x = np.arange(len(peaks))
+            for i, r in enumerate(m.itertuples()):
+                axes[1].bar(x + 0.4 * i, [getattr(r, c) for c, _ in peaks], 0.4, label=r.variant)
+            axes[1].set_xticks(x + 0.2, [label for _, label in peaks])
+            axes[1].set_ylabel("peak allocated MB (max over ranks)")
+            axes[1].legend(fontsize=8)
+        else:
+            axes[1].axis("off")
+            axes[1].text(0.5, 0.5, "peak memory is measured on CUDA only", ha="center")
+        axes[1].set_title("peak memory")
+        out.append(save(fig, paths["memory"]))
+    return out
+
+
+if __name__ == "__main__":
+    plot_main(plot)

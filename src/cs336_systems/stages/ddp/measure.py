@@ -1,0 +1,580 @@
+"""Stage `ddp`: data-parallel training steps with each DDP variant, and optimizer-state sharding.
+
+    python -m cs336_systems.stages.ddp.measure variants --backend nccl --world-size 2 --size xl ...
+    python -m cs336_systems.stages.ddp.measure sharding --backend nccl --world-size 2 --size xl ...
+
+`variants` (one torchrun launch): first the compute-only baseline (forward, backward, AdamW step
+without any communication, on rank 0 while the other ranks wait: a single-process step with
+the per-rank batch), then for each DDP variant (naive, flat, overlap, bucketed at each bucket
+size) warm-up and measured steps on the same model. Per step and rank: `fwd_bwd` (forward +
+backward, including what overlapped communication slows down), `comm` (from the end of backward
+to the end of `finish_gradient_synchronization`: the gradient communication the step waits
+for), `opt` (the optimizer step) and `step` (all of it, synchronized at both ends). CUDA events
+time the parts on GPU. Each statistic is taken over the slowest rank per step. After timing, the
+ranks' parameters are compared: a variant whose replicas diverged is an `error:` row.
+
+`sharding` (one launch): the same training step with AdamW, unsharded and then sharded
+(`ShardedOptimizer`), gradients averaged by the overlapped DDP wrapper (it allocates nothing
+beyond the gradients). Peak memory (CUDA allocator, max over ranks) after building the model and
+optimizer, just before and just after the optimizer step of a measured step, with a breakdown
+into parameters, gradients and optimizer state; the time per step.
+
+An optional profile (`--profile`) records one step of naive, overlap and the best bucketed
+variant with torch.profiler (Chrome traces in `--trace-dir` for the timeline) and, on GPU,
+measures how much of the NCCL kernel time ran while compute kernels ran.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from cs336_systems.core.harness import StepClock, synchronize
+from cs336_systems.parallel.launch import summarize_slowest
+from cs336_systems.profiling.overlap import profile_step
+
+POINT_KEYS = ("variant", "bucket_size_mb")
+BYTES_PER_MB = 2**20
+
+
+# ---- worker --------------------------------------------------------------------------------
+
+
+def make_batch(args, rank: int, device):
+    import torch
+
+    from cs336_systems.model import VOCAB_SIZE
+
+    gen = torch.Generator().manual_seed(args.seed + 1000 * (rank + 1))
+    tokens = torch.randint(
+        0, VOCAB_SIZE, (args.batch_per_rank, args.context_length + 1), generator=gen
+    )
+    tokens = tokens.to(device)
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+def build(args, device):
+    import torch
+
+    from cs336_systems.model import build_model
+
+    torch.manual_seed(args.seed)
+    with device:  # initialize on the device: an xl model built on the host takes minutes
+        return build_model(args.size, args.context_length)
+
+
+def timed_steps(
+    step: Callable[[StepClock], None], warmup: int, steps: int, device
+) -> dict[str, list[float]]:
+    """Per measured step: step (host, synchronized), fwd_bwd, comm, opt (events / host)."""
+    out: dict[str, list[float]] = {"step": [], "fwd_bwd": [], "comm": [], "opt": []}
+    for i in range(warmup + steps):
+        clock = StepClock(device)
+        synchronize(device)
+        t0 = time.perf_counter()
+        step(clock)
+        synchronize(device)
+        total = (time.perf_counter() - t0) * 1e3
+        if i >= warmup:
+            out["step"].append(total)
+            out["fwd_bwd"].append(clock.ms("start", "backward"))
+            out["comm"].append(clock.ms("backward", "synced"))
+            out["opt"].append(clock.ms("synced", "end"))
+    return out
+
+
+def training_step(net, optimizer, x, y, ddp=None) -> Callable[[StepClock], None]:
+    import torch.nn.functional as F
+
+    def step(clock: StepClock) -> None:
+        clock.mark("start")
+        if ddp is not None:
+            ddp.on_train_batch_start()
+        logits = net(x)
+        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+        loss.backward()
+        clock.mark("backward")
+        if ddp is not None:
+            ddp.finish_gradient_synchronization()
+        clock.mark("synced")
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        clock.mark("end")
+
+    return step
+
+
+def replicas_agree(model, ctx) -> float:
+    """Largest relative spread over ranks of the per-parameter sums (0 when replicas agree)."""
+    import torch
+    import torch.distributed as dist
+
+    sums = torch.stack([p.detach().double().sum() for p in model.parameters()])
+    hi, lo = sums.clone(), sums.clone()
+    dist.all_reduce(hi, op=dist.ReduceOp.MAX)
+    dist.all_reduce(lo, op=dist.ReduceOp.MIN)
+    return ((hi - lo).abs() / sums.abs().clamp_min(1e-12)).max().item()
+
+
+def measure_variant(model, variant: str, bucket: float | None, args, ctx, x, y) -> dict:
+    """Warm-up and measured steps of one DDP variant on `model`, then the replica check."""
+    from cs336_systems.model import make_optimizer
+    from cs336_systems.parallel.ddp import wrap
+
+    ddp = wrap(model, variant, bucket)
+    try:
+        # a fresh optimizer per run: every rank starts it with the same (empty) state
+        optimizer = make_optimizer(model, lr=args.lr)
+        times = timed_steps(
+            training_step(ddp, optimizer, x, y, ddp), args.warmup, args.steps, ctx.device
+        )
+        spread = replicas_agree(model, ctx)
+        row = summarize_slowest(times, ctx)
+        row["replica_spread"] = spread
+        row["num_buckets"] = getattr(ddp, "num_buckets", None)
+        row["num_grad_tensors"] = len(ddp.sync_params)
+        row["grad_mb"] = _mb(sum(p.numel() * p.element_size() for p in ddp.sync_params))
+        if spread > 1e-6:
+            row["status"] = f"error: replicas diverged (relative spread {spread:.1e})"
+        return row
+    finally:
+        ddp.remove_hooks()
+        model.zero_grad(set_to_none=True)
+
+
+def profile_variant(model, variant: str, bucket: float | None, args, ctx, x, y) -> dict:
+    from cs336_systems.model import make_optimizer
+    from cs336_systems.parallel.ddp import wrap
+
+    ddp = wrap(model, variant, bucket)
+    try:
+        optimizer = make_optimizer(model, lr=args.lr)
+        step = training_step(ddp, optimizer, x, y, ddp)
+        step(StepClock(ctx.device))  # one unprofiled step: optimizer state, allocator
+        name = f"ddp_{variant}" + (f"_{bucket:g}mb" if bucket is not None else "")
+        keep = ctx.is_main and args.trace_dir
+        trace = Path(args.trace_dir) / f"{name}_rank0.json" if keep else None
+        stats = profile_step(step, ctx.device, trace)
+        return {**stats, "trace": trace.name if trace else ""}
+    finally:
+        ddp.remove_hooks()
+        model.zero_grad(set_to_none=True)
+
+
+def run_variants(args, ctx) -> list[dict]:
+    import torch.distributed as dist
+
+    from cs336_systems.core.harness import run_point
+    from cs336_systems.model import make_optimizer
+    from cs336_systems.parallel.launch import write_rows
+
+    device = ctx.device
+    model = build(args, device)
+    x, y = make_batch(args, ctx.rank, device)
+    rows: list[dict] = []
+
+    def log(row: dict) -> None:
+        rows.append(row)
+        if ctx.is_main:
+            print(
+                f"[ddp] {row['variant']} bucket={row['bucket_size_mb']}: {row['status']}, "
+                f"step {row.get('step_ms_mean', math.nan):.2f} ms, "
+                f"comm {row.get('comm_ms_mean', math.nan):.2f} ms",
+                flush=True,
+            )
+        write_rows(rows, args.result, ctx)
+
+    if args.baseline:
+
+        def baseline() -> dict:
+            if not ctx.is_main:
+                return {}
+            optimizer = make_optimizer(model, lr=args.lr)
+            step = training_step(model, optimizer, x, y)
+            row = summarize_slowest(timed_steps(step, args.warmup, args.steps, device), None)
+            model.zero_grad(set_to_none=True)
+            return row
+
+        res = run_point(baseline)
+        dist.barrier()
+        log(
+            {
+                "variant": "baseline",
+                "bucket_size_mb": None,
+                "status": res.status,
+                **(res.value or {}),
+            }
+        )
+
+    runs = [(v, None) for v in args.variants if v != "bucketed"]
+    if "bucketed" in args.variants:
+        runs += [("bucketed", b) for b in args.bucket_sizes_mb]
+    for variant, bucket in runs:
+        res = run_point(lambda v=variant, b=bucket: measure_variant(model, v, b, args, ctx, x, y))
+        log(
+            {
+                "variant": variant,
+                "bucket_size_mb": bucket,
+                "status": res.status,
+                **(res.value or {}),
+            }
+        )
+
+    if args.profile:
+        bucketed = [r for r in rows if r["variant"] == "bucketed" and r["status"] == "ok"]
+        best = (
+            min(bucketed, key=lambda r: r["step_ms_mean"])["bucket_size_mb"] if bucketed else None
+        )
+        targets = [("naive", None), ("overlap", None)] + ([("bucketed", best)] if bucketed else [])
+        for variant, bucket in targets:
+            if variant not in args.variants:
+                continue
+            res = run_point(
+                lambda v=variant, b=bucket: profile_variant(model, v, b, args, ctx, x, y)
+            )
+            for row in rows:
+                if (row["variant"], row["bucket_size_mb"]) == (variant, bucket) and res.value:
+                    row.update(res.value)
+            write_rows(rows, args.result, ctx)
+    return rows
+
+
+def _mb(nbytes: float) -> float:
+    return nbytes / BYTES_PER_MB
+
+
+def _memory_point(args, ctx, sharded: bool) -> dict:
+    import torch
+
+    from cs336_systems.parallel.ddp import DDPOverlapIndividual
+    from cs336_systems.parallel.launch import slowest_rank
+    from cs336_systems.parallel.sharded_optimizer import ShardedOptimizer
+
+    device = ctx.device
+    cuda = device.type == "cuda"
+
+    def allocated() -> tuple[float, float]:
+        if not cuda:
+            return math.nan, math.nan
+        return _mb(torch.cuda.memory_allocated(device)), _mb(
+            torch.cuda.max_memory_allocated(device)
+        )
+
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+    start_alloc, _ = allocated()
+    model = build(args, device)
+    ddp = DDPOverlapIndividual(model)
+    adamw = {"lr": args.lr, "weight_decay": 0.01, "fused": cuda}
+    if sharded:
+        optimizer = ShardedOptimizer(model.parameters(), torch.optim.AdamW, **adamw)
+    else:
+        optimizer = torch.optim.AdamW(model.parameters(), **adamw)
+    init_alloc, init_peak = allocated()
+    x, y = make_batch(args, ctx.rank, device)
+    memory: dict[str, float] = {}
+
+    def step(clock: StepClock, record: bool = False) -> None:
+        import torch.nn.functional as F
+
+        if record and cuda:
+            torch.cuda.reset_peak_memory_stats(device)
+        clock.mark("start")
+        logits = ddp(x)
+        F.cross_entropy(logits.flatten(0, 1), y.flatten()).backward()
+        clock.mark("backward")
+        ddp.finish_gradient_synchronization()
+        clock.mark("synced")
+        if record:
+            synchronize(device)
+            memory["before_alloc"], memory["before_peak"] = allocated()
+            memory["grads_mb"] = _mb(
+                sum(
+                    p.grad.numel() * p.grad.element_size()
+                    for p in model.parameters()
+                    if p.grad is not None
+                )
+            )
+        optimizer.step()
+        if record:
+            synchronize(device)
+            memory["after_alloc"], memory["after_peak"] = allocated()
+        optimizer.zero_grad(set_to_none=True)
+        clock.mark("end")
+
+    times = timed_steps(step, args.warmup, args.steps, device)
+    step(StepClock(device), record=True)
+    inner = optimizer.local_optimizer if sharded else optimizer
+    state_bytes = sum(
+        v.numel() * v.element_size()
+        for st in inner.state.values()
+        for v in st.values()
+        if torch.is_tensor(v)
+    )
+    params_mb = _mb(sum(p.numel() * p.element_size() for p in model.parameters()))
+    values = [
+        start_alloc,
+        init_alloc,
+        init_peak,
+        memory["before_alloc"],
+        memory["before_peak"],
+        memory["after_alloc"],
+        memory["after_peak"],
+        _mb(state_bytes),
+    ]
+    worst = slowest_rank(values, ctx)  # memory: max over ranks
+    row = summarize_slowest(times, ctx)
+    row.update(
+        {
+            "mem_start_mb": worst[0],
+            "mem_init_allocated_mb": worst[1],
+            "mem_init_peak_mb": worst[2],
+            "mem_before_step_allocated_mb": worst[3],
+            "mem_before_step_peak_mb": worst[4],
+            "mem_after_step_allocated_mb": worst[5],
+            "mem_after_step_peak_mb": worst[6],
+            "optimizer_state_mb": worst[7],
+            "params_mb": params_mb,
+            "grads_mb": memory["grads_mb"],
+            "num_params": sum(p.numel() for p in model.parameters()),
+        }
+    )
+    ddp.remove_hooks()
+    return row
+
+
+def run_sharding(args, ctx) -> list[dict]:
+    from cs336_systems.core.harness import run_point
+    from cs336_systems.parallel.launch import write_rows
+
+    rows = []
+    for sharded in (False, True):
+        res = run_point(lambda s=sharded: _memory_point(args, ctx, s))
+        variant = "sharded" if sharded else "unsharded"
+        rows.append(
+            {
+                "variant": variant,
+                "bucket_size_mb": None,
+                "status": res.status,
+                **(res.value or {}),
+            }
+        )
+        if ctx.is_main:
+            r = rows[-1]
+            print(
+                f"[ddp] {variant}: {r['status']} step {r.get('step_ms_mean', math.nan):.2f} ms, "
+                f"peak after step {r.get('mem_after_step_peak_mb', math.nan):.0f} MB, "
+                f"optimizer state {r.get('optimizer_state_mb', math.nan):.0f} MB",
+                flush=True,
+            )
+        write_rows(rows, args.result, ctx)
+    return rows
+
+
+def worker(args) -> None:
+    import torch
+
+    from cs336_systems.parallel.launch import finalize_worker, init_worker
+
+    if args.matmul_precision:
+        torch.set_float32_matmul_precision(args.matmul_precision)
+    ctx = init_worker(args.backend, timeout_s=args.timeout_s)
+    if args.kind == "variants":
+        run_variants(args, ctx)
+    else:
+        run_sharding(args, ctx)
+    finalize_worker()
+
+
+# ---- parent --------------------------------------------------------------------------------
+
+VARIANTS = ("naive", "flat", "overlap", "bucketed")
+
+
+def planned_points(args) -> list[dict]:
+    if args.kind == "sharding":
+        return [{"variant": v, "bucket_size_mb": None} for v in ("unsharded", "sharded")]
+    points = [{"variant": "baseline", "bucket_size_mb": None}] if args.baseline else []
+    points += [{"variant": v, "bucket_size_mb": None} for v in args.variants if v != "bucketed"]
+    if "bucketed" in args.variants:
+        points += [{"variant": "bucketed", "bucket_size_mb": b} for b in args.bucket_sizes_mb]
+    return points
+
+
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x.strip()]
+
+
+def _names(text: str) -> list[str]:
+    names = [x for x in text.split(",") if x.strip()]
+    bad = sorted(set(names) - set(VARIANTS))
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown variant(s) {bad}; known: {VARIANTS}")
+    return names
+
+
+def _env_pairs(text: str) -> dict[str, str]:
+    return dict(kv.split("=", 1) for kv in text.split(",") if kv.strip())
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("kind", choices=("variants", "sharding"))
+    ap.add_argument("--machine", default="local")
+    ap.add_argument("--preset", default="cpu")
+    ap.add_argument("--backend", choices=("gloo", "nccl"), required=True)
+    ap.add_argument("--world-size", type=int, default=2)
+    ap.add_argument("--size", default="tiny", help="model size name (model.MODEL_SIZES)")
+    ap.add_argument("--context-length", type=int, default=128)
+    ap.add_argument("--batch-per-rank", type=int, default=4)
+    ap.add_argument("--variants", type=_names, default=list(VARIANTS))
+    ap.add_argument("--bucket-sizes-mb", type=_floats, default=[1.0, 10.0, 100.0, 1000.0])
+    ap.add_argument("--no-baseline", dest="baseline", action="store_false")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--matmul-precision", choices=("highest", "high", "medium"), default="highest")
+    ap.add_argument("--profile", action="store_true", help="profile one step of some variants")
+    ap.add_argument("--trace-dir", default="", help="keep the profiled steps' Chrome traces here")
+    ap.add_argument("--topology", choices=("local", "slurm"), default="local")
+    ap.add_argument("--nnodes", type=int, default=1)
+    ap.add_argument("--env", type=_env_pairs, default={}, help="KEY=VAL,... for every worker")
+    ap.add_argument("--timeout-s", type=float, default=900.0)
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--result", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.steps < 1 or args.warmup < 0:
+        ap.error("need --steps >= 1 and --warmup >= 0")
+    if not args.worker and args.out is None:
+        ap.error("--out is required")
+    return args
+
+
+def worker_argv(args) -> list[str]:
+    argv = [
+        args.kind,
+        "--worker",
+        f"--backend={args.backend}",
+        f"--size={args.size}",
+        f"--context-length={args.context_length}",
+        f"--batch-per-rank={args.batch_per_rank}",
+        "--variants=" + ",".join(args.variants),
+        "--bucket-sizes-mb=" + ",".join(f"{b:g}" for b in args.bucket_sizes_mb),
+        f"--warmup={args.warmup}",
+        f"--steps={args.steps}",
+        f"--lr={args.lr}",
+        f"--seed={args.seed}",
+        f"--matmul-precision={args.matmul_precision}",
+        f"--timeout-s={args.timeout_s}",
+    ]
+    if not args.baseline:
+        argv.append("--no-baseline")
+    if args.profile:
+        argv.append("--profile")
+    if args.trace_dir:
+        argv.append(f"--trace-dir={os.path.abspath(args.trace_dir)}")
+    return argv
+
+
+def _launch(args, world_size: int, planned: list[dict], **overrides) -> list[dict]:
+    import copy
+
+    from cs336_systems.parallel.launch import Topology, fill_missing, launch
+
+    run_args = copy.copy(args)
+    for key, value in overrides.items():
+        setattr(run_args, key, value)
+    nproc = max(1, world_size // args.nnodes)
+    nnodes = args.nnodes if world_size >= args.nnodes else 1
+    result = launch(
+        "cs336_systems.stages.ddp.measure",
+        worker_argv(run_args),
+        Topology(nproc, nnodes, args.topology if nnodes > 1 else "local"),
+        timeout_s=args.timeout_s,
+        extra_env=args.env,
+    )
+    failure = result.status if result.status != "ok" else "error: no result from workers"
+    return fill_missing(planned, result.rows, POINT_KEYS, failure)
+
+
+def run(args) -> list[dict]:
+    """All rows of one job (without provenance)."""
+    from cs336_systems.core.device import gpu_count
+    from cs336_systems.parallel.launch import feasibility
+
+    planned = planned_points(args)
+    reason = feasibility(args.backend, args.world_size, args.nnodes)
+    if reason is None and args.world_size % args.nnodes:
+        reason = f"skipped: world size {args.world_size} not divisible by {args.nnodes} nodes"
+    if reason is None:
+        rows = _launch(args, args.world_size, planned)
+    else:
+        rows = [{**p, "status": reason} for p in planned]
+        # the compute-only baseline needs one process only: measure it where DDP cannot run
+        can_one = args.backend == "gloo" or gpu_count() >= 1
+        if args.kind == "variants" and args.baseline and can_one:
+            base = _launch(args, 1, planned[:1], variants=[], profile=False)
+            rows = base + rows[1:]
+    from cs336_systems.core.costs import param_count
+    from cs336_systems.model import VOCAB_SIZE, size_spec
+
+    spec = size_spec(args.size)
+    for row in rows:
+        row.update(
+            {
+                "kind": args.kind,
+                "backend": args.backend,
+                "device": "cuda" if args.backend == "nccl" else "cpu",
+                "world_size": args.world_size,
+                "nnodes": args.nnodes,
+                "size": args.size,
+                "params": param_count(
+                    VOCAB_SIZE, spec["d_model"], spec["num_layers"], spec["d_ff"]
+                ),
+                "context_length": args.context_length,
+                "batch_per_rank": args.batch_per_rank,
+                "warmup_steps": args.warmup,
+                "measure_steps": args.steps,
+                "matmul_precision": args.matmul_precision,
+            }
+        )
+    return rows
+
+
+COLUMNS_FIRST = [
+    "kind",
+    "backend",
+    "device",
+    "world_size",
+    "nnodes",
+    "size",
+    "params",
+    "context_length",
+    "batch_per_rank",
+    "variant",
+    "bucket_size_mb",
+    "status",
+]
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.worker:
+        worker(args)
+        return
+    from cs336_systems.core.results import provenance, with_columns_first, write_csv
+
+    rows = [{**provenance(args.machine, args.preset), **r} for r in run(args)]
+    df = with_columns_first(rows, COLUMNS_FIRST)
+    write_csv(df, args.out)
+    print(f"[ddp] wrote {args.out}: {len(df)} rows")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,436 @@
+"""Report context for the `flash` stage: latency and TFLOP/s of causal attention implementations
+over length x head dim x dtype, speedups of our Triton FlashAttention-2, the tiles autotuning
+chose, and the leaderboard point."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from cs336_systems.core.analysis import (
+    empty_figure,
+    fmt,
+    load,
+    md_table,
+    plot_main,
+    save,
+    status_counts,
+)
+
+IMPL_ORDER = [
+    "naive_eager",
+    "naive_compiled",
+    "flash_pytorch",
+    "flash_triton",
+    "sdpa_flash",
+    "sdpa_cudnn",
+    "sdpa_efficient",
+]
+IMPL_LABELS = {
+    "naive_eager": "naive (eager)",
+    "naive_compiled": "naive (compiled)",
+    "flash_pytorch": "our FA2 (PyTorch)",
+    "flash_triton": "our FA2 (Triton)",
+    "sdpa_flash": "SDPA flash",
+    "sdpa_cudnn": "SDPA cuDNN",
+    "sdpa_efficient": "SDPA efficient",
+}
+PASSES = {"fwd": "forward", "bwd": "backward", "fwd_bwd": "forward+backward"}
+
+
+def _ms(df: pd.DataFrame, prefix: str) -> pd.Series:
+    """The latency statistic of a pass: the median (do_bench and the harness both record it)."""
+    col = f"{prefix}_ms_median"
+    return df[col] if col in df else pd.Series(np.nan, index=df.index)
+
+
+def _impls(df: pd.DataFrame) -> list[str]:
+    present = set(df["impl"])
+    return [i for i in IMPL_ORDER if i in present] + sorted(present - set(IMPL_ORDER))
+
+
+def sweep(df: pd.DataFrame) -> pd.DataFrame:
+    return df[df["grid"] == "sweep"] if "grid" in df else df
+
+
+def _grid_figure(df: pd.DataFrame, value, ylabel: str, title: str, path: Path, logy=True) -> Path:
+    dtypes = sorted(df["dtype"].unique())
+    dims = sorted(df["d_head"].unique())
+    fig, axes = plt.subplots(
+        len(dtypes),
+        len(dims),
+        figsize=(3.2 * len(dims), 2.8 * len(dtypes)),
+        squeeze=False,
+        sharex=True,
+    )
+    for i, dt in enumerate(dtypes):
+        for j, d in enumerate(dims):
+            ax = axes[i][j]
+            sub = df[(df["dtype"] == dt) & (df["d_head"] == d) & (df["status"] == "ok")]
+            for impl in _impls(df):
+                g = sub[sub["impl"] == impl].sort_values("seq_len")
+                y = value(g)
+                if len(g) and y.notna().any():
+                    ax.plot(g["seq_len"], y, "-o", ms=3, label=IMPL_LABELS.get(impl, impl))
+            ax.set_xscale("log", base=2)
+            if logy:
+                ax.set_yscale("log")
+            ax.set_title(f"{dt}, d={d}", fontsize=9)
+            if j == 0:
+                ax.set_ylabel(ylabel, fontsize=8)
+            if i == len(dtypes) - 1:
+                ax.set_xlabel("n", fontsize=8)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    for row in axes:
+        for ax in row:
+            h, lab = ax.get_legend_handles_labels()
+            if len(lab) > len(labels):
+                handles, labels = h, lab
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0.08, 1, 0.95))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def speedups(df: pd.DataFrame, ours: str = "flash_triton", prefix: str = "fwd_bwd") -> pd.DataFrame:
+    """other implementation's time / ours, per (dtype, d, n) where both ran."""
+    ok = sweep(df)
+    ok = ok[ok["status"] == "ok"].assign(ms=lambda x: _ms(x, prefix))
+    keys = ["dtype", "d_head", "seq_len"]
+    mine = ok[ok["impl"] == ours].set_index(keys)["ms"]
+    rows = []
+    for impl in _impls(ok):
+        if impl == ours:
+            continue
+        other = ok[ok["impl"] == impl].set_index(keys)["ms"]
+        both = mine.index.intersection(other.index)
+        for key in both:
+            rows.append(
+                {
+                    **dict(zip(keys, key, strict=True)),
+                    "impl": impl,
+                    "speedup": other.loc[key] / mine.loc[key],
+                }
+            )
+    return pd.DataFrame(rows, columns=[*keys, "impl", "speedup"])
+
+
+def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
+    df = load(results_dir, "flash")
+    fig_dir = Path(fig_dir)
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    names = ["latency", "tflops", "speedup"]
+    if len(df) == 0 or len(sweep(df)) == 0:
+        return [empty_figure(fig_dir / f"flash_{n}.png", "flash: no data") for n in names]
+    sw = sweep(df)
+    out = [
+        _grid_figure(
+            sw,
+            lambda g: _ms(g, "fwd_bwd"),
+            "fwd+bwd ms (median)",
+            "Causal attention, forward+backward latency",
+            fig_dir / "flash_latency.png",
+        ),
+        _grid_figure(
+            sw,
+            lambda g: g.get("fwd_bwd_tflops", pd.Series(np.nan, index=g.index)),
+            "TFLOP/s",
+            "Causal attention, forward+backward TFLOP/s (flops.attention_flops)",
+            fig_dir / "flash_tflops.png",
+            logy=False,
+        ),
+    ]
+    sp = speedups(df)
+    path = fig_dir / "flash_speedup.png"
+    if len(sp) == 0:
+        out.append(
+            empty_figure(path, "flash: our Triton kernel has no successful point to compare")
+        )
+        return out
+    dtypes = sorted(sp["dtype"].unique())
+    fig, axes = plt.subplots(1, len(dtypes), figsize=(5.5 * len(dtypes), 3.8), squeeze=False)
+    for ax, dt in zip(axes[0], dtypes, strict=True):
+        sub = sp[sp["dtype"] == dt]
+        for impl in _impls(sub):
+            g = sub[sub["impl"] == impl].groupby("seq_len")["speedup"].median()
+            ax.plot(g.index, g.values, "-o", ms=3, label=IMPL_LABELS.get(impl, impl))
+        ax.axhline(1.0, color="0.5", lw=0.8)
+        ax.set(yscale="log", xlabel="n", title=f"{dt}: their time / our Triton time")
+        ax.set_xscale("log", base=2)
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("speedup (median over d), fwd+bwd")
+    out.append(save(fig, path))
+    return out
+
+
+def _cell(row, prefix: str) -> str:
+    if row["status"] == "ok":
+        return fmt(float(_ms(row.to_frame().T, prefix).iloc[0]), 3)
+    status = str(row["status"])
+    return "OOM" if status == "oom" else ("skip" if status.startswith("skipped") else "err")
+
+
+def triton_vs_pytorch_table(df: pd.DataFrame, dtype: str) -> str:
+    """The assignment's table: forward, backward and forward+backward of our Triton kernel next
+    to naive PyTorch attention (and our PyTorch FA2), per (d, n)."""
+    sub = sweep(df)
+    sub = sub[sub["dtype"] == dtype]
+    impls = [i for i in ("naive_eager", "flash_pytorch", "flash_triton") if i in set(sub["impl"])]
+    rows = []
+    for (d, n), g in sub.groupby(["d_head", "seq_len"]):
+        row = {"d": d, "n": n}
+        by = {r["impl"]: r for _, r in g.iterrows()}
+        for impl in impls:
+            if impl not in by:
+                continue
+            short = {
+                "naive_eager": "naive",
+                "flash_pytorch": "FA2-pt",
+                "flash_triton": "FA2-triton",
+            }[impl]
+            for prefix, label in (("fwd", "fwd"), ("bwd", "bwd"), ("fwd_bwd", "f+b")):
+                row[f"{short} {label}"] = _cell(by[impl], prefix)
+        if "naive_eager" in by and "flash_triton" in by:
+            a, b = by["naive_eager"], by["flash_triton"]
+            if a["status"] == "ok" and b["status"] == "ok":
+                row["speedup f+b"] = f"{a['fwd_bwd_ms_median'] / b['fwd_bwd_ms_median']:.2g}×"
+        rows.append(row)
+    return md_table(pd.DataFrame(rows), floatfmt=3)
+
+
+def all_impls_table(df: pd.DataFrame, dtype: str, prefix: str = "fwd_bwd") -> str:
+    sub = sweep(df)
+    sub = sub[sub["dtype"] == dtype]
+    impls = _impls(sub)
+    rows = []
+    for (d, n), g in sub.groupby(["d_head", "seq_len"]):
+        by = {r["impl"]: r for _, r in g.iterrows()}
+        row = {"d": d, "n": n}
+        for impl in impls:
+            row[IMPL_LABELS.get(impl, impl)] = _cell(by[impl], prefix) if impl in by else "–"
+        rows.append(row)
+    return md_table(pd.DataFrame(rows), floatfmt=3)
+
+
+def tflops_table(df: pd.DataFrame) -> str:
+    ok = sweep(df)
+    ok = ok[(ok["status"] == "ok")]
+    if len(ok) == 0 or "fwd_bwd_tflops" not in ok:
+        return ""
+    rows = []
+    for (dt, impl), g in ok.groupby(["dtype", "impl"]):
+        best = g.loc[g["fwd_bwd_tflops"].idxmax()]
+        rows.append(
+            {
+                "dtype": dt,
+                "implementation": IMPL_LABELS.get(impl, impl),
+                "best fwd+bwd TFLOP/s": best["fwd_bwd_tflops"],
+                "at d, n": f"{int(best['d_head'])}, {int(best['seq_len'])}",
+                "best fwd TFLOP/s": g["fwd_tflops"].max(),
+                "best bwd TFLOP/s": g["bwd_tflops"].max(),
+            }
+        )
+    out = pd.DataFrame(rows)
+    out["_o"] = out["implementation"].map(
+        lambda x: list(IMPL_LABELS.values()).index(x) if x in IMPL_LABELS.values() else 99
+    )
+    for col in ("best fwd+bwd TFLOP/s", "best fwd TFLOP/s", "best bwd TFLOP/s"):
+        out[col] = out[col].map(lambda v: f"{v:.3g}" if v == v else "–")
+    return md_table(out.sort_values(["dtype", "_o"]).drop(columns="_o"))
+
+
+def tiles_table(df: pd.DataFrame) -> str:
+    tri = sweep(df)
+    tri = tri[(tri["impl"] == "flash_triton") & (tri["status"] == "ok")]
+    if len(tri) == 0 or "triton_fwd_config" not in tri:
+        return ""
+    cols = ["triton_fwd_config", "triton_dkdv_config", "triton_dq_config"]
+    rows = []
+    for (dt, d), g in tri.groupby(["dtype", "d_head"]):
+        for cfg, gg in g.groupby(cols, dropna=False):
+            ns = sorted(int(x) for x in gg["seq_len"])
+            rows.append(
+                {
+                    "dtype": dt,
+                    "d": d,
+                    "n": ", ".join(str(x) for x in ns),
+                    "forward": cfg[0],
+                    "backward dK/dV": cfg[1],
+                    "backward dQ": cfg[2],
+                }
+            )
+    return md_table(pd.DataFrame(rows))
+
+
+def speedup_sentences(df: pd.DataFrame) -> list[str]:
+    sp = speedups(df)
+    out = []
+    for (dt, impl), g in sp.groupby(["dtype", "impl"]):
+        med, lo, hi = g["speedup"].median(), g["speedup"].min(), g["speedup"].max()
+        if med >= 1:
+            summary = f"{med:.2f}× faster than"
+        else:
+            summary = f"{1 / med:.2f}× slower than"
+        loses = g[g["speedup"] < 1]
+        tail = ""
+        if 0 < len(loses) < len(g):
+            worst = loses.loc[loses["speedup"].idxmin()]
+            tail = (
+                f"; slower at {len(loses)} of {len(g)} points, most at d={int(worst['d_head'])}, "
+                f"n={int(worst['seq_len'])}"
+            )
+        out.append(
+            f"{dt}: our Triton kernel is {summary} {IMPL_LABELS.get(impl, impl)} on forward+backward "
+            f"(median over {len(g)} points; their time / ours from {lo:.3g} to {hi:.3g}){tail}."
+        )
+    return out
+
+
+def oom_sentences(df: pd.DataFrame) -> list[str]:
+    sw = sweep(df)
+    out = []
+    for (dt, impl), g in sw[sw["status"] == "oom"].groupby(["dtype", "impl"]):
+        out.append(
+            f"{IMPL_LABELS.get(impl, impl)} ({dt}) ran out of memory from n = {int(g['seq_len'].min())} "
+            f"(d = {', '.join(str(int(x)) for x in sorted(g['d_head'].unique()))})."
+        )
+    return out
+
+
+def leaderboard(df: pd.DataFrame, ceilings: pd.DataFrame | None = None) -> dict:
+    """The leaderboard point: each implementation's passes, the leaderboard's own compiled
+    measurement (`lb_*`, CUDA only), our time against each SDPA backend's, and our TFLOP/s
+    against the bf16 matmul peak measured by the ceilings stage on the same machine."""
+    lb = df[df["grid"] == "leaderboard"] if "grid" in df else df.iloc[:0]
+    if len(lb) == 0:
+        return {"available": False}
+    first = lb.iloc[0]
+    has_lb = "lb_ms_median" in lb and lb["lb_ms_median"].notna().any()
+    rows = []
+    for _, r in lb.iterrows():
+        row = {
+            "implementation": IMPL_LABELS.get(r["impl"], r["impl"]),
+            "fwd ms": _cell(r, "fwd"),
+            "bwd ms": _cell(r, "bwd"),
+            "fwd+bwd ms": _cell(r, "fwd_bwd"),
+            "fwd+bwd TFLOP/s": f"{r.get('fwd_bwd_tflops', float('nan')):.3g}",
+        }
+        if has_lb:
+            row["compiled, o.sum() ms"] = _cell(r, "lb")
+            row["compiled TFLOP/s"] = f"{r.get('lb_tflops', float('nan')):.3g}"
+        row["status"] = r["status"]
+        rows.append(row)
+    ok = lb[lb["status"] == "ok"].set_index("impl")
+    col = "lb_ms_median" if has_lb else "fwd_bwd_ms_median"
+    how = (
+        "the leaderboard's measurement (torch.compile, forward and backward of o.sum())"
+        if has_lb
+        else "forward+backward"
+    )
+    sentences = []
+    ours = None
+    if "flash_triton" in ok.index and ok.loc["flash_triton", col] == ok.loc["flash_triton", col]:
+        ours = float(ok.loc["flash_triton", col])
+        sentences.append(f"Ours: {ours:.2f} ms by {how}.")
+        for other in ("sdpa_flash", "sdpa_cudnn"):
+            if other in ok.index and ok.loc[other, col] == ok.loc[other, col]:
+                theirs = float(ok.loc[other, col])
+                sentences.append(
+                    f"{IMPL_LABELS[other]} takes {theirs:.2f} ms: ours is {ours / theirs:.2f}× "
+                    f"its time ({'ours is faster' if ours < theirs else 'it is faster'})."
+                )
+        peak = _bf16_peak(ceilings)
+        tfl = ok.loc["flash_triton"].get("lb_tflops" if has_lb else "fwd_bwd_tflops")
+        if peak and tfl == tfl:
+            sentences.append(
+                f"At {tfl:.0f} TFLOP/s (nominal FLOPs: 3.5× the causal forward's 2·n²·d per head) "
+                f"ours runs at {tfl / peak:.0%} of the {peak:.0f} TFLOP/s bf16 matmul peak "
+                "measured by the ceilings stage on this machine."
+            )
+    return {
+        "available": True,
+        "config": (
+            f"batch {int(first['batch_size'])}, {int(first['heads'])} heads, n = {int(first['seq_len'])}, "
+            f"d = {int(first['d_head'])}, {first['dtype']}, causal, forward+backward"
+        ),
+        "table": md_table(pd.DataFrame(rows)),
+        "ours_ms": ours,
+        "sentences": sentences,
+    }
+
+
+def _bf16_peak(ceilings: pd.DataFrame | None) -> float | None:
+    if ceilings is None or len(ceilings) == 0 or "kind" not in ceilings:
+        return None
+    mm = ceilings[
+        (ceilings["kind"] == "matmul")
+        & (ceilings["dtype"] == "bf16")
+        & (ceilings["status"] == "ok")
+    ]
+    return float(mm["tflops"].max()) if len(mm) else None
+
+
+def context(results_dir: Path) -> dict:
+    df = load(results_dir, "flash")
+    if len(df) == 0:
+        return {"available": False}
+    sw = sweep(df)
+    first = df.iloc[0]
+    statuses = status_counts(df)
+    gated = df[df["status"] == "skipped: kernel tests failed"]
+    verdicts = {}
+    if "kernel_tests" in df:
+        for impl in ("flash_pytorch", "flash_triton"):
+            v = df.loc[df["impl"] == impl, "kernel_tests"].dropna()
+            v = v[v.astype(str) != ""]
+            verdicts[IMPL_LABELS[impl]] = (
+                str(v.iloc[0]) if len(v) else "not gated (kernel tests not run)"
+            )
+    errors = sw[sw["status"].astype(str).str.startswith("error")]
+    dtypes = sorted(sw["dtype"].unique()) if len(sw) else []
+    return {
+        "available": True,
+        "device": first.get("device", "?"),
+        "timer": first.get("timer", "?"),
+        "interpreter": first.get("device", "") == "cpu",
+        "tiles_autotuned": bool(
+            sw.loc[sw["impl"] == "flash_triton", "triton_fwd_config"]
+            .astype(str)
+            .str.contains(" w")
+            .any()
+        )
+        if "triton_fwd_config" in sw
+        else False,
+        "fp32_precision": first.get("fp32_matmul_precision", "highest"),
+        "dtypes": dtypes,
+        "head_dims": sorted(int(x) for x in sw["d_head"].unique()) if len(sw) else [],
+        "seq_lens": sorted(int(x) for x in sw["seq_len"].unique()) if len(sw) else [],
+        "impls": [IMPL_LABELS.get(i, i) for i in _impls(sw)] if len(sw) else [],
+        "n_points": len(df),
+        "statuses": statuses,
+        "verdicts": verdicts,
+        "gated": sorted(gated["impl"].map(lambda i: IMPL_LABELS.get(i, i)).unique()),
+        "pairs": {dt: triton_vs_pytorch_table(df, dt) for dt in dtypes},
+        "all_fwd_bwd": {dt: all_impls_table(df, dt) for dt in dtypes},
+        "tflops": tflops_table(df),
+        "tiles": tiles_table(df),
+        "speedups": speedup_sentences(df),
+        "ooms": oom_sentences(df),
+        "errors": md_table(
+            errors.assign(impl=errors["impl"].map(lambda i: IMPL_LABELS.get(i, i)))
+            .groupby(["impl", "dtype", "status"], as_index=False)
+            .agg(points=("seq_len", "size"))
+        )
+        if len(errors)
+        else "",
+        "leaderboard": leaderboard(df, load(results_dir, "ceilings")),
+    }
+
+
+if __name__ == "__main__":
+    plot_main(plot)

@@ -1,0 +1,508 @@
+"""Stage `flash`: causal attention implementations side by side over length x head dim x dtype.
+
+    python -m cs336_systems.stages.flash.measure sweep --dtype bf16 --head-dims 16,32,64,128 \
+        --seq-lens 128,...,65536 --impls naive_eager,flash_triton,... --machine M --preset P \
+        --kernel-tests results/M/kernel_tests.csv --out X.csv
+    python -m cs336_systems.stages.flash.measure leaderboard --heads 16 --seq-len 16384 --head-dim 64 ...
+
+Implementations: naive PyTorch attention eager and torch.compile'd, our FlashAttention-2 in
+PyTorch and in Triton, and PyTorch SDPA pinned to one backend at a time (flash, cuDNN,
+memory-efficient) with torch.nn.attention.sdpa_kernel. Every point first checks the forward
+output against an fp32 reference (computed in query chunks, so it fits for any length) and that
+backward gives finite gradients, then times forward, backward (on a retained graph) and
+forward+backward: triton.testing.do_bench (median and 20/80% quantiles, L2 flushed between
+runs) on the GPU; the harness's synchronized timer on CPU, where do_bench cannot run.
+TFLOP/s use cs336_systems.core.costs.attention_flops (causal: half the square). Our kernels are
+benchmarked only when the kernel tests passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+
+import torch
+
+from cs336_systems.core import costs as flops
+from cs336_systems.core.harness import is_oom, release_memory, short_reason, summarize, time_steps
+from cs336_systems.core.results import provenance, write_csv
+
+IMPLS = (
+    "naive_eager",
+    "naive_compiled",
+    "flash_pytorch",
+    "flash_triton",
+    "sdpa_flash",
+    "sdpa_cudnn",
+    "sdpa_efficient",
+)
+PASSES = ("forward", "backward", "forward_backward")
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+# implementation -> the kernel (as the kernel_tests stage names it) whose tests gate it
+GATED_BY = {"flash_pytorch": "flash_pytorch", "flash_triton": "flash_triton"}
+# max |out - ref| allowed: atol + rtol * max |ref|
+CHECK_TOL = {torch.float32: (2e-3, 2e-3), torch.float16: (5e-3, 1e-2), torch.bfloat16: (2e-2, 3e-2)}
+
+
+def _sdpa(backend_name: str):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = {
+        "sdpa_flash": SDPBackend.FLASH_ATTENTION,
+        "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
+        "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION,
+    }[backend_name]
+
+    def fn(q, k, v):
+        with sdpa_kernel([backend]):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    return fn
+
+
+def make_impl(name: str, flash_tiles: tuple[int, int] = (64, 64)):
+    """A callable (q, k, v) -> out on (batch, heads, n, d) tensors, causal."""
+    if name == "naive_eager":
+        from cs336_systems.model import naive_attention
+
+        return lambda q, k, v: naive_attention(q, k, v, is_causal=True)
+    if name == "naive_compiled":
+        from cs336_systems.core.device import allow_recompiles
+        from cs336_systems.model import naive_attention
+
+        allow_recompiles()
+        compiled = torch.compile(naive_attention, dynamic=True)
+        return lambda q, k, v: compiled(q, k, v, is_causal=True)
+    if name == "flash_pytorch":
+        from cs336_systems.kernels.flash_pytorch import FlashAttentionPytorch
+
+        FlashAttentionPytorch.tile_q, FlashAttentionPytorch.tile_k = flash_tiles
+        return lambda q, k, v: FlashAttentionPytorch.apply(q, k, v, True)
+    if name == "flash_triton":
+        from cs336_systems.kernels.flash_triton import FlashAttentionTriton
+
+        return lambda q, k, v: FlashAttentionTriton.apply(q, k, v, True)
+    if name.startswith("sdpa_"):
+        return _sdpa(name)
+    raise ValueError(f"unknown implementation {name!r}; known: {IMPLS}")
+
+
+@contextlib.contextmanager
+def full_fp32_matmuls():
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(previous)
+
+
+def reference_output(q, k, v, chunk: int = 2048) -> torch.Tensor:
+    """fp32 causal attention (top-left: key index <= query index), a chunk of queries at a time
+    so that the (chunk x n) score block, not the (n x n) matrix, is what has to fit."""
+    n_q, n_k, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+    kf, vf = k.float(), v.float()
+    keys = torch.arange(n_k, device=q.device)
+    with torch.no_grad(), full_fp32_matmuls():
+        for i0 in range(0, n_q, chunk):
+            i1 = min(i0 + chunk, n_q)
+            s = q[..., i0:i1, :].float() @ kf.transpose(-1, -2) / math.sqrt(d)
+            rows = torch.arange(i0, i1, device=q.device)[:, None]
+            s.masked_fill_(keys[None, :] > rows, -math.inf)
+            out[..., i0:i1, :] = torch.softmax(s, dim=-1) @ vf
+            del s
+    return out
+
+
+class Timer:
+    """do_bench (median, 20/80% quantiles) on CUDA; harness.time_steps (mean/std/median) on CPU."""
+
+    def __init__(self, device, warmup_ms: float, rep_ms: float, warmup_steps: int, steps: int):
+        self.device = device
+        self.warmup_ms, self.rep_ms = warmup_ms, rep_ms
+        self.warmup_steps, self.steps = warmup_steps, steps
+
+    @property
+    def name(self) -> str:
+        return "do_bench" if self.device.type == "cuda" else "time_steps"
+
+    def __call__(self, fn, prefix: str, grads: list[torch.Tensor]) -> dict:
+        if self.device.type == "cuda":
+            import triton.testing
+
+            med, p20, p80 = triton.testing.do_bench(
+                fn,
+                warmup=self.warmup_ms,
+                rep=self.rep_ms,
+                grad_to_none=grads,
+                quantiles=[0.5, 0.2, 0.8],
+            )
+            return {f"{prefix}_ms_median": med, f"{prefix}_ms_p20": p20, f"{prefix}_ms_p80": p80}
+
+        def step():
+            for g in grads:
+                g.grad = None
+            fn()
+
+        _, times = time_steps(step, self.warmup_steps, self.steps, self.device)
+        return summarize(times, prefix)
+
+
+def leaderboard_time(impl: str, fn, q, k, v, timer: Timer) -> dict:
+    """The course leaderboard's own measurement: the attention call through torch.compile
+    (our autograd Function's ``apply`` on (batch x heads, n, d) tensors, as the leaderboard
+    script calls it; SDPA on the 4-D tensors it needs), then forward and backward of
+    ``o.sum()``, timed with do_bench. CUDA only (torch.compile on CPU would build C++)."""
+    if q.device.type != "cuda":
+        return {"lb_status": "cuda only"}
+    step, leaves = leaderboard_step(impl, fn, q, k, v)
+    step()
+    return {"lb_status": "ok", **timer(step, "lb", leaves)}
+
+
+def leaderboard_step(impl: str, fn, q, k, v):
+    """The leaderboard's step (compiled call, then backward of ``o.sum()``) for `impl` (`fn`
+    for the SDPA backends) and the leaves whose gradients it fills."""
+    if impl == "flash_triton":
+        from cs336_systems.kernels.flash_triton import FlashAttentionTriton
+
+        b, h, n, d = q.shape
+        leaves = [x.detach().reshape(b * h, n, d).requires_grad_() for x in (q, k, v)]
+        compiled = torch.compile(FlashAttentionTriton.apply)
+
+        def call():
+            return compiled(*leaves, True)
+    else:
+        leaves = [x.detach().requires_grad_() for x in (q, k, v)]
+        compiled = torch.compile(fn)
+
+        def call():
+            return compiled(*leaves)
+
+    def step():
+        call().sum().backward()
+
+    return step, leaves
+
+
+def _config_text(cfg: dict | None) -> str:
+    if not cfg:
+        return ""
+    text = f"{cfg['BLOCK_Q']}x{cfg['BLOCK_K']}"
+    if cfg.get("num_warps"):
+        text += f" w{cfg['num_warps']} s{cfg['num_stages']}"
+    if cfg.get("kernel") == "gluon":
+        text += " gluon ws" if cfg.get("warp_specialized") else " gluon"
+    return text
+
+
+def measure(
+    impl: str,
+    fn,
+    batch: int,
+    heads: int,
+    n: int,
+    d: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    timer: Timer,
+    ref_cache: dict,
+    leaderboard: bool = False,
+) -> dict:
+    """Check, then time the three passes of one point (and, for the leaderboard point, the
+    leaderboard's own compiled measurement). Never raises: failures are the status."""
+    row: dict = {"status": "ok"}
+    stage = "inputs"
+    try:
+        g = torch.Generator(device=device).manual_seed(n * 7 + d)
+        shape = (batch, heads, n, d)
+        q, k, v, do = (torch.randn(shape, generator=g, device=device).to(dtype) for _ in "qkvd")
+        for x in (q, k, v):
+            x.requires_grad_()
+
+        stage = "check"
+        key = (batch, heads, n, d, dtype)
+        if key not in ref_cache:
+            ref_cache.clear()
+            ref_cache[key] = reference_output(q.detach(), k.detach(), v.detach())
+        ref = ref_cache[key]
+        out = fn(q, k, v)
+        err = (out.detach().float() - ref).abs().max().item()
+        atol, rtol = CHECK_TOL[dtype]
+        allowed = atol + rtol * ref.abs().max().item()
+        row["max_abs_err"] = err
+        if not math.isfinite(err) or err > allowed:
+            raise AssertionError(
+                f"output differs from the reference: max abs err {err:.3g} > {allowed:.3g}"
+            )
+        out.backward(do)
+        for name, x in zip("qkv", (q, k, v), strict=True):
+            if x.grad is None or not torch.isfinite(x.grad).all():
+                raise AssertionError(f"backward gave no or non-finite d{name}")
+        del out
+        if impl == "flash_triton":
+            from cs336_systems.kernels.flash_triton import chosen_configs
+
+            chosen = chosen_configs()
+            row["triton_fwd_config"] = _config_text(chosen.get("forward"))
+            row["triton_dkdv_config"] = _config_text(chosen.get("backward_dkdv"))
+            row["triton_dq_config"] = _config_text(chosen.get("backward_dq"))
+            row["triton_fused_config"] = _config_text(chosen.get("backward_fused"))
+            row["triton_tma"] = bool(chosen.get("forward", {}).get("use_desc"))
+
+        grads = [q, k, v]
+        stage = "forward"
+        row.update(timer(lambda: fn(q, k, v), "fwd", grads))
+        stage = "backward"
+        try:
+            out = fn(q, k, v)
+            row.update(timer(lambda: out.backward(do, retain_graph=True), "bwd", grads))
+            row["bwd_method"] = "retained graph"
+        except RuntimeError as exc:
+            if is_oom(exc):
+                raise
+            row["bwd_method"] = f"forward_backward - forward ({short_reason(exc, 60)})"
+        out = None
+        stage = "forward_backward"
+        row.update(timer(lambda: fn(q, k, v).backward(do), "fwd_bwd", grads))
+        if "bwd_ms_median" not in row:
+            row["bwd_ms_median"] = row["fwd_bwd_ms_median"] - row["fwd_ms_median"]
+        if leaderboard:
+            stage = "leaderboard"
+            row.update(leaderboard_time(impl, fn, q, k, v, timer))
+    except Exception as exc:  # a failed point is a row, not a crash
+        row["status"] = "oom" if is_oom(exc) else f"error: {short_reason(exc)}"
+        row["failed_stage"] = stage
+    finally:
+        q = k = v = do = out = None  # noqa: F841
+        release_memory()
+    for pass_, prefix in (
+        *zip(PASSES, ("fwd", "bwd", "fwd_bwd"), strict=True),
+        ("forward_backward", "lb"),
+    ):
+        if prefix == "lb" and "lb_ms_median" not in row:
+            continue
+        ms = row.get(f"{prefix}_ms_median", float("nan"))
+        f = flops.attention_flops(batch, heads, n, n, d, True, pass_)
+        row[f"{prefix}_flops"] = f
+        row[f"{prefix}_tflops"] = flops.tflops(f, ms) if ms == ms else float("nan")
+    return row
+
+
+def kernel_verdicts(path: str | None) -> dict[str, str]:
+    if not path:
+        return {}
+    from cs336_systems.core.results import verdicts
+
+    return verdicts(path)
+
+
+def skip_reason(
+    impl: str,
+    n: int,
+    dtype_name: str,
+    device: torch.device,
+    max_seq_len: dict[str, int],
+    verdicts: dict[str, str],
+) -> str:
+    kernel = GATED_BY.get(impl)
+    if kernel and verdicts.get(kernel) == "failed":
+        return "skipped: kernel tests failed"
+    if impl in max_seq_len and n > max_seq_len[impl]:
+        return f"skipped: n above this preset's max_seq_len {max_seq_len[impl]} for {impl}"
+    if impl == "flash_triton" and device.type == "cpu" and dtype_name == "bf16":
+        return "skipped: Triton's interpreter computes bf16 wrongly"
+    return ""
+
+
+def run(
+    impls: list[str],
+    batch: int,
+    heads: int,
+    seq_lens: list[int],
+    head_dims: list[int],
+    dtype_name: str,
+    device: torch.device,
+    timer: Timer,
+    max_seq_len: dict[str, int],
+    verdicts: dict[str, str],
+    flash_tiles: tuple[int, int],
+    grid: str,
+    base: dict,
+) -> list[dict]:
+    dtype = DTYPES[dtype_name]
+    fns: dict = {}
+    extra: dict = {}
+    if (
+        "flash_triton" in impls
+        and device.type == "cuda"
+        and verdicts.get("flash_triton") != "failed"
+    ):
+        from cs336_systems.kernels.flash_triton import precompile
+
+        done = precompile(dtypes=(dtype,), head_dims=tuple(head_dims), causal=(True,))
+        extra["triton_precompile_s"] = done["seconds"]
+        print(
+            f"[flash] precompiled {done['jobs']} Triton kernels in {done['seconds']:.1f} s",
+            flush=True,
+        )
+        for err in done["errors"]:
+            print(f"[flash] precompile: {err}", flush=True)
+    rows = []
+    ref_cache: dict = {}
+    for d in head_dims:
+        for n in seq_lens:
+            for impl in impls:
+                row = {
+                    **base,
+                    "grid": grid,
+                    "impl": impl,
+                    "dtype": dtype_name,
+                    "batch_size": batch,
+                    "heads": heads,
+                    "seq_len": n,
+                    "d_head": d,
+                    "causal": True,
+                    "timer": timer.name,
+                    "fp32_matmul_precision": torch.get_float32_matmul_precision(),
+                    "kernel_tests": verdicts.get(GATED_BY.get(impl, ""), ""),
+                }
+                if impl == "flash_pytorch":
+                    row["flash_tiles"] = f"{flash_tiles[0]}x{flash_tiles[1]}"
+                if impl == "flash_triton":
+                    row.update(extra)
+                reason = skip_reason(impl, n, dtype_name, device, max_seq_len, verdicts)
+                if reason:
+                    row["status"] = reason
+                else:
+                    if impl not in fns:
+                        fns[impl] = make_impl(impl, flash_tiles)
+                    row.update(
+                        measure(
+                            impl,
+                            fns[impl],
+                            batch,
+                            heads,
+                            n,
+                            d,
+                            dtype,
+                            device,
+                            timer,
+                            ref_cache,
+                            leaderboard=grid == "leaderboard",
+                        )
+                    )
+                rows.append(row)
+                shown = row.get("fwd_bwd_ms_median", float("nan"))
+                print(
+                    f"[flash] {grid} {impl} {dtype_name} d={d} n={n}: {row['status']}"
+                    + (f" fwd+bwd {shown:.3f} ms" if shown == shown else ""),
+                    flush=True,
+                )
+    return rows
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def _caps(text: str) -> dict[str, int]:
+    """'flash_pytorch=16384,flash_triton=128' -> {impl: max n}"""
+    out = {}
+    for item in filter(None, text.split(",")):
+        name, _, value = item.partition("=")
+        out[name] = int(value)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("sweep", "leaderboard"):
+        p = sub.add_parser(name)
+        p.add_argument("--impls", required=True)
+        p.add_argument("--dtype", required=True, choices=sorted(DTYPES))
+        p.add_argument("--batch-size", type=int, default=1)
+        p.add_argument("--max-seq-len", type=_caps, default={})
+        p.add_argument("--flash-tiles", type=_ints, default=[64, 64])
+        p.add_argument("--warmup-ms", type=float, default=25)
+        p.add_argument("--rep-ms", type=float, default=100)
+        p.add_argument("--warmup-steps", type=int, default=1)
+        p.add_argument("--steps", type=int, default=3)
+        p.add_argument("--fp32-matmul-precision", default="highest", choices=["highest", "high"])
+        p.add_argument("--kernel-tests", default="")
+        p.add_argument("--device", default="auto")
+        p.add_argument("--machine", required=True)
+        p.add_argument("--preset", required=True)
+        p.add_argument("--out", required=True)
+    sweep = sub.choices["sweep"]
+    sweep.add_argument("--heads", type=int, default=1)
+    sweep.add_argument("--head-dims", type=_ints, required=True)
+    sweep.add_argument("--seq-lens", type=_ints, required=True)
+    board = sub.choices["leaderboard"]
+    board.add_argument("--heads", type=int, default=16)
+    board.add_argument("--head-dim", type=int, default=64)
+    board.add_argument("--seq-len", type=int, default=16384)
+    args = ap.parse_args(argv)
+
+    device_name = args.device
+    if device_name == "auto":
+        device_name = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(device_name)
+    if device.type == "cpu":
+        # before the Triton kernels are imported: they run in Triton's interpreter on CPU
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    torch.set_float32_matmul_precision(args.fp32_matmul_precision)
+    impls = [x for x in args.impls.split(",") if x]
+    unknown = sorted(set(impls) - set(IMPLS))
+    if unknown:
+        ap.error(f"unknown implementation(s) {unknown}; known: {list(IMPLS)}")
+    if len(args.flash_tiles) != 2:
+        ap.error("--flash-tiles takes two numbers: tile_q,tile_k")
+    timer = Timer(device, args.warmup_ms, args.rep_ms, args.warmup_steps, args.steps)
+    base = {**provenance(args.machine, args.preset), "device": device.type}
+    if args.cmd == "sweep":
+        dims, lens, grid = args.head_dims, args.seq_lens, "sweep"
+    else:
+        dims, lens, grid = [args.head_dim], [args.seq_len], "leaderboard"
+    rows = run(
+        impls,
+        args.batch_size,
+        args.heads,
+        lens,
+        dims,
+        args.dtype,
+        device,
+        timer,
+        args.max_seq_len,
+        kernel_verdicts(args.kernel_tests),
+        tuple(args.flash_tiles),
+        grid,
+        base,
+    )
+    for row in rows:
+        for key in (
+            "triton_fwd_config",
+            "triton_dkdv_config",
+            "triton_dq_config",
+            "triton_fused_config",
+        ):
+            row.setdefault(key, "")
+    write_csv(rows, args.out)
+    print(f"wrote {args.out}: {len(rows)} rows; " + json.dumps(_status_counts(rows)))
+
+
+def _status_counts(rows: list[dict]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for r in rows:
+        key = r["status"].split(":")[0]
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+if __name__ == "__main__":
+    main()

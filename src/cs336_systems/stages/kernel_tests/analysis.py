@@ -1,0 +1,81 @@
+"""Report context for the `kernel_tests` stage: per-kernel verdicts, failures, durations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+
+from cs336_systems.core.analysis import empty_figure, load, md_table, plot_main, save
+
+OUTCOMES = ["passed", "failed", "error", "skipped"]
+COLORS = {"passed": "tab:green", "failed": "tab:red", "error": "tab:purple", "skipped": "0.7"}
+
+
+def per_kernel(df):
+    """kernel x outcome counts, total seconds and the verdict the benchmark stages use."""
+    counts = df.pivot_table(index="kernel", columns="outcome", values="test", aggfunc="count")
+    counts = counts.reindex(columns=OUTCOMES).fillna(0).astype(int)
+    counts["seconds"] = df.groupby("kernel")["duration_ms"].sum() / 1e3
+    counts["verdict"] = [
+        "—"
+        if kernel == "other"
+        else "failed"
+        if row.failed + row.error
+        else "passed"
+        if row.passed
+        else "not run"
+        for kernel, row in counts.iterrows()
+    ]
+    return counts.reset_index()
+
+
+def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
+    df = load(results_dir, "kernel_tests")
+    path = Path(fig_dir) / "kernel_tests_durations.png"
+    if len(df) == 0:
+        return [empty_figure(path, "kernel_tests: no data")]
+    table = per_kernel(df)
+    fig, ax = plt.subplots(figsize=(6.5, 3))
+    seconds = df.pivot_table(index="kernel", columns="outcome", values="duration_ms", aggfunc="sum")
+    seconds = (seconds.reindex(columns=OUTCOMES).fillna(0) / 1e3).loc[table["kernel"]]
+    left = None
+    for outcome in OUTCOMES:
+        ax.barh(seconds.index, seconds[outcome], left=left, color=COLORS[outcome], label=outcome)
+        left = seconds[outcome] if left is None else left + seconds[outcome]
+    ax.set_xlabel("test time (s)")
+    ax.set_title("Kernel tests: time per kernel, by outcome")
+    ax.legend(fontsize=8)
+    return [save(fig, path)]
+
+
+def context(results_dir: Path) -> dict:
+    df = load(results_dir, "kernel_tests")
+    if len(df) == 0:
+        return {"available": False}
+    table = per_kernel(df)
+    bad = df[df["outcome"].isin(["failed", "error"])]
+    first = df.iloc[0]
+    verdicts = dict(zip(table["kernel"], table["verdict"], strict=True))
+    slowest = df.sort_values("duration_ms", ascending=False).head(5)
+    return {
+        "available": True,
+        "n_tests": len(df),
+        "counts": {o: int((df["outcome"] == o).sum()) for o in OUTCOMES},
+        "device_name": first.get("device_name", "?"),
+        "files": first.get("files", ""),
+        "select": first.get("select", "") if isinstance(first.get("select", ""), str) else "",
+        "marker": first.get("marker", "") if isinstance(first.get("marker", ""), str) else "",
+        "suite_s": float(first.get("suite_s", float("nan"))),
+        "kernel_table": md_table(table),
+        "verdicts": {k: v for k, v in verdicts.items() if k != "other"},
+        "failed_kernels": sorted(k for k, v in verdicts.items() if v == "failed"),
+        "failures": md_table(bad[["test", "outcome", "message"]].head(30)) if len(bad) else "",
+        "n_failures": len(bad),
+        "slowest": md_table(slowest[["test", "outcome", "duration_ms"]]),
+        "interpreter": not bool(first.get("cuda_available", False)),
+    }
+
+
+if __name__ == "__main__":
+    plot_main(plot)

@@ -1,0 +1,166 @@
+"""Stage `kernel_tests`: run the kernels' pytest suites, keep a JUnit XML and a tidy CSV.
+
+    python -m cs336_systems.stages.kernel_tests.measure --files tests/test_flash_attention.py \
+        --kernel 'flash_triton=^test_triton_' --kernel 'flash_pytorch=^test_pytorch_' \
+        [--select 'not float16'] [--marker 'not slow'] --junit X.xml --out X.csv --machine M --preset P
+
+One row per test: test, kernel (the first --kernel pattern its name matches, else `other`),
+outcome (passed / failed / error / skipped), duration_ms, message. Failing tests do not fail
+the job; they are rows, and `verdicts()` turns them into a per-kernel verdict that the
+benchmark stages read: a kernel with a failed test is not benchmarked. On a machine without
+CUDA the Triton tests run in Triton's interpreter (tests/conftest.py) and GPU tests skip.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pandas as pd
+
+from cs336_systems.core.results import provenance, verdicts, write_csv
+
+OUTCOMES = ("passed", "failed", "error", "skipped")
+
+
+def parse_junit(path: str | os.PathLike) -> list[dict]:
+    """Test cases of a pytest JUnit XML as rows (test, outcome, duration_ms, message)."""
+    rows = []
+    for case in ET.parse(path).getroot().iter("testcase"):
+        outcome, message = "passed", ""
+        for tag in ("failure", "error", "skipped"):
+            child = case.find(tag)
+            if child is not None:
+                outcome = {"failure": "failed"}.get(tag, tag)
+                message = (child.get("message") or (child.text or "")).strip()
+                break
+        rows.append(
+            {
+                "test": f"{case.get('classname', '')}::{case.get('name', '')}",
+                "name": case.get("name", ""),
+                "outcome": outcome,
+                "duration_ms": float(case.get("time") or 0.0) * 1e3,
+                "message": " ".join(message.split())[:200],
+            }
+        )
+    return rows
+
+
+def assign_kernel(name: str, patterns: dict[str, str]) -> str:
+    for kernel, pattern in patterns.items():
+        if re.search(pattern, name):
+            return kernel
+    return "other"
+
+
+def status_of(outcome: str, message: str) -> str:
+    reason = message.replace(",", ";")[:120]
+    if outcome == "passed":
+        return "ok"
+    if outcome == "skipped":
+        return f"skipped: {reason or 'skipped'}"
+    return f"error: test {outcome}: {reason}"
+
+
+def run_pytest(
+    files: list[str], junit: Path, select: str, marker: str, timeout_s: int
+) -> tuple[int | None, float, str]:
+    """(exit code or None on timeout, wall seconds, last lines of output)."""
+    cmd = [sys.executable, "-m", "pytest", *files, "-q", "-p", "no:cacheprovider"]
+    cmd += [f"--junitxml={junit}", "-o", "junit_family=xunit2"]
+    if select:
+        cmd += ["-k", select]
+    if marker:
+        cmd += ["-m", marker]
+    print("[kernel_tests] " + " ".join(cmd), flush=True)
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        out = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        print(out[-6000:], flush=True)
+        return None, time.perf_counter() - t0, out[-2000:]
+    print(proc.stdout[-20000:], proc.stderr[-4000:], sep="\n", flush=True)
+    return proc.returncode, time.perf_counter() - t0, (proc.stdout + proc.stderr)[-2000:]
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--files", required=True, help="comma-separated test files")
+    ap.add_argument(
+        "--kernel",
+        action="append",
+        default=[],
+        metavar="NAME=REGEX",
+        help="a kernel and the regex its tests' names match (repeatable, first match wins)",
+    )
+    ap.add_argument("--select", default="", help="pytest -k expression")
+    ap.add_argument("--marker", default="", help="pytest -m expression")
+    ap.add_argument("--timeout", type=int, default=1800)
+    ap.add_argument("--junit", required=True)
+    ap.add_argument("--machine", required=True)
+    ap.add_argument("--preset", required=True)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+
+    patterns = {}
+    for item in args.kernel:
+        name, sep, regex = item.partition("=")
+        if not sep or not name:
+            ap.error(f"--kernel takes NAME=REGEX, got {item!r}")
+        patterns[name] = regex
+    files = [f for f in args.files.split(",") if f]
+    junit = Path(args.junit)
+    junit.parent.mkdir(parents=True, exist_ok=True)
+    junit.unlink(missing_ok=True)
+    code, seconds, tail = run_pytest(files, junit, args.select, args.marker, args.timeout)
+
+    import torch
+
+    base = {**provenance(args.machine, args.preset), "files": ",".join(files)}
+    base["cuda_available"] = torch.cuda.is_available()
+    base.update(select=args.select, marker=args.marker, pytest_exit_code=code, suite_s=seconds)
+    if junit.exists() and code in (0, 1, 5):
+        cases = parse_junit(junit)
+        rows = [
+            {
+                **base,
+                **case,
+                "kernel": assign_kernel(case["name"], patterns),
+                "status": status_of(case["outcome"], case["message"]),
+            }
+            for case in cases
+        ]
+    else:
+        # pytest itself failed (collection error, crash, timeout): every kernel fails its tests
+        why = "timed out" if code is None else f"exited with code {code}"
+        message = f"pytest {why}: " + " ".join(tail.split())[-150:]
+        rows = [
+            {
+                **base,
+                "test": "<pytest run>",
+                "name": "<pytest run>",
+                "outcome": "error",
+                "duration_ms": seconds * 1e3,
+                "message": message,
+                "kernel": kernel,
+                "status": f"error: {message.replace(',', ';')[:150]}",
+            }
+            for kernel in (patterns or {"other": ""})
+        ]
+    write_csv(rows, args.out)
+    df = pd.DataFrame(rows)
+    counts = df["outcome"].value_counts().to_dict() if len(df) else {}
+    print(
+        f"wrote {args.out}: {len(rows)} tests {counts}; verdicts {verdicts(args.out)}", flush=True
+    )
+
+
+if __name__ == "__main__":
+    main()

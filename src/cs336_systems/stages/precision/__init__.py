@@ -1,0 +1,10 @@
+"""Stage `precision`: Accumulation in low precision, autocast dtypes of a toy model, layer norm's sensitivity.
+
+`python -m cs336_systems.stages.precision` measures (see measure.py); analysis.py turns the CSVs into
+figures and the report's sentences; plan.py (where present) holds what the workflow needs to plan
+the stage's jobs. Keep this file free of heavy imports: the workflow reads it while planning.
+"""
+
+TITLE = "Mixed precision"
+# where the section sits in the report (ascending)
+ORDER = 50

@@ -1,0 +1,481 @@
+"""Report context and figures for the `profile` stage (questions 5-9)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from cs336_systems.core.analysis import (
+    SIZE_ORDER,
+    empty_figure,
+    failed_points,
+    load,
+    md_table,
+    ok,
+    pct,
+    plot_main,
+    save,
+    sort_sizes,
+)
+from cs336_systems.core.costs import SOFTMAX_FLOPS_PER_ELEMENT, attention_flops_split
+from cs336_systems.profiling.kernel_classes import KERNEL_CLASSES
+
+# a non-GEMM kernel is "non-trivial" in forward from this share of forward GPU time on
+NONTRIVIAL_SHARE = 0.02
+MODE_LABEL = {
+    "forward": "forward",
+    "forward_backward": "forward+backward",
+    "train_step": "train step",
+}
+CLASS_COLORS = {
+    "gemm": "#1f77b4",
+    "attention": "#9467bd",
+    "elementwise": "#ff7f0e",
+    "reduction": "#2ca02c",
+    "optimizer": "#d62728",
+    "other": "#7f7f7f",
+}
+ATTN_PARTS = ("qk_matmul", "mask", "softmax", "pv_matmul")
+
+
+def _points(results_dir: Path) -> pd.DataFrame:
+    return load(results_dir, "profile")
+
+
+def _kernels(results_dir: Path) -> pd.DataFrame:
+    return load(results_dir, "profile_kernels")
+
+
+def _label(df: pd.DataFrame) -> pd.DataFrame:
+    return df.assign(mode_label=df["mode"].map(MODE_LABEL))
+
+
+def class_shares(kernels: pd.DataFrame) -> pd.DataFrame:
+    """Per (size, context, mode, phase): GPU ms per step of each kernel class and its share."""
+    if kernels.empty:
+        return pd.DataFrame()
+    k = kernels[kernels["phase"].isin(["step", "forward", "backward", "optimizer"])]
+    g = (
+        k.groupby(["size", "context_length", "mode", "phase", "kernel_class"])["ms_per_step"]
+        .sum()
+        .unstack("kernel_class", fill_value=0.0)
+    )
+    for c in KERNEL_CLASSES:
+        if c not in g:
+            g[c] = 0.0
+    g = g[list(KERNEL_CLASSES)]
+    total = g.sum(axis=1)
+    shares = g.div(total.replace(0, np.nan), axis=0)
+    shares["total_ms"] = total
+    return shares.reset_index()
+
+
+def harness_comparison(points: pd.DataFrame, bench: pd.DataFrame) -> pd.DataFrame:
+    """Q5: the forward step under the profiler vs the benchmark stage's harness timing."""
+    p = ok(points)
+    p = p[p["mode"] == "forward"]
+    if p.empty:
+        return pd.DataFrame()
+    cols = {
+        "size": p["size"],
+        "context_length": p["context_length"],
+        "profiled_step_ms": p["step_ms_mean"],
+        "range_ms": p.get("step_range_ms_mean", np.nan),
+        "kernel_ms": p["step_kernel_ms_mean"],
+    }
+    out = pd.DataFrame(cols)
+    out["harness_ms"] = np.nan
+    if len(bench):
+        b = ok(bench)
+        b = b[
+            (b["mode"] == "forward")
+            & (b.get("compile", "eager") == "eager")
+            & (b.get("attention", "naive") == "naive")
+            & (b.get("batch_size", p["batch_size"].iloc[0]) == p["batch_size"].iloc[0])
+        ]
+        prec = str(p["precision"].iloc[0])
+        b = b[b["precision"] == prec]
+        h = b.set_index(["size", "context_length"])["step_ms_mean"]
+        out["harness_ms"] = [
+            h.get((s, c), np.nan) for s, c in zip(out["size"], out["context_length"], strict=True)
+        ]
+    out["profiled_over_harness"] = out["profiled_step_ms"] / out["harness_ms"]
+    out["kernel_over_harness"] = out["kernel_ms"] / out["harness_ms"]
+    return sort_sizes(out, "context_length").reset_index(drop=True)
+
+
+_TOP_COLUMNS = [
+    "size",
+    "context_length",
+    "kernel",
+    "kernel_short",
+    "kernel_class",
+    "calls_per_step",
+    "ms_per_step",
+    "share",
+]
+
+
+def top_kernels(kernels: pd.DataFrame, mode: str, phases: tuple[str, ...]) -> pd.DataFrame:
+    """The kernel with the most time per (size, context) in `phases` (summed) of `mode` points."""
+    k = kernels[(kernels["mode"] == mode) & (kernels["phase"].isin(phases))]
+    if k.empty:
+        return pd.DataFrame(columns=_TOP_COLUMNS)
+    keys = ["size", "context_length", "kernel", "kernel_short", "kernel_class"]
+    g = k.groupby(keys, as_index=False)[["calls_per_step", "ms_per_step"]].sum()
+    g["share"] = g["ms_per_step"] / g.groupby(["size", "context_length"])["ms_per_step"].transform(
+        "sum"
+    )
+    top = g.loc[g.groupby(["size", "context_length"])["ms_per_step"].idxmax(), _TOP_COLUMNS]
+    return sort_sizes(top, "context_length").reset_index(drop=True)
+
+
+def top_kernels_forward_backward(kernels: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """Forward+backward's top kernel: from forward_backward points, else from the forward and
+    backward phases of training steps."""
+    fb = top_kernels(kernels, "forward_backward", ("step",))
+    if len(fb):
+        return fb, "forward+backward"
+    return top_kernels(kernels, "train_step", ("forward", "backward")), (
+        "forward+backward of the training step"
+    )
+
+
+def nontrivial_non_gemm(kernels: pd.DataFrame, threshold: float = NONTRIVIAL_SHARE) -> pd.DataFrame:
+    """Q7: non-GEMM kernels at or above `threshold` of forward GPU time, over the points."""
+    k = kernels[(kernels["mode"] == "forward") & (kernels["phase"] == "forward")]
+    if k.empty:
+        return pd.DataFrame()
+    n_points = k.groupby(["size", "context_length"]).ngroups
+    k = k[k["kernel_class"] != "gemm"]
+    g = k.groupby(["kernel_short", "kernel_class"]).agg(
+        median_share=("share", "median"),
+        max_share=("share", "max"),
+        points_above=("share", lambda s: int((s >= threshold).sum())),
+        calls_per_step=("calls_per_step", "median"),
+    )
+    g = g[g["points_above"] > 0].sort_values("median_share", ascending=False).reset_index()
+    g["of_points"] = n_points
+    return g
+
+
+def gemm_shares(points: pd.DataFrame) -> pd.DataFrame:
+    """Q8: GEMM share of GPU time, forward-only points vs training-step points."""
+    p = ok(points)
+    if p.empty or "gemm_share_step" not in p:
+        return pd.DataFrame()
+    t = p.pivot_table(
+        index=["size", "context_length"], columns="mode", values="gemm_share_step", aggfunc="first"
+    )
+    t.columns.name = None
+    return sort_sizes(t.reset_index(), "context_length").reset_index(drop=True)
+
+
+def attention_split(points: pd.DataFrame) -> pd.DataFrame:
+    """Q9: per forward point, GPU time of the attention parts (ms per step, all layers) and the
+    softmax/matmul time ratio beside the FLOP ratio."""
+    p = ok(points)
+    p = p[p["mode"] == "forward"]
+    rows = []
+    for r in p.itertuples():
+        d_head = r.d_model // r.num_heads
+        fl = attention_flops_split(r.batch_size, r.num_heads, r.context_length, d_head)
+        row = {"size": r.size, "context_length": r.context_length}
+        for part in ATTN_PARTS:
+            row[f"{part}_ms"] = getattr(r, f"attention_{part}_kernel_ms_mean", np.nan)
+        matmul_ms = row["qk_matmul_ms"] + row["pv_matmul_ms"]
+        row["softmax_over_matmul_time"] = row["softmax_ms"] / matmul_ms if matmul_ms else np.nan
+        row["softmax_over_matmul_flops"] = fl["softmax"] / (fl["qk_matmul"] + fl["pv_matmul"])
+        row["time_vs_flops"] = row["softmax_over_matmul_time"] / row["softmax_over_matmul_flops"]
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    return sort_sizes(out, "context_length").reset_index(drop=True) if len(out) else out
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
+    points, kernels = _points(results_dir), _kernels(results_dir)
+    fig_dir = Path(fig_dir)
+    paths = {n: fig_dir / f"profile_{n}.png" for n in ("kernel_share", "gemm_share", "attention")}
+    if points.empty or ok(points).empty or kernels.empty:
+        return [empty_figure(p, "no successful profile points") for p in paths.values()]
+    out = []
+    unit = "CPU operator time" if _cpu_only(points) else "GPU kernel time"
+
+    # kernel-class shares per phase: one panel per size, at its largest profiled context
+    shares = class_shares(kernels)
+    sizes = [s for s in SIZE_ORDER if s in set(shares["size"])]
+    fig, axes = plt.subplots(
+        1,
+        len(sizes) + 1,
+        figsize=(3.3 * len(sizes) + 1.4, 3.8),
+        squeeze=False,
+        gridspec_kw={"width_ratios": [*[3.3] * len(sizes), 1.4]},
+    )
+    for ax, size in zip(axes[0][:-1], sizes, strict=True):
+        sh = shares[shares["size"] == size]
+        ctx = sh["context_length"].max()
+        sh = sh[sh["context_length"] == ctx]
+        bars = []
+        for mode, phase, label in (
+            ("forward", "forward", "fwd-only"),
+            ("train_step", "forward", "train: fwd"),
+            ("train_step", "backward", "train: bwd"),
+            ("train_step", "optimizer", "train: opt"),
+        ):
+            r = sh[(sh["mode"] == mode) & (sh["phase"] == phase)]
+            if len(r):
+                bars.append((label, r.iloc[0]))
+        bottom = np.zeros(len(bars))
+        for cls in KERNEL_CLASSES:
+            vals = np.array([100 * float(b[cls]) for _, b in bars])
+            ax.bar(
+                [lab for lab, _ in bars], vals, bottom=bottom, color=CLASS_COLORS[cls], label=cls
+            )
+            bottom += vals
+        for i, (_, b) in enumerate(bars):
+            ax.text(i, 101, f"{b['total_ms']:.3g} ms", ha="center", fontsize=7)
+        ax.set_ylim(0, 110)
+        ax.set_title(f"{size}, context {ctx}", fontsize=9)
+        ax.tick_params(axis="x", labelsize=7, rotation=30)
+    axes[0][0].set_ylabel(f"share of {unit} (%)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    axes[0][-1].axis("off")
+    axes[0][-1].legend(handles[::-1], labels[::-1], fontsize=8, loc="center left")
+    out.append(save(fig, paths["kernel_share"]))
+
+    # GEMM share vs context length
+    g = gemm_shares(points)
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for size in [s for s in SIZE_ORDER if s in set(g.get("size", []))]:
+        gs = g[g["size"] == size].sort_values("context_length")
+        color = None
+        for mode, ls in (("forward", "-"), ("train_step", "--")):
+            if mode in gs:
+                line = ax.plot(
+                    gs["context_length"],
+                    100 * gs[mode],
+                    ls=ls,
+                    marker="o",
+                    color=color,
+                    label=f"{size} {MODE_LABEL[mode]}",
+                )
+                color = line[0].get_color()
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("context length")
+    ax.set_ylabel(f"GEMM share of {unit} (%)")
+    ax.legend(fontsize=7, ncol=2)
+    out.append(save(fig, paths["gemm_share"]))
+
+    # softmax / matmul: time ratio against FLOP ratio
+    a = attention_split(points)
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for size in [s for s in SIZE_ORDER if s in set(a.get("size", []))]:
+        s_ = a[a["size"] == size].sort_values("context_length")
+        line = ax.plot(
+            s_["context_length"], s_["softmax_over_matmul_time"], marker="o", label=f"{size} time"
+        )
+        ax.plot(
+            s_["context_length"],
+            s_["softmax_over_matmul_flops"],
+            ls=":",
+            color=line[0].get_color(),
+            label=f"{size} FLOPs",
+        )
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("context length")
+    ax.set_ylabel("softmax / (QKᵀ + PV matmuls)")
+    ax.set_title("attention in forward: time ratio (solid) vs FLOP ratio (dotted)", fontsize=9)
+    ax.legend(fontsize=7, ncol=2)
+    out.append(save(fig, paths["attention"]))
+    return out
+
+
+def _cpu_only(points: pd.DataFrame) -> bool:
+    return set(points.get("profiler", pd.Series(dtype=str)).dropna()) <= {"torch.profiler-cpu"}
+
+
+def _fmt_ms(x: float) -> str:
+    return "–" if pd.isna(x) else f"{x:.3g} ms"
+
+
+def context(results_dir: Path) -> dict:
+    points, kernels = _points(results_dir), _kernels(results_dir)
+    s: dict = {"available": len(points) > 0}
+    if not s["available"]:
+        return s
+    bench = load(results_dir, "benchmark")
+    good = ok(points)
+    s["n_points"], s["n_ok"] = len(points), len(good)
+    s["statuses"] = points["status"].value_counts().to_dict()
+    s["failed_table"] = (
+        md_table(sort_sizes(failed_points(points, ["size", "context_length", "mode"])))
+        if len(good) < len(points)
+        else ""
+    )
+    s["profilers"] = sorted(points["profiler"].dropna().unique())
+    notes = points.get("profiler_note", pd.Series(dtype=str)).dropna().astype(str)
+    s["profiler_notes"] = sorted({n for n in notes if n and n != "nan"})
+    s["cpu_only"] = _cpu_only(points)
+    s["unit"] = "CPU operator self time" if s["cpu_only"] else "GPU kernel time"
+    s["kernel_word"] = "operator" if s["cpu_only"] else "kernel"
+    first = points.iloc[0]
+    s["precision"] = first["precision"]
+    s["batch_size"] = int(first["batch_size"])
+    s["warmup_steps"] = int(first["warmup_steps"])
+    s["measure_steps"] = int(first["measure_steps"])
+    if good.empty or kernels.empty:
+        s["available"] = False
+        return s
+
+    # Q5
+    h = harness_comparison(points, bench)
+    s["harness_table"] = md_table(
+        h.rename(
+            columns={
+                "profiled_step_ms": "under profiler (ms)",
+                "range_ms": "step range (ms)",
+                "kernel_ms": f"{s['kernel_word']} sum (ms)",
+                "harness_ms": "harness (ms)",
+                "profiled_over_harness": "profiled / harness",
+                "kernel_over_harness": f"{s['kernel_word']}s / harness",
+            }
+        )
+    )
+    hh = h.dropna(subset=["harness_ms"])
+    if len(hh):
+        s["harness_sentence"] = (
+            f"Over {len(hh)} forward points the step timed under the profiler takes "
+            f"{hh['profiled_over_harness'].median():.2f}× the benchmark harness's time "
+            f"(range {hh['profiled_over_harness'].min():.2f}–{hh['profiled_over_harness'].max():.2f}×), "
+            f"and the summed {s['kernel_word']} time is {hh['kernel_over_harness'].median():.2f}× "
+            "the harness time (median)."
+        )
+    else:
+        s["harness_sentence"] = (
+            "The benchmark stage has no matching forward points (same size, context, precision, "
+            "eager, naive attention), so only the profiled times are shown."
+        )
+
+    # Q6
+    fwd_top = top_kernels(kernels, "forward", ("forward",))
+    fb_top, fb_what = top_kernels_forward_backward(kernels)
+    if len(fwd_top):
+        merged = fwd_top.merge(
+            fb_top, on=["size", "context_length"], how="left", suffixes=("_fwd", "_fb")
+        )
+        table = pd.DataFrame(
+            {
+                "size": merged["size"],
+                "context": merged["context_length"],
+                f"forward: top {s['kernel_word']}": merged["kernel_short_fwd"],
+                "class": merged["kernel_class_fwd"],
+                "calls/step": merged["calls_per_step_fwd"],
+                "share": merged["share_fwd"].map(pct),
+                f"{fb_what}: top {s['kernel_word']}": merged.get("kernel_short_fb"),
+                "calls/step ": merged.get("calls_per_step_fb"),
+                "share ": merged.get("share_fb", pd.Series(dtype=float)).map(pct),
+            }
+        )
+        s["top_table"] = md_table(table)
+        same = (merged["kernel_fwd"] == merged.get("kernel_fb")).sum()
+        n_fb = merged.get("kernel_fb", pd.Series(dtype=str)).notna().sum()
+        classes = fwd_top["kernel_class"].value_counts()
+        big = fwd_top.iloc[-1]
+        s["top_sentence"] = (
+            f"The {s['kernel_word']} with the most {s['unit']} in forward is of class "
+            f"`{classes.index[0]}` in {classes.iloc[0]} of {len(fwd_top)} points; for "
+            f"{big['size']} at context {big.context_length} it is `{big.kernel_short}` "
+            f"({big.calls_per_step:.0f} calls per forward, {pct(big.share)} of forward time). "
+            + (
+                f"The same {s['kernel_word']} tops {fb_what} in {same} of {n_fb} points."
+                if n_fb
+                else "No forward+backward or training-step points were profiled."
+            )
+        )
+    # Q7
+    nt = nontrivial_non_gemm(kernels)
+    s["nontrivial_threshold"] = pct(NONTRIVIAL_SHARE)
+    if len(nt):
+        s["nontrivial_table"] = md_table(
+            nt.head(12).assign(
+                median_share=nt["median_share"].map(pct), max_share=nt["max_share"].map(pct)
+            )
+        )
+        share_non_gemm = _non_gemm_share(kernels)
+        s["nontrivial_sentence"] = (
+            f"{len(nt)} non-GEMM {s['kernel_word']}s reach {s['nontrivial_threshold']} of forward "
+            f"time somewhere; together non-GEMM work is {pct(share_non_gemm)} of forward "
+            f"{s['unit']} (median over points). The largest is `{nt.iloc[0]['kernel_short']}` "
+            f"({nt.iloc[0]['kernel_class']}, median {pct(nt.iloc[0]['median_share'])})."
+        )
+    # Q8
+    g = gemm_shares(points)
+    if len(g) and {"forward", "train_step"} <= set(g.columns):
+        s["gemm_table"] = md_table(
+            g.assign(**{c: g[c].map(pct) for c in g.columns if c in MODE_LABEL}).rename(
+                columns=MODE_LABEL
+            )
+        )
+        both = g.dropna(subset=["forward", "train_step"])
+        if len(both):
+            s["gemm_sentence"] = (
+                f"GEMMs take a median {pct(both['forward'].median())} of {s['unit']} in a "
+                f"forward pass and {pct(both['train_step'].median())} in a full training step "
+                f"({len(both)} size/context points; forward-only above training step in "
+                f"{int((both['forward'] > both['train_step']).sum())} of them)."
+            )
+    # Q9
+    a = attention_split(points)
+    if len(a) and a["softmax_ms"].notna().any():
+        show = a[
+            [
+                "size",
+                "context_length",
+                "qk_matmul_ms",
+                "mask_ms",
+                "softmax_ms",
+                "pv_matmul_ms",
+                "softmax_over_matmul_time",
+                "softmax_over_matmul_flops",
+                "time_vs_flops",
+            ]
+        ]
+        s["attention_table"] = md_table(show, floatfmt=3)
+        s["attention_sentence"] = (
+            f"Inside forward attention, softmax takes {a['softmax_over_matmul_time'].median():.2f}× "
+            f"the time of the two matmuls (median over {len(a)} points) while it has only "
+            f"{a['softmax_over_matmul_flops'].median():.3f}× their FLOPs "
+            f"({SOFTMAX_FLOPS_PER_ELEMENT} FLOPs per score against 4·d_head): per FLOP, softmax "
+            f"is {a['time_vs_flops'].median():.0f}× slower. "
+            + (
+                "The matmuls run in optimized BLAS at high arithmetic intensity; softmax does a "
+                "few FLOPs per element of the n×n score matrix, with an exp each, and streams the "
+                "whole matrix through memory."
+                if s["cpu_only"]
+                else "The matmuls run on tensor cores at high arithmetic intensity; softmax reads "
+                "and writes the whole n×n score matrix for a few FLOPs per element, so it is bound "
+                "by memory bandwidth, not by compute."
+            )
+        )
+    return s
+
+
+def _non_gemm_share(kernels: pd.DataFrame) -> float:
+    k = kernels[(kernels["mode"] == "forward") & (kernels["phase"] == "forward")]
+    if k.empty:
+        return float("nan")
+    per_point = k.groupby(["size", "context_length"]).apply(
+        lambda g: g.loc[g["kernel_class"] != "gemm", "share"].sum(), include_groups=False
+    )
+    return float(per_point.median())
+
+
+if __name__ == "__main__":
+    plot_main(plot)
