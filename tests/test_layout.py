@@ -190,11 +190,15 @@ def test_planning_imports_do_not_load_torch():
     """The workflow imports stage packages (titles) and the import-graph reader while planning:
     none of them may pull in torch (seconds on every dry run)."""
     stages = sorted(p.name for p in (PKG / "stages").iterdir() if (p / "__init__.py").exists())
+    plans = sorted(p.parent.name for p in (PKG / "stages").glob("*/plan.py"))
+    assert plans, "no stage has a plan module"
     code = (
         "import sys, importlib\n"
         "import cs336_systems.core.imports\n"
         f"for s in {stages!r}:\n"
         "    importlib.import_module(f'cs336_systems.stages.{s}')\n"
+        f"for s in {plans!r}:\n"
+        "    importlib.import_module(f'cs336_systems.stages.{s}.plan')\n"
         "print('torch' in sys.modules)\n"
     )
     out = subprocess.run(

@@ -14,14 +14,14 @@ rule allreduce:
         code("cs336_systems.stages.allreduce"),
     output:
         ALLREDUCE_POINTS,
-    resources:
-        **launcher_resources("allreduce"),
     log:
         f"{RESULTS}/logs/allreduce/{{backend}}.log",
     benchmark:
         f"{RESULTS}/jobs/allreduce/{{backend}}.tsv"
     wildcard_constraints:
         backend="gloo|nccl",
+    resources:
+        **launcher_resources("allreduce"),
     params:
         cfg=lambda wc: stage_config("allreduce"),
         world_sizes=lambda wc: cli_list(stage_config("allreduce")["world_sizes"]),
@@ -47,7 +47,6 @@ rule allreduce:
 
 
 rule allreduce_aggregate:
-    localrule: True
     input:
         points=lambda wc: expand(
             ALLREDUCE_POINTS, backend=stage_config("allreduce")["backends"]
@@ -57,12 +56,12 @@ rule allreduce_aggregate:
         f"{RESULTS}/allreduce.csv",
     log:
         f"{RESULTS}/logs/allreduce_aggregate.log",
+    localrule: True
     shell:
         "python3 -m cs336_systems.core.results --out {output} {input.points} 2>&1 | tee {log}"
 
 
 rule allreduce_plots:
-    localrule: True
     input:
         data=rules.allreduce_aggregate.output[0],
         code=code("cs336_systems.stages.allreduce.analysis"),
@@ -70,6 +69,7 @@ rule allreduce_plots:
         ALLREDUCE_FIGURES,
     log:
         f"{RESULTS}/logs/allreduce_plots.log",
+    localrule: True
     params:
         results=lambda wc, input: parent(input.data),
         figures=lambda wc, output: parent(output[0]),

@@ -1,6 +1,8 @@
 # Stage `attention`: naive attention (batch 8, one head) eager and torch.compile'd over head
 # dim x sequence length: forward/backward time, memory before backward, out-of-memory points.
 
+from cs336_systems.stages.attention import plan as attention_plan
+
 
 rule attention:
     input:
@@ -28,20 +30,19 @@ rule attention:
 
 
 rule attention_aggregate:
-    localrule: True
     input:
-        points=attention_points,
+        points=lambda wc: attention_plan.point_files(stage_config("attention"), RESULTS),
         code=code("cs336_systems.core.results"),
     output:
         f"{RESULTS}/attention.csv",
     log:
         f"{RESULTS}/logs/attention_aggregate.log",
+    localrule: True
     shell:
         "python3 -m cs336_systems.core.results --out {output} {input.points} 2>&1 | tee {log}"
 
 
 rule attention_plots:
-    localrule: True
     input:
         csv=rules.attention_aggregate.output[0],
         code=code("cs336_systems.stages.attention.analysis"),
@@ -52,6 +53,7 @@ rule attention_plots:
         ],
     log:
         f"{RESULTS}/logs/attention_plots.log",
+    localrule: True
     params:
         results=lambda wc, input: parent(input.csv),
         figures=lambda wc, output: parent(output[0]),

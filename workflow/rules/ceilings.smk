@@ -6,14 +6,14 @@ rule ceilings:
         code("cs336_systems.stages.ceilings"),
     output:
         f"{RESULTS}/ceilings.csv",
-    params:
-        cfg=lambda wc: stage_config("ceilings"),
-        dtypes=lambda wc: cli_list(stage_config("ceilings")["dtypes"]),
-        common=common_args(),
     log:
         f"{RESULTS}/logs/ceilings.log",
     benchmark:
         f"{RESULTS}/jobs/ceilings.tsv"
+    params:
+        cfg=lambda wc: stage_config("ceilings"),
+        dtypes=lambda wc: cli_list(stage_config("ceilings")["dtypes"]),
+        common=common_args(),
     shell:
         "python3 -m cs336_systems.stages.ceilings {params.common} --out {output}"
         " --matmul-size {params.cfg[matmul_size]} --dtypes {params.dtypes}"

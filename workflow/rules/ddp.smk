@@ -13,14 +13,14 @@ rule ddp:
         code("cs336_systems.stages.ddp"),
     output:
         DDP_POINTS,
-    resources:
-        **launcher_resources("ddp"),
     log:
         f"{RESULTS}/logs/ddp/{{kind}}.log",
     benchmark:
         f"{RESULTS}/jobs/ddp/{{kind}}.tsv"
     wildcard_constraints:
         kind="variants|sharding",
+    resources:
+        **launcher_resources("ddp"),
     params:
         cfg=lambda wc: stage_config("ddp"),
         variants=lambda wc: cli_list(stage_config("ddp")["variants"]),
@@ -56,7 +56,6 @@ rule ddp:
 
 
 rule ddp_aggregate:
-    localrule: True
     input:
         points=lambda wc: expand(
             DDP_POINTS,
@@ -71,12 +70,12 @@ rule ddp_aggregate:
         f"{RESULTS}/ddp.csv",
     log:
         f"{RESULTS}/logs/ddp_aggregate.log",
+    localrule: True
     shell:
         "python3 -m cs336_systems.core.results --out {output} {input.points} 2>&1 | tee {log}"
 
 
 rule ddp_plots:
-    localrule: True
     input:
         data=rules.ddp_aggregate.output[0],
         # the bucket-size model is fitted to the measured all-reduce latency and bandwidth
@@ -88,6 +87,7 @@ rule ddp_plots:
         DDP_FIGURES,
     log:
         f"{RESULTS}/logs/ddp_plots.log",
+    localrule: True
     params:
         results=lambda wc, input: parent(input.data),
         figures=lambda wc, output: parent(output[0]),

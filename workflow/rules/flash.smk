@@ -3,13 +3,15 @@
 # plus the leaderboard point. Our kernels run only if the kernel_tests stage passed them.
 
 
+from cs336_systems.stages.flash import plan as flash_plan
+
 FLASH_SOURCES = code("cs336_systems.stages.flash")
 
 
 rule flash:
     input:
         code=FLASH_SOURCES,
-        gate=flash_gate,
+        gate=lambda wc: flash_plan.gate(STAGES, RESULTS),
     output:
         f"{RESULTS}/flash/points/{{dtype}}.csv",
     log:
@@ -23,8 +25,8 @@ rule flash:
         head_dims=lambda wc: cli_list(stage_config("flash")["head_dims"]),
         seq_lens=lambda wc: cli_list(stage_config("flash")["seq_lens"]),
         batch=lambda wc: stage_config("flash")["batch_size"],
-        options=flash_options,
-        gate=flash_gate_arg,
+        options=lambda wc: flash_plan.options(stage_config("flash")),
+        gate=lambda wc, input: flash_plan.gate_arg(input.gate),
         common=common_args(),
     shell:
         "python3 -m cs336_systems.stages.flash sweep {params.common} --out {output}"
@@ -36,7 +38,7 @@ rule flash:
 rule flash_leaderboard:
     input:
         code=FLASH_SOURCES,
-        gate=flash_gate,
+        gate=lambda wc: flash_plan.gate(STAGES, RESULTS),
     output:
         f"{RESULTS}/flash/leaderboard.csv",
     log:
@@ -46,9 +48,9 @@ rule flash_leaderboard:
     params:
         board=lambda wc: stage_config("flash")["leaderboard"],
         impls=lambda wc: cli_list(stage_config("flash")["leaderboard"]["impls"]),
-        options=flash_options,
-        timing=flash_leaderboard_timing,
-        gate=flash_gate_arg,
+        options=lambda wc: flash_plan.options(stage_config("flash")),
+        timing=lambda wc: flash_plan.leaderboard_timing(stage_config("flash")),
+        gate=lambda wc, input: flash_plan.gate_arg(input.gate),
         common=common_args(),
     shell:
         "python3 -m cs336_systems.stages.flash leaderboard {params.common} --out {output}"
@@ -59,20 +61,19 @@ rule flash_leaderboard:
 
 
 rule flash_aggregate:
-    localrule: True
     input:
-        points=flash_point_files,
+        points=lambda wc: flash_plan.point_files(stage_config("flash"), RESULTS),
         code=code("cs336_systems.core.results"),
     output:
         f"{RESULTS}/flash.csv",
     log:
         f"{RESULTS}/logs/flash_aggregate.log",
+    localrule: True
     shell:
         "python3 -m cs336_systems.core.results --out {output} {input.points} 2>&1 | tee {log}"
 
 
 rule flash_plots:
-    localrule: True
     input:
         csv=rules.flash_aggregate.output[0],
         code=code("cs336_systems.stages.flash.analysis"),
@@ -83,6 +84,7 @@ rule flash_plots:
         ],
     log:
         f"{RESULTS}/logs/flash_plots.log",
+    localrule: True
     params:
         results=lambda wc, input: parent(input.csv),
         figures=lambda wc, output: parent(output[0]),

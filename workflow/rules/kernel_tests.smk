@@ -1,11 +1,14 @@
 # Stage `kernel_tests`: the kernels' pytest suites as a pipeline step, first in the chain. Its
 # CSV gates the flash benchmarks: a kernel with a failed test is not benchmarked.
 
+from cs336_systems.stages.kernel_tests import plan as kernel_tests_plan
+
 
 rule kernel_tests:
     input:
         code=lambda wc: code(
-            "cs336_systems.stages.kernel_tests", files=stage_config("kernel_tests")["files"]
+            "cs336_systems.stages.kernel_tests",
+            files=stage_config("kernel_tests")["files"],
         ),
         tests=lambda wc: stage_config("kernel_tests")["files"] + ["tests/conftest.py"],
     output:
@@ -17,9 +20,13 @@ rule kernel_tests:
         f"{RESULTS}/jobs/kernel_tests.tsv"
     params:
         files=lambda wc: cli_list(stage_config("kernel_tests")["files"]),
-        kernels=kernel_tests_kernels,
-        select=kernel_tests_option("select"),
-        marker=kernel_tests_option("marker"),
+        kernels=lambda wc: kernel_tests_plan.kernel_args(stage_config("kernel_tests")),
+        select=lambda wc: kernel_tests_plan.option(
+            stage_config("kernel_tests"), "select"
+        ),
+        marker=lambda wc: kernel_tests_plan.option(
+            stage_config("kernel_tests"), "marker"
+        ),
         timeout=lambda wc: stage_config("kernel_tests")["timeout_s"],
         common=common_args(),
     shell:
@@ -29,7 +36,6 @@ rule kernel_tests:
 
 
 rule kernel_tests_plots:
-    localrule: True
     input:
         csv=rules.kernel_tests.output.csv,
         code=code("cs336_systems.stages.kernel_tests.analysis"),
@@ -37,6 +43,7 @@ rule kernel_tests_plots:
         f"{REPORT_DIR}/figures/kernel_tests_durations.png",
     log:
         f"{RESULTS}/logs/kernel_tests_plots.log",
+    localrule: True
     params:
         results=lambda wc, input: parent(input.csv),
         figures=lambda wc, output: parent(output[0]),

@@ -41,7 +41,6 @@ rule memory:
 
 
 rule memory_aggregate:
-    localrule: True
     input:
         points=lambda wc: expand(MEMORY_POINTS, size=stage_config("memory")["sizes"]),
         allocations=lambda wc: expand(
@@ -53,6 +52,7 @@ rule memory_aggregate:
         allocations=f"{RESULTS}/memory_allocations.csv",
     log:
         f"{RESULTS}/logs/memory_aggregate.log",
+    localrule: True
     shell:
         "(python3 -m cs336_systems.core.results --out {output.points} {input.points}"
         " && python3 -m cs336_systems.core.results --out {output.allocations} {input.allocations})"
@@ -60,18 +60,18 @@ rule memory_aggregate:
 
 
 rule memory_plots:
-    localrule: True
     input:
         points=rules.memory_aggregate.output.points,
         allocations=rules.memory_aggregate.output.allocations,
         code=code("cs336_systems.stages.memory.analysis"),
     output:
         MEMORY_FIGURES,
+    log:
+        f"{RESULTS}/logs/memory_plots.log",
+    localrule: True
     params:
         results=lambda wc, input: parent(input[0]),
         figures=lambda wc, output: parent(output[0]),
-    log:
-        f"{RESULTS}/logs/memory_plots.log",
     shell:
         "python3 -m cs336_systems.stages.memory.analysis --results {params.results}"
         " --figures {params.figures} 2>&1 | tee {log}"

@@ -31,17 +31,17 @@ rule precision:
 
 
 rule precision_plots:
-    localrule: True
     input:
         **PRECISION_OUTPUTS,
         code=code("cs336_systems.stages.precision.analysis"),
     output:
         PRECISION_FIGURES,
+    log:
+        f"{RESULTS}/logs/precision_plots.log",
+    localrule: True
     params:
         results=lambda wc, input: parent(input[0]),
         figures=lambda wc, output: parent(output[0]),
-    log:
-        f"{RESULTS}/logs/precision_plots.log",
     shell:
         "python3 -m cs336_systems.stages.precision.analysis --results {params.results}"
         " --figures {params.figures} 2>&1 | tee {log}"

@@ -43,7 +43,6 @@ rule profile:
 
 
 rule profile_aggregate:
-    localrule: True
     input:
         points=lambda wc: expand(PROFILE_POINTS, size=stage_config("profile")["sizes"]),
         kernels=lambda wc: expand(
@@ -55,6 +54,7 @@ rule profile_aggregate:
         kernels=f"{RESULTS}/profile_kernels.csv",
     log:
         f"{RESULTS}/logs/profile_aggregate.log",
+    localrule: True
     shell:
         "(python3 -m cs336_systems.core.results --out {output.points} {input.points}"
         " && python3 -m cs336_systems.core.results --out {output.kernels} {input.kernels})"
@@ -62,18 +62,18 @@ rule profile_aggregate:
 
 
 rule profile_plots:
-    localrule: True
     input:
         points=rules.profile_aggregate.output.points,
         kernels=rules.profile_aggregate.output.kernels,
         code=code("cs336_systems.stages.profile.analysis"),
     output:
         PROFILE_FIGURES,
+    log:
+        f"{RESULTS}/logs/profile_plots.log",
+    localrule: True
     params:
         results=lambda wc, input: parent(input[0]),
         figures=lambda wc, output: parent(output[0]),
-    log:
-        f"{RESULTS}/logs/profile_plots.log",
     shell:
         "python3 -m cs336_systems.stages.profile.analysis --results {params.results}"
         " --figures {params.figures} 2>&1 | tee {log}"

@@ -2,7 +2,6 @@
 
 
 rule report:
-    localrule: True
     input:
         data=lambda wc: [f for stage in STAGES for f in REPORT_INPUTS.get(stage, [])],
         templates=lambda wc: ["report/templates/report.md.j2"]
@@ -14,11 +13,12 @@ rule report:
         ),
     output:
         f"{REPORT_DIR}/report.md",
+    log:
+        f"{RESULTS}/logs/report.log",
+    localrule: True
     params:
         stages=lambda wc: cli_list(s for s in STAGES if s in REPORT_INPUTS),
         results=lambda wc, output: f"results/{Path(output[0]).parent.name}",
-    log:
-        f"{RESULTS}/logs/report.log",
     shell:
         "python3 -m cs336_systems.report --results {params.results} --out {output}"
         " --stages {params.stages} 2>&1 | tee {log}"

@@ -1,0 +1,36 @@
+"""What the workflow needs to plan the benchmark stage's jobs, from the stage's config block.
+
+Pure functions of the validated preset block (no torch): the rules file calls them.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+
+def points(cfg: dict) -> list[dict]:
+    """One dict per job (size, context_length, attention); attentions other than the first run
+    only where `attention_only` (if given) admits the size and context."""
+    only = cfg.get("attention_only", {})
+    sizes = set(only.get("sizes", cfg["sizes"]))
+    contexts = set(only.get("context_lengths", cfg["context_lengths"]))
+    first = cfg["attentions"][0]
+    return [
+        {"size": s, "context_length": c, "attention": a}
+        for s, c, a in itertools.product(cfg["sizes"], cfg["context_lengths"], cfg["attentions"])
+        if a == first or (s in sizes and c in contexts)
+    ]
+
+
+def compile_arg(cfg: dict, size: str, context_length: int) -> str:
+    """The job's `--compile` list: eager everywhere, compiled where `compile_only` admits it."""
+    only = cfg.get("compile_only", {})
+    admitted = size in only.get("sizes", [size]) and context_length in only.get(
+        "context_lengths", [context_length]
+    )
+    return ",".join(c for c in cfg["compile"] if c == "eager" or admitted)
+
+
+def compile_filter(cfg: dict, key: str) -> str:
+    """Within a job, the modes (or precisions) that get compiled points."""
+    return ",".join(str(v) for v in cfg.get("compile_only", {}).get(key, cfg[key]))
