@@ -149,3 +149,23 @@ def test_no_bare_print_outside_kernels():
         if "kernels" not in p.relative_to(PKG).parts and (lines := _prints(p))
     }
     assert not found, f"print() calls, use cs336_systems.core.log instead: {found}"
+
+
+def test_python_warnings_are_logged_in_the_format():
+    """A library's warning (matplotlib's, say) lands in the job log as a line of the log (in a
+    fresh process: pytest records warnings itself)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import warnings\n"
+        "from cs336_systems.core import log\n"
+        "log.configure('demo')\n"
+        "with log.point('plots'):\n"
+        "    warnings.warn('No artists with labels found', UserWarning)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    lines = [LINE.match(line) for line in proc.stderr.splitlines()]
+    assert lines and all(lines), proc.stderr
+    assert lines[0]["level"] == "WARNING" and lines[0]["point"] == "plots"
+    assert "UserWarning: No artists with labels found" in lines[0]["msg"]

@@ -14,8 +14,9 @@ Use:
 
 Lines go to stderr, flushed one by one, so the rules' ``2>&1 | tee {log}`` shows progress in
 the job log while the job runs; every line of a multi-line message (a traceback, a subprocess's
-output) carries the prefix. ``CS336_LOG_LEVEL=DEBUG`` shows debug lines. Standard library only:
-the workflow may import ``core`` modules while planning without loading torch.
+output) carries the prefix, and Python warnings are logged in the same format.
+``CS336_LOG_LEVEL=DEBUG`` shows debug lines. Standard library only: the workflow may import
+``core`` modules while planning without loading torch.
 """
 
 from __future__ import annotations
@@ -119,18 +120,21 @@ def configure(stage: str, rank: int | None = None, level: str | int | None = Non
     """
     _where["stage"] = stage
     _where["rank"] = rank
-    logger = logging.getLogger(ROOT)
-    for h in list(logger.handlers):
-        if isinstance(h, _StderrHandler):
-            logger.removeHandler(h)
     handler = _StderrHandler()
     handler.setFormatter(LineFormatter())
     handler.addFilter(_Stamp())
-    logger.addHandler(handler)
     level = level or os.environ.get(LEVEL_ENV, "INFO")
-    logger.setLevel(level.upper() if isinstance(level, str) else level)
-    # our lines are ours alone: a handler another library puts on the root must not repeat them
-    logger.propagate = False
+    # the package's lines, and Python warnings (a library's UserWarning) in the same format
+    for name in (ROOT, "py.warnings"):
+        logger = logging.getLogger(name)
+        for h in list(logger.handlers):
+            if isinstance(h, _StderrHandler):
+                logger.removeHandler(h)
+        logger.addHandler(handler)
+        # ours alone: a handler another library puts on the root must not repeat them
+        logger.propagate = False
+    logging.getLogger(ROOT).setLevel(level.upper() if isinstance(level, str) else level)
+    logging.captureWarnings(True)
 
 
 def status_level(status: str) -> int:
