@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from cs336_systems.core.device import autocast
 from cs336_systems.core.workload import Workload
+from cs336_systems.profiling import memory_snapshot as snapshots
 from cs336_systems.stages.memory import measure as mem
 
 GPU = Path(__file__).parent / "fixtures" / "gpu"
@@ -137,7 +138,7 @@ def test_active_timeline():
     assert list(tl["active_bytes"]) == expected
     assert tl["active_bytes"].iloc[-1] == 4096 + 1024  # = the snapshot's active blocks
     assert list(tl["phase"]) == ["forward"] * 7 + ["backward"] * 4
-    assert mem.phase_spans(tl) == [("forward", 0, 6), ("backward", 7, 10)]
+    assert snapshots.phase_spans(tl) == [("forward", 0, 6), ("backward", 7, 10)]
 
 
 def test_largest_allocations_with_frames():
@@ -156,7 +157,7 @@ def test_user_frames_skip_torch_and_stdlib():
         _frame("run_module", "<frozen runpy>"),
         _frame("forward", line=5),
     ]
-    assert mem.user_frames(frames) == ["model.py:5 forward"]
+    assert snapshots.user_frames(frames) == ["model.py:5 forward"]
 
 
 def test_render_timeline(tmp_path):
@@ -166,7 +167,7 @@ def test_render_timeline(tmp_path):
 
 @pytest.mark.skipif(not SNAPSHOT_FIXTURE.exists(), reason="no captured snapshot yet")
 def test_captured_snapshot(tmp_path):
-    snap = mem.load_snapshot(SNAPSHOT_FIXTURE)
+    snap = snapshots.load_snapshot(SNAPSHOT_FIXTURE)
     tl = mem.active_timeline(snap)
     active_end = sum(
         b["size"]

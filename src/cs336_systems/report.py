@@ -17,8 +17,10 @@ import jinja2
 import pandas as pd
 
 from cs336_systems.core.analysis import fmt, md_table, pct
+from cs336_systems.core.log import configure, get_logger
 from cs336_systems.core.results import PROVENANCE_COLUMNS, atomic_write_text
 
+log = get_logger(__name__)
 TEMPLATES = Path(__file__).resolve().parents[2] / "report" / "templates"
 
 
@@ -102,13 +104,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--stages", required=True)
     args = ap.parse_args(argv)
+    configure("report")
     stages = [s for s in args.stages.split(",") if s]
     fig_dir = os.path.relpath(args.out.parent / "figures", args.out.parent)
     text = render(args.results, stages, fig_dir)
     atomic_write_text(args.out, text)
-    print(
-        f"[report] wrote {args.out} ({len(text.splitlines())} lines, stages: {', '.join(stages)})"
-    )
+    log.info("wrote %s (%d lines, stages: %s)", args.out, len(text.splitlines()), ", ".join(stages))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -10,6 +11,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+
+from cs336_systems.core.log import configure, get_logger  # noqa: E402
+
+log = get_logger(__name__)
 
 SIZE_ORDER = ["tiny", "small", "medium", "large", "xl", "2.7B"]
 
@@ -96,6 +101,17 @@ def failed_points(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     return bad[[c for c in columns if c in bad] + ["status"]]
 
 
+def _stage_of(plot) -> str:
+    """`<stage>` of the module `cs336_systems.stages.<stage>.analysis` that defines `plot`
+    (run as ``python -m``, that module is ``__main__``: its spec has the name)."""
+    module = plot.__module__
+    if module == "__main__":
+        spec = getattr(sys.modules["__main__"], "__spec__", None)
+        module = spec.name if spec is not None else module
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "stages" else "plots"
+
+
 def plot_main(plot, argv: list[str] | None = None) -> None:
     """The command line of a stage's analysis module:
 
@@ -107,6 +123,7 @@ def plot_main(plot, argv: list[str] | None = None) -> None:
     ap.add_argument("--results", required=True, type=Path)
     ap.add_argument("--figures", required=True, type=Path)
     args = ap.parse_args(argv)
+    configure(_stage_of(plot))
     args.figures.mkdir(parents=True, exist_ok=True)
     for path in plot(args.results, args.figures):
-        print(f"[plots] wrote {path}", flush=True)
+        log.info("wrote %s", path)

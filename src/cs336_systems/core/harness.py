@@ -1,8 +1,24 @@
-"""The one benchmark harness every timing in the project goes through.
+"""The one benchmark harness: every time the project measures goes through one of these.
 
-Warm up, synchronize before reading the clock, keep every per-step time, report mean, std and
-median; an out-of-memory or any other exception becomes a status, and memory is released
-between points.
+Which to use when:
+- ``time_steps(step, warmup, steps, device)``: whole steps (a training step, a forward pass):
+  each bracketed by device synchronizations and read on the host clock; returns the warm-up and
+  the measured per-step times (ms), for ``summarize`` (mean, std, median, min, max).
+- ``StepClock(device)``: marks inside one step (``mark("backward")``, then ``ms(a, b)``): CUDA
+  events on a GPU, so marking adds no synchronization; the host clock on a CPU.
+  ``time_marked_steps(step, warmup, steps, device, spans)`` is ``time_steps`` for such a step:
+  the whole step on the synchronized host clock, and each named span between two marks.
+- ``device_time(fn, device, prefix)``: one kernel or a short device call, timed on the device:
+  ``triton.testing.do_bench`` on CUDA (CUDA events per run, L2 cache flushed before each run,
+  its warm-up and repetition budgets in ms, median or named quantiles); ``time_steps`` on a CPU,
+  where do_bench cannot run. Returns named statistics (``<prefix>_ms_median``, ...).
+- ``Stopwatch()``: plain wall-clock time of something that is not device work (a compile, a
+  subprocess, the whole job, a first call after an explicit ``synchronize``): no
+  synchronization of its own.
+
+Around them: ``run_point`` turns an out-of-memory error or any other exception into a status
+(`oom`, `error: <reason>`) and releases memory between points; ``summarize`` names statistics
+`<prefix>_ms_<stat>`.
 """
 
 from __future__ import annotations
@@ -11,11 +27,15 @@ import gc
 import statistics
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from cs336_systems.core.log import get_logger
+
+log = get_logger(__name__)
 
 
 def synchronize(device: torch.device | str | None = None) -> None:
@@ -106,7 +126,7 @@ def run_point(fn: Callable[[], Any]) -> PointResult:
     except Exception as exc:  # a failed point is a row, not a crash
         status = "oom" if is_oom(exc) else f"error: {short_reason(exc)}"
         tb = traceback.format_exc(limit=4)
-        print(f"[harness] point failed with {status}\n{tb}", flush=True)
+        log.warning("point failed with %s\n%s", status, tb.rstrip())
         return PointResult(status, None, tb)
     finally:
         release_memory()
@@ -120,19 +140,19 @@ def peak_memory_mb(device: torch.device | str) -> float:
 
 
 class StepClock:
-    """Marks inside one step: CUDA events on GPU (no extra synchronization), host clock on CPU."""
+    """Marks inside one step: CUDA events on GPU (no extra synchronization), host clock on CPU.
 
-    def __init__(self, device):
-        import torch
+    ``ms(a, b)`` waits for the two marks' events to complete (a no-op after a synchronize).
+    """
 
-        self.cuda = device.type == "cuda"
-        self.device = device
-        self.marks: dict[str, object] = {}
-        self._torch = torch
+    def __init__(self, device: torch.device | str):
+        self.device = torch.device(device)
+        self.cuda = self.device.type == "cuda"
+        self.marks: dict[str, Any] = {}
 
     def mark(self, name: str) -> None:
         if self.cuda:
-            ev = self._torch.cuda.Event(enable_timing=True)
+            ev = torch.cuda.Event(enable_timing=True)
             ev.record()
             self.marks[name] = ev
         else:
@@ -140,5 +160,129 @@ class StepClock:
 
     def ms(self, a: str, b: str) -> float:
         if self.cuda:
+            self.marks[a].synchronize()
+            self.marks[b].synchronize()
             return self.marks[a].elapsed_time(self.marks[b])
         return (self.marks[b] - self.marks[a]) * 1e3
+
+
+def time_marked_steps(
+    step: Callable[[StepClock], Any],
+    warmup: int,
+    steps: int,
+    device: torch.device | str,
+    spans: dict[str, tuple[str, str]],
+) -> dict[str, list[float]]:
+    """``time_steps`` for a step with parts: `step(clock)` marks its parts on a fresh StepClock.
+
+    Returns, per measured step, ``step`` (the whole step, host clock, synchronized at both
+    ends) and each span ``name: (mark_a, mark_b)`` in ms.
+    """
+    clocks: list[StepClock] = []
+    _, totals = time_steps(
+        lambda: step(clocks[-1]),
+        warmup,
+        steps,
+        device,
+        on_step=lambda _phase, _i: clocks.append(StepClock(device)),
+    )
+    measured = clocks[warmup:]
+    out = {"step": totals}
+    for name, (a, b) in spans.items():
+        out[name] = [c.ms(a, b) for c in measured]
+    return out
+
+
+def timer_name(device: torch.device | str) -> str:
+    """What ``device_time`` uses on `device`: ``do_bench`` (CUDA) or ``time_steps``."""
+    return "do_bench" if torch.device(device).type == "cuda" else "time_steps"
+
+
+def _quantile_name(q: float) -> str:
+    return "median" if q == 0.5 else f"p{q * 100:g}"
+
+
+def device_time(
+    fn: Callable[[], Any],
+    device: torch.device | str,
+    prefix: str,
+    *,
+    warmup_ms: float = 25.0,
+    rep_ms: float = 100.0,
+    quantiles: Sequence[float] | None = None,
+    grad_to_none: Sequence[torch.Tensor] | None = None,
+    warmup_steps: int = 1,
+    steps: int = 3,
+) -> dict[str, float]:
+    """Device time of `fn` (a kernel, a short device call), as named statistics in ms.
+
+    CUDA: ``triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, grad_to_none=...)``:
+    CUDA events around each run, the L2 cache flushed before each, the gradients of
+    `grad_to_none` reset to None before each. Without `quantiles`: ``<prefix>_ms_median``
+    (do_bench's ``return_mode="median"``); with them: one key per quantile, in their order,
+    0.5 named ``median`` and q named ``p<100 q>`` (``(0.5, 0.2, 0.8)``: median, p20, p80).
+
+    CPU (do_bench needs a GPU): ``time_steps`` with `warmup_steps` and `steps`, the gradients
+    reset before each step; ``summarize``'s keys (mean, std, median, min, max).
+    """
+    grads = list(grad_to_none) if grad_to_none is not None else None
+    if torch.device(device).type == "cuda":
+        import triton.testing
+
+        if quantiles is None:
+            med = triton.testing.do_bench(
+                fn, warmup=warmup_ms, rep=rep_ms, grad_to_none=grads, return_mode="median"
+            )
+            return {f"{prefix}_ms_median": float(med)}
+        values = triton.testing.do_bench(
+            fn, warmup=warmup_ms, rep=rep_ms, grad_to_none=grads, quantiles=list(quantiles)
+        )
+        values = values if isinstance(values, list | tuple) else [values]
+        return {
+            f"{prefix}_ms_{_quantile_name(q)}": float(v)
+            for q, v in zip(quantiles, values, strict=True)
+        }
+
+    def step() -> None:
+        for g in grads or ():
+            g.grad = None
+        fn()
+
+    _, times = time_steps(step, warmup_steps, steps, device)
+    return summarize(times, prefix)
+
+
+class Stopwatch:
+    """Wall-clock time (host ``perf_counter``) from creation to ``stop()`` or the end of a
+    ``with`` block; read ``s`` or ``ms`` while it runs or after. It does not synchronize a
+    device: for device work use the timers above, or synchronize before reading it.
+
+        with Stopwatch() as sw:
+            compile_things()
+        log.info("compiled in %.1f s", sw.s)
+    """
+
+    def __init__(self) -> None:
+        self._t0 = time.perf_counter()
+        self._t1: float | None = None
+
+    def stop(self) -> float:
+        """Freeze the time (seconds); later reads return it."""
+        if self._t1 is None:
+            self._t1 = time.perf_counter()
+        return self.s
+
+    @property
+    def s(self) -> float:
+        end = self._t1 if self._t1 is not None else time.perf_counter()
+        return end - self._t0
+
+    @property
+    def ms(self) -> float:
+        return self.s * 1e3
+
+    def __enter__(self) -> Stopwatch:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

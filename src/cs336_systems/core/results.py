@@ -14,6 +14,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from cs336_systems.core.log import configure, get_logger
+
+log = get_logger(__name__)
+
 PROVENANCE_COLUMNS = [
     "machine",
     "preset",
@@ -144,8 +148,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("inputs", nargs="+")
     args = ap.parse_args(argv)
+    configure(Path(args.out).stem)  # the stage's CSV (results/<machine>/<stage>.csv) names it
     df = concat_csvs(args.inputs, args.out)
-    print(f"wrote {args.out}: {len(df)} rows from {len(args.inputs)} files")
+    log.info("wrote %s: %d rows from %d files", args.out, len(df), len(args.inputs))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import json
+import logging
 import math
 import os
 import re
@@ -34,7 +35,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -42,6 +42,10 @@ from pathlib import Path
 from typing import Any
 
 from cs336_systems.core.device import available_cores, gpu_count
+from cs336_systems.core.harness import Stopwatch
+from cs336_systems.core.log import get_logger, set_rank
+
+log = get_logger(__name__)
 
 # NVLink multicast (NVLS) must stay off on our two-GPU hosts; harmless everywhere else.
 DISTRIBUTED_ENV = {
@@ -192,8 +196,9 @@ def launch(
 ) -> LaunchResult:
     """Run `module` under torchrun on `topology`; rows come from the file passed as `--result`.
 
-    The worker's output streams to our stdout (the rule's log). Never raises for a failed or
-    hung run: the result's status says what happened and its rows hold what was written.
+    The workers' output streams, line by line, to our stderr (where the log goes: the rule's
+    log), their own log lines carrying their rank. Never raises for a failed or hung run: the
+    result's status says what happened and its rows hold what was written.
     """
     # rank 0 may run on another node than this one: under SLURM its rows file goes to the
     # working directory, which the nodes share
@@ -203,12 +208,12 @@ def launch(
         try:
             cmd = torchrun_command(module, [*args, "--result", str(result_path)], topology)
         except (RuntimeError, OSError, subprocess.SubprocessError) as exc:  # e.g. no allocation
-            print(f"[launch] cannot start: {exc}", flush=True)
+            log.error("cannot start: %s", exc)
             return LaunchResult(f"error: {exc}"[:160].replace(",", ";"), None, 0.0)
         env = worker_env(topology, extra_env)
-        print("[launch] " + " ".join(cmd), flush=True)
+        log.info("%s", " ".join(cmd))
         tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
-        t0 = time.perf_counter()
+        watch = Stopwatch()
         proc = subprocess.Popen(
             cmd,
             env=env,
@@ -222,9 +227,9 @@ def launch(
         def pump() -> None:
             assert proc.stdout is not None
             for line in proc.stdout:
-                sys.stdout.write(line)
+                sys.stderr.write(line)
+                sys.stderr.flush()
                 tail.append(line.rstrip("\n"))
-            sys.stdout.flush()
 
         reader = threading.Thread(target=pump, daemon=True)
         reader.start()
@@ -240,9 +245,15 @@ def launch(
         reader.join(timeout=10)
         if not status:
             status = "ok" if proc.returncode == 0 else _exit_reason(proc.returncode, tail)
-        elapsed = time.perf_counter() - t0
+        elapsed = watch.stop()
         rows = read_rows(result_path)
-    print(f"[launch] {status} after {elapsed:.1f} s, {len(rows)} rows", flush=True)
+    log.log(
+        logging.INFO if status == "ok" else logging.WARNING,
+        "%s after %.1f s, %d rows",
+        status,
+        elapsed,
+        len(rows),
+    )
     return LaunchResult(status, proc.returncode, elapsed, rows, list(tail))
 
 
@@ -310,6 +321,7 @@ def init_worker(backend: str, timeout_s: float = 600.0) -> WorkerContext:
     else:
         device = torch.device("cpu")
         dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+    set_rank(dist.get_rank())  # every log line of this worker names its rank
     return WorkerContext(dist.get_rank(), dist.get_world_size(), local_rank, backend, device)
 
 

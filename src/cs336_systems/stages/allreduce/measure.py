@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import argparse
 import math
-import time
 from pathlib import Path
 
+from cs336_systems.core.harness import StepClock, summarize, synchronize
+from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.parallel.launch import feasibility
 
 BYTES_PER_MB = 2**20
@@ -32,6 +33,8 @@ POINT_KEYS = ("buffers", "size_mb")
 # default: tensors from PyTorch's caching allocator; registered: from NCCL's allocator in a
 # memory pool registered with the communicator (NCCL user-buffer registration, zero-copy paths)
 BUFFERS = ("default", "registered")
+
+log = get_logger(__name__)
 
 
 def algbw_gbps(nbytes: float, time_ms: float) -> float:
@@ -101,12 +104,7 @@ def _time_allreduce(ctx, size_mb: float, args, base, src, buf) -> dict:
     from cs336_systems.parallel.launch import slowest_rank
 
     device = ctx.device
-    is_cuda = device.type == "cuda"
     nbytes = buf.numel() * 4
-
-    def sync() -> None:
-        if is_cuda:
-            torch.cuda.synchronize(device)
 
     # correctness first: never record a time for a wrong result
     dist.all_reduce(buf)
@@ -120,19 +118,13 @@ def _time_allreduce(ctx, size_mb: float, args, base, src, buf) -> dict:
         """ms for n back-to-back all-reduces after a reset and a barrier."""
         buf.copy_(src)
         dist.barrier()
-        sync()
-        if is_cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(n):
-                dist.all_reduce(buf)
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end)
-        t0 = time.perf_counter()
+        synchronize(device)
+        clock = StepClock(device)  # CUDA events on GPU, the host clock on CPU
+        clock.mark("start")
         for _ in range(n):
             dist.all_reduce(buf)
-        return (time.perf_counter() - t0) * 1e3
+        clock.mark("end")
+        return clock.ms("start", "end")  # waits for the end event
 
     # warm-up: the first calls pay set-up costs; after two, the slowest rank's estimate (the
     # same on every rank, so all ranks agree) caps the rest at half the timing budget
@@ -150,9 +142,7 @@ def _time_allreduce(ctx, size_mb: float, args, base, src, buf) -> dict:
     samples = [one(inner) / inner for _ in range(repeats)]
     slowest = slowest_rank(samples, ctx)
     finite = bool(torch.isfinite(buf).all().item())
-    sync()
-    from cs336_systems.core.harness import summarize
-
+    synchronize(device)
     stats = summarize(slowest, "time")
     t = stats["time_ms_median"]
     row.update(stats)
@@ -178,17 +168,19 @@ def worker(args) -> None:
     ctx = init_worker(args.backend, timeout_s=args.timeout_s)
     rows = []
     for buffers, size_mb in [(b, s) for b in args.buffers for s in args.sizes_mb]:
-        result = run_point(lambda s=size_mb, b=buffers: _measure_size(ctx, s, args, b))
-        row = {"buffers": buffers, "size_mb": size_mb, "status": result.status}
-        row.update(result.value or {})
-        rows.append(row)
-        if ctx.is_main:
-            print(
-                f"[allreduce] {args.backend} {buffers} n={ctx.world_size} {size_mb:g} MB: "
-                f"{row.get('time_ms_median', float('nan')):.4f} ms, "
-                f"busbw {row.get('busbw_gbps', float('nan')):.2f} GB/s ({row['status']})",
-                flush=True,
-            )
+        with point(args.backend, f"n={ctx.world_size}", buffers, f"{size_mb:g} MB"):
+            result = run_point(lambda s=size_mb, b=buffers: _measure_size(ctx, s, args, b))
+            row = {"buffers": buffers, "size_mb": size_mb, "status": result.status}
+            row.update(result.value or {})
+            rows.append(row)
+            if ctx.is_main:
+                log.log(
+                    status_level(row["status"]),
+                    "%.4f ms, busbw %.2f GB/s (%s)",
+                    row.get("time_ms_median", float("nan")),
+                    row.get("busbw_gbps", float("nan")),
+                    row["status"],
+                )
         write_rows(rows, args.result, ctx)
     finalize_worker()
 
@@ -277,13 +269,14 @@ def run_world_size(args: argparse.Namespace, world_size: int) -> list[dict]:
         rows = [{**p, "status": reason} for p in planned]
     else:
         topo = Topology(world_size // args.nnodes, args.nnodes, args.topology)
-        result = launch(
-            "cs336_systems.stages.allreduce.measure",
-            worker_argv(args),
-            topo,
-            timeout_s=args.timeout_s,
-            extra_env=args.env,
-        )
+        with point(args.backend, f"n={world_size}"):
+            result = launch(
+                "cs336_systems.stages.allreduce.measure",
+                worker_argv(args),
+                topo,
+                timeout_s=args.timeout_s,
+                extra_env=args.env,
+            )
         failure = result.status if result.status != "ok" else "error: no result from workers"
         rows = fill_missing(planned, result.rows, POINT_KEYS, failure)
     env_text = ";".join(f"{k}={v}" for k, v in sorted(args.env.items()))
@@ -315,6 +308,7 @@ COLUMNS_FIRST = [
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    configure("allreduce")
     if args.worker:
         worker(args)
         return
@@ -327,7 +321,7 @@ def main(argv: list[str] | None = None) -> None:
     ]
     df = with_columns_first(rows, COLUMNS_FIRST)
     write_csv(df, args.out)
-    print(f"[allreduce] wrote {args.out}: {len(df)} rows")
+    log.info("wrote %s: %d rows", args.out, len(df))
 
 
 if __name__ == "__main__":

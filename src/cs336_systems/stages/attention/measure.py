@@ -14,14 +14,24 @@ where it happened; the forward timings survive a backward OOM.
 from __future__ import annotations
 
 import argparse
-import time
 
 import torch
 
 from cs336_systems.core.device import allow_recompiles
-from cs336_systems.core.harness import is_oom, release_memory, short_reason, summarize, time_steps
+from cs336_systems.core.harness import (
+    Stopwatch,
+    is_oom,
+    release_memory,
+    short_reason,
+    summarize,
+    synchronize,
+    time_steps,
+)
+from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.core.results import provenance, write_csv
 from cs336_systems.model import naive_attention
+
+log = get_logger(__name__)
 
 IMPLS = ("naive_eager", "naive_compiled")
 FP32_BYTES = 4
@@ -91,13 +101,12 @@ def measure_point(
             torch.cuda.reset_peak_memory_stats(device)
 
         phase = "warmup"
-        t0 = time.perf_counter()
+        first = Stopwatch()
         for i in range(max(warmup, 1)):
             fn(q, k, v, is_causal=causal).backward(grad_out)
             if i == 0:
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                row["first_call_s"] = time.perf_counter() - t0
+                synchronize(device)
+                row["first_call_s"] = first.stop()
         q.grad = k.grad = v.grad = None
 
         phase = "forward"
@@ -128,7 +137,8 @@ def measure_point(
         row["status"] = "oom" if is_oom(exc) else f"error: {short_reason(exc)}"
         row["oom_phase" if is_oom(exc) else "failed_phase"] = phase
         row["peak_memory_mb"] = _device_memory_mb(device, peak=True)
-        print(f"[attention] d={d} n={n} failed in {phase}: {row['status']}", flush=True)
+        log.warning("failed in %s: %s", phase, row["status"])
+        log.debug("traceback", exc_info=True)
     finally:
         release_memory()
     return row
@@ -150,29 +160,32 @@ def run(
     rows = []
     for d in head_dims:
         for n in seq_lens:
-            res = measure_point(fn, batch, n, d, causal, warmup, fwd_steps, bwd_steps, device)
-            row = {
-                **base,
-                "impl": impl,
-                "compile": "compiled" if impl.endswith("compiled") else "eager",
-                "dtype": "fp32",
-                "batch_size": batch,
-                "heads": 1,
-                "d_head": d,
-                "seq_len": n,
-                "causal": causal,
-                "warmup_steps": warmup,
-                "fwd_steps": fwd_steps,
-                "bwd_steps": bwd_steps,
-                **memory_accounting(batch, n, d),
-                **res,
-            }
-            rows.append(row)
-            times = (
-                f"fwd {row.get('fwd_ms_mean', float('nan')):.3f} ms, "
-                f"bwd {row.get('bwd_ms_mean', float('nan')):.3f} ms"
-            )
-            print(f"[attention] {impl} d={d} n={n}: {row['status']} {times}", flush=True)
+            with point(impl, f"d={d}", f"n={n}"):
+                res = measure_point(fn, batch, n, d, causal, warmup, fwd_steps, bwd_steps, device)
+                row = {
+                    **base,
+                    "impl": impl,
+                    "compile": "compiled" if impl.endswith("compiled") else "eager",
+                    "dtype": "fp32",
+                    "batch_size": batch,
+                    "heads": 1,
+                    "d_head": d,
+                    "seq_len": n,
+                    "causal": causal,
+                    "warmup_steps": warmup,
+                    "fwd_steps": fwd_steps,
+                    "bwd_steps": bwd_steps,
+                    **memory_accounting(batch, n, d),
+                    **res,
+                }
+                rows.append(row)
+                log.log(
+                    status_level(row["status"]),
+                    "%s fwd %.3f ms, bwd %.3f ms",
+                    row["status"],
+                    row.get("fwd_ms_mean", float("nan")),
+                    row.get("bwd_ms_mean", float("nan")),
+                )
     return rows
 
 
@@ -195,6 +208,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--preset", required=True)
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
+    configure("attention")
     if min(args.fwd_steps, args.bwd_steps) < 1 or args.warmup < 0:
         ap.error("need --fwd-steps/--bwd-steps >= 1 and --warmup >= 0")
     device_name = args.device
@@ -217,7 +231,7 @@ def main(argv: list[str] | None = None) -> None:
         base,
     )
     write_csv(rows, args.out)
-    print(f"wrote {args.out}: {len(rows)} rows")
+    log.info("wrote %s: %d rows", args.out, len(rows))
 
 
 if __name__ == "__main__":

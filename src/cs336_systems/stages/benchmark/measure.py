@@ -26,6 +26,7 @@ from cs336_systems.core.harness import (
     summarize,
     time_steps,
 )
+from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.core.results import concat_csvs, provenance, write_csv
 from cs336_systems.core.workload import Workload
 from cs336_systems.kernels.attention import attention_function
@@ -36,6 +37,8 @@ PRECISIONS = ("fp32", "bf16")
 COMPILE = ("eager", "compiled")
 # the measured ceiling each precision's MFU is taken against (fp32 runs at full fp32: no TF32)
 PEAK_FOR_PRECISION = {"fp32": "fp32", "bf16": "bf16"}
+
+log = get_logger(__name__)
 
 
 def model_row(size: str, context_length: int, batch_size: int) -> dict:
@@ -137,24 +140,23 @@ def run_grid(
             rows.append({**row, "status": built.status})
             continue
         work = built.value
-        res = run_point(
-            lambda w=work, m=mode, p=prec, c=comp: measure(w, m, p, c == "compiled", warmup, steps)
-        )
-        row["status"] = res.status
-        if res.status == "ok":
-            row.update(res.value)
-            f = step_flops(size, context_length, batch_size, mode)
-            ms = row["step_ms_mean"]
-            row["flops_per_step"] = f
-            row["tflops"] = flops.tflops(f, ms)
-            row["tokens_per_s"] = batch_size * context_length / (ms * 1e-3)
-        rows.append(row)
-        summary = f"{row.get('step_ms_mean', float('nan')):.2f} ms" if res.status == "ok" else ""
-        print(
-            f"[benchmark] {n}/{len(points)} {size} ctx={context_length} {mode} {prec} {comp} "
-            f"{attention}: {res.status} {summary}",
-            flush=True,
-        )
+        with point(mode, prec, comp):
+            res = run_point(
+                lambda w=work, m=mode, p=prec, c=comp: measure(
+                    w, m, p, c == "compiled", warmup, steps
+                )
+            )
+            row["status"] = res.status
+            if res.status == "ok":
+                row.update(res.value)
+                f = step_flops(size, context_length, batch_size, mode)
+                ms = row["step_ms_mean"]
+                row["flops_per_step"] = f
+                row["tflops"] = flops.tflops(f, ms)
+                row["tokens_per_s"] = batch_size * context_length / (ms * 1e-3)
+            rows.append(row)
+            summary = f" {row['step_ms_mean']:.2f} ms" if res.status == "ok" else ""
+            log.log(status_level(res.status), "%d/%d %s%s", n, len(points), res.status, summary)
     built = work = None
     release_memory()
     return rows
@@ -176,11 +178,12 @@ def run_warmup_sweep(
     rows = []
     for w in warmups:
 
-        def point(w=w):
+        def measure_fresh(w=w):
             work = Workload.build(size, context_length, batch_size, device)
             return measure(work, mode, precision, False, w, steps)
 
-        res = run_point(point)
+        with point(f"warmup={w}"):
+            res = run_point(measure_fresh)
         row = {
             **base,
             **model_row(size, context_length, batch_size),
@@ -195,7 +198,8 @@ def run_warmup_sweep(
         if res.status == "ok":
             row.update(res.value)
         rows.append(row)
-        print(f"[benchmark-warmup] {size} warmup={w}: {res.status}", flush=True)
+        with point(f"warmup={w}"):
+            log.log(status_level(res.status), "%s", res.status)
     return rows
 
 
@@ -257,47 +261,53 @@ def main(argv: list[str] | None = None) -> None:
     agg.add_argument("--out", required=True)
     agg.add_argument("inputs", nargs="+")
     args = ap.parse_args(argv)
+    configure("benchmark")
 
     if args.cmd == "aggregate":
         df = concat_csvs(args.inputs, args.out)
         df = add_mfu(df, pd.read_csv(args.ceilings))
         write_csv(df, args.out)
-        print(f"wrote {args.out}: {len(df)} rows, {int((df['status'] != 'ok').sum())} not ok")
+        log.info("wrote %s: %d rows, %d not ok", args.out, len(df), (df["status"] != "ok").sum())
         return
 
     device = pick_device(args.device)
     base = {**provenance(args.machine, args.preset), "device": device.type}
     if args.cmd == "run":
-        rows = run_grid(
-            args.size,
-            args.context_length,
-            _csv_list(args.modes),
-            _csv_list(args.precisions),
-            _csv_list(args.compile),
-            args.attention,
-            args.batch_size,
-            args.warmup,
-            args.steps,
-            device,
-            base,
-            _csv_list(args.compile_modes) if args.compile_modes else None,
-            _csv_list(args.compile_precisions) if args.compile_precisions else None,
-            args.compile_mode,
-        )
+        job = f"{args.size} ctx{args.context_length} {args.attention}"
     else:
-        rows = run_warmup_sweep(
-            args.size,
-            args.context_length,
-            _csv_list(args.warmups, int),
-            args.steps,
-            args.mode,
-            args.precision,
-            args.batch_size,
-            device,
-            base,
-        )
+        job = f"{args.size} ctx{args.context_length} warm-up sweep"
+    with point(job):
+        if args.cmd == "run":
+            rows = run_grid(
+                args.size,
+                args.context_length,
+                _csv_list(args.modes),
+                _csv_list(args.precisions),
+                _csv_list(args.compile),
+                args.attention,
+                args.batch_size,
+                args.warmup,
+                args.steps,
+                device,
+                base,
+                _csv_list(args.compile_modes) if args.compile_modes else None,
+                _csv_list(args.compile_precisions) if args.compile_precisions else None,
+                args.compile_mode,
+            )
+        else:
+            rows = run_warmup_sweep(
+                args.size,
+                args.context_length,
+                _csv_list(args.warmups, int),
+                args.steps,
+                args.mode,
+                args.precision,
+                args.batch_size,
+                device,
+                base,
+            )
     write_csv(rows, args.out)
-    print(f"wrote {args.out}: {len(rows)} rows")
+    log.info("wrote %s: %d rows", args.out, len(rows))
 
 
 if __name__ == "__main__":

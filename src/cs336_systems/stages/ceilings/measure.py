@@ -10,8 +10,11 @@ import argparse
 
 import torch
 
-from cs336_systems.core.harness import run_point, summarize, time_steps
+from cs336_systems.core.harness import device_time, run_point
+from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.core.results import provenance, write_csv
+
+log = get_logger(__name__)
 
 DTYPES = {
     "bf16": torch.bfloat16,
@@ -22,15 +25,12 @@ DTYPES = {
 
 
 def time_ms(fn, device: torch.device, reps: int) -> float:
-    """Median time of fn: do_bench (CUDA events) on a GPU, the harness on a CPU."""
-    if device.type == "cuda":
-        import triton.testing
-
-        return float(
-            triton.testing.do_bench(fn, warmup=100, rep=max(reps, 100), return_mode="median")
-        )
-    _, times = time_steps(fn, warmup=1, steps=reps, device=device)
-    return summarize(times, "t")["t_ms_median"]
+    """Median time of fn: do_bench (100 ms warm-up, at least 100 ms of runs) on a GPU, `reps`
+    synchronized steps after one warm-up on a CPU (harness.device_time)."""
+    stats = device_time(
+        fn, device, "t", warmup_ms=100, rep_ms=max(reps, 100), warmup_steps=1, steps=reps
+    )
+    return stats["t_ms_median"]
 
 
 def matmul_point(dtype_name: str, n: int, device: torch.device, reps: int) -> dict:
@@ -75,11 +75,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--preset", required=True)
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
+    configure("ceilings")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     base = provenance(args.machine, args.preset)
     rows = []
     for name in args.dtypes.split(","):
-        res = run_point(lambda name=name: matmul_point(name, args.matmul_size, device, args.reps))
+        with point("matmul", name, f"n={args.matmul_size}"):
+            res = run_point(lambda n=name: matmul_point(n, args.matmul_size, device, args.reps))
+            log.info("%s %.1f TFLOP/s", res.status, (res.value or {}).get("tflops", float("nan")))
         rows.append(
             {
                 **base,
@@ -90,12 +93,10 @@ def main(argv: list[str] | None = None) -> None:
                 **(res.value or {}),
             }
         )
-        print(
-            f"[ceilings] matmul {name} n={args.matmul_size}: {res.status} "
-            f"{(res.value or {}).get('tflops', float('nan')):.1f} TFLOP/s",
-            flush=True,
-        )
-    res = run_point(lambda: copy_point(args.copy_mb, device, args.reps))
+    with point("copy", f"{args.copy_mb} MiB"):
+        res = run_point(lambda: copy_point(args.copy_mb, device, args.reps))
+        gbps = (res.value or {}).get("gbps", float("nan"))
+        log.log(status_level(res.status), "%s %.1f GB/s", res.status, gbps)
     rows.append(
         {
             **base,
@@ -106,12 +107,8 @@ def main(argv: list[str] | None = None) -> None:
             **(res.value or {}),
         }
     )
-    print(
-        f"[ceilings] copy {args.copy_mb} MiB: {res.status} "
-        f"{(res.value or {}).get('gbps', float('nan')):.1f} GB/s",
-        flush=True,
-    )
     write_csv(rows, args.out)
+    log.info("wrote %s: %d rows", args.out, len(rows))
 
 
 if __name__ == "__main__":

@@ -29,16 +29,24 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-from cs336_systems.core.harness import StepClock, synchronize
+from cs336_systems.core.harness import StepClock, synchronize, time_marked_steps
+from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.parallel.launch import summarize_slowest
 from cs336_systems.profiling.overlap import profile_step
 
 POINT_KEYS = ("variant", "bucket_size_mb")
 BYTES_PER_MB = 2**20
+# the parts of a step, between the marks `training_step` sets
+STEP_PARTS = {
+    "fwd_bwd": ("start", "backward"),
+    "comm": ("backward", "synced"),
+    "opt": ("synced", "end"),
+}
+
+log = get_logger(__name__)
 
 
 # ---- worker --------------------------------------------------------------------------------
@@ -71,20 +79,7 @@ def timed_steps(
     step: Callable[[StepClock], None], warmup: int, steps: int, device
 ) -> dict[str, list[float]]:
     """Per measured step: step (host, synchronized), fwd_bwd, comm, opt (events / host)."""
-    out: dict[str, list[float]] = {"step": [], "fwd_bwd": [], "comm": [], "opt": []}
-    for i in range(warmup + steps):
-        clock = StepClock(device)
-        synchronize(device)
-        t0 = time.perf_counter()
-        step(clock)
-        synchronize(device)
-        total = (time.perf_counter() - t0) * 1e3
-        if i >= warmup:
-            out["step"].append(total)
-            out["fwd_bwd"].append(clock.ms("start", "backward"))
-            out["comm"].append(clock.ms("backward", "synced"))
-            out["opt"].append(clock.ms("synced", "end"))
-    return out
+    return time_marked_steps(step, warmup, steps, device, STEP_PARTS)
 
 
 def training_step(net, optimizer, x, y, ddp=None) -> Callable[[StepClock], None]:
@@ -177,14 +172,15 @@ def run_variants(args, ctx) -> list[dict]:
     x, y = make_batch(args, ctx.rank, device)
     rows: list[dict] = []
 
-    def log(row: dict) -> None:
+    def record(row: dict) -> None:
         rows.append(row)
         if ctx.is_main:
-            print(
-                f"[ddp] {row['variant']} bucket={row['bucket_size_mb']}: {row['status']}, "
-                f"step {row.get('step_ms_mean', math.nan):.2f} ms, "
-                f"comm {row.get('comm_ms_mean', math.nan):.2f} ms",
-                flush=True,
+            log.log(
+                status_level(row["status"]),
+                "%s, step %.2f ms, comm %.2f ms",
+                row["status"],
+                row.get("step_ms_mean", math.nan),
+                row.get("comm_ms_mean", math.nan),
             )
         write_rows(rows, args.result, ctx)
 
@@ -199,30 +195,34 @@ def run_variants(args, ctx) -> list[dict]:
             model.zero_grad(set_to_none=True)
             return row
 
-        res = run_point(baseline)
-        dist.barrier()
-        log(
-            {
-                "variant": "baseline",
-                "bucket_size_mb": None,
-                "status": res.status,
-                **(res.value or {}),
-            }
-        )
+        with point("baseline"):
+            res = run_point(baseline)
+            dist.barrier()
+            record(
+                {
+                    "variant": "baseline",
+                    "bucket_size_mb": None,
+                    "status": res.status,
+                    **(res.value or {}),
+                }
+            )
 
     runs = [(v, None) for v in args.variants if v != "bucketed"]
     if "bucketed" in args.variants:
         runs += [("bucketed", b) for b in args.bucket_sizes_mb]
     for variant, bucket in runs:
-        res = run_point(lambda v=variant, b=bucket: measure_variant(model, v, b, args, ctx, x, y))
-        log(
-            {
-                "variant": variant,
-                "bucket_size_mb": bucket,
-                "status": res.status,
-                **(res.value or {}),
-            }
-        )
+        with point(variant, f"bucket {bucket:g} MB" if bucket is not None else ""):
+            res = run_point(
+                lambda v=variant, b=bucket: measure_variant(model, v, b, args, ctx, x, y)
+            )
+            record(
+                {
+                    "variant": variant,
+                    "bucket_size_mb": bucket,
+                    "status": res.status,
+                    **(res.value or {}),
+                }
+            )
 
     if args.profile:
         bucketed = [r for r in rows if r["variant"] == "bucketed" and r["status"] == "ok"]
@@ -233,9 +233,10 @@ def run_variants(args, ctx) -> list[dict]:
         for variant, bucket in targets:
             if variant not in args.variants:
                 continue
-            res = run_point(
-                lambda v=variant, b=bucket: profile_variant(model, v, b, args, ctx, x, y)
-            )
+            with point(variant, f"bucket {bucket:g} MB" if bucket is not None else "", "profile"):
+                res = run_point(
+                    lambda v=variant, b=bucket: profile_variant(model, v, b, args, ctx, x, y)
+                )
             for row in rows:
                 if (row["variant"], row["bucket_size_mb"]) == (variant, bucket) and res.value:
                     row.update(res.value)
@@ -353,8 +354,9 @@ def run_sharding(args, ctx) -> list[dict]:
 
     rows = []
     for sharded in (False, True):
-        res = run_point(lambda s=sharded: _memory_point(args, ctx, s))
         variant = "sharded" if sharded else "unsharded"
+        with point(variant):
+            res = run_point(lambda s=sharded: _memory_point(args, ctx, s))
         rows.append(
             {
                 "variant": variant,
@@ -365,12 +367,15 @@ def run_sharding(args, ctx) -> list[dict]:
         )
         if ctx.is_main:
             r = rows[-1]
-            print(
-                f"[ddp] {variant}: {r['status']} step {r.get('step_ms_mean', math.nan):.2f} ms, "
-                f"peak after step {r.get('mem_after_step_peak_mb', math.nan):.0f} MB, "
-                f"optimizer state {r.get('optimizer_state_mb', math.nan):.0f} MB",
-                flush=True,
-            )
+            with point(variant):
+                log.log(
+                    status_level(r["status"]),
+                    "%s step %.2f ms, peak after step %.0f MB, optimizer state %.0f MB",
+                    r["status"],
+                    r.get("step_ms_mean", math.nan),
+                    r.get("mem_after_step_peak_mb", math.nan),
+                    r.get("optimizer_state_mb", math.nan),
+                )
         write_rows(rows, args.result, ctx)
     return rows
 
@@ -383,10 +388,11 @@ def worker(args) -> None:
     if args.matmul_precision:
         torch.set_float32_matmul_precision(args.matmul_precision)
     ctx = init_worker(args.backend, timeout_s=args.timeout_s)
-    if args.kind == "variants":
-        run_variants(args, ctx)
-    else:
-        run_sharding(args, ctx)
+    with point(args.kind, args.backend, f"n={ctx.world_size}", args.size):
+        if args.kind == "variants":
+            run_variants(args, ctx)
+        else:
+            run_sharding(args, ctx)
     finalize_worker()
 
 
@@ -492,13 +498,14 @@ def _launch(args, world_size: int, planned: list[dict], **overrides) -> list[dic
         setattr(run_args, key, value)
     nproc = max(1, world_size // args.nnodes)
     nnodes = args.nnodes if world_size >= args.nnodes else 1
-    result = launch(
-        "cs336_systems.stages.ddp.measure",
-        worker_argv(run_args),
-        Topology(nproc, nnodes, args.topology if nnodes > 1 else "local"),
-        timeout_s=args.timeout_s,
-        extra_env=args.env,
-    )
+    with point(args.kind, args.backend, f"n={world_size}", args.size):
+        result = launch(
+            "cs336_systems.stages.ddp.measure",
+            worker_argv(run_args),
+            Topology(nproc, nnodes, args.topology if nnodes > 1 else "local"),
+            timeout_s=args.timeout_s,
+            extra_env=args.env,
+        )
     failure = result.status if result.status != "ok" else "error: no result from workers"
     return fill_missing(planned, result.rows, POINT_KEYS, failure)
 
@@ -565,6 +572,7 @@ COLUMNS_FIRST = [
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    configure("ddp")
     if args.worker:
         worker(args)
         return
@@ -573,7 +581,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = [{**provenance(args.machine, args.preset), **r} for r in run(args)]
     df = with_columns_first(rows, COLUMNS_FIRST)
     write_csv(df, args.out)
-    print(f"[ddp] wrote {args.out}: {len(df)} rows")
+    log.info("wrote %s: %d rows", args.out, len(df))
 
 
 if __name__ == "__main__":

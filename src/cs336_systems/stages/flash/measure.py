@@ -10,8 +10,9 @@ PyTorch and in Triton, and PyTorch SDPA pinned to one backend at a time (flash, 
 memory-efficient) with torch.nn.attention.sdpa_kernel. Every point first checks the forward
 output against an fp32 reference (computed in query chunks, so it fits for any length) and that
 backward gives finite gradients, then times forward, backward (on a retained graph) and
-forward+backward: triton.testing.do_bench (median and 20/80% quantiles, L2 flushed between
-runs) on the GPU; the harness's synchronized timer on CPU, where do_bench cannot run.
+forward+backward with harness.device_time: triton.testing.do_bench (median and 20/80%
+quantiles, L2 flushed between runs) on the GPU; the harness's synchronized timer on CPU, where
+do_bench cannot run.
 TFLOP/s use cs336_systems.core.costs.attention_flops (causal: half the square). Our kernels are
 benchmarked only when the kernel tests passed.
 """
@@ -27,8 +28,11 @@ import os
 import torch
 
 from cs336_systems.core import costs as flops
-from cs336_systems.core.harness import is_oom, release_memory, short_reason, summarize, time_steps
+from cs336_systems.core.harness import device_time, is_oom, release_memory, short_reason, timer_name
+from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.core.results import provenance, write_csv
+
+log = get_logger(__name__)
 
 IMPLS = (
     "naive_eager",
@@ -119,7 +123,10 @@ def reference_output(q, k, v, chunk: int = 2048) -> torch.Tensor:
 
 
 class Timer:
-    """do_bench (median, 20/80% quantiles) on CUDA; harness.time_steps (mean/std/median) on CPU."""
+    """The stage's settings of harness.device_time: do_bench (median, 20/80% quantiles) on
+    CUDA; harness.time_steps (mean/std/median) on CPU."""
+
+    QUANTILES = (0.5, 0.2, 0.8)
 
     def __init__(self, device, warmup_ms: float, rep_ms: float, warmup_steps: int, steps: int):
         self.device = device
@@ -128,28 +135,20 @@ class Timer:
 
     @property
     def name(self) -> str:
-        return "do_bench" if self.device.type == "cuda" else "time_steps"
+        return timer_name(self.device)
 
     def __call__(self, fn, prefix: str, grads: list[torch.Tensor]) -> dict:
-        if self.device.type == "cuda":
-            import triton.testing
-
-            med, p20, p80 = triton.testing.do_bench(
-                fn,
-                warmup=self.warmup_ms,
-                rep=self.rep_ms,
-                grad_to_none=grads,
-                quantiles=[0.5, 0.2, 0.8],
-            )
-            return {f"{prefix}_ms_median": med, f"{prefix}_ms_p20": p20, f"{prefix}_ms_p80": p80}
-
-        def step():
-            for g in grads:
-                g.grad = None
-            fn()
-
-        _, times = time_steps(step, self.warmup_steps, self.steps, self.device)
-        return summarize(times, prefix)
+        return device_time(
+            fn,
+            self.device,
+            prefix,
+            warmup_ms=self.warmup_ms,
+            rep_ms=self.rep_ms,
+            quantiles=self.QUANTILES,
+            grad_to_none=grads,
+            warmup_steps=self.warmup_steps,
+            steps=self.steps,
+        )
 
 
 def leaderboard_time(impl: str, fn, q, k, v, timer: Timer) -> dict:
@@ -277,6 +276,7 @@ def measure(
     except Exception as exc:  # a failed point is a row, not a crash
         row["status"] = "oom" if is_oom(exc) else f"error: {short_reason(exc)}"
         row["failed_stage"] = stage
+        log.debug("failed in %s", stage, exc_info=True)
     finally:
         q = k = v = do = out = None  # noqa: F841
         release_memory()
@@ -346,12 +346,9 @@ def run(
 
         done = precompile(dtypes=(dtype,), head_dims=tuple(head_dims), causal=(True,))
         extra["triton_precompile_s"] = done["seconds"]
-        print(
-            f"[flash] precompiled {done['jobs']} Triton kernels in {done['seconds']:.1f} s",
-            flush=True,
-        )
+        log.info("precompiled %d Triton kernels in %.1f s", done["jobs"], done["seconds"])
         for err in done["errors"]:
-            print(f"[flash] precompile: {err}", flush=True)
+            log.warning("precompile: %s", err)
     rows = []
     ref_cache: dict = {}
     for d in head_dims:
@@ -376,33 +373,35 @@ def run(
                 if impl == "flash_triton":
                     row.update(extra)
                 reason = skip_reason(impl, n, dtype_name, device, max_seq_len, verdicts)
-                if reason:
-                    row["status"] = reason
-                else:
-                    if impl not in fns:
-                        fns[impl] = make_impl(impl, flash_tiles)
-                    row.update(
-                        measure(
-                            impl,
-                            fns[impl],
-                            batch,
-                            heads,
-                            n,
-                            d,
-                            dtype,
-                            device,
-                            timer,
-                            ref_cache,
-                            leaderboard=grid == "leaderboard",
+                with point(grid, impl, dtype_name, f"d={d}", f"n={n}"):
+                    if reason:
+                        row["status"] = reason
+                    else:
+                        if impl not in fns:
+                            fns[impl] = make_impl(impl, flash_tiles)
+                        row.update(
+                            measure(
+                                impl,
+                                fns[impl],
+                                batch,
+                                heads,
+                                n,
+                                d,
+                                dtype,
+                                device,
+                                timer,
+                                ref_cache,
+                                leaderboard=grid == "leaderboard",
+                            )
                         )
+                    rows.append(row)
+                    shown = row.get("fwd_bwd_ms_median", float("nan"))
+                    log.log(
+                        status_level(row["status"]),
+                        "%s%s",
+                        row["status"],
+                        f" fwd+bwd {shown:.3f} ms" if shown == shown else "",
                     )
-                rows.append(row)
-                shown = row.get("fwd_bwd_ms_median", float("nan"))
-                print(
-                    f"[flash] {grid} {impl} {dtype_name} d={d} n={n}: {row['status']}"
-                    + (f" fwd+bwd {shown:.3f} ms" if shown == shown else ""),
-                    flush=True,
-                )
     return rows
 
 
@@ -448,6 +447,7 @@ def main(argv: list[str] | None = None) -> None:
     board.add_argument("--head-dim", type=int, default=64)
     board.add_argument("--seq-len", type=int, default=16384)
     args = ap.parse_args(argv)
+    configure("flash")
 
     device_name = args.device
     if device_name == "auto":
@@ -493,7 +493,7 @@ def main(argv: list[str] | None = None) -> None:
         ):
             row.setdefault(key, "")
     write_csv(rows, args.out)
-    print(f"wrote {args.out}: {len(rows)} rows; " + json.dumps(_status_counts(rows)))
+    log.info("wrote %s: %d rows; %s", args.out, len(rows), json.dumps(_status_counts(rows)))
 
 
 def _status_counts(rows: list[dict]) -> dict[str, int]:

@@ -18,13 +18,16 @@ import os
 import re
 import subprocess
 import sys
-import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pandas as pd
 
+from cs336_systems.core.harness import Stopwatch
+from cs336_systems.core.log import configure, get_logger
 from cs336_systems.core.results import provenance, verdicts, write_csv
+
+log = get_logger(__name__)
 
 OUTCOMES = ("passed", "failed", "error", "skipped")
 
@@ -78,16 +81,20 @@ def run_pytest(
         cmd += ["-k", select]
     if marker:
         cmd += ["-m", marker]
-    print("[kernel_tests] " + " ".join(cmd), flush=True)
-    t0 = time.perf_counter()
+    log.info("%s", " ".join(cmd))
+    watch = Stopwatch()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired as exc:
+        seconds = watch.stop()
         out = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        print(out[-6000:], flush=True)
-        return None, time.perf_counter() - t0, out[-2000:]
-    print(proc.stdout[-20000:], proc.stderr[-4000:], sep="\n", flush=True)
-    return proc.returncode, time.perf_counter() - t0, (proc.stdout + proc.stderr)[-2000:]
+        log.error("pytest timed out after %.0f s; its output:\n%s", seconds, out[-6000:])
+        return None, seconds, out[-2000:]
+    seconds = watch.stop()
+    log.info("pytest exited with %s after %.1f s; its output:", proc.returncode, seconds)
+    out = [proc.stdout[-20000:].rstrip(), proc.stderr[-4000:].rstrip()]
+    log.info("%s", "\n".join(x for x in out if x))
+    return proc.returncode, seconds, (proc.stdout + proc.stderr)[-2000:]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -108,6 +115,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--preset", required=True)
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
+    configure("kernel_tests")
 
     patterns = {}
     for item in args.kernel:
@@ -157,9 +165,7 @@ def main(argv: list[str] | None = None) -> None:
     write_csv(rows, args.out)
     df = pd.DataFrame(rows)
     counts = df["outcome"].value_counts().to_dict() if len(df) else {}
-    print(
-        f"wrote {args.out}: {len(rows)} tests {counts}; verdicts {verdicts(args.out)}", flush=True
-    )
+    log.info("wrote %s: %d tests %s; verdicts %s", args.out, len(rows), counts, verdicts(args.out))
 
 
 if __name__ == "__main__":

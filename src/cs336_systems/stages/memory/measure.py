@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import pickle
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,7 +36,8 @@ import torch
 
 from cs336_systems.core import costs as flops
 from cs336_systems.core.device import pick_device
-from cs336_systems.core.harness import release_memory, run_point, synchronize
+from cs336_systems.core.harness import Stopwatch, release_memory, run_point, synchronize
+from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.core.phases import phase_hooks
 from cs336_systems.core.results import provenance, write_csv
 from cs336_systems.core.workload import Workload
@@ -52,6 +52,8 @@ from cs336_systems.profiling.memory_snapshot import (
 MiB = 2**20
 MODES = ("forward", "forward_backward", "train_step")
 PRECISIONS = ("fp32", "bf16")
+
+log = get_logger(__name__)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -305,7 +307,7 @@ def measure_point(work: Workload, mode: str, precision: str, warmup: int, snapsh
         reset_rss = reset_peak_rss()
         rss_before = read_proc_status()
         opt_hook = register_optimizer_step_post_hook(remember_optimizer)
-        t0 = time.perf_counter()
+        watch = Stopwatch()
         try:
             with phase_hooks(work.model, mark), _recording(cuda, args.max_entries):
                 step()
@@ -315,7 +317,7 @@ def measure_point(work: Workload, mode: str, precision: str, warmup: int, snapsh
             opt_hook.remove()
             if state["counting"]:
                 counting.__exit__(None, None, None)
-        row["step_ms"] = (time.perf_counter() - t0) * 1e3
+        row["step_ms"] = watch.stop() * 1e3
         rss_after = read_proc_status()
         params = list(work.model.parameters())
         opt_state = []
@@ -373,66 +375,68 @@ def run(args) -> tuple[pd.DataFrame, pd.DataFrame]:
     rows, allocs = [], []
     skip_cuda = "skipped: CUDA memory snapshots need a CUDA device"
     for context in args.contexts:
-        built = run_point(lambda c=context: Workload.build(args.size, c, args.batch_size, device))
+        with point(args.size, f"ctx{context}", "build"):
+            built = run_point(
+                lambda c=context: Workload.build(args.size, c, args.batch_size, device)
+            )
         for precision in args.precisions:
             for mode in args.modes:
-                name = point_name(args.size, context, mode, precision)
-                row = {**base, "context_length": context, "mode": mode, "precision": precision}
-                analytic = activation_memory_for(
-                    args.size, context, args.batch_size, precision, device.type
-                )
-                row["analytic_activations_mb"] = analytic["total"] / MiB
-                row["analytic_residual_stream_mb"] = analytic["residual_stream"] / MiB
-                row["analytic_scores_per_layer_mb"] = analytic["attention_scores_per_layer"] / MiB
-                row["analytic_weight_casts_mb"] = analytic["weight_casts"] / MiB
-                if built.status != "ok":
-                    rows.append({**row, "status": built.status})
-                    continue
-                snap_path = raw_dir / f"{name}.pickle" if cuda else None
-                res = run_point(
-                    lambda w=built.value, m=mode, p=precision, s=snap_path: measure_point(
-                        w, m, p, args.warmup, s, args
+                with point(args.size, f"ctx{context}", mode, precision):
+                    name = point_name(args.size, context, mode, precision)
+                    row = {**base, "context_length": context, "mode": mode, "precision": precision}
+                    analytic = activation_memory_for(
+                        args.size, context, args.batch_size, precision, device.type
                     )
-                )
-                row["status"] = res.status
-                key = {"context_length": context, "mode": mode, "precision": precision}
-                if res.status == "ok":
-                    values, snapshot = res.value
-                    row.update(values)
-                    if cuda:
-                        tl = active_timeline(snapshot)
-                        row.update(timeline_summary(tl))
-                        png = render_timeline(
-                            tl,
-                            tl_dir / f"memory_timeline_{name}.png",
-                            f"{args.size}, context {context}, {mode}, {precision}",
+                    row["analytic_activations_mb"] = analytic["total"] / MiB
+                    row["analytic_residual_stream_mb"] = analytic["residual_stream"] / MiB
+                    row["analytic_scores_per_layer_mb"] = (
+                        analytic["attention_scores_per_layer"] / MiB
+                    )
+                    row["analytic_weight_casts_mb"] = analytic["weight_casts"] / MiB
+                    if built.status != "ok":
+                        rows.append({**row, "status": built.status})
+                        continue
+                    snap_path = raw_dir / f"{name}.pickle" if cuda else None
+                    res = run_point(
+                        lambda w=built.value, m=mode, p=precision, s=snap_path: measure_point(
+                            w, m, p, args.warmup, s, args
                         )
-                        row["timeline_png"] = png.name
-                        row["snapshot"] = str(snap_path) if args.keep_raw else "dropped"
-                        row["trace_events"] = len(tl)
-                        top = largest_allocations(snapshot)
-                        known = known_tensor_sizes(args.size, context, args.batch_size, precision)
-                        for r in top.to_dict("records"):
-                            r["likely_tensor"] = likely_tensor(r["size_bytes"], known)
-                            allocs.append({**base, **key, "status": "ok", **r})
-                        if not args.keep_raw:
-                            snap_path.unlink(missing_ok=True)
+                    )
+                    row["status"] = res.status
+                    key = {"context_length": context, "mode": mode, "precision": precision}
+                    if res.status == "ok":
+                        values, snapshot = res.value
+                        row.update(values)
+                        if cuda:
+                            tl = active_timeline(snapshot)
+                            row.update(timeline_summary(tl))
+                            png = render_timeline(
+                                tl,
+                                tl_dir / f"memory_timeline_{name}.png",
+                                f"{args.size}, context {context}, {mode}, {precision}",
+                            )
+                            row["timeline_png"] = png.name
+                            row["snapshot"] = str(snap_path) if args.keep_raw else "dropped"
+                            row["trace_events"] = len(tl)
+                            top = largest_allocations(snapshot)
+                            known = known_tensor_sizes(
+                                args.size, context, args.batch_size, precision
+                            )
+                            for r in top.to_dict("records"):
+                                r["likely_tensor"] = likely_tensor(r["size_bytes"], known)
+                                allocs.append({**base, **key, "status": "ok", **r})
+                            if not args.keep_raw:
+                                snap_path.unlink(missing_ok=True)
+                        else:
+                            row["timeline_png"] = row["snapshot"] = skip_cuda
+                            allocs.append({**base, **key, "status": skip_cuda})
+                        snapshot = None
                     else:
-                        row["timeline_png"] = row["snapshot"] = skip_cuda
-                        allocs.append({**base, **key, "status": skip_cuda})
-                    snapshot = None
-                else:
-                    allocs.append({**base, **key, "status": res.status})
-                rows.append(row)
-                print(
-                    f"[memory] {name}: {res.status} "
-                    + (
-                        f"peak {row.get('peak_allocated_mb', row.get('peak_rss_mb', np.nan)):.0f} MiB"
-                        if res.status == "ok"
-                        else ""
-                    ),
-                    flush=True,
-                )
+                        allocs.append({**base, **key, "status": res.status})
+                    rows.append(row)
+                    peak = row.get("peak_allocated_mb", row.get("peak_rss_mb", np.nan))
+                    shown = f" peak {peak:.0f} MiB" if res.status == "ok" else ""
+                    log.log(status_level(res.status), "%s%s", res.status, shown)
         built = None
         release_memory()
     return pd.DataFrame(rows), pd.DataFrame(allocs)
@@ -466,21 +470,24 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", required=True)
     p.add_argument("--allocations-out", required=True)
     args = ap.parse_args(argv)
+    configure("memory")
     for m in args.modes:
         if m not in MODES:
             ap.error(f"unknown mode {m!r}; known: {MODES}")
     for prec in args.precisions:
         if prec not in PRECISIONS:
             ap.error(f"unknown precision {prec!r}; known: {PRECISIONS}")
-    t0 = time.perf_counter()
-    rows, allocs = run(args)
+    with Stopwatch() as job:
+        rows, allocs = run(args)
     write_csv(rows, args.out)
     write_csv(allocs, args.allocations_out)
-    print(
-        f"wrote {args.out} ({len(rows)} points) and {args.allocations_out} "
-        f"in {time.perf_counter() - t0:.1f} s; "
-        + json.dumps(rows["status"].value_counts().to_dict()),
-        flush=True,
+    log.info(
+        "wrote %s (%d points) and %s in %.1f s; %s",
+        args.out,
+        len(rows),
+        args.allocations_out,
+        job.s,
+        json.dumps(rows["status"].value_counts().to_dict()),
     )
 
 

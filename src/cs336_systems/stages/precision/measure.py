@@ -19,13 +19,16 @@ Three experiments, on the CPU and (when present) on CUDA:
 from __future__ import annotations
 
 import argparse
-import time
 
 import pandas as pd
 import torch
 from torch import nn
 
+from cs336_systems.core.harness import Stopwatch
+from cs336_systems.core.log import configure, get_logger
 from cs336_systems.core.results import provenance, write_csv
+
+log = get_logger(__name__)
 
 DTYPES = {
     "fp64": torch.float64,
@@ -255,14 +258,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--dtypes-out", required=True)
     p.add_argument("--layernorm-out", required=True)
     args = ap.parse_args(argv)
-    t0 = time.perf_counter()
-    acc, dts, ln = run(args)
+    configure("precision")
+    with Stopwatch() as job:
+        acc, dts, ln = run(args)
     write_csv(acc, args.out)
     write_csv(dts, args.dtypes_out)
     write_csv(ln, args.layernorm_out)
-    print(
-        f"wrote {args.out}, {args.dtypes_out}, {args.layernorm_out} in {time.perf_counter() - t0:.1f} s"
-    )
+    log.info("wrote %s, %s, %s in %.1f s", args.out, args.dtypes_out, args.layernorm_out, job.s)
 
 
 if __name__ == "__main__":

@@ -32,14 +32,21 @@ import shutil
 import sqlite3
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pandas as pd
 import torch
 
 from cs336_systems.core.device import pick_device
-from cs336_systems.core.harness import release_memory, run_point, summarize, synchronize, time_steps
+from cs336_systems.core.harness import (
+    Stopwatch,
+    release_memory,
+    run_point,
+    summarize,
+    synchronize,
+    time_steps,
+)
+from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.core.phases import PhaseRanges, phase_hooks
 from cs336_systems.core.results import provenance, write_csv
 from cs336_systems.core.workload import Workload
@@ -58,6 +65,8 @@ from cs336_systems.profiling.attribution import (
 )
 
 MODES = ("forward", "forward_backward", "train_step")
+
+log = get_logger(__name__)
 PROFILER_NSYS = "nsys"
 PROFILER_TORCH_CUDA = "torch.profiler-cuda"
 PROFILER_TORCH_CPU = "torch.profiler-cpu"
@@ -197,26 +206,26 @@ def run_points(args, control) -> list[dict]:
     device = pick_device(args.device)
     rows = []
     for context in args.contexts:
-        built = run_point(
-            lambda c=context: Workload.build(
-                args.size, c, args.batch_size, device, attention=annotated_naive_attention
+        with point(args.size, f"ctx{context}", "build"):
+            built = run_point(
+                lambda c=context: Workload.build(
+                    args.size, c, args.batch_size, device, attention=annotated_naive_attention
+                )
             )
-        )
         for mode in args.modes:
             row = {"context_length": context, "mode": mode, "point": f"{context}/{mode}"}
             if built.status != "ok":
                 rows.append({**row, "status": built.status})
                 continue
-            res = run_point(
-                lambda w=built.value, m=mode, c=context: measure_point(
-                    w, c, m, args.precision, args.warmup, args.steps, control
+            with point(args.size, f"ctx{context}", mode, args.precision):
+                res = run_point(
+                    lambda w=built.value, m=mode, c=context: measure_point(
+                        w, c, m, args.precision, args.warmup, args.steps, control
+                    )
                 )
-            )
-            rows.append({**row, "status": res.status, **(res.value or {})})
-            ms = (res.value or {}).get("step_ms_mean", float("nan"))
-            print(
-                f"[profile] {args.size} ctx={context} {mode}: {res.status} {ms:.2f} ms", flush=True
-            )
+                rows.append({**row, "status": res.status, **(res.value or {})})
+                ms = (res.value or {}).get("step_ms_mean", float("nan"))
+                log.log(status_level(res.status), "%s %.2f ms", res.status, ms)
         built = None
         release_memory()
     return rows
@@ -270,25 +279,25 @@ class Capture:
         self.ranges = ranges or {}
 
 
-def profile_with_nsys(args, nsys_path: str, raw_dir: Path, log) -> Capture:
+def profile_with_nsys(args, nsys_path: str, raw_dir: Path, nsys_log) -> Capture:
     """Run the points as a child of `nsys profile` and attribute the kernels of its report."""
     raw_dir.mkdir(parents=True, exist_ok=True)
     stem = raw_dir / f"{args.size}"
     with tempfile.TemporaryDirectory() as tmp:
         points_json = Path(tmp) / "points.json"
         rep = nsys_tools.run_profile(
-            nsys_path, stem, _inner_command(args, points_json), timeout=args.timeout, log=log
+            nsys_path, stem, _inner_command(args, points_json), timeout=args.timeout, log=nsys_log
         )
         rows = json.loads(points_json.read_text())
     stats: dict[str, Path] = {}
     try:
-        db = nsys_tools.export_sqlite(nsys_path, rep, timeout=args.timeout, log=log)
+        db = nsys_tools.export_sqlite(nsys_path, rep, timeout=args.timeout, log=nsys_log)
     except nsys_tools.NsysError as exc:
         db, export_error = None, exc
     try:  # the stats CSVs are for people, and the fallback when the SQLite cannot be read
-        stats = nsys_tools.stats_csv(nsys_path, rep, timeout=args.timeout, log=log)
+        stats = nsys_tools.stats_csv(nsys_path, rep, timeout=args.timeout, log=nsys_log)
     except nsys_tools.NsysError as exc:
-        print(f"[profile] nsys stats failed (kept going): {exc}", flush=True)
+        log.warning("nsys stats failed (kept going): %s", exc)
     try:
         if db is None:
             raise export_error
@@ -299,7 +308,7 @@ def profile_with_nsys(args, nsys_path: str, raw_dir: Path, log) -> Capture:
         if "cuda_gpu_kern_sum" not in stats:
             raise
         reason = f"kernels not split by phase: SQLite events unreadable ({str(exc)[:120]})"
-        print(f"[profile] {reason}; using nsys stats cuda_gpu_kern_sum", flush=True)
+        log.warning("%s; using nsys stats cuda_gpu_kern_sum", reason)
         capture = nsys_tools.read_stats_csv(stats["cuda_gpu_kern_sum"])
         for row in rows:
             row["profiler_note"] = reason
@@ -354,12 +363,12 @@ def run(args) -> tuple[pd.DataFrame, pd.DataFrame]:
     raw_dir.mkdir(parents=True, exist_ok=True)
     capture = None
     if profiler == PROFILER_NSYS:
-        with open(raw_dir / f"{args.size}.nsys.log", "w") as log:
+        with open(raw_dir / f"{args.size}.nsys.log", "w") as nsys_log:
             try:
-                capture = profile_with_nsys(args, detail, raw_dir, log)
+                capture = profile_with_nsys(args, detail, raw_dir, nsys_log)
             except (nsys_tools.NsysError, OSError, ValueError, KeyError) as exc:
                 note = f"nsys failed ({str(exc)[:200]}); fell back to torch.profiler"
-                print(f"[profile] {note}", flush=True)
+                log.warning("%s", note)
                 profiler = PROFILER_TORCH_CUDA if cuda else PROFILER_TORCH_CPU
     if capture is None:
         capture = profile_with_torch(args, raw_dir / f"{args.size}_traces")
@@ -452,6 +461,7 @@ def main(argv: list[str] | None = None) -> None:
         if mode not in MODES:
             ap.error(f"unknown mode {mode!r}; known: {MODES}")
 
+    configure("profile")
     if args.cmd == "capture":
         control = _CudaProfilerControl()
         rows = run_points(args, control)
@@ -459,14 +469,18 @@ def main(argv: list[str] | None = None) -> None:
         Path(args.points_out).write_text(json.dumps(rows))
         return
 
-    t0 = time.perf_counter()
-    points, kernels = run(args)
+    with Stopwatch() as job:
+        points, kernels = run(args)
     write_csv(points, args.out)
     write_csv(kernels, args.kernels_out)
-    print(
-        f"wrote {args.out} ({len(points)} points, {int((points['status'] != 'ok').sum())} not ok) "
-        f"and {args.kernels_out} ({len(kernels)} kernel rows) in {time.perf_counter() - t0:.1f} s",
-        flush=True,
+    log.info(
+        "wrote %s (%d points, %d not ok) and %s (%d kernel rows) in %.1f s",
+        args.out,
+        len(points),
+        (points["status"] != "ok").sum(),
+        args.kernels_out,
+        len(kernels),
+        job.s,
     )
 
 
