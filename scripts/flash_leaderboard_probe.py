@@ -15,7 +15,7 @@ modes run ours under each of ``--variants`` (in order), then SDPA cuDNN.
 
 Variants patch the routing tables of this process only (nothing is written back):
 ``dq=BQ,BK,W,S`` pins the Triton dQ pass's tile, ``dkdv=<config>`` / ``fwd=<config>`` set the
-Gluon tiles at d=64 (the configs of flash_attention_hopper, e.g. ``dkdv=64,64,4,3,{'A_IN_REGS':True}``),
+Gluon tiles at d=64 (the tables of kernels/hopper/configs.py, e.g. ``dkdv=64,64,4,3,{'A_IN_REGS':True}``),
 ``gdq=<config>`` the Gluon dQ pass's (``gdq=none``: the Triton-language dQ pass);
 several, joined by ``+``, make one variant. Rows go to OUT/leaderboard_probe.jsonl.
 """
@@ -46,7 +46,7 @@ def apply_variant(text: str) -> None:
     import copy
 
     from cs336_systems.kernels import flash_triton as fat
-    from cs336_systems.kernels import hopper as fh
+    from cs336_systems.kernels.hopper import configs as fh
 
     original = ORIGINAL.setdefault(
         "tables",

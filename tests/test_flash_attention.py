@@ -19,6 +19,7 @@ from cs336_systems.kernels.flash_pytorch import (
     flash_backward_pytorch,
     flash_forward_pytorch,
 )
+from cs336_systems.kernels.hopper import configs as hopper_configs
 
 fat = pytest.importorskip("cs336_systems.kernels.flash_triton")
 
@@ -522,7 +523,7 @@ def test_triton_under_compiled_model():
 
 def _hopper():
     try:
-        from cs336_systems.kernels import hopper as flash_attention_hopper
+        from cs336_systems.kernels.hopper import launch as flash_attention_hopper
     except Exception as exc:  # Gluon's API moved: the Triton kernels carry on alone
         pytest.skip(f"Gluon kernels unavailable with this Triton: {exc}")
     return flash_attention_hopper
@@ -623,7 +624,7 @@ def _hopper_gpu():
 def test_hopper_kernels_against_float64(d, dtype, causal):
     """Every head dim through the Gluon forward, dK/dV and dQ kernels (use_gluon=True), on ragged
     lengths with n_q != n_k and a transposed (b, n, h, d) layout."""
-    fh = _hopper_gpu()
+    _hopper_gpu()
     g = torch.Generator(device="cuda").manual_seed(d)
     q = torch.randn(2, 777, 3, d, device="cuda", dtype=dtype, generator=g).transpose(1, 2)
     k, v = (torch.randn(2, 3, 1500, d, device="cuda", dtype=dtype, generator=g) for _ in "kv")
@@ -635,7 +636,7 @@ def test_hopper_kernels_against_float64(d, dtype, causal):
     assert_close(lse, lse_ref, 1e-3, "L")
     grads = fat.flash_backward_triton(q, k, v, o, do, lse, causal, use_gluon=True)
     assert fat.chosen_configs()["backward_dkdv"]["kernel"] == "gluon"
-    if fh.fuses_dq(d):  # the dK/dV pass computed dQ as well
+    if hopper_configs.fuses_dq(d):  # the dK/dV pass computed dQ as well
         assert "backward_dq" not in fat.chosen_configs()
     else:
         assert fat.chosen_configs()["backward_dq"]["kernel"] == "gluon"
@@ -657,8 +658,12 @@ def test_hopper_fused_dq_against_float64(d, dtype, causal, n_q, n_k, config, mon
     """The dK/dV pass that also computes dQ (TMA reductions from every key tile into one fp32
     tensor), routed in place of the two passes: ragged, n_q < n_k and n_q > n_k; plain (one
     warpgroup) and warp-specialized (a dQ warpgroup beside the two consumers)."""
-    fh = _hopper_gpu()
-    monkeypatch.setitem(fh.DKDV_CONFIGS, d, fh.FUSED_DQ_CONFIG if config == "plain" else config)
+    _hopper_gpu()
+    monkeypatch.setitem(
+        hopper_configs.DKDV_CONFIGS,
+        d,
+        hopper_configs.FUSED_DQ_CONFIG if config == "plain" else config,
+    )
     g = torch.Generator(device="cuda").manual_seed(d + n_q)
     q, do = (torch.randn(2, 3, n_q, d, device="cuda", dtype=dtype, generator=g) for _ in "qo")
     k, v = (torch.randn(2, 3, n_k, d, device="cuda", dtype=dtype, generator=g) for _ in "kv")

@@ -40,6 +40,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from cs336_systems.kernels.flash_pytorch import check_attention_inputs  # noqa: E402
+from cs336_systems.kernels.hopper import configs as hopper_configs  # noqa: E402
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "yes", "on")
 MAX_HEAD_DIM = 128
@@ -1267,7 +1268,7 @@ def _hopper_module():
     if INTERPRET or os.environ.get("CS336_FLASH_GLUON", "1") == "0":
         return None
     try:
-        from cs336_systems.kernels import hopper as flash_attention_hopper
+        from cs336_systems.kernels.hopper import launch as flash_attention_hopper
     except Exception:  # ImportError, or an API that moved
         return None
     return flash_attention_hopper
@@ -1297,9 +1298,9 @@ def flash_forward_triton(
     b, h, n_q, n_k, d, d_pad = _launch_common(q4, k4, v4)
     hopper = _hopper_module() if use_gluon is not False else None
     if hopper is not None and blocks is None and use_desc is not False:
-        if (use_gluon or hopper.routed("forward", d)) and hopper.supported(q4, k4, v4):
+        if (use_gluon or hopper_configs.routed("forward", d)) and hopper.supported(q4, k4, v4):
             o, lse = hopper.forward(q4, k4, v4, bool(is_causal))
-            _CHOSEN["forward"] = hopper.chosen_config("forward", d)
+            _CHOSEN["forward"] = hopper_configs.chosen_config("forward", d)
             return (o.squeeze(1), lse.squeeze(1)) if q.dim() == 3 else (o, lse)
     if use_gluon:
         raise ValueError(
@@ -1394,18 +1395,18 @@ def flash_backward_triton(
         and use_desc is not False
         and hopper.supported(q4, k4, v4, do4, dq, dk, dv)
     )
-    gluon_dkdv = gluon_ok and bool(use_gluon or hopper.routed("backward_dkdv", d))
+    gluon_dkdv = gluon_ok and bool(use_gluon or hopper_configs.routed("backward_dkdv", d))
     if use_gluon and not gluon_dkdv:
         raise ValueError(
             f"the Gluon dK/dV kernel needs a Hopper GPU, fp16/bf16, head dim in 16/32/64/128, "
             f"no fuse_dq or blocks; got q {tuple(q.shape)} {q.dtype} on {q.device}"
         )
     # a FUSE_DQ configuration of the Gluon dK/dV pass computes dQ as well
-    dq_in_dkdv = gluon_dkdv and hopper.fuses_dq(d)
+    dq_in_dkdv = gluon_dkdv and hopper_configs.fuses_dq(d)
     gluon_dq = (
         gluon_ok
         and not dq_in_dkdv
-        and bool(use_gluon or hopper.routed("backward_dq", d))
+        and bool(use_gluon or hopper_configs.routed("backward_dq", d))
         and hopper.supported(q4, o4)
     )
     if broadcast and not (gluon_dkdv and (gluon_dq or dq_in_dkdv)):
@@ -1428,7 +1429,7 @@ def flash_backward_triton(
 
     if gluon_dq:
         hopper.backward_dq(q4, k4, v4, do4, lse, delta, dq, bool(is_causal), o=o4)
-        _CHOSEN["backward_dq"] = hopper.chosen_config("backward_dq", d)
+        _CHOSEN["backward_dq"] = hopper_configs.chosen_config("backward_dq", d)
     else:
         pre_block = 64 if not INTERPRET else 16
         _attn_bwd_preprocess[(b * h, triton.cdiv(n_q, pre_block))](
@@ -1449,7 +1450,7 @@ def flash_backward_triton(
     kernel = "backward_fused" if fuse else "backward_dkdv"
     if gluon_dkdv:
         hopper.backward_dkdv(q4, k4, v4, do4, lse, delta, dk, dv, bool(is_causal), dq=dq)
-        _CHOSEN[kernel] = hopper.chosen_config(kernel, d)
+        _CHOSEN[kernel] = hopper_configs.chosen_config(kernel, d)
     else:
         dkdv_args = (q4, k4, v4, do4, lse, delta, dk, dv, dq_target, *strides)
         _launch(

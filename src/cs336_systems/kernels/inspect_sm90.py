@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 import triton
 
-from cs336_systems.kernels import hopper
+from cs336_systems.kernels.hopper import configs, launch
 
 KERNELS = ("forward", "backward_dkdv", "backward_dq")
 
@@ -40,15 +40,15 @@ def compile_for_sm90(kernel: str, head_dim: int, is_causal: bool = True, config=
     x = torch.empty(1, 2, 1024, head_dim, dtype=torch.bfloat16)
     stats = torch.empty(1, 2, 1024, dtype=torch.float32)
     if kernel == "forward":
-        fn, _, args, constants = hopper._forward_call(x, x, x, x, stats, is_causal, config)
+        fn, _, args, constants = launch._forward_call(x, x, x, x, stats, is_causal, config)
     elif kernel == "backward_dq":  # as routed: computing D too
-        fn, _, args, constants = hopper._dq_call(
+        fn, _, args, constants = launch._dq_call(
             x, x, x, x, stats, stats, x, is_causal, config, o=x
         )
     else:
-        fused = hopper.fuses_dq(head_dim, config)
+        fused = configs.fuses_dq(head_dim, config)
         acc = torch.empty(x.shape, dtype=torch.float32) if fused else None
-        fn, _, args, constants = hopper._dkdv_call(
+        fn, _, args, constants = launch._dkdv_call(
             x, x, x, x, stats, stats, x, x, is_causal, config, dq=acc
         )
     options = dict(num_warps=constants["num_warps"])
@@ -100,7 +100,7 @@ def sm90_report(kernel: str, head_dim: int, is_causal: bool = True, config=None)
     the products asynchronous, whether the loads are TMA copies, whether it is warp-specialized,
     and registers, stack and local memory per thread (cuobjdump)."""
     compiled = compile_for_sm90(kernel, head_dim, is_causal, config)
-    fused = kernel == "backward_dkdv" and hopper.fuses_dq(head_dim, config)
+    fused = kernel == "backward_dkdv" and configs.fuses_dq(head_dim, config)
     return report_of(compiled, kernel, head_dim, fused)
 
 
@@ -115,7 +115,7 @@ def builds(head_dims) -> list[tuple[str, int, object]]:
     """(kernel, head dim, config) of every build the command line reports: each kernel at each
     head dim with its tiles, then the one-warpgroup dK/dV pass fusing dQ (d <= 64)."""
     jobs = [(k, d, None) for d in head_dims for k in KERNELS]
-    return jobs + [("backward_dkdv", d, hopper.FUSED_DQ_CONFIG) for d in head_dims if d <= 64]
+    return jobs + [("backward_dkdv", d, configs.FUSED_DQ_CONFIG) for d in head_dims if d <= 64]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> None:
     reports = []
     for i, (kernel, d, config) in enumerate(builds(args.head_dims)):
         compiled = compile_for_sm90(kernel, d, True, config)
-        fused = kernel == "backward_dkdv" and hopper.fuses_dq(d, config)
+        fused = kernel == "backward_dkdv" and configs.fuses_dq(d, config)
         reports.append(report_of(compiled, kernel, d, fused))
         if args.dump:
             args.dump.mkdir(parents=True, exist_ok=True)
