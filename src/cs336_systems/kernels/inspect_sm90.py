@@ -105,10 +105,11 @@ def sm90_report(kernel: str, head_dim: int, is_causal: bool = True, config=None)
 
 
 def without_debug_info(ptx: str) -> str:
-    """PTX less its line records and debug sections: what stays equal when kernel source moves
-    between files without changing."""
+    """PTX less its debug information (line records, the labels of inlined scopes, the debug
+    sections): what stays equal when kernel source moves between files or into a helper."""
     code = ptx.split("\t.section\t.debug")[0]
-    return "\n".join(line for line in code.splitlines() if not re.match(r"\s*\.(loc|file)\b", line))
+    debug = re.compile(r"\s*\.(loc|file)\b|\$L__tmp\d+:$")
+    return "\n".join(line for line in code.splitlines() if not debug.match(line))
 
 
 def builds(head_dims) -> list[tuple[str, int, object]]:

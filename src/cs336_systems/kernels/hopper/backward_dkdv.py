@@ -20,6 +20,106 @@ from cs336_systems.kernels.hopper.common import mma_layout, tma_reduce_add
 
 
 @gluon.jit
+def _dkdv_tile(
+    i,
+    lo_tile,
+    k_first,
+    ready,
+    q_smem,
+    do_smem,
+    k_a,
+    v_a,
+    p_op,
+    ds_op,
+    dv,
+    dk,
+    lse_next,
+    delta_next,
+    st_init,
+    offs_n,
+    offs_mb,
+    qk_scale,
+    dq_operands,
+    IS_CAUSAL: gl.constexpr,
+    DQ: gl.constexpr,
+):
+    """Query tile i (of those from `lo_tile` on) of the dK/dV loop, in transposed form (keys as
+    rows: this warpgroup's keys k_first + [0, BLOCK_N), offsets `offs_n`, held as the A operands
+    `k_a`, `v_a`), as both dK/dV passes run it.
+
+    Once Q_i and dO_i are in ring slot i % STAGES (`ready`), it issues S_i^T, dP_i^T and tile
+    i - 1's dV and dK products (from that tile's P^T and dS^T, `p_op` and `ds_op`: zeros at
+    i = 0, whose products then add 0 x Q_0 and 0 x dO_0), with DQ also tile i - 1's dQ product
+    dS_{i-1} K (`dq_operands` = (dS^T buffer, K, zero accumulator)); waits for S_i^T only,
+    computes P_i^T while the others run, waits for dP_i^T and computes dS_i^T while tile i - 1's
+    products still run; then waits for everything. Every product issued here is waited for
+    here: with products in flight across the loop's back edge, ptxas cannot follow the wgmma
+    pipeline and makes every product synchronous (its "wgmma.mma_async instructions are
+    serialized" note).
+
+    Returns (dv, dk, tile i - 1's dQ (dk without DQ), P_i^T, dS_i^T in the input dtype, the ring
+    slot of tile i - 1)."""
+    STAGES: gl.constexpr = q_smem.shape[0]
+    BLOCK_M: gl.constexpr = q_smem.shape[3]
+    HEAD_DIM: gl.constexpr = q_smem.shape[4]
+    BLOCK_N: gl.constexpr = st_init.shape[0]
+    dtype: gl.constexpr = q_smem.dtype
+    cols: gl.constexpr = offs_mb.type.layout
+    stage = i % STAGES
+    older = (i + STAGES - gl.minimum(i, 1)) % STAGES  # tile i - 1's slot (tile 0's at i = 0)
+    offs_m = (lo_tile + i) * BLOCK_M + offs_mb
+    mbarrier.wait(ready.index(stage), (i // STAGES) & 1)
+    q_t = q_smem.index(stage).reshape([BLOCK_M, HEAD_DIM])
+    do_t = do_smem.index(stage).reshape([BLOCK_M, HEAD_DIM])
+    s_t = warpgroup_mma(k_a, q_t.permute((1, 0)), st_init, use_acc=False, is_async=True)
+    dp_t = warpgroup_mma(v_a, do_t.permute((1, 0)), st_init, use_acc=False, is_async=True)
+    q_p = q_smem.index(older).reshape([BLOCK_M, HEAD_DIM])
+    do_p = do_smem.index(older).reshape([BLOCK_M, HEAD_DIM])
+    dv = warpgroup_mma(p_op, do_p, dv, is_async=True)
+    dk = warpgroup_mma(ds_op, q_p, dk, is_async=True)
+    if DQ:  # tile i - 1's dQ (zeros at i = 0)
+        ds_prev, k, zero_acc = dq_operands
+        dq = warpgroup_mma(ds_prev.permute((1, 0)), k, zero_acc, use_acc=False, is_async=True)
+    lse = gl.convert_layout(lse_next, cols)
+    delta = gl.convert_layout(delta_next, cols)
+    s_t = warpgroup_mma_wait(4 if DQ else 3, deps=[s_t])
+    p_t = gl.exp2(s_t * qk_scale - gl.expand_dims(lse, 0))
+    if IS_CAUSAL:
+        if (lo_tile + i) * BLOCK_M < k_first + BLOCK_N:
+            causal = gl.expand_dims(offs_m, 0) >= gl.expand_dims(offs_n, 1)
+            p_t = gl.where(causal, p_t, 0.0)
+    dp_t = warpgroup_mma_wait(3 if DQ else 2, deps=[dp_t])
+    ds_t = p_t * (dp_t - gl.expand_dims(delta, 0))
+    p_lo = p_t.to(dtype)
+    ds_lo = ds_t.to(dtype)
+    # tile i - 1's products are done; p_lo and ds_lo pass through the wait so that their
+    # packing into operand registers (which may be the in-flight operands' registers)
+    # comes after it
+    if DQ:
+        dv, dk, dq, p_lo, ds_lo = warpgroup_mma_wait(0, deps=[dv, dk, dq, p_lo, ds_lo])
+    else:
+        dv, dk, p_lo, ds_lo = warpgroup_mma_wait(0, deps=[dv, dk, p_lo, ds_lo])
+        dq = dk
+    return dv, dk, dq, p_lo, ds_lo, older
+
+
+@gluon.jit
+def _dkdv_last_tile(T, ready, q_smem, do_smem, p_op, ds_op, dv, dk):
+    """Issue the last query tile's dV and dK products, after the loop of `_dkdv_tile` (with
+    T <= 0: zeros times tile 0, which is loaded regardless); the caller waits for them."""
+    STAGES: gl.constexpr = q_smem.shape[0]
+    BLOCK_M: gl.constexpr = q_smem.shape[3]
+    HEAD_DIM: gl.constexpr = q_smem.shape[4]
+    last = gl.maximum(T - 1, 0)
+    mbarrier.wait(ready.index(last % STAGES), (last // STAGES) & 1)
+    q_t = q_smem.index(last % STAGES).reshape([BLOCK_M, HEAD_DIM])
+    do_t = do_smem.index(last % STAGES).reshape([BLOCK_M, HEAD_DIM])
+    dv = warpgroup_mma(p_op, do_t, dv, is_async=True)
+    dk = warpgroup_mma(ds_op, q_t, dk, is_async=True)
+    return dv, dk
+
+
+@gluon.jit
 def _attn_bwd_dkdv_kernel(
     q_desc,
     k_desc,
@@ -146,48 +246,40 @@ def _attn_bwd_dkdv_kernel(
         k_a = k
         v_a = v
 
-    # Every product issued in an iteration is waited for in it: with products in flight across
-    # the loop's back edge, ptxas cannot follow the wgmma pipeline and makes every product
-    # synchronous (its "wgmma.mma_async instructions are serialized" note)
+    if FUSE_DQ:  # tile i - 1's dQ product: dS_{i-1}^T from shared memory times K
+        dq_operands = (ds_smem, k, acc_init)
+    else:
+        dq_operands = (acc_init,)
     for i in range(T):
-        stage = i % STAGES
-        older = (i + STAGES - gl.minimum(i, 1)) % STAGES  # tile i - 1's buffers (tile 0's at i = 0)
-        offs_m = (lo_tile + i) * BLOCK_M + offs_mb
-        mbarrier.wait(bars.index(stage), (i // STAGES) & 1)
-        q_t = q_smem.index(stage).reshape([BLOCK_M, HEAD_DIM])
-        do_t = do_smem.index(stage).reshape([BLOCK_M, HEAD_DIM])
-        s_t = warpgroup_mma(k_a, q_t.permute((1, 0)), st_init, use_acc=False, is_async=True)
-        dp_t = warpgroup_mma(v_a, do_t.permute((1, 0)), st_init, use_acc=False, is_async=True)
-        q_p = q_smem.index(older).reshape([BLOCK_M, HEAD_DIM])
-        do_p = do_smem.index(older).reshape([BLOCK_M, HEAD_DIM])
-        dv = warpgroup_mma(p_op, do_p, dv, is_async=True)
-        dk = warpgroup_mma(ds_op, q_p, dk, is_async=True)
-        if FUSE_DQ:  # tile i - 1's dQ (zeros at i = 0)
-            dq = warpgroup_mma(ds_smem.permute((1, 0)), k, acc_init, use_acc=False, is_async=True)
-        lse = gl.convert_layout(lse_next, cols)
-        delta = gl.convert_layout(delta_next, cols)
-        s_t = warpgroup_mma_wait(4 if FUSE_DQ else 3, deps=[s_t])
-        p_t = gl.exp2(s_t * qk_scale - gl.expand_dims(lse, 0))
-        if IS_CAUSAL:
-            if (lo_tile + i) * BLOCK_M < k0 + BLOCK_N:
-                causal = gl.expand_dims(offs_m, 0) >= gl.expand_dims(offs_n, 1)
-                p_t = gl.where(causal, p_t, 0.0)
-        dp_t = warpgroup_mma_wait(3 if FUSE_DQ else 2, deps=[dp_t])
-        ds_t = p_t * (dp_t - gl.expand_dims(delta, 0))
-        p_lo = p_t.to(dtype)
-        ds_lo = ds_t.to(dtype)
-        # tile i - 1's products are done; p_lo and ds_lo pass through the wait so that their
-        # packing into operand registers (which may be the in-flight operands' registers)
-        # comes after it
+        dv, dk, dq, p_lo, ds_lo, older = _dkdv_tile(
+            i,
+            lo_tile,
+            k0,
+            bars,
+            q_smem,
+            do_smem,
+            k_a,
+            v_a,
+            p_op,
+            ds_op,
+            dv,
+            dk,
+            lse_next,
+            delta_next,
+            st_init,
+            offs_n,
+            offs_mb,
+            qk_scale,
+            dq_operands,
+            IS_CAUSAL,
+            FUSE_DQ,
+        )
         if FUSE_DQ:
-            dv, dk, dq, p_lo, ds_lo = warpgroup_mma_wait(0, deps=[dv, dk, dq, p_lo, ds_lo])
             row = (lo_tile + gl.maximum(i - 1, 0)) * BLOCK_M  # tile 0's rows (+ 0) at i = 0
             _reduce_dq(dq_desc, dq_smem.index(i % 2), dq * sm_scale, [off_b, off_h, row, 0])
             # dS_i^T for the next iteration's dQ product (read after the barrier below)
             ds_smem.store(ds_lo)
             fence_async_shared()
-        else:
-            dv, dk, p_lo, ds_lo = warpgroup_mma_wait(0, deps=[dv, dk, p_lo, ds_lo])
         p_op = gl.convert_layout(p_lo, op_layout)
         ds_op = gl.convert_layout(ds_lo, op_layout)
         # tile i - 1's Q and dO buffers are free: they take tile i - 1 + STAGES
@@ -210,13 +302,7 @@ def _attn_bwd_dkdv_kernel(
             L, Delta, pid_bh, n_q, (lo_tile + i + 1) * BLOCK_M + offs_flat
         )
 
-    # the last tile's dV and dK products (with T <= 0: zeros times tile 0, loaded regardless)
-    last = gl.maximum(T - 1, 0)
-    mbarrier.wait(bars.index(last % STAGES), (last // STAGES) & 1)
-    q_t = q_smem.index(last % STAGES).reshape([BLOCK_M, HEAD_DIM])
-    do_t = do_smem.index(last % STAGES).reshape([BLOCK_M, HEAD_DIM])
-    dv = warpgroup_mma(p_op, do_t, dv, is_async=True)
-    dk = warpgroup_mma(ds_op, q_t, dk, is_async=True)
+    dv, dk = _dkdv_last_tile(T, bars, q_smem, do_smem, p_op, ds_op, dv, dk)
     if FUSE_DQ:
         dq = warpgroup_mma(ds_smem.permute((1, 0)), k, acc_init, use_acc=False, is_async=True)
         dv, dk, dq = warpgroup_mma_wait(0, deps=[dv, dk, dq])
@@ -327,7 +413,6 @@ def _dkdv_consumer(
         ds_smem, ds_ready, ds_free, fin = fused
     BLOCK_N: gl.constexpr = k_buf.shape[2]
     HEAD_DIM: gl.constexpr = k_buf.shape[3]
-    STAGES: gl.constexpr = q_smem.shape[0]
     BLOCK_M: gl.constexpr = q_smem.shape[3]
     dtype: gl.constexpr = k_buf.dtype
     st_layout: gl.constexpr = mma_layout(4, BLOCK_M)
@@ -360,31 +445,29 @@ def _dkdv_consumer(
         v_a = v
 
     for i in range(T):
-        stage = i % STAGES
-        older = (i + STAGES - gl.minimum(i, 1)) % STAGES  # tile i - 1's slot (tile 0's at i = 0)
-        offs_m = (lo_tile + i) * BLOCK_M + offs_mb
-        mbarrier.wait(ready.index(stage), (i // STAGES) & 1)
-        q_t = q_smem.index(stage).reshape([BLOCK_M, HEAD_DIM])
-        do_t = do_smem.index(stage).reshape([BLOCK_M, HEAD_DIM])
-        s_t = warpgroup_mma(k_a, q_t.permute((1, 0)), st_init, use_acc=False, is_async=True)
-        dp_t = warpgroup_mma(v_a, do_t.permute((1, 0)), st_init, use_acc=False, is_async=True)
-        q_p = q_smem.index(older).reshape([BLOCK_M, HEAD_DIM])
-        do_p = do_smem.index(older).reshape([BLOCK_M, HEAD_DIM])
-        dv = warpgroup_mma(p_op, do_p, dv, is_async=True)
-        dk = warpgroup_mma(ds_op, q_p, dk, is_async=True)
-        lse = gl.convert_layout(lse_next, cols)
-        delta = gl.convert_layout(delta_next, cols)
-        s_t = warpgroup_mma_wait(3, deps=[s_t])
-        p_t = gl.exp2(s_t * qk_scale - gl.expand_dims(lse, 0))
-        if IS_CAUSAL:
-            if (lo_tile + i) * BLOCK_M < kc + BLOCK_N:
-                causal = gl.expand_dims(offs_m, 0) >= gl.expand_dims(offs_n, 1)
-                p_t = gl.where(causal, p_t, 0.0)
-        dp_t = warpgroup_mma_wait(2, deps=[dp_t])
-        ds_t = p_t * (dp_t - gl.expand_dims(delta, 0))
-        p_lo = p_t.to(dtype)
-        ds_lo = ds_t.to(dtype)
-        dv, dk, p_lo, ds_lo = warpgroup_mma_wait(0, deps=[dv, dk, p_lo, ds_lo])
+        dv, dk, _, p_lo, ds_lo, older = _dkdv_tile(
+            i,
+            lo_tile,
+            kc,
+            ready,
+            q_smem,
+            do_smem,
+            k_a,
+            v_a,
+            p_op,
+            ds_op,
+            dv,
+            dk,
+            lse_next,
+            delta_next,
+            st_init,
+            offs_n,
+            offs_mb,
+            qk_scale,
+            (acc_init,),
+            IS_CAUSAL,
+            False,
+        )
         if FUSE_DQ:
             _ds_in(ds_smem, ds_free, ds_ready, ds_lo, i, C)
         # tile i - 1's Q and dO slot is read by neither of this warpgroup's products any more
@@ -396,12 +479,7 @@ def _dkdv_consumer(
             L, Delta, pid_bh, n_q, (lo_tile + i + 1) * BLOCK_M + offs_flat
         )
 
-    last = gl.maximum(T - 1, 0)
-    mbarrier.wait(ready.index(last % STAGES), (last // STAGES) & 1)
-    q_t = q_smem.index(last % STAGES).reshape([BLOCK_M, HEAD_DIM])
-    do_t = do_smem.index(last % STAGES).reshape([BLOCK_M, HEAD_DIM])
-    dv = warpgroup_mma(p_op, do_t, dv, is_async=True)
-    dk = warpgroup_mma(ds_op, q_t, dk, is_async=True)
+    dv, dk = _dkdv_last_tile(T, ready, q_smem, do_smem, p_op, ds_op, dv, dk)
     dv, dk = warpgroup_mma_wait(0, deps=[dv, dk])
     if FUSE_DQ:  # the dQ warpgroup's products no longer read K
         mbarrier.wait(fin, 0)
