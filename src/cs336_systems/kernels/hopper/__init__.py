@@ -18,10 +18,15 @@ call's tensors.
 Conventions are those of the Triton-language kernels: (batch, heads, n, d) tensors, causal
 masking top-left aligned (query i sees key j iff i >= j), L the natural-log logsumexp in fp32.
 
-Files: `configs` (where each pass runs and with which tiles: plain data, no Gluon), `common`
-(Gluon helpers the kernels share), `forward`, `backward_dkdv`, `backward_dq` (the kernels),
-`launch` (host side: descriptors, constants, grids, the calls). PTX/SASS inspection for sm_90
-without a GPU: `kernels.inspect_sm90`.
+Files:
+- `configs`: where each pass runs and with which tiles (plain data, no Gluon);
+- `common`: Gluon helpers the kernels share;
+- `forward`: both forwards (lockstep and warp-specialized);
+- `backward_dkdv`: the one-warpgroup dK/dV pass and the query-tile step it shares with
+  `backward_dkdv_ws`, the warp-specialized dK/dV pass (optionally computing dQ);
+- `backward_dq`: the warp-specialized dQ pass;
+- `launch`: host side (TMA descriptors, compile-time constants, grids, the calls).
+PTX/SASS inspection for sm_90 without a GPU: `kernels.inspect_sm90`.
 
 Keep this file free of imports: planning a call reads `configs` without loading Gluon.
 """

@@ -12,10 +12,8 @@ import triton
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from cs336_systems.kernels.hopper.backward_dkdv import (
-    _attn_bwd_dkdv_kernel,
-    _attn_bwd_dkdv_ws_kernel,
-)
+from cs336_systems.kernels.hopper.backward_dkdv import _attn_bwd_dkdv_kernel
+from cs336_systems.kernels.hopper.backward_dkdv_ws import _attn_bwd_dkdv_ws_kernel
 from cs336_systems.kernels.hopper.backward_dq import _attn_bwd_dq_ws_kernel
 from cs336_systems.kernels.hopper.configs import HEAD_DIMS, config_for, fuses_dq
 from cs336_systems.kernels.hopper.forward import _attn_fwd_kernel, _attn_fwd_ws_kernel
