@@ -22,6 +22,8 @@ from cs336_systems.kernels.flash_pytorch import (
 from cs336_systems.kernels.hopper import configs as hopper_configs
 
 fat = pytest.importorskip("cs336_systems.kernels.flash_triton")
+from cs336_systems.kernels import flash_triton_launch as triton_launch  # noqa: E402
+from cs336_systems.kernels.flash_triton_common import INTERPRET  # noqa: E402
 
 HAS_CUDA = torch.cuda.is_available()
 F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
@@ -57,7 +59,7 @@ def _cases(devices_dtypes, shapes_for, triton=True):
     out = []
     for device, dtype in devices_dtypes:
         marks = [pytest.mark.gpu] if device == "cuda" else []
-        if triton and device == "cpu" and not fat.INTERPRET:
+        if triton and device == "cpu" and not INTERPRET:
             marks.append(pytest.mark.skip(reason="CPU tensors need TRITON_INTERPRET=1"))
         for shape in shapes_for(device):
             for causal in (False, True):
@@ -85,7 +87,7 @@ PYTORCH_CASES = _cases(
 def precompiled_triton_kernels(request):
     """On a GPU, first compile the kernel variants the selected Triton tests will autotune over,
     in parallel worker processes (minutes one after another, well under one in parallel)."""
-    if not HAS_CUDA or fat.INTERPRET:
+    if not HAS_CUDA or INTERPRET:
         return
     dtypes, head_dims = {F32, BF16}, {16, 64}  # what the unparametrised GPU tests use
     for item in request.session.items:
@@ -93,7 +95,7 @@ def precompiled_triton_kernels(request):
         if params.get("device") == "cuda" and {"dtype", "shape"} <= set(params):
             dtypes.add(params["dtype"])
             head_dims.add(params["shape"][3])
-    done = fat.precompile(dtypes=sorted(dtypes, key=str), head_dims=sorted(head_dims),
+    done = triton_launch.precompile(dtypes=sorted(dtypes, key=str), head_dims=sorted(head_dims),
                           causal=(False, True))  # fmt: skip
     print(f"precompiled {done['jobs']} Triton kernels in {done['seconds']:.1f} s", done["errors"])
 
@@ -244,7 +246,7 @@ TILE_CASES = [
 @pytest.mark.parametrize("device,blocks,causal", TILE_CASES)
 def test_triton_tile_shapes(device, blocks, causal):
     """Unequal query/key tiles: the causal loop bounds and the masked diagonal tiles."""
-    if device == "cpu" and not fat.INTERPRET:
+    if device == "cpu" and not INTERPRET:
         pytest.skip("CPU tensors need TRITON_INTERPRET=1")
     shape = (1, 70, 45, 32) if device == "cpu" else (2, 300, 517, 64)
     q, k, v, do = make_inputs(shape, F32, device, seed=5, scale=3.0)
@@ -275,9 +277,9 @@ def test_triton_descriptor_and_pointer_paths(device, dtype, use_desc, causal):
     """Tensor descriptors (TMA loads and stores, out-of-range rows zero-filled and clipped) and
     plain pointers give the same results, ragged lengths and n_q != n_k included; so do the
     separate dQ pass and dQ accumulated by the dK/dV pass (bulk reductions or atomics)."""
-    if device == "cpu" and not fat.INTERPRET:
+    if device == "cpu" and not INTERPRET:
         pytest.skip("CPU tensors need TRITON_INTERPRET=1")
-    if use_desc and not fat.descriptors_supported():
+    if use_desc and not triton_launch.descriptors_supported():
         pytest.skip("tensor descriptors need Hopper or newer")
     shape = (2, 45, 70, 32) if device == "cpu" else (2, 333, 517, 64)
     blocks = (16, 32) if device == "cpu" else (64, 32)
@@ -301,7 +303,7 @@ def test_triton_descriptor_and_pointer_paths(device, dtype, use_desc, causal):
 
 def test_triton_descriptors_refused_for_padded_head_dim():
     q, k, v, _ = make_inputs((1, 20, 20, 40), F32, "cpu")
-    if not fat.INTERPRET:
+    if not INTERPRET:
         pytest.skip("CPU tensors need TRITON_INTERPRET=1")
     with pytest.raises(ValueError, match="tensor descriptors"):
         fat.flash_forward_triton(q, k, v, True, use_desc=True)
@@ -311,7 +313,7 @@ def test_triton_descriptors_refused_for_padded_head_dim():
 DEVICES = [
     pytest.param(
         "cpu",
-        marks=pytest.mark.skipif(not fat.INTERPRET, reason="CPU tensors need TRITON_INTERPRET=1"),
+        marks=pytest.mark.skipif(not INTERPRET, reason="CPU tensors need TRITON_INTERPRET=1"),
     ),
     pytest.param("cuda", marks=pytest.mark.gpu),
 ]
