@@ -19,26 +19,26 @@ interpreter on CPU tensors.
 
 from __future__ import annotations
 
-import functools
-import os
-
 import torch
 
+from cs336_systems.kernels import dispatch
 from cs336_systems.kernels import flash_triton_launch as triton_launch
 from cs336_systems.kernels.flash_pytorch import check_attention_inputs
 from cs336_systems.kernels.flash_triton_common import DTYPES, INTERPRET, MAX_HEAD_DIM
-from cs336_systems.kernels.flash_triton_configs import INTERPRET_BLOCKS, KERNELS
-from cs336_systems.kernels.hopper import configs as hopper_configs
+from cs336_systems.kernels.flash_triton_configs import KERNELS
 
+# what the last forward and the last backward call ran: per pass its configuration, and the plans
 _CHOSEN: dict[str, dict] = {}
+_PLANS: dict[str, dispatch.AttentionPlan] = {}
 
 
-def _tiles(kernel: str, blocks):
-    """The tiles `kernel` runs with: `blocks` if given, the interpreter's small ones, or None
-    (autotuned)."""
-    if blocks is None and INTERPRET:
-        return INTERPRET_BLOCKS[kernel]
-    return blocks
+def _gluon():
+    """The Gluon kernels' host side, imported when a plan first routes a pass to them. A plain
+    import: a Gluon kernel module that fails to import (e.g. under a Triton whose Gluon API
+    moved) is an error on the GPU that needs it, never a silent fallback."""
+    import cs336_systems.kernels.hopper.launch as gluon_launch
+
+    return gluon_launch
 
 
 def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -53,18 +53,11 @@ def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise ValueError(f"Triton's interpreter runs on CPU tensors; got {q.device}")
 
 
-@functools.cache
-def _hopper_module():
-    """`flash_attention_hopper` (Gluon kernels for Hopper), or None where it cannot be used: in the
-    interpreter, with CS336_FLASH_GLUON=0, or on a Triton whose Gluon API differs (Gluon is
-    experimental and changes between releases)."""
-    if INTERPRET or os.environ.get("CS336_FLASH_GLUON", "1") == "0":
-        return None
-    try:
-        from cs336_systems.kernels.hopper import launch as flash_attention_hopper
-    except Exception:  # ImportError, or an API that moved
-        return None
-    return flash_attention_hopper
+def _record(done: dict[str, dict], plan: dispatch.AttentionPlan, passes) -> None:
+    """Keep what ran for `chosen_configs()`, each configuration with its pass's reason."""
+    for one in passes:
+        if one.name in done:
+            _CHOSEN[one.name] = {**done[one.name], "reason": one.reason}
 
 
 def flash_forward_triton(
@@ -78,31 +71,34 @@ def flash_forward_triton(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward kernel on (batch, n, d) or (batch, heads, n, d); returns (O, L fp32).
 
-    On Hopper, 16-bit inputs go to the Gluon kernel of `flash_attention_hopper` (FlashAttention-3's
-    overlap of softmax and matrix products) at the head dims where it measured faster
-    (`flash_attention_hopper.routed`; any of 16/32/64/128 with `use_gluon=True`), unless
-    `use_gluon=False`, `blocks` or `use_desc=False` is given; everything else runs this module's
-    Triton kernel. `blocks` bypasses autotuning: (BLOCK_Q, BLOCK_K) (tests use it to exercise
-    tile edges) or a dict that may add num_warps and num_stages. `use_desc` forces tensor
-    descriptors on or off (default: on for 16-bit inputs they fit, on Hopper or newer).
+    The kernel is the plan's (`kernels.dispatch.plan`): on Hopper, for 16-bit inputs at the
+    head dims where it measured faster, the Gluon forward (FlashAttention-3's overlap of softmax
+    and matrix products; any of 16/32/64/128 with `use_gluon=True`; not with `use_gluon=False`,
+    `blocks` or `use_desc=False`); else the Triton-language kernel. `blocks` bypasses
+    autotuning: (BLOCK_Q, BLOCK_K) (tests use it to exercise tile edges) or a dict that may add
+    num_warps and num_stages. `use_desc` forces tensor descriptors on or off (default: on for
+    16-bit inputs they fit, on Hopper or newer).
     """
     check_inputs(q, k, v)
     q4, k4, v4 = triton_launch.as_4d(q), triton_launch.as_4d(k), triton_launch.as_4d(v)
-    b, h, n_q, n_k, d, d_pad = triton_launch.problem_shape(q4, k4, v4)
-    hopper = _hopper_module() if use_gluon is not False else None
-    if hopper is not None and blocks is None and use_desc is not False:
-        if (use_gluon or hopper_configs.routed("forward", d)) and hopper.supported(q4, k4, v4):
-            o, lse = hopper.forward(q4, k4, v4, bool(is_causal))
-            _CHOSEN["forward"] = hopper_configs.chosen_config("forward", d)
-            return (o.squeeze(1), lse.squeeze(1)) if q.dim() == 3 else (o, lse)
-    if use_gluon:
-        raise ValueError(
-            f"the Gluon kernels need a Hopper GPU, fp16/bf16, head dim in 16/32/64/128 and "
-            f"16-byte aligned strides; got q {tuple(q.shape)} {q.dtype} on {q.device}"
-        )
-    o, lse, _CHOSEN["forward"] = triton_launch.forward(
-        q4, k4, v4, bool(is_causal), _tiles("forward", blocks), use_desc
+    d = q4.shape[-1]
+    plan = dispatch.plan(
+        q.dtype,
+        d,
+        dispatch.target_of(q.device),
+        use_gluon=use_gluon,
+        blocks=blocks,
+        use_desc=use_desc,
+        tensors=(q4, k4, v4),
     )
+    _PLANS["forward"] = plan
+    step = plan.forward
+    if step.gluon:
+        o, lse = _gluon().forward(q4, k4, v4, bool(is_causal), config=step.tiles)
+        done = step.config()
+    else:
+        o, lse, done = triton_launch.forward(q4, k4, v4, bool(is_causal), step.tiles, use_desc)
+    _record({"forward": done}, plan, [step])
     if q.dim() == 3:
         return o.squeeze(1), lse.squeeze(1)
     return o, lse
@@ -128,12 +124,12 @@ def flash_backward_triton(
     pass measured slower (docs/flash-attention-notes.md).
 
     `blocks`: as in flash_forward_triton, for every pass, or a dict with one entry per pass
-    ("backward_dkdv" and "backward_dq", or "backward_fused"). On Hopper the dK/dV and dQ passes
-    are the Gluon kernels of `flash_attention_hopper` where they are routed (as for the
-    forward; not with `fuse_dq`, `blocks`, `use_desc=False` or `use_gluon=False`); the Gluon dQ
-    pass then runs first and computes D itself, unless the head dim's Gluon dK/dV pass computes
-    dQ as well (`flash_attention_hopper.fuses_dq`, at d = 64: after the D kernel, into an fp32
-    accumulator).
+    ("backward_dkdv" and "backward_dq", or "backward_fused"). The passes are the plan's
+    (`kernels.dispatch.plan`): on Hopper the dK/dV and dQ passes are Gluon kernels where they
+    are routed (as for the forward; not with `fuse_dq`, `blocks`, `use_desc=False` or
+    `use_gluon=False`); a Gluon dQ pass runs first and computes D itself; a Gluon dK/dV
+    configuration may compute dQ as well (FUSE_DQ, at d = 64: after the D kernel, into an fp32
+    accumulator), and then no dQ pass runs.
     """
     q4, k4, v4, o4, do4 = (triton_launch.as_4d(x) for x in (q, k, v, o, do))
     b, h, n_q, n_k, d, d_pad = triton_launch.problem_shape(q4, k4, v4)
@@ -148,73 +144,69 @@ def flash_backward_triton(
     if use_desc is not False and not triton_launch.descriptors_fit((do4,), d, d_pad):
         # e.g. the stride-0 gradient of o.sum(). The Gluon passes' TMA descriptors read a
         # (0, 0, 0, 1)-strided view of one row as it is; the Triton-language passes get one
-        # dense copy (below, once the passes are chosen)
+        # dense copy (below, once the passes are planned)
         broadcast = all(s == 0 for s in do4.stride()[:-1])
         do4 = do4[:1, :1, :1].contiguous().expand(do4.shape) if broadcast else do4.contiguous()
-    fuse = bool(fuse_dq)
-    hopper = _hopper_module() if use_gluon is not False else None
-    # On Hopper, where routed: Gluon passes for dK/dV and for dQ; the dQ pass then runs first
-    # and computes D itself. `use_gluon=True` forces both.
-    gluon_ok = (
-        hopper is not None
-        and not fuse
-        and blocks is None
-        and use_desc is not False
-        and hopper.supported(q4, k4, v4, do4, dq, dk, dv)
+    plan = dispatch.plan(
+        q.dtype,
+        d,
+        dispatch.target_of(q.device),
+        use_gluon=use_gluon,
+        blocks=blocks,
+        use_desc=use_desc,
+        fuse_dq=fuse_dq,
+        tensors=(q4, k4, v4, do4, dq, dk, dv),
+        o=o4,
     )
-    gluon_dkdv = gluon_ok and bool(use_gluon or hopper_configs.routed("backward_dkdv", d))
-    if use_gluon and not gluon_dkdv:
-        raise ValueError(
-            f"the Gluon dK/dV kernel needs a Hopper GPU, fp16/bf16, head dim in 16/32/64/128, "
-            f"no fuse_dq or blocks; got q {tuple(q.shape)} {q.dtype} on {q.device}"
-        )
-    # a FUSE_DQ configuration of the Gluon dK/dV pass computes dQ as well
-    dq_in_dkdv = gluon_dkdv and hopper_configs.fuses_dq(d)
-    gluon_dq = (
-        gluon_ok
-        and not dq_in_dkdv
-        and bool(use_gluon or hopper_configs.routed("backward_dq", d))
-        and hopper.supported(q4, o4)
-    )
-    if broadcast and not (gluon_dkdv and (gluon_dq or dq_in_dkdv)):
+    _PLANS["backward"] = plan
+    if broadcast and not plan.gluon_backward:
         do4 = do_given.contiguous()
     desc = triton_launch.use_descriptors((q4, k4, v4, do4, dq, dk, dv), d, d_pad, use_desc)
-    per_pass = isinstance(blocks, dict) and any(key in blocks for key in KERNELS)
-
-    def pick(kernel):
-        return _tiles(kernel, blocks.get(kernel) if per_pass else blocks)
-
-    if gluon_dq:
-        hopper.backward_dq(q4, k4, v4, do4, lse, delta, dq, bool(is_causal), o=o4)
-        _CHOSEN["backward_dq"] = hopper_configs.chosen_config("backward_dq", d)
-    else:
-        triton_launch.preprocess(o4, do_given, delta, 64 if not INTERPRET else 16)
-
-    # dQ target: the fp32 accumulator (fused) or the output itself (its own pass)
-    dq_target = torch.zeros((b, h, n_q, d), dtype=torch.float32, device=q.device) if fuse else dq
-    kernel = "backward_fused" if fuse else "backward_dkdv"
-    if gluon_dkdv:
-        hopper.backward_dkdv(q4, k4, v4, do4, lse, delta, dk, dv, bool(is_causal), dq=dq)
-        _CHOSEN[kernel] = hopper_configs.chosen_config(kernel, d)
-    else:
-        _CHOSEN[kernel] = triton_launch.backward_dkdv(
-            q4, k4, v4, do4, lse, delta, dk, dv, dq_target, is_causal, desc, fuse, pick(kernel)
+    done = {}
+    if plan.dq is not None and plan.dq.gluon:  # first: it computes D
+        _gluon().backward_dq(
+            q4, k4, v4, do4, lse, delta, dq, bool(is_causal), config=plan.dq.tiles, o=o4
         )
-    if fuse:
-        dq.copy_(dq_target)
-    elif not (gluon_dq or dq_in_dkdv):
-        _CHOSEN["backward_dq"] = triton_launch.backward_dq(
-            q4, k4, v4, do4, lse, delta, dq, is_causal, desc, pick("backward_dq")
+        done[plan.dq.name] = plan.dq.config()
+    else:
+        triton_launch.preprocess(o4, do_given, delta, plan.delta.tiles["BLOCK_Q"])
+
+    step = plan.dkdv
+    fused = step.name == "backward_fused"
+    if step.gluon:  # dQ too where its configuration fuses it
+        _gluon().backward_dkdv(
+            q4, k4, v4, do4, lse, delta, dk, dv, bool(is_causal), config=step.tiles, dq=dq
         )
+        done[step.name] = step.config()
+    else:
+        # dQ target: the fp32 accumulator (fused) or the output itself (its own pass)
+        dq_target = (
+            torch.zeros((b, h, n_q, d), dtype=torch.float32, device=q.device) if fused else dq
+        )
+        done[step.name] = triton_launch.backward_dkdv(
+            q4, k4, v4, do4, lse, delta, dk, dv, dq_target, is_causal, desc, fused, step.tiles
+        )
+        if fused:
+            dq.copy_(dq_target)
+    if plan.dq is not None and not plan.dq.gluon:
+        done[plan.dq.name] = triton_launch.backward_dq(
+            q4, k4, v4, do4, lse, delta, dq, is_causal, desc, plan.dq.tiles
+        )
+    _record(done, plan, plan.backward)
     if q.dim() == 3:
         return dq.squeeze(1), dk.squeeze(1), dv.squeeze(1)
     return dq, dk, dv
 
 
 def chosen_configs() -> dict[str, dict]:
-    """The tile configuration of each kernel that the last forward and the last backward call
-    launched (autotuned on the GPU)."""
+    """The tile configuration of each pass that the last forward and the last backward call
+    launched (autotuned on the GPU), with the plan's reason for its kernel."""
     return {name: dict(cfg) for name, cfg in _CHOSEN.items()}
+
+
+def last_plans() -> dict[str, dispatch.AttentionPlan]:
+    """The plans the last forward ("forward") and the last backward ("backward") followed."""
+    return dict(_PLANS)
 
 
 # The launchers as PyTorch custom operators: torch.compile (e.g. of FlashAttentionTriton.apply,

@@ -5,11 +5,13 @@ check that they keep the schedule they exist for: the wgmma wait depths in progr
 whether ptxas kept the products asynchronous (it serialises them when it cannot follow the
 pipeline), TMA loads and reductions, warp specialization, registers, stack and local memory.
 
-    python -m cs336_systems.kernels.inspect_sm90 [head_dim ...] [--dump DIR]
+    python -m cs336_systems.kernels.inspect_sm90 [head_dim ...] [--routed] [--dump DIR]
 
-prints one JSON list of `sm90_report`s (the three kernels at each head dim, with the tiles they
-run with, then the one-warpgroup dK/dV pass that fuses dQ at head dims up to 64); `--dump DIR`
-also writes each build's PTX and SASS there, to compare two versions of the source. Run it
+prints one JSON list of `sm90_report`s: the three kernels at each head dim, with the tiles
+they run with; with `--routed`, every other pass that `kernels.dispatch` routes to the Gluon
+kernels at any head dim; last the one-warpgroup dK/dV pass that fuses dQ at head dims up to 64.
+`--dump DIR` also writes each build's PTX and SASS there, to compare two versions of the
+source. Run it
 without TRITON_INTERPRET: Gluon does not run in Triton's interpreter.
 """
 
@@ -23,6 +25,7 @@ from pathlib import Path
 import torch
 import triton
 
+from cs336_systems.kernels import dispatch
 from cs336_systems.kernels.hopper import configs, launch
 
 KERNELS = ("forward", "backward_dkdv", "backward_dq")
@@ -112,10 +115,18 @@ def without_debug_info(ptx: str) -> str:
     return "\n".join(line for line in code.splitlines() if not debug.match(line))
 
 
-def builds(head_dims) -> list[tuple[str, int, object]]:
-    """(kernel, head dim, config) of every build the command line reports: each kernel at each
-    head dim with its tiles, then the one-warpgroup dK/dV pass fusing dQ (d <= 64)."""
+def builds(head_dims, routed: bool = False) -> list[tuple[str, int, object]]:
+    """(kernel, head dim, config; None: the head dim's own) of every build the command line
+    reports: each kernel at each head dim with its tiles; with `routed`, then every other pass
+    that the dispatch routes to these kernels on sm_90 (bf16, any head dim); last the
+    one-warpgroup dK/dV pass fusing dQ (d <= 64)."""
     jobs = [(k, d, None) for d in head_dims for k in KERNELS]
+    if routed:
+        for d in configs.HEAD_DIMS:
+            plan = dispatch.plan(torch.bfloat16, d, dispatch.HOPPER)
+            for one in (plan.forward, plan.dkdv, plan.dq):
+                if one is not None and one.gluon and (one.name, d, None) not in jobs:
+                    jobs.append((one.name, d, None))
     return jobs + [("backward_dkdv", d, configs.FUSED_DQ_CONFIG) for d in head_dims if d <= 64]
 
 
@@ -126,9 +137,12 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("head_dims", nargs="*", type=int, default=[64])
     ap.add_argument("--dump", type=Path, help="write each build's PTX and SASS into this folder")
+    ap.add_argument(
+        "--routed", action="store_true", help="also every pass routed to Gluon at any head dim"
+    )
     args = ap.parse_args(argv)
     reports = []
-    for i, (kernel, d, config) in enumerate(builds(args.head_dims)):
+    for i, (kernel, d, config) in enumerate(builds(args.head_dims, args.routed)):
         compiled = compile_for_sm90(kernel, d, True, config)
         fused = kernel == "backward_dkdv" and configs.fuses_dq(d, config)
         reports.append(report_of(compiled, kernel, d, fused))

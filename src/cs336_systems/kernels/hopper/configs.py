@@ -54,8 +54,8 @@ FUSED_DQ_CONFIG = (64, 64, 4, 3, {"FUSE_DQ": True})
 
 
 def routed(kernel: str, head_dim: int) -> bool:
-    """Whether `flash_attention_triton` sends `kernel` ("forward", "backward_dkdv",
-    "backward_dq") at this head dim to these kernels (where they measured faster)."""
+    """Whether `kernel` ("forward", "backward_dkdv", "backward_dq") at this head dim runs on these
+    kernels by default (where they measured faster); `kernels.dispatch.plan` asks."""
     return head_dim in CONFIGS[kernel]
 
 
@@ -70,19 +70,17 @@ def fuses_dq(head_dim: int, config=None) -> bool:
     return bool(len(config) > 4 and config[4].get("FUSE_DQ"))
 
 
-def chosen_config(kernel: str, head_dim: int) -> dict:
-    """The tiles of `kernel` ("forward", "backward_dkdv", "backward_dq") in the form of
-    `flash_attention_triton.chosen_configs()`."""
-    config = config_for(kernel, head_dim)
-    block_m, block_n, warps, stages = config[:4]
-    switches = config[4] if len(config) > 4 else {}
-    return {
-        "BLOCK_Q": block_m,
-        "BLOCK_K": block_n,
-        "num_warps": warps,
-        "num_stages": stages,
-        "use_desc": True,
-        "autotuned": False,
-        "kernel": "gluon",
-        "warp_specialized": bool(switches.get("WS")),
-    }
+def tensors_fit(*tensors) -> bool:
+    """Whether the kernels' TMA descriptors take these (batch, heads, n, d) tensors: 4-D, one
+    dtype, unit last stride, 16-byte aligned base and strides (zero strides are fine)."""
+    dtype = tensors[0].dtype
+    size = tensors[0].element_size()
+    for t in tensors:
+        if t.dtype != dtype or t.data_ptr() % 16:
+            return False
+        strides = t.stride()
+        if len(strides) != 4 or strides[3] != 1:
+            return False
+        if (strides[0] * size) % 16 or (strides[1] * size) % 16 or (strides[2] * size) % 16:
+            return False
+    return True

@@ -15,7 +15,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from cs336_systems.kernels.hopper.backward_dkdv import _attn_bwd_dkdv_kernel
 from cs336_systems.kernels.hopper.backward_dkdv_ws import _attn_bwd_dkdv_ws_kernel
 from cs336_systems.kernels.hopper.backward_dq import _attn_bwd_dq_ws_kernel
-from cs336_systems.kernels.hopper.configs import HEAD_DIMS, config_for, fuses_dq
+from cs336_systems.kernels.hopper.configs import HEAD_DIMS, config_for, fuses_dq, tensors_fit
 from cs336_systems.kernels.hopper.forward import _attn_fwd_kernel, _attn_fwd_ws_kernel
 
 LOG2E = 1.4426950408889634
@@ -28,18 +28,14 @@ def _is_hopper(device_index: int) -> bool:
 
 
 def supported(*tensors: torch.Tensor) -> bool:
-    """Whether these (batch, heads, n, d) tensors can go through the Hopper kernels."""
+    """Whether these (batch, heads, n, d) tensors can go through the Hopper kernels: on a Hopper
+    GPU, fp16/bf16, a head dim in HEAD_DIMS, and layouts the TMA descriptors take."""
     x = tensors[0]
     if x.device.type != "cuda" or x.dtype not in GL_DTYPES or x.shape[-1] not in HEAD_DIMS:
         return False
     if not _is_hopper(x.device.index if x.device.index is not None else 0):
         return False
-    for t in tensors:
-        if t.dim() != 4 or t.dtype != x.dtype or t.stride(-1) != 1 or t.data_ptr() % 16:
-            return False
-        if any(s * t.element_size() % 16 for s in t.stride()[:-1]):
-            return False
-    return True
+    return tensors_fit(*tensors)
 
 
 def _descriptor(x: torch.Tensor, block_rows: int) -> TensorDescriptor:
