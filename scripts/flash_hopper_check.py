@@ -109,7 +109,8 @@ def check(out: Path, args) -> None:
     import torch
 
     from cs336_systems.kernels import flash_triton as fat
-    from cs336_systems.kernels import hopper as fh
+    from cs336_systems.kernels.hopper import launch as fh
+    from cs336_systems.kernels.hopper.configs import fuses_dq
 
     torch.manual_seed(0)
     shapes = [  # (b, h, n_q, n_k, d): one tile, ragged, n_q != n_k both ways, every head dim
@@ -188,7 +189,7 @@ def check(out: Path, args) -> None:
                         fh.backward_dkdv(q, k, v, do, lse, delta, dk, dv, causal, config=cfg, dq=dq)
                         torch.cuda.synchronize()
                         pairs = {"dk": (dk, ref[1]), "dv": (dv, ref[2])}
-                        if fh.fuses_dq(d, cfg):
+                        if fuses_dq(d, cfg):
                             pairs["dq"] = (dq, ref[0])
                         errs = {f"err_{name}": grad_err(g, r) for name, (g, r) in pairs.items()}
                         good = all(e < 3e-2 for e in errs.values())
@@ -233,7 +234,8 @@ def bench_head_dim(out: Path, args, d: int) -> None:
 
     from cs336_systems.core.costs import attention_flops
     from cs336_systems.kernels import flash_triton as fat
-    from cs336_systems.kernels import hopper as fh
+    from cs336_systems.kernels.hopper import launch as fh
+    from cs336_systems.kernels.hopper.configs import fuses_dq
     from cs336_systems.stages.flash.measure import _sdpa
 
     b, h, n = 1, 16, args.seq_len
@@ -293,7 +295,7 @@ def bench_head_dim(out: Path, args, d: int) -> None:
     dq_ref, dk_ref, dv_ref = fat.flash_backward_triton(q, k, v, o, do, lse, True, blocks=tl_blocks)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     for cfg in configs_for(args.dkdv_configs, d):
-        fused = fh.fuses_dq(d, cfg)
+        fused = fuses_dq(d, cfg)
         measure(
             "gluon_dkdv+dq" if fused else "gluon_dkdv",
             lambda cfg=cfg: fh.backward_dkdv(

@@ -15,7 +15,7 @@ modes run ours under each of ``--variants`` (in order), then SDPA cuDNN.
 
 Variants patch the routing tables of this process only (nothing is written back):
 ``dq=BQ,BK,W,S`` pins the Triton dQ pass's tile, ``dkdv=<config>`` / ``fwd=<config>`` set the
-Gluon tiles at d=64 (the configs of flash_attention_hopper, e.g. ``dkdv=64,64,4,3,{'A_IN_REGS':True}``),
+Gluon tiles at d=64 (the tables of kernels/hopper/configs.py, e.g. ``dkdv=64,64,4,3,{'A_IN_REGS':True}``),
 ``gdq=<config>`` the Gluon dQ pass's (``gdq=none``: the Triton-language dQ pass);
 several, joined by ``+``, make one variant. Rows go to OUT/leaderboard_probe.jsonl.
 """
@@ -45,22 +45,25 @@ def apply_variant(text: str) -> None:
     """Set the routing tables of this process for one variant (see the module docstring)."""
     import copy
 
-    from cs336_systems.kernels import flash_triton as fat
-    from cs336_systems.kernels import hopper as fh
+    from cs336_systems.kernels import flash_triton_configs as tl_configs
+    from cs336_systems.kernels import flash_triton_launch
+    from cs336_systems.kernels.hopper import configs as fh
 
     original = ORIGINAL.setdefault(
         "tables",
-        copy.deepcopy((fat.TILE_CONFIGS, fh.DKDV_CONFIGS, fh.FORWARD_CONFIGS, fh.DQ_CONFIGS)),
+        copy.deepcopy(
+            (tl_configs.TILE_CONFIGS, fh.DKDV_CONFIGS, fh.FORWARD_CONFIGS, fh.DQ_CONFIGS)
+        ),
     )
     tiles, dkdv, fwd, gdq = copy.deepcopy(original)
-    fat.TILE_CONFIGS.update(tiles)
+    tl_configs.TILE_CONFIGS.update(tiles)
     fh.DKDV_CONFIGS.clear()
     fh.DKDV_CONFIGS.update(dkdv)
     fh.FORWARD_CONFIGS.clear()
     fh.FORWARD_CONFIGS.update(fwd)
     fh.DQ_CONFIGS.clear()
     fh.DQ_CONFIGS.update(gdq)
-    for tuned in fat._TUNED.values():  # choices made under another variant's tables
+    for tuned in flash_triton_launch._TUNED.values():  # choices made under another variant's tables
         tuned.cache.clear()
     for part in text.split("+"):
         if part == "default":
@@ -71,7 +74,7 @@ def apply_variant(text: str) -> None:
             continue
         cfg = tuple(ast.literal_eval(f"({value},)"))
         if key == "dq":
-            fat.TILE_CONFIGS["backward_dq"]["16bit"] = [cfg]
+            tl_configs.TILE_CONFIGS["backward_dq"]["16bit"] = [cfg]
         elif key == "dkdv":
             fh.DKDV_CONFIGS[64] = cfg
         elif key == "gdq":

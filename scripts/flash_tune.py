@@ -38,6 +38,8 @@ import triton.testing  # noqa: E402
 from cs336_systems.core.costs import attention_flops  # noqa: E402
 from cs336_systems.core.results import provenance  # noqa: E402
 from cs336_systems.kernels import flash_triton as fat  # noqa: E402
+from cs336_systems.kernels import flash_triton_launch as triton_launch  # noqa: E402
+from cs336_systems.kernels.flash_triton_configs import TUNE_KEY  # noqa: E402
 
 GRID = {
     "forward": {"BLOCK_Q": [64, 128], "BLOCK_K": [64, 128], "warps": [4, 8], "stages": [2, 3]},
@@ -212,9 +214,11 @@ def leaderboard(d, args, rows, summary, fwd_cfg, fused_t) -> None:
     fused = triton.Config(
         {"BLOCK_Q": fused_t[0], "BLOCK_K": fused_t[1]}, num_warps=fused_t[2], num_stages=fused_t[3]
     )
-    fat._TUNED["forward"] = triton.autotune(configs=[fwd], key=fat.TUNE_KEY)(fat._RAW["forward"])
-    fat._TUNED["backward_fused"] = triton.autotune(configs=[fused], key=fat.TUNE_KEY)(
-        fat._RAW["backward_fused"]
+    triton_launch._TUNED["forward"] = triton.autotune(configs=[fwd], key=TUNE_KEY)(
+        triton_launch._RAW["forward"]
+    )
+    triton_launch._TUNED["backward_fused"] = triton.autotune(configs=[fused], key=TUNE_KEY)(
+        triton_launch._RAW["backward_fused"]
     )
     impls = {"ours": (lambda q, k, v: fat.FlashAttentionTriton.apply(q, k, v, True), False)}
     if args.baseline:
@@ -284,7 +288,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     dims = [int(x) for x in args.head_dims.split(",")]
     t0 = time.perf_counter()
-    done = fat.precompile(
+    done = triton_launch.precompile(
         dtypes=(torch.bfloat16,),
         head_dims=dims,
         causal=(True,),

@@ -13,14 +13,20 @@ import math
 import pytest
 import torch
 
+# plain imports, the Gluon kernels' included: a kernel module that fails to import fails this
+# file (and the kernel_tests stage), never turns its tests into skips
 from cs336_systems import adapters, model
+from cs336_systems.kernels import dispatch
+from cs336_systems.kernels import flash_triton as fat
+from cs336_systems.kernels import flash_triton_launch as triton_launch
 from cs336_systems.kernels.flash_pytorch import (
     FlashAttentionPytorch,
     flash_backward_pytorch,
     flash_forward_pytorch,
 )
-
-fat = pytest.importorskip("cs336_systems.kernels.flash_triton")
+from cs336_systems.kernels.flash_triton_common import INTERPRET
+from cs336_systems.kernels.hopper import configs as hopper_configs
+from cs336_systems.kernels.hopper import launch as fh
 
 HAS_CUDA = torch.cuda.is_available()
 F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
@@ -56,7 +62,7 @@ def _cases(devices_dtypes, shapes_for, triton=True):
     out = []
     for device, dtype in devices_dtypes:
         marks = [pytest.mark.gpu] if device == "cuda" else []
-        if triton and device == "cpu" and not fat.INTERPRET:
+        if triton and device == "cpu" and not INTERPRET:
             marks.append(pytest.mark.skip(reason="CPU tensors need TRITON_INTERPRET=1"))
         for shape in shapes_for(device):
             for causal in (False, True):
@@ -84,7 +90,7 @@ PYTORCH_CASES = _cases(
 def precompiled_triton_kernels(request):
     """On a GPU, first compile the kernel variants the selected Triton tests will autotune over,
     in parallel worker processes (minutes one after another, well under one in parallel)."""
-    if not HAS_CUDA or fat.INTERPRET:
+    if not HAS_CUDA or INTERPRET:
         return
     dtypes, head_dims = {F32, BF16}, {16, 64}  # what the unparametrised GPU tests use
     for item in request.session.items:
@@ -92,7 +98,7 @@ def precompiled_triton_kernels(request):
         if params.get("device") == "cuda" and {"dtype", "shape"} <= set(params):
             dtypes.add(params["dtype"])
             head_dims.add(params["shape"][3])
-    done = fat.precompile(dtypes=sorted(dtypes, key=str), head_dims=sorted(head_dims),
+    done = triton_launch.precompile(dtypes=sorted(dtypes, key=str), head_dims=sorted(head_dims),
                           causal=(False, True))  # fmt: skip
     print(f"precompiled {done['jobs']} Triton kernels in {done['seconds']:.1f} s", done["errors"])
 
@@ -243,7 +249,7 @@ TILE_CASES = [
 @pytest.mark.parametrize("device,blocks,causal", TILE_CASES)
 def test_triton_tile_shapes(device, blocks, causal):
     """Unequal query/key tiles: the causal loop bounds and the masked diagonal tiles."""
-    if device == "cpu" and not fat.INTERPRET:
+    if device == "cpu" and not INTERPRET:
         pytest.skip("CPU tensors need TRITON_INTERPRET=1")
     shape = (1, 70, 45, 32) if device == "cpu" else (2, 300, 517, 64)
     q, k, v, do = make_inputs(shape, F32, device, seed=5, scale=3.0)
@@ -274,9 +280,9 @@ def test_triton_descriptor_and_pointer_paths(device, dtype, use_desc, causal):
     """Tensor descriptors (TMA loads and stores, out-of-range rows zero-filled and clipped) and
     plain pointers give the same results, ragged lengths and n_q != n_k included; so do the
     separate dQ pass and dQ accumulated by the dK/dV pass (bulk reductions or atomics)."""
-    if device == "cpu" and not fat.INTERPRET:
+    if device == "cpu" and not INTERPRET:
         pytest.skip("CPU tensors need TRITON_INTERPRET=1")
-    if use_desc and not fat.descriptors_supported():
+    if use_desc and not triton_launch.descriptors_supported():
         pytest.skip("tensor descriptors need Hopper or newer")
     shape = (2, 45, 70, 32) if device == "cpu" else (2, 333, 517, 64)
     blocks = (16, 32) if device == "cpu" else (64, 32)
@@ -300,7 +306,7 @@ def test_triton_descriptor_and_pointer_paths(device, dtype, use_desc, causal):
 
 def test_triton_descriptors_refused_for_padded_head_dim():
     q, k, v, _ = make_inputs((1, 20, 20, 40), F32, "cpu")
-    if not fat.INTERPRET:
+    if not INTERPRET:
         pytest.skip("CPU tensors need TRITON_INTERPRET=1")
     with pytest.raises(ValueError, match="tensor descriptors"):
         fat.flash_forward_triton(q, k, v, True, use_desc=True)
@@ -310,7 +316,7 @@ def test_triton_descriptors_refused_for_padded_head_dim():
 DEVICES = [
     pytest.param(
         "cpu",
-        marks=pytest.mark.skipif(not fat.INTERPRET, reason="CPU tensors need TRITON_INTERPRET=1"),
+        marks=pytest.mark.skipif(not INTERPRET, reason="CPU tensors need TRITON_INTERPRET=1"),
     ),
     pytest.param("cuda", marks=pytest.mark.gpu),
 ]
@@ -520,14 +526,6 @@ def test_triton_under_compiled_model():
 # ----------------------------------------------------------------------------- Gluon (Hopper)
 
 
-def _hopper():
-    try:
-        from cs336_systems.kernels import hopper as flash_attention_hopper
-    except Exception as exc:  # Gluon's API moved: the Triton kernels carry on alone
-        pytest.skip(f"Gluon kernels unavailable with this Triton: {exc}")
-    return flash_attention_hopper
-
-
 def test_hopper_kernels_compile_for_sm90_with_their_overlap():
     """Without a GPU: the Gluon kernels build for sm_90 with this Triton (its own ptxas), spill
     no registers, load through TMA, and keep the schedule they exist for: the forward waits for
@@ -535,17 +533,18 @@ def test_hopper_kernels_compile_for_sm90_with_their_overlap():
     in flight, then for dP^T with two; and ptxas kept those waits as written instead of
     serialising every product (it does when products stay in flight across a loop's back
     edge, as an earlier dK/dV pass had them); the dQ pass waits for S with two products in
-    flight (dP and the previous tile's dQ), then for dP with one. Runs in a child process: Gluon cannot be
-    compiled while TRITON_INTERPRET is set, as it is for the CPU tests."""
+    flight (dP and the previous tile's dQ), then for dP with one. Every pass the dispatch routes
+    to Gluon on Hopper, at any head dim, is among the builds: a routed kernel that does not
+    compile fails here. Runs in a child process: Gluon cannot be compiled while TRITON_INTERPRET
+    is set, as it is for the CPU tests."""
     import json
     import os
     import subprocess
     import sys
 
-    _hopper()
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     done = subprocess.run(
-        [sys.executable, "-m", "cs336_systems.kernels.hopper", "64", "128"],
+        [sys.executable, "-m", "cs336_systems.kernels.inspect_sm90", "64", "128", "--routed"],
         capture_output=True,
         text=True,
         env=env,
@@ -553,8 +552,14 @@ def test_hopper_kernels_compile_for_sm90_with_their_overlap():
     )
     assert done.returncode == 0, done.stderr[-3000:]
     reports = json.loads(done.stdout.strip().splitlines()[-1])
-    # three kernels per head dim as routed, then the one-warpgroup dK/dV pass fusing dQ (d = 64)
-    assert len(reports) == 7
+    # three kernels per head dim with their tiles, the other routed passes (the dK/dV passes at
+    # d = 16, 32), then the one-warpgroup dK/dV pass fusing dQ (d = 64)
+    assert len(reports) == 9
+    built = {(r["kernel"], r["head_dim"]) for r in reports}
+    for d in hopper_configs.HEAD_DIMS:
+        plan = dispatch.plan(BF16, d, dispatch.HOPPER)
+        routed = [p for p in (plan.forward, plan.dkdv, plan.dq) if p is not None and p.gluon]
+        assert routed and {(p.name, d) for p in routed} <= built, plan.describe()
     for j, r in enumerate(reports):
         plain_fused = j == len(reports) - 1
         expected = {"forward": {1}, "backward_dkdv": {3, 2}, "backward_dq": {2, 1}}[r["kernel"]]
@@ -611,9 +616,9 @@ def test_hopper_forward_variants_against_float64(d, config, causal, n_q, n_k):
 
 
 def _hopper_gpu():
-    if not HAS_CUDA or torch.cuda.get_device_capability()[0] != 9:
+    if not HAS_CUDA or not dispatch.target_of(torch.device("cuda")).hopper:
         pytest.skip("needs a Hopper GPU")
-    return _hopper()
+    return fh
 
 
 @pytest.mark.gpu
@@ -623,7 +628,7 @@ def _hopper_gpu():
 def test_hopper_kernels_against_float64(d, dtype, causal):
     """Every head dim through the Gluon forward, dK/dV and dQ kernels (use_gluon=True), on ragged
     lengths with n_q != n_k and a transposed (b, n, h, d) layout."""
-    fh = _hopper_gpu()
+    _hopper_gpu()
     g = torch.Generator(device="cuda").manual_seed(d)
     q = torch.randn(2, 777, 3, d, device="cuda", dtype=dtype, generator=g).transpose(1, 2)
     k, v = (torch.randn(2, 3, 1500, d, device="cuda", dtype=dtype, generator=g) for _ in "kv")
@@ -635,7 +640,7 @@ def test_hopper_kernels_against_float64(d, dtype, causal):
     assert_close(lse, lse_ref, 1e-3, "L")
     grads = fat.flash_backward_triton(q, k, v, o, do, lse, causal, use_gluon=True)
     assert fat.chosen_configs()["backward_dkdv"]["kernel"] == "gluon"
-    if fh.fuses_dq(d):  # the dK/dV pass computed dQ as well
+    if hopper_configs.fuses_dq(d):  # the dK/dV pass computed dQ as well
         assert "backward_dq" not in fat.chosen_configs()
     else:
         assert fat.chosen_configs()["backward_dq"]["kernel"] == "gluon"
@@ -657,8 +662,12 @@ def test_hopper_fused_dq_against_float64(d, dtype, causal, n_q, n_k, config, mon
     """The dK/dV pass that also computes dQ (TMA reductions from every key tile into one fp32
     tensor), routed in place of the two passes: ragged, n_q < n_k and n_q > n_k; plain (one
     warpgroup) and warp-specialized (a dQ warpgroup beside the two consumers)."""
-    fh = _hopper_gpu()
-    monkeypatch.setitem(fh.DKDV_CONFIGS, d, fh.FUSED_DQ_CONFIG if config == "plain" else config)
+    _hopper_gpu()
+    monkeypatch.setitem(
+        hopper_configs.DKDV_CONFIGS,
+        d,
+        hopper_configs.FUSED_DQ_CONFIG if config == "plain" else config,
+    )
     g = torch.Generator(device="cuda").manual_seed(d + n_q)
     q, do = (torch.randn(2, 3, n_q, d, device="cuda", dtype=dtype, generator=g) for _ in "qo")
     k, v = (torch.randn(2, 3, n_k, d, device="cuda", dtype=dtype, generator=g) for _ in "kv")

@@ -342,7 +342,7 @@ def run(
         and device.type == "cuda"
         and verdicts.get("flash_triton") != "failed"
     ):
-        from cs336_systems.kernels.flash_triton import precompile
+        from cs336_systems.kernels.flash_triton_launch import precompile
 
         done = precompile(dtypes=(dtype,), head_dims=tuple(head_dims), causal=(True,))
         extra["triton_precompile_s"] = done["seconds"]

@@ -1,0 +1,396 @@
+"""The warp-specialized Hopper dK/dV pass (`_attn_bwd_dkdv_ws_kernel`): a producer warp and two
+consumer warpgroups of BLOCK_N / 2 keys sharing each Q and dO tile, each running the query-tile
+step of the one-warpgroup pass (`backward_dkdv.dkdv_tile`); with FUSE_DQ a third warpgroup
+computes dQ from the consumers' dS tiles and adds it into an fp32 tensor by TMA reductions."""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from cs336_systems.kernels.hopper.backward_dkdv import (
+    dkdv_last_tile,
+    dkdv_tile,
+    load_q_do,
+    load_rows_stats,
+    reduce_dq,
+)
+from cs336_systems.kernels.hopper.common import mma_layout
+
+
+@gluon.jit
+def _dkdv_loader(
+    q_desc,
+    do_desc,
+    k_desc,
+    v_desc,
+    q_smem,
+    do_smem,
+    k_smem,
+    v_smem,
+    bars,
+    off_b,
+    off_h,
+    k0,
+    lo_tile,
+    T,
+):
+    """Producer warp of the warp-specialized dK/dV pass: both halves of the K and V tiles once,
+    then Q_i and dO_i into ring slot i % STAGES as soon as both consumers have released it
+    (tile 0 even when no query tile sees the keys: the consumers' last products read it)."""
+    kv_bar, ready, empty = bars
+    STAGES: gl.constexpr = q_smem.shape[0]
+    HALF: gl.constexpr = k_desc.block_type.shape[2]
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
+    mbarrier.expect(kv_bar, 2 * (k_desc.block_type.nbytes + v_desc.block_type.nbytes))
+    for c in gl.static_range(2):
+        row = k0 + c * HALF
+        tma.async_copy_global_to_shared(k_desc, [off_b, off_h, row, 0], kv_bar, k_smem.index(c))
+        tma.async_copy_global_to_shared(v_desc, [off_b, off_h, row, 0], kv_bar, v_smem.index(c))
+    nbytes: gl.constexpr = q_desc.block_type.nbytes + do_desc.block_type.nbytes
+    for i in range(gl.maximum(T, 1)):
+        stage = i % STAGES
+        # a fresh mbarrier counts as having completed the phase before phase 0
+        mbarrier.wait(empty.index(stage), ((i // STAGES) & 1) ^ 1)
+        load_q_do(
+            q_desc,
+            do_desc,
+            ready.index(stage),
+            q_smem.index(stage),
+            do_smem.index(stage),
+            off_b,
+            off_h,
+            (lo_tile + i) * BLOCK_M,
+            True,
+            nbytes,
+        )
+
+
+@gluon.jit
+def _dkdv_consumer(
+    kc,
+    k_buf,
+    v_buf,
+    tile,
+    IS_CAUSAL: gl.constexpr,
+    A_IN_REGS: gl.constexpr,
+    C: gl.constexpr,
+    FUSE_DQ: gl.constexpr,
+):
+    """One consumer warpgroup (C: 0 or 1) of the warp-specialized dK/dV pass: keys
+    kc + [0, BLOCK_N), whose K and V tiles are in `k_buf`, `v_buf`, through the loop of
+    `_attn_bwd_dkdv_kernel`, each Q and dO slot released through an mbarrier once this
+    warpgroup's products have read it; its warps never wait for the other warpgroup. `tile`
+    holds what both consumers share. FUSE_DQ: each dS_i^T also goes into a ring of shared-memory
+    buffers for the dQ warpgroup (`_dkdv_dq_worker`)."""
+    (
+        q_smem,
+        do_smem,
+        bars,
+        dk_desc,
+        dv_desc,
+        L,
+        Delta,
+        pid_bh,
+        off_b,
+        off_h,
+        n_q,
+        lo_tile,
+        T,
+        qk_scale,
+        sm_scale,
+        fused,
+    ) = tile
+    kv_bar, ready, empty = bars
+    if FUSE_DQ:
+        ds_smem, ds_ready, ds_free, fin = fused
+    BLOCK_N: gl.constexpr = k_buf.shape[2]
+    HEAD_DIM: gl.constexpr = k_buf.shape[3]
+    BLOCK_M: gl.constexpr = q_smem.shape[3]
+    dtype: gl.constexpr = k_buf.dtype
+    st_layout: gl.constexpr = mma_layout(4, BLOCK_M)
+    acc_layout: gl.constexpr = mma_layout(4, HEAD_DIM)
+    op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    cols: gl.constexpr = gl.SliceLayout(0, st_layout)
+    rows: gl.constexpr = gl.SliceLayout(1, st_layout)
+
+    k = k_buf.reshape([BLOCK_N, HEAD_DIM])
+    v = v_buf.reshape([BLOCK_N, HEAD_DIM])
+    offs_n = kc + gl.arange(0, BLOCK_N, layout=rows)
+    offs_mb = gl.arange(0, BLOCK_M, layout=cols)
+    st_init = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, st_layout)
+    acc_init = gl.zeros([BLOCK_N, HEAD_DIM], gl.float32, acc_layout)
+    zero_op = gl.zeros([BLOCK_N, BLOCK_M], dtype, op_layout)
+    flat: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    offs_flat = gl.arange(0, BLOCK_M, layout=flat)
+    lse_next, delta_next = load_rows_stats(L, Delta, pid_bh, n_q, lo_tile * BLOCK_M + offs_flat)
+    dv = acc_init
+    dk = acc_init
+    p_op = zero_op
+    ds_op = zero_op
+    mbarrier.wait(kv_bar, 0)
+    if A_IN_REGS:
+        kv_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=st_layout, k_width=2)
+        k_a = k.load(kv_op)
+        v_a = v.load(kv_op)
+    else:
+        k_a = k
+        v_a = v
+
+    for i in range(T):
+        dv, dk, _, p_lo, ds_lo, older = dkdv_tile(
+            i,
+            lo_tile,
+            kc,
+            ready,
+            q_smem,
+            do_smem,
+            k_a,
+            v_a,
+            p_op,
+            ds_op,
+            dv,
+            dk,
+            lse_next,
+            delta_next,
+            st_init,
+            offs_n,
+            offs_mb,
+            qk_scale,
+            (acc_init,),
+            IS_CAUSAL,
+            False,
+        )
+        if FUSE_DQ:
+            _ds_in(ds_smem, ds_free, ds_ready, ds_lo, i, C)
+        # tile i - 1's Q and dO slot is read by neither of this warpgroup's products any more
+        if i >= 1:
+            mbarrier.arrive(empty.index(older), count=1)
+        p_op = gl.convert_layout(p_lo, op_layout)
+        ds_op = gl.convert_layout(ds_lo, op_layout)
+        lse_next, delta_next = load_rows_stats(
+            L, Delta, pid_bh, n_q, (lo_tile + i + 1) * BLOCK_M + offs_flat
+        )
+
+    dv, dk = dkdv_last_tile(T, ready, q_smem, do_smem, p_op, ds_op, dv, dk)
+    dv, dk = warpgroup_mma_wait(0, deps=[dv, dk])
+    if FUSE_DQ:  # the dQ warpgroup's products no longer read K
+        mbarrier.wait(fin, 0)
+
+    # this warpgroup's K and V buffers take its dK and dV rows; TMA clips rows >= n_k
+    gl.thread_barrier()
+    k.store((dk * sm_scale).to(dtype))
+    v.store(dv.to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(dk_desc, [off_b, off_h, kc, 0], k_buf)
+    tma.async_copy_shared_to_global(dv_desc, [off_b, off_h, kc, 0], v_buf)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _ds_in(ds_smem, ds_free, ds_ready, ds_lo, i, C: gl.constexpr):
+    """Consumer C's dS_i^T into ring buffer i % NB, once the dQ product of the tile that used the
+    buffer before is done; then signal `ds_ready` (both consumers)."""
+    NB: gl.constexpr = ds_smem.shape[0] // 2
+    b = i % NB
+    mbarrier.wait(ds_free.index(b), ((i // NB) & 1) ^ 1)
+    ds_smem.index(2 * b + C).store(ds_lo)
+    fence_async_shared()
+    gl.thread_barrier()
+    mbarrier.arrive(ds_ready.index(b), count=1)
+
+
+@gluon.jit
+def _dkdv_dq_worker(
+    k_smem,
+    ds_smem,
+    dq_smem,
+    kv_bar,
+    ds_ready,
+    ds_free,
+    fin,
+    dq_desc,
+    off_b,
+    off_h,
+    lo_tile,
+    T,
+    sm_scale,
+):
+    """The dQ warpgroup of the fused dK/dV pass (FUSE_DQ): for each query tile t, once both
+    consumers' dS_t^T are in ring buffer t % NB, dQ_t = dS_t K over both halves of the keys
+    (K from the consumers' shared-memory tiles), the buffer released (`ds_free`), and
+    sm_scale dQ_t added into the fp32 rows of `dq_desc` by a TMA reduction through two staging
+    tiles; `fin` once no product reads K any more."""
+    NB: gl.constexpr = ds_smem.shape[0] // 2
+    HALF: gl.constexpr = ds_smem.shape[1]
+    BLOCK_M: gl.constexpr = ds_smem.shape[2]
+    HEAD_DIM: gl.constexpr = k_smem.shape[4]
+    dq_init = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, mma_layout(4, HEAD_DIM))
+    k_0 = k_smem.index(0).reshape([HALF, HEAD_DIM])
+    k_1 = k_smem.index(1).reshape([HALF, HEAD_DIM])
+    mbarrier.wait(kv_bar, 0)
+    for t in range(T):
+        b = t % NB
+        mbarrier.wait(ds_ready.index(b), (t // NB) & 1)
+        dq = warpgroup_mma(
+            ds_smem.index(2 * b).permute((1, 0)), k_0, dq_init, use_acc=False, is_async=True
+        )
+        dq = warpgroup_mma(ds_smem.index(2 * b + 1).permute((1, 0)), k_1, dq, is_async=True)
+        dq = warpgroup_mma_wait(0, deps=[dq])
+        mbarrier.arrive(ds_free.index(b), count=1)
+        row = (lo_tile + t) * BLOCK_M
+        reduce_dq(dq_desc, dq_smem.index(t % 2), dq * sm_scale, [off_b, off_h, row, 0])
+    mbarrier.arrive(fin, count=1)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _attn_bwd_dkdv_ws_kernel(
+    q_desc,
+    k_desc,
+    v_desc,
+    do_desc,
+    dk_desc,
+    dv_desc,
+    dq_desc,
+    L,
+    Delta,
+    n_heads,
+    n_q,
+    n_k,
+    qk_scale,
+    sm_scale,
+    HEAD_DIM: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    IS_CAUSAL: gl.constexpr,
+    STAGES: gl.constexpr,
+    num_warps: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr,
+    A_IN_REGS: gl.constexpr = False,
+    FUSE_DQ: gl.constexpr = False,
+    DS_BUFS: gl.constexpr = 3,
+    DQ_REGS: gl.constexpr = 72,
+):
+    """The dK/dV pass with warp specialization: one producer warp issues the TMA copies; two
+    consumer warpgroups, each in its own partition, own BLOCK_N / 2 keys each and share every
+    Q and dO tile (loaded once for both), never waiting for each other. Launched with
+    num_warps=4 (the default partition is the first consumer). FUSE_DQ: a third warpgroup
+    (DQ_REGS registers) computes dQ from the consumers' dS tiles (DS_BUFS of them in a ring)
+    into the fp32 tensor of `dq_desc`, which starts at zero (`_dkdv_dq_worker`)."""
+    dtype: gl.constexpr = q_desc.dtype
+    HALF: gl.constexpr = BLOCK_N // 2
+    pid_bh = gl.program_id(0)
+    k0 = gl.program_id(1) * BLOCK_N
+    off_b = pid_bh // n_heads
+    off_h = pid_bh % n_heads
+
+    k_smem = gl.allocate_shared_memory(dtype, [2] + k_desc.block_type.shape, k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [2] + v_desc.block_type.shape, v_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [STAGES] + q_desc.block_type.shape, q_desc.layout)
+    do_smem = gl.allocate_shared_memory(dtype, [STAGES] + do_desc.block_type.shape, do_desc.layout)
+    kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(kv_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)  # released by both consumer warpgroups
+    if FUSE_DQ:
+        gl.static_assert(HALF == BLOCK_M, "dS^T tiles of 64 keys x 64 queries")
+        ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HALF, BLOCK_M], dtype)
+        ds_smem = gl.allocate_shared_memory(dtype, [2 * DS_BUFS, HALF, BLOCK_M], ds_layout)
+        dq_smem = gl.allocate_shared_memory(
+            gl.float32, [2] + dq_desc.block_type.shape, dq_desc.layout
+        )
+        ds_ready = gl.allocate_shared_memory(gl.int64, [DS_BUFS, 1], mbarrier.MBarrierLayout())
+        ds_free = gl.allocate_shared_memory(gl.int64, [DS_BUFS, 1], mbarrier.MBarrierLayout())
+        fin = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        for b in gl.static_range(DS_BUFS):
+            mbarrier.init(ds_ready.index(b), count=2)  # both consumers' dS^T stored
+            mbarrier.init(ds_free.index(b), count=1)  # the dQ product that read it is done
+        mbarrier.init(fin, count=1)
+        fused = (ds_smem, ds_ready, ds_free, fin)
+    else:
+        fused = (kv_bar,)
+    fence_async_shared()
+
+    if IS_CAUSAL:  # query tiles before the key tile's diagonal see none of it
+        lo_tile = k0 // BLOCK_M
+    else:
+        lo_tile = 0
+    T = gl.cdiv(n_q, BLOCK_M) - lo_tile
+    bars = (kv_bar, ready, empty)
+    tile = (
+        q_smem,
+        do_smem,
+        bars,
+        dk_desc,
+        dv_desc,
+        L,
+        Delta,
+        pid_bh,
+        off_b,
+        off_h,
+        n_q,
+        lo_tile,
+        T,
+        qk_scale,
+        sm_scale,
+        fused,
+    )
+    loads = (
+        q_desc,
+        do_desc,
+        k_desc,
+        v_desc,
+        q_smem,
+        do_smem,
+        k_smem,
+        v_smem,
+        bars,
+        off_b,
+        off_h,
+        k0,
+        lo_tile,
+        T,
+    )
+    k_1 = k_smem.index(1)
+    v_1 = v_smem.index(1)
+    # (constexprs go straight into the partitions' argument tuples: inside a tuple variable
+    # they would arrive as tensors)
+    if FUSE_DQ:
+        dq_args = (k_smem, ds_smem, dq_smem, kv_bar, ds_ready, ds_free, fin, dq_desc, off_b, off_h)
+        gl.warp_specialize(
+            [
+                (
+                    _dkdv_consumer,
+                    (k0, k_smem.index(0), v_smem.index(0), tile, IS_CAUSAL, A_IN_REGS, 0, True),
+                ),
+                (_dkdv_consumer, (k0 + HALF, k_1, v_1, tile, IS_CAUSAL, A_IN_REGS, 1, True)),
+                (_dkdv_dq_worker, dq_args + (lo_tile, T, sm_scale)),
+                (_dkdv_loader, loads),
+            ],
+            [4, 4, 1],
+            [CONSUMER_REGS, DQ_REGS, 24],
+        )
+    else:
+        gl.warp_specialize(
+            [
+                (
+                    _dkdv_consumer,
+                    (k0, k_smem.index(0), v_smem.index(0), tile, IS_CAUSAL, A_IN_REGS, 0, False),
+                ),
+                (_dkdv_consumer, (k0 + HALF, k_1, v_1, tile, IS_CAUSAL, A_IN_REGS, 1, False)),
+                (_dkdv_loader, loads),
+            ],
+            [4, 1],
+            [CONSUMER_REGS, 24],
+        )
