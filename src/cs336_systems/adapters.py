@@ -54,6 +54,37 @@ def ddp_bucketed_on_train_batch_start(
     ddp_model.on_train_batch_start()
 
 
+# ---- the 2026 edition's names (the 2025 ones above stay) -----------------------------------
+
+
+def get_ddp(module: torch.nn.Module) -> torch.nn.Module:
+    """DDP that all-reduces each gradient asynchronously as soon as backward produces it."""
+    from cs336_systems.parallel.ddp import DDPOverlapIndividual
+
+    return DDPOverlapIndividual(module)
+
+
+def ddp_on_after_backward(ddp_model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    ddp_model.finish_gradient_synchronization()
+
+
+def get_fsdp(module: torch.nn.Module, compute_dtype: torch.dtype | None = None) -> torch.nn.Module:
+    """Fully sharded data parallel (`parallel/fsdp.py`): Linear and Embedding weights sharded,
+    gathered per layer (cast to `compute_dtype` first), gradients reduce-scattered."""
+    from cs336_systems.parallel.fsdp import FSDP
+
+    return FSDP(module, compute_dtype=compute_dtype)
+
+
+def fsdp_on_after_backward(fsdp_model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    fsdp_model.finish_gradient_synchronization()
+
+
+def fsdp_gather_full_params(fsdp_model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter at full size, keyed by the wrapped model's own names."""
+    return fsdp_model.gather_full_params()
+
+
 def get_sharded_optimizer(
     params: Any, optimizer_cls: type[torch.optim.Optimizer], **kwargs: Any
 ) -> torch.optim.Optimizer:

@@ -1,4 +1,5 @@
-"""Distributed training: the torchrun launcher, DDP variants, the sharded optimizer.
+"""Distributed training: the torchrun launcher, the collectives (one wrappable indirection),
+DDP variants, the sharded optimizer, FSDP.
 
 Imports `core` and `model`, never `stages`.
 """

@@ -2,7 +2,8 @@
 
 Each wrapper takes any ``nn.Module``, broadcasts rank 0's parameters and buffers at construction
 (so every rank starts from the same model), exposes the wrapped model as ``.module`` and
-averages the gradients of the parameters that require grad across the process group. A
+averages the gradients of the parameters that require grad across the process group (every
+collective through `parallel.collectives`, so a counting wrapper sees them). A
 parameter shared by two modules (tied weights) is one ``nn.Parameter`` with one ``.grad`` and is
 communicated exactly once; frozen parameters are never communicated.
 
@@ -40,6 +41,8 @@ import torch.distributed as dist
 from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
+from cs336_systems.parallel import collectives
+
 BYTES_PER_MB = 2**20  # bucket sizes and message sizes count MB as 2**20 bytes
 
 
@@ -67,7 +70,7 @@ class _DataParallelBase(nn.Module):
         with torch.no_grad():
             # parameters() and buffers() yield a shared tensor once: tied weights go once
             for tensor in [*module.parameters(), *module.buffers()]:
-                dist.broadcast(tensor.data, src=src, group=process_group)
+                collectives.broadcast(tensor.data, src, group=process_group)
         # the tensors to synchronize, in registration order, each once
         self.sync_params: list[nn.Parameter] = [p for p in module.parameters() if p.requires_grad]
 
@@ -88,9 +91,7 @@ class _DataParallelBase(nn.Module):
 
     def _all_reduce(self, tensor: torch.Tensor, async_op: bool = False):
         tensor.div_(self.world_size)
-        return dist.all_reduce(
-            tensor, op=dist.ReduceOp.SUM, group=self.process_group, async_op=async_op
-        )
+        return collectives.all_reduce(tensor, group=self.process_group, async_op=async_op)
 
 
 class DDPNaive(_DataParallelBase):

@@ -20,6 +20,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from cs336_systems.parallel import collectives
+
 
 class ShardedOptimizer(torch.optim.Optimizer):
     """Wraps `optimizer_cls`; `param_groups` lists all parameters, the inner optimizer its shard."""
@@ -69,7 +71,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
     @torch.no_grad()
     def _broadcast_parameters(self) -> None:
         works = [
-            dist.broadcast(p.data, src=self.owner[id(p)], async_op=True)
+            collectives.broadcast(p.data, self.owner[id(p)], async_op=True)
             for group in self.param_groups
             for p in group["params"]
         ]
