@@ -113,3 +113,48 @@ def fit_latency_bandwidth(df: pd.DataFrame) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+# ---- training state per rank: DDP, optimizer-state sharding, FSDP ----------------------------
+
+MEMORY_SCHEMES = ("ddp", "sharded_optimizer", "fsdp")
+
+
+def training_state_bytes(
+    sharded: int,
+    replicated: int,
+    world: int,
+    scheme: str,
+    param_bytes: int = 4,
+    grad_bytes: int = 4,
+    state_bytes: int = 8,
+) -> float:
+    """Bytes of parameters, gradients and optimizer state (AdamW: two fp32 moments, 8 B) that
+    one of `world` ranks holds; `sharded`: parameters FSDP shards (Linear and Embedding
+    weights), `replicated`: the rest (norm gains). Activations and communication buffers (FSDP's
+    gathered weights) are not counted.
+
+    ddp: everything on every rank; sharded_optimizer (ZeRO-1): the optimizer state split over
+    the ranks; fsdp: the sharded weights' parameters, gradients and state split, the replicated
+    ones whole."""
+    n = sharded + replicated
+    if scheme == "ddp":
+        return n * (param_bytes + grad_bytes + state_bytes)
+    if scheme == "sharded_optimizer":
+        return n * (param_bytes + grad_bytes) + n * state_bytes / world
+    if scheme == "fsdp":
+        per = param_bytes + grad_bytes + state_bytes
+        return sharded * per / world + replicated * per
+    raise ValueError(f"unknown scheme {scheme!r}; known: {MEMORY_SCHEMES}")
+
+
+def fsdp_saving_vs_optimizer_sharding(
+    sharded: int, replicated: int, world: int, param_bytes: int = 4, grad_bytes: int = 4
+) -> float:
+    """Bytes per rank FSDP saves against optimizer-state sharding (all-gather buffers ignored):
+    the sharded weights' parameters and gradients, (param_bytes + grad_bytes) (1 - 1/W) each,
+    less the replicated parameters' optimizer state, which optimizer sharding splits and FSDP
+    keeps whole: 8 (1 - 1/W) each."""
+    return training_state_bytes(
+        sharded, replicated, world, "sharded_optimizer", param_bytes, grad_bytes
+    ) - training_state_bytes(sharded, replicated, world, "fsdp", param_bytes, grad_bytes)

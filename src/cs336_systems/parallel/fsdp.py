@@ -44,6 +44,7 @@ combined with activation checkpointing. Every collective goes through ``parallel
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -113,7 +114,9 @@ class _Use:
 
     def wait(self) -> None:
         if self.work is not None:
+            t0 = time.perf_counter()
             self.work.wait()
+            self.fsdp.gather_wait_s += time.perf_counter() - t0
             self.work = None
 
     def free(self) -> None:
@@ -274,17 +277,24 @@ class FSDP(nn.Module):
         self._pending: list[tuple[ShardedParameter, Any, torch.Tensor]] = []
         self._pending_replicated: list[Any] = []
         self._resident: set[_Use] = set()
+        self._resident_bytes = 0
         self.peak_resident = 0  # most full weights gathered at once since reset_peak()
+        self.peak_resident_bytes = 0  # and the most bytes they took
+        self.gather_wait_s = 0.0  # host time spent waiting for gathers (GPU: enqueuing only)
 
     # ---- bookkeeping ---------------------------------------------------------------------
 
     def _track(self, use: _Use, resident: bool) -> None:
         use.resident = resident
+        nbytes = use.buffer.numel() * use.buffer.element_size()
         if resident:
             self._resident.add(use)
+            self._resident_bytes += nbytes
             self.peak_resident = max(self.peak_resident, len(self._resident))
+            self.peak_resident_bytes = max(self.peak_resident_bytes, self._resident_bytes)
         else:
             self._resident.discard(use)
+            self._resident_bytes -= nbytes
 
     def resident_layers(self) -> list[str]:
         """Names of the layers whose full weight is gathered now (storage allocated)."""
@@ -295,7 +305,10 @@ class FSDP(nn.Module):
         )
 
     def reset_peak(self) -> None:
+        """Restart the peaks (`peak_resident`, `peak_resident_bytes`) and `gather_wait_s`."""
         self.peak_resident = len(self._resident)
+        self.peak_resident_bytes = self._resident_bytes
+        self.gather_wait_s = 0.0
 
     # ---- forward -------------------------------------------------------------------------
 

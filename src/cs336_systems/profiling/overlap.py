@@ -1,5 +1,10 @@
 """How much of the communication kernels' time ran while compute kernels ran: from one profiled
-step (torch.profiler, CUDA kernels), as the DDP and FSDP stages report it."""
+step (torch.profiler, CUDA kernels), as the DDP and FSDP stages report it.
+
+`collective_overlap` also splits out the all-gathers and works on the CPU: there gloo runs each
+collective on a worker thread (`gloo:all_gather`, ... events with their durations) and compute is
+the time the main thread spends inside ATen operators (a thread blocked in `wait()` is in none).
+"""
 
 from __future__ import annotations
 
@@ -10,8 +15,9 @@ import torch
 from cs336_systems.core.harness import StepClock, synchronize
 
 
-def profile_step(step, device, trace_path: Path | None) -> dict:
-    """One profiled step: Chrome trace, and (GPU) the share of NCCL kernel time overlapped."""
+def profile_step(step, device, trace_path: Path | None, per_collective: bool = False) -> dict:
+    """One profiled step: Chrome trace, and (GPU) the share of NCCL kernel time overlapped;
+    with `per_collective`, `collective_overlap`'s columns too (on the CPU as well)."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU]
@@ -23,15 +29,60 @@ def profile_step(step, device, trace_path: Path | None) -> dict:
     if trace_path is not None:
         trace_path.parent.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(trace_path))
+    extra = collective_overlap(prof, device) if per_collective else {}
     if device.type != "cuda":
-        return {}
+        return extra
     comm, compute = [], []
     for ev in prof.events():
         if ev.device_type != torch.autograd.DeviceType.CUDA:
             continue
         span = (ev.time_range.start, ev.time_range.end)
         (comm if "nccl" in ev.name.lower() else compute).append(span)
-    return overlap_stats(comm, compute)
+    return {**overlap_stats(comm, compute), **extra}
+
+
+def _is_all_gather(name: str) -> bool:
+    name = name.lower()
+    return "allgather" in name or "all_gather" in name
+
+
+def collective_overlap(prof, device) -> dict:
+    """`prof_<kind>_ms`, `_overlapped_ms`, `_overlap_share` for kind `all_gather` and `comm` (all
+    collectives): on GPU NCCL kernels against the other kernels, on CPU gloo's worker-thread
+    spans against the main thread's ATen operators."""
+    events = list(prof.events())
+    spans: dict[str, list[tuple[float, float]]] = {"all_gather": [], "comm": []}
+    compute: list[tuple[float, float]] = []
+    if device.type == "cuda":
+        for ev in events:
+            if ev.device_type != torch.autograd.DeviceType.CUDA:
+                continue
+            span = (ev.time_range.start, ev.time_range.end)
+            if "nccl" in ev.name.lower():
+                spans["comm"].append(span)
+                if _is_all_gather(ev.name):
+                    spans["all_gather"].append(span)
+            else:
+                compute.append(span)
+    else:
+        threads = [ev.thread for ev in events if ev.name.startswith("aten::")]
+        main = max(set(threads), key=threads.count) if threads else None
+        for ev in events:
+            span = (ev.time_range.start, ev.time_range.end)
+            if ev.name.startswith("gloo:"):
+                spans["comm"].append(span)
+                if _is_all_gather(ev.name):
+                    spans["all_gather"].append(span)
+            elif ev.thread == main and ev.name.startswith("aten::"):
+                compute.append(span)
+    out = {}
+    for kind, comm in spans.items():
+        stats = overlap_stats(comm, compute)
+        out[f"prof_{kind}_ms"] = stats["prof_comm_kernel_ms"]
+        out[f"prof_{kind}_overlapped_ms"] = stats["prof_comm_overlapped_ms"]
+        out[f"prof_{kind}_overlap_share"] = stats["prof_overlap_share"]
+    out["prof_compute_ms"] = sum(b - a for a, b in _union(compute)) / 1e3
+    return out
 
 
 def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:

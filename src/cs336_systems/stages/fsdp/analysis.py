@@ -1,0 +1,377 @@
+"""Report context and figures for the `fsdp` stage (questions 32 and 33: fsdp_accounting).
+
+(a) FSDP's expected saving against optimizer-state sharding comes from
+`core/costs.py:training_state_bytes` (parameters, gradients and AdamW state one rank holds under
+each scheme, all-gather buffers ignored) beside the measured bytes each rank holds; (b) whether
+the weight all-gathers finish in time comes from the profiled step: the all-gather time on the
+timeline and the share of it that ran while compute ran (`profiling/overlap.py`), with fp32 and
+bf16 compute.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from cs336_systems.core.analysis import (
+    empty_figure,
+    failed_points,
+    fmt,
+    load,
+    md_table,
+    ok,
+    pct,
+    plot_main,
+    save,
+)
+from cs336_systems.core.costs import fsdp_saving_vs_optimizer_sharding, training_state_bytes
+
+BYTES_PER_MB = 2**20
+LABELS = {
+    "ddp": "DDP",
+    "sharded_optimizer": "DDP + sharded optimizer",
+    "fsdp": "FSDP (fp32)",
+    "fsdp_bf16": "FSDP (bf16 compute)",
+}
+SCHEME = {"ddp": "ddp", "sharded_optimizer": "sharded_optimizer", "fsdp": "fsdp"}
+# an all-gather counts as finishing in time when compute hides at least this share of it
+IN_TIME_SHARE = 0.8
+
+
+def _row(df: pd.DataFrame, variant: str) -> pd.Series | None:
+    rows = ok(df)[ok(df)["variant"] == variant] if len(df) else df
+    return rows.iloc[0] if len(rows) else None
+
+
+def _num(r: pd.Series | None, col: str) -> float:
+    if r is None or col not in r or pd.isna(r[col]):
+        return math.nan
+    return float(r[col])
+
+
+def time_table(df: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for r in ok(df).itertuples():
+        g = r._asdict()
+        rows.append(
+            {
+                "run": LABELS.get(r.variant, r.variant),
+                "step (ms)": f"{fmt(r.step_ms_mean)} ± {fmt(r.step_ms_std)}",
+                "forward (ms)": r.fwd_ms_mean,
+                "backward (ms)": r.bwd_ms_mean,
+                "sync after backward (ms)": r.comm_ms_mean,
+                "optimizer (ms)": r.opt_ms_mean,
+                "all-gather MB / step": g.get("all_gather_into_tensor_mb", math.nan),
+                "reduce-scatter MB / step": g.get("reduce_scatter_tensor_mb", math.nan),
+                "all-reduce MB / step": g.get("all_reduce_mb", math.nan),
+                "communication on timeline (ms)": g.get("prof_comm_ms", math.nan),
+                "all-gather on timeline (ms)": g.get("prof_all_gather_ms", math.nan),
+                "all-gather hidden": pct(g.get("prof_all_gather_overlap_share", math.nan)),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+MEMORY_ROWS = [
+    ("params_mb", "parameters held"),
+    ("grads_mb", "gradients held"),
+    ("optimizer_state_mb", "optimizer state held"),
+    ("held_mb", "parameters + gradients + optimizer state"),
+    ("gathered_peak_mb", "most gathered full weights at once"),
+    ("mem_init_allocated_mb", "allocated after construction"),
+    ("mem_init_peak_mb", "peak during construction"),
+    ("mem_forward_peak_mb", "peak during forward"),
+    ("mem_backward_peak_mb", "peak during backward (and sync)"),
+    ("mem_before_step_allocated_mb", "allocated before optimizer step"),
+    ("mem_after_step_allocated_mb", "allocated after optimizer step"),
+    ("mem_step_peak_mb", "peak during optimizer step"),
+]
+
+
+def memory_table(df: pd.DataFrame, measured: bool) -> pd.DataFrame:
+    d = ok(df)
+    rows = MEMORY_ROWS if measured else MEMORY_ROWS[:5]
+    out = {"MB per rank (max over ranks)": [label for _, label in rows]}
+    for r in d.itertuples():
+        out[LABELS.get(r.variant, r.variant)] = [getattr(r, col, math.nan) for col, _ in rows]
+    return pd.DataFrame(out)
+
+
+def analytic(df: pd.DataFrame) -> pd.DataFrame:
+    """Per scheme: the analytic state bytes per rank beside the measured held bytes."""
+    d = ok(df)
+    if not len(d):
+        return pd.DataFrame()
+    first = d.iloc[0]
+    s, rep, w = int(first.sharded_params), int(first.replicated_params), int(first.world_size)
+    rows = []
+    for variant, scheme in (*SCHEME.items(), ("fsdp_bf16", "fsdp")):
+        r = _row(df, variant)
+        if r is None:
+            continue
+        expect = training_state_bytes(s, rep, w, scheme) / BYTES_PER_MB
+        rows.append(
+            {
+                "run": LABELS[variant],
+                "analytic (MB)": expect,
+                "measured, tensors held (MB)": float(r.held_mb),
+                "measured − analytic (MB)": float(r.held_mb) - expect,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _setup(first: pd.Series) -> str:
+    return (
+        f"model `{first['size']}` ({fmt(first['params'] / 1e6, 1)} M parameters: d_model "
+        f"{int(first['d_model'])}, d_ff {int(first['d_ff'])}, {int(first['num_layers'])} layers), "
+        f"context {int(first['context_length'])}, batch {int(first['batch_per_rank'])} per rank, "
+        f"{first['backend']} with {int(first['world_size'])} processes"
+        f"{' (one per GPU)' if first['backend'] == 'nccl' else ' on the CPU'}, AdamW, fp32 "
+        f"master weights; {int(first['warmup_steps'])} warm-up and "
+        f"{int(first['measure_steps'])} measured steps per run"
+    )
+
+
+def q32(df: pd.DataFrame, measured: bool) -> str:
+    so, fs = _row(df, "sharded_optimizer"), _row(df, "fsdp")
+    d = ok(df)
+    if fs is None or not len(d):
+        return ""
+    s, rep, w = int(fs.sharded_params), int(fs.replicated_params), int(fs.world_size)
+    saving = fsdp_saving_vs_optimizer_sharding(s, rep, w) / BYTES_PER_MB
+    text = (
+        f"Optimizer-state sharding splits only the AdamW moments (8 bytes per parameter) over "
+        f"the ranks; FSDP also splits the fp32 parameters and gradients of the Linear and "
+        f"Embedding weights ({s:,} parameters; the other {rep:,}, norm gains, stay "
+        f"replicated, with their whole AdamW state under FSDP). The expected saving per rank, "
+        f"all-gather buffers ignored (`core/costs.py:fsdp_saving_vs_optimizer_sharding`), is "
+        f"(4 + 4) bytes × {s:,} × (1 − 1/{w}) for the sharded parameters and gradients, less "
+        f"8 bytes × {rep:,} × (1 − 1/{w}) of replicated optimizer state: **{fmt(saving)} MB**."
+    )
+    if so is not None:
+        held = float(so.held_mb) - float(fs.held_mb)
+        text += (
+            f" Measured (the tensors each rank holds, max over ranks): "
+            f"{fmt(float(so.held_mb))} MB with the sharded optimizer against "
+            f"{fmt(float(fs.held_mb))} MB with FSDP, a saving of **{fmt(held)} MB** "
+            f"({fmt(held / saving)}× the expected one"
+        )
+        state_gap = float(so.optimizer_state_mb) - float(fs.optimizer_state_mb)
+        if abs(state_gap) > 0.01 * saving:
+            text += (
+                f"; the sharded optimizer assigns whole parameters to ranks, so its largest "
+                f"rank holds {fmt(state_gap)} MB more optimizer state than an even split"
+            )
+        text += ")."
+        peak_so, peak_fs = _num(so, "mem_step_peak_mb"), _num(fs, "mem_step_peak_mb")
+        if measured and not math.isnan(peak_fs):
+            before = _num(so, "mem_before_step_allocated_mb") - _num(
+                fs, "mem_before_step_allocated_mb"
+            )
+            text += (
+                f" On the allocator: {fmt(before)} MB less allocated before the optimizer "
+                f"step, and peaks of {fmt(_num(fs, 'mem_backward_peak_mb'))} MB (backward) and "
+                f"{fmt(peak_fs)} MB (optimizer step) against "
+                f"{fmt(_num(so, 'mem_backward_peak_mb'))} and {fmt(peak_so)} MB; the peaks also "
+                f"hold activations and, under FSDP, up to {fmt(float(fs.gathered_peak_mb))} MB "
+                f"of gathered full weights."
+            )
+    gathered = float(fs.gathered_peak_mb)
+    text += (
+        f" The all-gather buffers the accounting ignores are small by design: at most two "
+        f"layers' full weights are gathered at once, {fmt(gathered)} MB here."
+    )
+    return text
+
+
+def _gather_sentence(r: pd.Series, label: str) -> str:
+    t_ag, share = _num(r, "prof_all_gather_ms"), _num(r, "prof_all_gather_overlap_share")
+    hidden, wait = _num(r, "prof_all_gather_overlapped_ms"), _num(r, "gather_wait_ms_mean")
+    if math.isnan(t_ag):
+        return f"{label}: no profiled step."
+    verdict = (
+        "they finish in time: compute hides nearly all of their time"
+        if share >= IN_TIME_SHARE
+        else "they do not finish in time: most of their time is exposed"
+        if share < 0.5
+        else "they finish in time only in part"
+    )
+    text = (
+        f"{label}: the all-gathers ({fmt(_num(r, 'all_gather_into_tensor_mb'))} MB per step in "
+        f"{int(_num(r, 'all_gather_into_tensor_calls'))} calls) take {fmt(t_ag)} ms on the "
+        f"timeline, {fmt(hidden)} ms ({pct(share)}) of it while compute ran; {verdict}."
+    )
+    if r["backend"] == "gloo" and not math.isnan(wait):
+        text += (
+            f" The main thread waited {fmt(wait)} ms per step for gathers "
+            f"({pct(wait / float(r.step_ms_mean))} of the {fmt(float(r.step_ms_mean))} ms step)."
+        )
+    return text
+
+
+def q33(df: pd.DataFrame) -> str:
+    parts = [
+        _gather_sentence(r, LABELS[v])
+        for v in ("fsdp", "fsdp_bf16")
+        if (r := _row(df, v)) is not None
+    ]
+    if not parts:
+        return ""
+    fs, bf = _row(df, "fsdp"), _row(df, "fsdp_bf16")
+    text = " ".join(parts)
+    if fs is not None and bf is not None:
+        text += (
+            f" Casting to bf16 before the gather halves its bytes "
+            f"({fmt(_num(fs, 'all_gather_into_tensor_mb'))} → "
+            f"{fmt(_num(bf, 'all_gather_into_tensor_mb'))} MB) and changes the step from "
+            f"{fmt(float(fs.step_ms_mean))} to {fmt(float(bf.step_ms_mean))} ms"
+        )
+        fb_fs = float(fs.fwd_ms_mean + fs.bwd_ms_mean)
+        fb_bf = float(bf.fwd_ms_mean + bf.bwd_ms_mean)
+        text += f" (forward + backward {fmt(fb_fs)} ms in fp32, {fmt(fb_bf)} ms in bf16" + (
+            ": on this CPU, bf16 compute is slower than fp32)."
+            if fs["backend"] == "gloo" and fb_bf > fb_fs
+            else ")."
+        )
+    ddp = _row(df, "ddp")
+    if fs is not None and ddp is not None:
+        text += (
+            f" Against DDP ({fmt(float(ddp.step_ms_mean))} ms per step), FSDP fp32 takes "
+            f"{fmt(float(fs.step_ms_mean) / float(ddp.step_ms_mean))}× the time."
+        )
+    first = ok(df).iloc[0]
+    if first["backend"] == "gloo":
+        text += (
+            " On the CPU, gloo's worker threads and the compute share the same cores, so time "
+            "that overlaps on the timeline is not free: it slows the compute it overlaps."
+        )
+    return text
+
+
+def context(results_dir: Path) -> dict:
+    df = load(results_dir, "fsdp")
+    if len(df) == 0:
+        return {"available": False}
+    first = df.iloc[0]
+    d = ok(df)
+    skipped = df[df["status"].astype(str).str.startswith("skipped")]
+    ctx: dict = {
+        "available": True,
+        "setup": _setup(first),
+        "n_points": len(df),
+        "n_ok": len(d),
+        "failed_table": md_table(failed_points(df, ["variant"]).drop_duplicates())
+        if len(d) < len(df)
+        else "",
+        "skipped": "",
+    }
+    if len(skipped):
+        cmds = sorted(set(skipped["command"].dropna().astype(str)))
+        ctx["skipped"] = (
+            f"This machine could not run the stage ({skipped['status'].iloc[0]}). On a machine "
+            f"that can, this command measures it (what the workflow runs with "
+            f"`--config preset={first.get('preset', 'gpu')} stages='[fsdp]'`):"
+        )
+        ctx["commands"] = cmds
+    if not len(d):
+        return ctx
+    measured = bool(d["mem_step_peak_mb"].notna().any()) if "mem_step_peak_mb" in d else False
+    ctx["measured_peaks"] = measured
+    ctx["time_table"] = md_table(time_table(df))
+    ctx["memory_table"] = md_table(memory_table(df, measured))
+    a = analytic(df)
+    ctx["analytic_table"] = md_table(a) if len(a) else ""
+    ctx["q32"] = q32(df, measured)
+    ctx["q33"] = q33(df)
+    traces = sorted(set(d.get("trace", pd.Series(dtype=str)).dropna().astype(str)) - {""})
+    ctx["traces"] = [f"{results_dir}/fsdp/raw/{t}" for t in traces]
+    return ctx
+
+
+def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
+    df = load(results_dir, "fsdp")
+    fig_dir = Path(fig_dir)
+    paths = {n: fig_dir / f"fsdp_{n}.png" for n in ("memory", "time")}
+    d = ok(df) if len(df) else pd.DataFrame()
+    if len(d) == 0:
+        why = "no successful FSDP runs" + (
+            f" ({df['status'].iloc[0]})" if len(df) and "status" in df else ""
+        )
+        return [empty_figure(p, why) for p in paths.values()]
+    labels = [LABELS.get(v, v) for v in d["variant"]]
+    out = []
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    bottom = np.zeros(len(d))
+    for col, name in (
+        ("params_mb", "parameters"),
+        ("grads_mb", "gradients"),
+        ("optimizer_state_mb", "optimizer state"),
+        ("gathered_peak_mb", "gathered weights (peak)"),
+    ):
+        vals = d[col].fillna(0).to_numpy()
+        axes[0].bar(labels, vals, bottom=bottom, label=name)
+        bottom += vals
+    a = analytic(df)
+    if len(a):
+        axes[0].plot(list(a["run"]), a["analytic (MB)"], "k_", ms=30, mew=2, label="analytic")
+    axes[0].set_ylabel("MB per rank (max over ranks)")
+    axes[0].set_title("tensors each rank holds")
+    axes[0].tick_params(axis="x", labelrotation=15)
+    axes[0].legend(fontsize=7)
+    peaks = [
+        ("mem_init_peak_mb", "construction"),
+        ("mem_forward_peak_mb", "forward"),
+        ("mem_backward_peak_mb", "backward"),
+        ("mem_step_peak_mb", "optimizer step"),
+    ]
+    if d["mem_step_peak_mb"].notna().any():
+        x = np.arange(len(peaks))
+        width = 0.8 / len(d)
+        for i, r in enumerate(d.itertuples()):
+            axes[1].bar(x + width * i, [getattr(r, c) for c, _ in peaks], width, label=labels[i])
+        axes[1].set_xticks(x + 0.4 - width / 2, [name for _, name in peaks])
+        axes[1].set_ylabel("peak allocated MB (max over ranks)")
+        axes[1].legend(fontsize=7)
+    else:
+        axes[1].axis("off")
+        axes[1].text(0.5, 0.5, "allocator peaks are measured on CUDA only", ha="center")
+    axes[1].set_title("peak memory by phase")
+    out.append(save(fig, paths["memory"]))
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    bottom = np.zeros(len(d))
+    for col, name in (
+        ("fwd_ms_mean", "forward"),
+        ("bwd_ms_mean", "backward"),
+        ("comm_ms_mean", "sync after backward"),
+        ("opt_ms_mean", "optimizer step"),
+    ):
+        vals = d[col].to_numpy()
+        axes[0].bar(labels, vals, bottom=bottom, label=name)
+        bottom += vals
+    axes[0].errorbar(labels, d["step_ms_mean"], yerr=d["step_ms_std"], fmt="k.", label="step")
+    axes[0].set_ylabel("ms per step (slowest rank)")
+    axes[0].set_title("time per training step")
+    axes[0].tick_params(axis="x", labelrotation=15)
+    axes[0].legend(fontsize=7)
+    if "prof_all_gather_ms" in d:
+        hidden = d["prof_all_gather_overlapped_ms"].fillna(0).to_numpy()
+        total = d["prof_all_gather_ms"].fillna(0).to_numpy()
+        axes[1].bar(labels, hidden, label="during compute")
+        axes[1].bar(labels, total - hidden, bottom=hidden, label="exposed")
+        axes[1].set_ylabel("all-gather ms in the profiled step")
+        axes[1].legend(fontsize=7)
+    axes[1].set_title("weight all-gathers: hidden behind compute or not")
+    axes[1].tick_params(axis="x", labelrotation=15)
+    out.append(save(fig, paths["time"]))
+    return out
+
+
+if __name__ == "__main__":
+    plot_main(plot)

@@ -1,0 +1,439 @@
+"""Stage `fsdp`: one training step of the same model under DDP, optimizer-state sharding and FSDP
+(fp32 and bf16 compute), measured on every rank.
+
+    python -m cs336_systems.stages.fsdp --backend nccl --world-size 2 --size 2.7B --out F.csv
+
+One torchrun launch runs the variants one after the other, each on a freshly built model (rank
+0's, broadcast by the wrapper) with AdamW:
+
+- `ddp`: the overlapped per-parameter DDP wrapper, full AdamW on every rank;
+- `sharded_optimizer`: the same wrapper with `ShardedOptimizer` (ZeRO-1's partitioning);
+- `fsdp`, `fsdp_bf16`: `FSDP(model)` and `FSDP(model, compute_dtype=torch.bfloat16)`.
+
+Per variant: warm-up and measured steps split into forward, backward, `comm` (the gradient
+communication left after backward: `finish_gradient_synchronization`) and the optimizer step,
+each statistic over the slowest rank per step; one step under the counting collectives (calls
+and bytes per kind); one step under torch.profiler (Chrome trace kept with `--trace-dir`), from
+which `profiling/overlap.py` computes the all-gather and all communication time on the timeline
+and the part of it during compute (GPU: NCCL kernels against other kernels; CPU: gloo's worker
+threads against the main thread's ATen operators); and one step with memory marks. Memory per
+rank, max over ranks: the CUDA allocator's allocated and peak bytes after construction, the
+peaks of forward and of backward, allocated before and after the optimizer step (NaN on the
+CPU), and on every device the bytes of the tensors each rank holds (parameters, gradients,
+optimizer state, FSDP's most gathered weights at once).
+
+Where the machine cannot run it (too few GPUs) every point is a `skipped: needs N GPUs, found M`
+row whose `command` column holds the exact command that runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from cs336_systems.core.harness import StepClock, synchronize
+from cs336_systems.parallel.launch import summarize_slowest
+from cs336_systems.profiling.overlap import profile_step
+
+VARIANTS = ("ddp", "sharded_optimizer", "fsdp", "fsdp_bf16")
+POINT_KEYS = ("variant",)
+BYTES_PER_MB = 2**20
+PARTS = ("step", "fwd", "bwd", "comm", "opt")
+
+
+def _mb(nbytes: float) -> float:
+    return nbytes / BYTES_PER_MB
+
+
+# ---- worker --------------------------------------------------------------------------------
+
+
+def make_batch(args, rank: int, device):
+    import torch
+
+    from cs336_systems.model import VOCAB_SIZE
+
+    gen = torch.Generator().manual_seed(args.seed + 1000 * (rank + 1))
+    tokens = torch.randint(
+        0, VOCAB_SIZE, (args.batch_per_rank, args.context_length + 1), generator=gen
+    )
+    tokens = tokens.to(device)
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+def param_split(model) -> tuple[int, int]:
+    """(parameters FSDP shards, the others), each shared tensor once."""
+    from cs336_systems.parallel.fsdp import is_shardable
+
+    sharded = {id(m.weight): m.weight.numel() for m in model.modules() if is_shardable(m)}
+    total = sum(p.numel() for p in model.parameters())
+    return sum(sharded.values()), total - sum(sharded.values())
+
+
+def build_variant(variant: str, args, ctx):
+    """(model, wrapper, optimizer, (sharded, replicated) parameter counts) of one variant."""
+    import torch
+
+    from cs336_systems.model import build_model
+    from cs336_systems.parallel.ddp import DDPOverlapIndividual
+    from cs336_systems.parallel.fsdp import FSDP
+    from cs336_systems.parallel.sharded_optimizer import ShardedOptimizer
+
+    torch.manual_seed(args.seed)
+    with ctx.device:  # initialize on the device: a 2.7B model built on the host takes minutes
+        model = build_model(args.size, args.context_length)
+    split = param_split(model)  # before FSDP replaces the weights by their shards
+    adamw = {"lr": args.lr, "weight_decay": 0.01}
+    if variant in ("ddp", "sharded_optimizer"):
+        wrapper = DDPOverlapIndividual(model)
+        if variant == "ddp":
+            optimizer = torch.optim.AdamW(model.parameters(), **adamw)
+        else:
+            optimizer = ShardedOptimizer(model.parameters(), torch.optim.AdamW, **adamw)
+    else:
+        dtype = torch.bfloat16 if variant == "fsdp_bf16" else None
+        wrapper = FSDP(model, compute_dtype=dtype)
+        optimizer = torch.optim.AdamW(wrapper.parameters(), **adamw)
+    return model, wrapper, optimizer, split
+
+
+def training_step(wrapper, optimizer, x, y, marks: Callable[[str], None] | None = None):
+    import torch.nn.functional as F
+
+    def step(clock: StepClock) -> None:
+        def mark(name: str) -> None:
+            clock.mark(name)
+            if marks is not None:
+                marks(name)
+
+        mark("start")
+        logits = wrapper(x)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
+        mark("forward")
+        loss.backward()
+        mark("backward")
+        wrapper.finish_gradient_synchronization()
+        mark("synced")
+        optimizer.step()
+        mark("stepped")
+        optimizer.zero_grad(set_to_none=True)
+        clock.mark("end")
+
+    return step
+
+
+def timed_steps(step, warmup: int, steps: int, device, wrapper) -> dict[str, list[float]]:
+    fsdp = hasattr(wrapper, "gather_wait_s")
+    out: dict[str, list[float]] = {p: [] for p in (*PARTS, *(["gather_wait"] if fsdp else []))}
+    for i in range(warmup + steps):
+        if hasattr(wrapper, "reset_peak"):
+            wrapper.reset_peak()
+        clock = StepClock(device)
+        synchronize(device)
+        t0 = time.perf_counter()
+        step(clock)
+        synchronize(device)
+        total = (time.perf_counter() - t0) * 1e3
+        if i >= warmup:
+            out["step"].append(total)
+            out["fwd"].append(clock.ms("start", "forward"))
+            out["bwd"].append(clock.ms("forward", "backward"))
+            out["comm"].append(clock.ms("backward", "synced"))
+            out["opt"].append(clock.ms("synced", "stepped"))
+            if fsdp:  # host time blocked on gathers (GPU: only enqueuing the stream wait)
+                out["gather_wait"].append(wrapper.gather_wait_s * 1e3)
+    return out
+
+
+def _state_bytes(optimizer) -> int:
+    import torch
+
+    inner = getattr(optimizer, "local_optimizer", None) or optimizer
+    return sum(
+        v.numel() * v.element_size()
+        for st in inner.state.values()
+        for v in st.values()
+        if torch.is_tensor(v)
+    )
+
+
+def measure_variant(variant: str, args, ctx) -> dict:
+    import torch
+
+    from cs336_systems.parallel import collectives
+    from cs336_systems.parallel.launch import slowest_rank
+
+    device = ctx.device
+    cuda = device.type == "cuda"
+
+    def allocated() -> tuple[float, float]:
+        if not cuda:
+            return math.nan, math.nan
+        return _mb(torch.cuda.memory_allocated(device)), _mb(
+            torch.cuda.max_memory_allocated(device)
+        )
+
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+    model, wrapper, optimizer, (sharded, replicated) = build_variant(variant, args, ctx)
+    init_alloc, init_peak = allocated()
+    x, y = make_batch(args, ctx.rank, device)
+    try:
+        times = timed_steps(
+            training_step(wrapper, optimizer, x, y), args.warmup, args.steps, device, wrapper
+        )
+        with collectives.counting() as counter:
+            training_step(wrapper, optimizer, x, y)(StepClock(device))
+        traffic = {
+            f"{kind}_{key}": value
+            for kind, c in counter.totals().items()
+            for key, value in (("calls", c["calls"]), ("mb", _mb(c["bytes"])))
+        }
+        memory: dict[str, float] = {}
+
+        def marks(name: str) -> None:
+            synchronize(device)
+            if name == "start" and cuda:
+                torch.cuda.reset_peak_memory_stats(device)
+            elif name in ("forward", "synced", "stepped"):
+                key = {"forward": "fwd", "synced": "bwd", "stepped": "step"}[name]
+                memory[f"{key}_alloc"], memory[f"{key}_peak"] = allocated()
+                if cuda:
+                    torch.cuda.reset_peak_memory_stats(device)
+            if name == "synced":
+                memory["grads"] = sum(
+                    p.grad.numel() * p.grad.element_size()
+                    for p in wrapper.parameters()
+                    if p.grad is not None
+                )
+
+        if hasattr(wrapper, "reset_peak"):
+            wrapper.reset_peak()
+        training_step(wrapper, optimizer, x, y, marks)(StepClock(device))
+        gathered = getattr(wrapper, "peak_resident_bytes", 0)
+        profiled: dict = {}
+        if args.profile:
+            keep = ctx.is_main and args.trace_dir
+            trace = Path(args.trace_dir) / f"fsdp_{variant}_rank0.json" if keep else None
+            profiled = profile_step(
+                training_step(wrapper, optimizer, x, y), device, trace, per_collective=True
+            )
+            profiled["trace"] = trace.name if trace else ""
+        params = sum(p.numel() * p.element_size() for p in wrapper.parameters())
+        values = [
+            init_alloc,
+            init_peak,
+            memory["fwd_peak"],
+            memory["bwd_peak"],
+            memory["bwd_alloc"],
+            memory["step_alloc"],
+            memory["step_peak"],
+            _mb(params),
+            _mb(memory["grads"]),
+            _mb(_state_bytes(optimizer)),
+            _mb(gathered),
+        ]
+        worst = slowest_rank(values, ctx)  # memory: max over ranks
+        names = (
+            "mem_init_allocated_mb",
+            "mem_init_peak_mb",
+            "mem_forward_peak_mb",
+            "mem_backward_peak_mb",
+            "mem_before_step_allocated_mb",
+            "mem_after_step_allocated_mb",
+            "mem_step_peak_mb",
+            "params_mb",
+            "grads_mb",
+            "optimizer_state_mb",
+            "gathered_peak_mb",
+        )
+        # the profile is rank 0's: its timeline is where the Chrome trace comes from
+        row = summarize_slowest(times, ctx)
+        row.update(dict(zip(names, worst, strict=True)))
+        row["held_mb"] = row["params_mb"] + row["grads_mb"] + row["optimizer_state_mb"]
+        row.update(traffic)
+        row.update(profiled)
+        row.update({"sharded_params": sharded, "replicated_params": replicated})
+        return row
+    finally:
+        if hasattr(wrapper, "remove_hooks"):
+            wrapper.remove_hooks()
+
+
+def worker(args) -> None:
+    import torch
+
+    from cs336_systems.core.harness import run_point
+    from cs336_systems.parallel.launch import finalize_worker, init_worker, write_rows
+
+    torch.set_float32_matmul_precision(args.matmul_precision)
+    ctx = init_worker(args.backend, timeout_s=args.timeout_s)
+    rows: list[dict] = []
+    for variant in args.variants:
+        t0 = time.perf_counter()
+        res = run_point(lambda v=variant: measure_variant(v, args, ctx))
+        rows.append({"variant": variant, "status": res.status, **(res.value or {})})
+        if ctx.is_main:
+            r = rows[-1]
+            print(
+                f"[fsdp] {variant}: {r['status']}, step {r.get('step_ms_mean', math.nan):.2f} ms,"
+                f" held {r.get('held_mb', math.nan):.1f} MB per rank"
+                f" ({time.perf_counter() - t0:.1f} s)",
+                flush=True,
+            )
+        write_rows(rows, args.result, ctx)
+    finalize_worker()
+
+
+# ---- parent --------------------------------------------------------------------------------
+
+
+def _names(text: str) -> list[str]:
+    names = [x for x in text.split(",") if x.strip()]
+    bad = sorted(set(names) - set(VARIANTS))
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown variant(s) {bad}; known: {VARIANTS}")
+    return names
+
+
+def _env_pairs(text: str) -> dict[str, str]:
+    return dict(kv.split("=", 1) for kv in text.split(",") if kv.strip())
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--machine", default="local")
+    ap.add_argument("--preset", default="cpu")
+    ap.add_argument("--backend", choices=("gloo", "nccl"), required=True)
+    ap.add_argument("--world-size", type=int, default=2)
+    ap.add_argument("--size", default="tiny", help="model size name (model.MODEL_SIZES)")
+    ap.add_argument("--context-length", type=int, default=128)
+    ap.add_argument("--batch-per-rank", type=int, default=4)
+    ap.add_argument("--variants", type=_names, default=list(VARIANTS))
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--matmul-precision", choices=("highest", "high", "medium"), default="highest")
+    ap.add_argument("--no-profile", dest="profile", action="store_false")
+    ap.add_argument("--trace-dir", default="", help="keep the profiled steps' Chrome traces here")
+    ap.add_argument("--env", type=_env_pairs, default={}, help="KEY=VAL,... for every worker")
+    ap.add_argument("--timeout-s", type=float, default=900.0)
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--result", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.steps < 1 or args.warmup < 0:
+        ap.error("need --steps >= 1 and --warmup >= 0")
+    if not args.worker and args.out is None:
+        ap.error("--out is required")
+    return args
+
+
+def worker_argv(args) -> list[str]:
+    argv = [
+        "--worker",
+        f"--backend={args.backend}",
+        f"--size={args.size}",
+        f"--context-length={args.context_length}",
+        f"--batch-per-rank={args.batch_per_rank}",
+        "--variants=" + ",".join(args.variants),
+        f"--warmup={args.warmup}",
+        f"--steps={args.steps}",
+        f"--lr={args.lr}",
+        f"--seed={args.seed}",
+        f"--matmul-precision={args.matmul_precision}",
+        f"--timeout-s={args.timeout_s}",
+    ]
+    if not args.profile:
+        argv.append("--no-profile")
+    if args.trace_dir:
+        argv.append(f"--trace-dir={os.path.abspath(args.trace_dir)}")
+    return argv
+
+
+def this_command(argv: list[str] | None) -> str:
+    """The command line that ran (and reruns) this stage's job."""
+    args = sys.argv[1:] if argv is None else argv
+    return shlex.join(["python3", "-m", "cs336_systems.stages.fsdp", *args])
+
+
+def run(args, argv: list[str] | None = None) -> list[dict]:
+    """All rows of the job (without provenance)."""
+    from cs336_systems.core.costs import param_count
+    from cs336_systems.model import VOCAB_SIZE, size_spec
+    from cs336_systems.parallel.launch import Topology, feasibility, fill_missing, launch
+
+    planned = [{"variant": v} for v in args.variants]
+    reason = feasibility(args.backend, args.world_size)
+    if reason is None:
+        result = launch(
+            "cs336_systems.stages.fsdp.measure",
+            worker_argv(args),
+            Topology(args.world_size),
+            timeout_s=args.timeout_s,
+            extra_env=args.env,
+        )
+        failure = result.status if result.status != "ok" else "error: no result from workers"
+        rows = fill_missing(planned, result.rows, POINT_KEYS, failure)
+    else:
+        rows = [{**p, "status": reason} for p in planned]
+    spec = size_spec(args.size)
+    for row in rows:
+        row.update(
+            {
+                "backend": args.backend,
+                "device": "cuda" if args.backend == "nccl" else "cpu",
+                "world_size": args.world_size,
+                "size": args.size,
+                "d_model": spec["d_model"],
+                "d_ff": spec["d_ff"],
+                "num_layers": spec["num_layers"],
+                "params": param_count(
+                    VOCAB_SIZE, spec["d_model"], spec["num_layers"], spec["d_ff"]
+                ),
+                "context_length": args.context_length,
+                "batch_per_rank": args.batch_per_rank,
+                "warmup_steps": args.warmup,
+                "measure_steps": args.steps,
+                "matmul_precision": args.matmul_precision,
+                "command": this_command(argv),
+            }
+        )
+    return rows
+
+
+COLUMNS_FIRST = [
+    "backend",
+    "device",
+    "world_size",
+    "size",
+    "params",
+    "context_length",
+    "batch_per_rank",
+    "variant",
+    "status",
+]
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.worker:
+        worker(args)
+        return
+    from cs336_systems.core.results import provenance, with_columns_first, write_csv
+
+    rows = [{**provenance(args.machine, args.preset), **r} for r in run(args, argv)]
+    df = with_columns_first(rows, COLUMNS_FIRST)
+    write_csv(df, args.out)
+    print(f"[fsdp] wrote {args.out}: {len(df)} rows")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""The fsdp stage: its rows, its skipped rows with the command to run them, its report context;
+and the memory formulas of core/costs.py it answers question 32 with."""
+
+from __future__ import annotations
+
+import pytest
+
+from cs336_systems.core.costs import fsdp_saving_vs_optimizer_sharding, training_state_bytes
+from cs336_systems.core.results import provenance, write_csv
+from cs336_systems.stages.fsdp import analysis
+from cs336_systems.stages.fsdp import measure as stage
+
+
+def test_training_state_formulas():
+    s, r, w = 1000, 10, 4
+    n = s + r
+    assert training_state_bytes(s, r, w, "ddp") == 16 * n
+    assert training_state_bytes(s, r, w, "sharded_optimizer") == 8 * n + 8 * n / w
+    assert training_state_bytes(s, r, w, "fsdp") == 16 * s / w + 16 * r
+    # FSDP saves the sharded weights' parameters and gradients, 8 (1 - 1/W) bytes each, but
+    # keeps the replicated parameters' optimizer state whole (8 (1 - 1/W) bytes each more)
+    saving = 8 * s * (1 - 1 / w) - 8 * r * (1 - 1 / w)
+    assert fsdp_saving_vs_optimizer_sharding(s, r, w) == pytest.approx(saving)
+    with pytest.raises(ValueError):
+        training_state_bytes(s, r, w, "zero3")
+
+
+def test_too_few_gpus_gives_skipped_rows_with_the_command(tmp_path, monkeypatch):
+    import cs336_systems.parallel.launch as launch
+
+    monkeypatch.setattr(launch, "gpu_count", lambda: 1)
+    argv = f"--backend nccl --world-size 2 --size 2.7B --out {tmp_path / 'runs.csv'}".split()
+    rows = stage.run(stage.parse_args(argv), argv)
+    assert [r["variant"] for r in rows] == list(stage.VARIANTS)
+    assert {r["status"] for r in rows} == {"skipped: needs 2 GPUs, found 1"}
+    command = rows[0]["command"]
+    assert command.startswith("python3 -m cs336_systems.stages.fsdp ")
+    assert "--backend nccl" in command and "--size 2.7B" in command
+    write_csv([{**provenance("m", "gpu"), **r} for r in rows], tmp_path / "fsdp.csv")
+    ctx = analysis.context(tmp_path)
+    assert "needs 2 GPUs, found 1" in ctx["skipped"] and ctx["commands"] == [command]
+    assert ctx["n_ok"] == 0
+    figures = analysis.plot(tmp_path, tmp_path / "figures")
+    assert [p.name for p in figures] == ["fsdp_memory.png", "fsdp_time.png"]
+
+
+@pytest.mark.slow
+def test_stage_runs_and_answers_both_questions(tmp_path):
+    """Two gloo ranks, a tiny model, one step each: rows, tensor accounting, overlap, report
+    (bf16 compute halving the gathered bytes is checked in test_fsdp.py)."""
+    out = tmp_path / "runs.csv"
+    argv = (
+        "--backend gloo --world-size 2 --size tiny --context-length 8 --batch-per-rank 1"
+        " --variants sharded_optimizer,fsdp --warmup 0 --steps 1"
+        f" --trace-dir {tmp_path / 'raw'} --timeout-s 240 --out {out}"
+    ).split()
+    stage.main(argv)
+    import pandas as pd
+
+    df = pd.read_csv(out)
+    assert list(df["status"]) == ["ok"] * 2, df["status"].tolist()
+    rows = {r.variant: r for r in df.itertuples()}
+    fs, so = rows["fsdp"], rows["sharded_optimizer"]
+    # the tensors FSDP holds per rank are exactly the analytic state (every size is even)
+    expect = training_state_bytes(int(fs.sharded_params), int(fs.replicated_params), 2, "fsdp")
+    assert fs.held_mb * 2**20 == pytest.approx(expect, abs=1024)  # + AdamW's step counters
+    assert fs.held_mb < so.held_mb
+    assert fs.all_gather_into_tensor_calls > 0 and so.all_gather_into_tensor_calls == 0
+    assert fs.prof_all_gather_ms > 0 and 0 <= fs.prof_all_gather_overlap_share <= 1
+    assert 0 < fs.gathered_peak_mb < fs.params_mb * 2
+    assert (tmp_path / "raw" / "fsdp_fsdp_rank0.json").exists()
+    write_csv(df, tmp_path / "fsdp.csv")
+    ctx = analysis.context(tmp_path)
+    assert "expected saving" in ctx["q32"] and "all-gathers" in ctx["q33"]
+    assert ctx["analytic_table"] and ctx["memory_table"] and ctx["time_table"]

@@ -1,0 +1,74 @@
+# Stage `fsdp`: DDP, DDP + sharded optimizer and FSDP (fp32, bf16 compute) on one model: memory
+# per rank, time per step, communication and the all-gather time compute hides. One job, one
+# torchrun launch (a machine with too few GPUs writes `skipped` rows with the command to run).
+
+
+FSDP_FIGURES = [f"{REPORT_DIR}/figures/fsdp_{name}.png" for name in ("memory", "time")]
+
+
+rule fsdp:
+    input:
+        code("cs336_systems.stages.fsdp"),
+    output:
+        f"{RESULTS}/fsdp/runs.csv",
+    log:
+        f"{RESULTS}/logs/fsdp/runs.log",
+    benchmark:
+        f"{RESULTS}/jobs/fsdp/runs.tsv"
+    params:
+        cfg=lambda wc: stage_config("fsdp"),
+        variants=lambda wc: cli_list(stage_config("fsdp")["variants"]),
+        env=lambda wc: cli_list(
+            f"{k}={v}" for k, v in sorted(stage_config("fsdp")["env"].items())
+        ),
+        profile=lambda wc: "" if stage_config("fsdp")["profile"] else "--no-profile",
+        # the profiled steps' Chrome traces kept under raw/ (keep_raw)
+        traces=lambda wc, output: (
+            f"--trace-dir {parent(output[0])}/raw"
+            if stage_config("fsdp")["profile"] and config["keep_raw"]
+            else ""
+        ),
+        common=common_args(),
+    shell:
+        "python3 -m cs336_systems.stages.fsdp {params.common} --out {output}"
+        " --backend {params.cfg[backend]} --world-size {params.cfg[world_size]}"
+        " --size {params.cfg[size]} --context-length {params.cfg[context_length]}"
+        " --batch-per-rank {params.cfg[batch_per_rank]} --variants={params.variants}"
+        " --warmup {params.cfg[warmup_steps]} --steps {params.cfg[measure_steps]}"
+        " --matmul-precision {params.cfg[matmul_precision]}"
+        " --timeout-s {params.cfg[timeout_s]} --env={params.env:q}"
+        " {params.profile} {params.traces} 2>&1 | tee {log}"
+
+
+rule fsdp_aggregate:
+    input:
+        points=rules.fsdp.output[0],
+        code=code("cs336_systems.core.results"),
+    output:
+        f"{RESULTS}/fsdp.csv",
+    log:
+        f"{RESULTS}/logs/fsdp_aggregate.log",
+    localrule: True
+    shell:
+        "python3 -m cs336_systems.core.results --out {output} {input.points} 2>&1 | tee {log}"
+
+
+rule fsdp_plots:
+    input:
+        data=rules.fsdp_aggregate.output[0],
+        code=code("cs336_systems.stages.fsdp.analysis"),
+    output:
+        FSDP_FIGURES,
+    log:
+        f"{RESULTS}/logs/fsdp_plots.log",
+    localrule: True
+    params:
+        results=lambda wc, input: parent(input.data),
+        figures=lambda wc, output: parent(output[0]),
+    shell:
+        "python3 -m cs336_systems.stages.fsdp.analysis --results {params.results}"
+        " --figures {params.figures} 2>&1 | tee {log}"
+
+
+if "fsdp" in STAGES:
+    REPORT_INPUTS["fsdp"] = [rules.fsdp_aggregate.output[0], *FSDP_FIGURES]
