@@ -33,18 +33,25 @@ import math
 import os
 import shlex
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-from cs336_systems.core.harness import StepClock, synchronize
+from cs336_systems.core.harness import StepClock, Stopwatch, synchronize, time_marked_steps
+from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.parallel.launch import summarize_slowest
 from cs336_systems.profiling.overlap import profile_step
 
 VARIANTS = ("ddp", "sharded_optimizer", "fsdp", "fsdp_bf16")
 POINT_KEYS = ("variant",)
 BYTES_PER_MB = 2**20
-PARTS = ("step", "fwd", "bwd", "comm", "opt")
+# the parts of a step, between the marks `training_step` sets
+SPANS = {
+    "fwd": ("start", "forward"),
+    "bwd": ("forward", "backward"),
+    "comm": ("backward", "synced"),
+    "opt": ("synced", "stepped"),
+}
+log = get_logger(__name__)
 
 
 def _mb(nbytes: float) -> float:
@@ -129,25 +136,21 @@ def training_step(wrapper, optimizer, x, y, marks: Callable[[str], None] | None 
 
 
 def timed_steps(step, warmup: int, steps: int, device, wrapper) -> dict[str, list[float]]:
+    """The whole step and its parts (SPANS) per measured step; for FSDP also the host time
+    blocked on gathers (`gather_wait`; on GPU only the time to enqueue the stream wait)."""
     fsdp = hasattr(wrapper, "gather_wait_s")
-    out: dict[str, list[float]] = {p: [] for p in (*PARTS, *(["gather_wait"] if fsdp else []))}
-    for i in range(warmup + steps):
-        if hasattr(wrapper, "reset_peak"):
+    waits: list[float] = []
+
+    def counted(clock: StepClock) -> None:
+        if fsdp:
             wrapper.reset_peak()
-        clock = StepClock(device)
-        synchronize(device)
-        t0 = time.perf_counter()
         step(clock)
-        synchronize(device)
-        total = (time.perf_counter() - t0) * 1e3
-        if i >= warmup:
-            out["step"].append(total)
-            out["fwd"].append(clock.ms("start", "forward"))
-            out["bwd"].append(clock.ms("forward", "backward"))
-            out["comm"].append(clock.ms("backward", "synced"))
-            out["opt"].append(clock.ms("synced", "stepped"))
-            if fsdp:  # host time blocked on gathers (GPU: only enqueuing the stream wait)
-                out["gather_wait"].append(wrapper.gather_wait_s * 1e3)
+        if fsdp:
+            waits.append(wrapper.gather_wait_s * 1e3)
+
+    out = time_marked_steps(counted, warmup, steps, device, SPANS)
+    if fsdp:
+        out["gather_wait"] = waits[warmup:]
     return out
 
 
@@ -276,17 +279,19 @@ def worker(args) -> None:
     ctx = init_worker(args.backend, timeout_s=args.timeout_s)
     rows: list[dict] = []
     for variant in args.variants:
-        t0 = time.perf_counter()
-        res = run_point(lambda v=variant: measure_variant(v, args, ctx))
-        rows.append({"variant": variant, "status": res.status, **(res.value or {})})
-        if ctx.is_main:
-            r = rows[-1]
-            print(
-                f"[fsdp] {variant}: {r['status']}, step {r.get('step_ms_mean', math.nan):.2f} ms,"
-                f" held {r.get('held_mb', math.nan):.1f} MB per rank"
-                f" ({time.perf_counter() - t0:.1f} s)",
-                flush=True,
-            )
+        with point(variant), Stopwatch() as sw:
+            res = run_point(lambda v=variant: measure_variant(v, args, ctx))
+            rows.append({"variant": variant, "status": res.status, **(res.value or {})})
+            if ctx.is_main:
+                r = rows[-1]
+                log.log(
+                    status_level(r["status"]),
+                    "%s, step %.2f ms, held %.1f MB per rank (%.1f s)",
+                    r["status"],
+                    r.get("step_ms_mean", math.nan),
+                    r.get("held_mb", math.nan),
+                    sw.s,
+                )
         write_rows(rows, args.result, ctx)
     finalize_worker()
 
@@ -373,17 +378,19 @@ def run(args, argv: list[str] | None = None) -> list[dict]:
     planned = [{"variant": v} for v in args.variants]
     reason = feasibility(args.backend, args.world_size)
     if reason is None:
-        result = launch(
-            "cs336_systems.stages.fsdp.measure",
-            worker_argv(args),
-            Topology(args.world_size),
-            timeout_s=args.timeout_s,
-            extra_env=args.env,
-        )
+        with point(args.backend, f"n={args.world_size}", args.size):
+            result = launch(
+                "cs336_systems.stages.fsdp.measure",
+                worker_argv(args),
+                Topology(args.world_size),
+                timeout_s=args.timeout_s,
+                extra_env=args.env,
+            )
         failure = result.status if result.status != "ok" else "error: no result from workers"
         rows = fill_missing(planned, result.rows, POINT_KEYS, failure)
     else:
         rows = [{**p, "status": reason} for p in planned]
+        log.warning("%s; the command that runs it: %s", reason, this_command(argv))
     spec = size_spec(args.size)
     for row in rows:
         row.update(
@@ -424,6 +431,7 @@ COLUMNS_FIRST = [
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    configure("fsdp")
     if args.worker:
         worker(args)
         return
@@ -432,7 +440,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = [{**provenance(args.machine, args.preset), **r} for r in run(args, argv)]
     df = with_columns_first(rows, COLUMNS_FIRST)
     write_csv(df, args.out)
-    print(f"[fsdp] wrote {args.out}: {len(df)} rows")
+    log.info("wrote %s: %d rows", args.out, len(df))
 
 
 if __name__ == "__main__":
