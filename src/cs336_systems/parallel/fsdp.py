@@ -281,6 +281,7 @@ class FSDP(nn.Module):
         self.peak_resident = 0  # most full weights gathered at once since reset_peak()
         self.peak_resident_bytes = 0  # and the most bytes they took
         self.gather_wait_s = 0.0  # host time spent waiting for gathers (GPU: enqueuing only)
+        self.forward_gathers = len(self._order)  # all-gathers of the last forward
 
     # ---- bookkeeping ---------------------------------------------------------------------
 
@@ -337,6 +338,7 @@ class FSDP(nn.Module):
         self._fwd = None
         if self._record:
             self._order = self._record
+            self.forward_gathers = len(self._record)
         if self._saved_uses:  # backward gathers them again, last used first
             plan = list(reversed(self._saved_uses))
             self._bwd = _Prefetch(plan, self.window, lambda i: plan[i].start_gather())

@@ -15,7 +15,9 @@ import torch
 from cs336_systems.core.harness import StepClock, synchronize
 
 
-def profile_step(step, device, trace_path: Path | None, per_collective: bool = False) -> dict:
+def profile_step(
+    step, device, trace_path: Path | None, per_collective: bool = False, forward_gathers=None
+) -> dict:
     """One profiled step: Chrome trace, and (GPU) the share of NCCL kernel time overlapped;
     with `per_collective`, `collective_overlap`'s columns too (on the CPU as well)."""
     from torch.profiler import ProfilerActivity, profile
@@ -29,7 +31,7 @@ def profile_step(step, device, trace_path: Path | None, per_collective: bool = F
     if trace_path is not None:
         trace_path.parent.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(trace_path))
-    extra = collective_overlap(prof, device) if per_collective else {}
+    extra = collective_overlap(prof, device, forward_gathers) if per_collective else {}
     if device.type != "cuda":
         return extra
     comm, compute = [], []
@@ -46,10 +48,12 @@ def _is_all_gather(name: str) -> bool:
     return "allgather" in name or "all_gather" in name
 
 
-def collective_overlap(prof, device) -> dict:
+def collective_overlap(prof, device, forward_gathers: int | None = None) -> dict:
     """`prof_<kind>_ms`, `_overlapped_ms`, `_overlap_share` for kind `all_gather` and `comm` (all
     collectives): on GPU NCCL kernels against the other kernels, on CPU gloo's worker-thread
-    spans against the main thread's ATen operators."""
+    spans against the main thread's ATen operators. With `forward_gathers` (how many
+    all-gathers the forward issues; collectives run in the order they are issued), the first
+    that many all-gathers are kind `all_gather_fwd`, the others `all_gather_bwd`."""
     events = list(prof.events())
     spans: dict[str, list[tuple[float, float]]] = {"all_gather": [], "comm": []}
     compute: list[tuple[float, float]] = []
@@ -75,6 +79,10 @@ def collective_overlap(prof, device) -> dict:
                     spans["all_gather"].append(span)
             elif ev.thread == main and ev.name.startswith("aten::"):
                 compute.append(span)
+    if forward_gathers is not None:
+        ordered = sorted(spans["all_gather"])
+        spans["all_gather_fwd"] = ordered[:forward_gathers]
+        spans["all_gather_bwd"] = ordered[forward_gathers:]
     out = {}
     for kind, comm in spans.items():
         stats = overlap_stats(comm, compute)

@@ -206,6 +206,14 @@ def _gather_sentence(r: pd.Series, label: str) -> str:
         f"{int(_num(r, 'all_gather_into_tensor_calls'))} calls) take {fmt(t_ag)} ms on the "
         f"timeline, {fmt(hidden)} ms ({pct(share)}) of it while compute ran; {verdict}."
     )
+    phases = [
+        f"{name} {fmt(_num(r, f'prof_all_gather_{key}_ms'))} ms "
+        f"({pct(_num(r, f'prof_all_gather_{key}_overlap_share'))} hidden)"
+        for key, name in (("fwd", "forward"), ("bwd", "backward"))
+        if not math.isnan(_num(r, f"prof_all_gather_{key}_ms"))
+    ]
+    if phases:
+        text += f" By phase: {', '.join(phases)}."
     if r["backend"] == "gloo" and not math.isnan(wait):
         text += (
             f" The main thread waited {fmt(wait)} ms per step for gathers "

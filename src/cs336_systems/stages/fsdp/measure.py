@@ -225,7 +225,11 @@ def measure_variant(variant: str, args, ctx) -> dict:
             keep = ctx.is_main and args.trace_dir
             trace = Path(args.trace_dir) / f"fsdp_{variant}_rank0.json" if keep else None
             profiled = profile_step(
-                training_step(wrapper, optimizer, x, y), device, trace, per_collective=True
+                training_step(wrapper, optimizer, x, y),
+                device,
+                trace,
+                per_collective=True,
+                forward_gathers=getattr(wrapper, "forward_gathers", None),
             )
             profiled["trace"] = trace.name if trace else ""
         params = sum(p.numel() * p.element_size() for p in wrapper.parameters())
