@@ -94,7 +94,16 @@ def run_pytest(
     log.info("pytest exited with %s after %.1f s; its output:", proc.returncode, seconds)
     out = [proc.stdout[-20000:].rstrip(), proc.stderr[-4000:].rstrip()]
     log.info("%s", "\n".join(x for x in out if x))
-    return proc.returncode, seconds, (proc.stdout + proc.stderr)[-2000:]
+    return proc.returncode, seconds, (proc.stdout + proc.stderr)[-8000:]
+
+
+def first_error(output: str, width: int = 200) -> str:
+    """The line that says why pytest failed: its first `E   ` line (the exception, whatever the
+    paths around it), else the output's last words."""
+    for line in output.splitlines():
+        if line.startswith("E "):
+            return " ".join(line[1:].split())[:width]
+    return " ".join(output.split())[-width:]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -148,7 +157,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         # pytest itself failed (collection error, crash, timeout): every kernel fails its tests
         why = "timed out" if code is None else f"exited with code {code}"
-        message = f"pytest {why}: " + " ".join(tail.split())[-150:]
+        message = f"pytest {why}: {first_error(tail)}"
         rows = [
             {
                 **base,
