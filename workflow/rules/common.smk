@@ -10,6 +10,7 @@ from snakemake.utils import min_version, update_config, validate
 ROOT = Path(workflow.basedir)
 # the workflow's own package, whatever else is installed
 sys.path.insert(0, str(ROOT / "src"))
+from cs336_systems.core import machine as this_machine  # noqa: E402
 from cs336_systems.core.imports import import_closure  # noqa: E402
 
 min_version("9.0")
@@ -49,24 +50,14 @@ if _unknown:
 validate(config, str(SCHEMAS / "config.schema.yaml"))
 
 
-def _cuda_visible():
-    import torch
-
-    return torch.cuda.is_available()
-
-
+# the GPUs CUDA would show, from nvidia-smi or the driver: importing torch costs seconds
+_GPUS = this_machine.visible_gpus()
 PRESET = config["preset"]
 if PRESET == "auto":
-    PRESET = "gpu" if _cuda_visible() else "cpu"
-
-
-def _machine_tag():
-    from cs336_systems.core.results import machine_tag
-
-    return machine_tag()
-
-
-MACHINE = config["machine"] if config["machine"] != "auto" else _machine_tag()
+    PRESET = "gpu" if _GPUS else "cpu"
+MACHINE = config["machine"]
+if MACHINE == "auto":
+    MACHINE = this_machine.tag_for([g.name for g in _GPUS])
 RESULTS = f"results/{MACHINE}"
 REPORT_DIR = f"report/{MACHINE}"
 
