@@ -37,7 +37,7 @@ rule profile:
         "python3 -m cs336_systems.stages.profile run {params.common} --size {wildcards.size}"
         " --contexts {params.contexts} --modes {params.modes} --precision {params.precision}"
         " --batch-size {params.batch} --warmup {params.warmup} --steps {params.steps}"
-        " --profiler {params.profiler} --nsys '{params.nsys}' --timeout {params.timeout}"
+        " --profiler {params.profiler} --nsys={params.nsys:q} --timeout {params.timeout}"
         " --raw-dir {params.raw} --keep-raw {params.keep_raw}"
         " --out {output.points} --kernels-out {output.kernels} 2>&1 | tee {log}"
 
