@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from pipeline_utils import copy_workflow, planned_jobs, snakemake
+from pipeline_utils import copy_workflow, planned_jobs, snakemake, timed_snakemake
 
 TINY = ["--configfile", "tests/data/tiny_config.yaml"]
 STAGES = ["--config", "stages=[ceilings,benchmark]"]
@@ -208,3 +208,11 @@ def test_an_integer_written_2_0_reaches_the_job_as_2(tmp_path):
     out = proc.stdout + proc.stderr
     assert "config: benchmark.cpu.batch_size: 2.0 — read as the integer 2" in out
     assert "--batch-size 2 " in out and "--batch-size 2.0" not in out
+
+
+def test_nothing_to_do_is_decided_in_seconds(tiny_run):
+    """A rerun of the default target on a finished run: no torch import, each table checked
+    once, no source parsed again (the import graph is cached): under 5 s on CI (2 cores)."""
+    proc, wall, cpu = timed_snakemake(tiny_run, *TINY, *STAGES)
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+    assert cpu < 5.0, f"a no-op rerun took {cpu:.1f} CPU s ({wall:.1f} s wall)"

@@ -44,6 +44,22 @@ def compile_filter(cfg: dict, key: str) -> str:
     return ",".join(str(v) for v in cfg.get("compile_only", {}).get(key, cfg[key]))
 
 
+def shared_args(cfg: dict) -> str:
+    """The options every point's job takes alike, as one string (the rule formats it once)."""
+    return " ".join(
+        [
+            f"--modes {','.join(cfg['modes'])}",
+            f"--precisions {','.join(cfg['precisions'])}",
+            f"--compile-modes {compile_filter(cfg, 'modes')}",
+            f"--compile-precisions {compile_filter(cfg, 'precisions')}",
+            f"--compile-mode {cfg.get('compile_mode', 'default')}",
+            f"--batch-size {cfg['batch_size']}",
+            f"--warmup {cfg['warmup_steps']}",
+            f"--steps {cfg['measure_steps']}",
+        ]
+    )
+
+
 def check(cfg: dict, at: Checker, facts: Facts) -> None:
     """What the schema cannot say: size names of this run's model table, and filters that name
     only values of the sweep."""
