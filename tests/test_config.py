@@ -238,6 +238,10 @@ CASES = {
         {"ddp": cpu(env={"NCCL_DEBUG": "INFO,WARN"})},
         "config: ddp.cpu.env.NCCL_DEBUG: 'INFO,WARN' — a value without ',' or line breaks",
     ),
+    "fsdp env value with a comma": (
+        {"fsdp": cpu(env={"NCCL_ALGO": "Ring,Tree"})},
+        "config: fsdp.cpu.env.NCCL_ALGO: 'Ring,Tree' — a value without ','",
+    ),
     "env value with a newline": (
         {"allreduce": cpu(env={"X": "a\nb"})},
         "config: allreduce.cpu.env.X: 'a\\nb' — a value without ','",
@@ -406,7 +410,7 @@ def test_model_size_names_match_the_model():
 
 
 def test_kernel_limits_match_the_kernels():
-    from cs336_systems.kernels.flash_triton import MAX_HEAD_DIM
+    from cs336_systems.kernels.flash_triton_common import MAX_HEAD_DIM
     from cs336_systems.stages.flash.plan import MAX_HEAD_DIM as PLANNED
 
     assert PLANNED == MAX_HEAD_DIM

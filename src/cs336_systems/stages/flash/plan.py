@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from cs336_systems.core.config import Checker, Facts, head_dim_problem
 
-# our Triton kernel's largest head dim (kernels/flash_triton.py:MAX_HEAD_DIM; a test keeps them
+# our Triton kernel's largest head dim (kernels/flash_triton_common.py:MAX_HEAD_DIM; a test keeps them
 # equal); SDPA's CUDA backends need multiples of 8
 MAX_HEAD_DIM = 128
 

@@ -24,6 +24,6 @@ def check(cfg: dict, at: Checker, facts: Facts) -> None:
     nsys = cfg.get("nsys", "")
     if any(c in nsys for c in "\n\r\0"):
         at.fail("nsys", nsys, "a path on one line")
-    elif facts.running and facts.gpus and (why := nsys_problem(nsys)):
+    elif facts.running and facts.gpus and "profile" in facts.stages and (why := nsys_problem(nsys)):
         # where the run happens here (a GPU is visible), the path must be this host's nsys
         at.fail("nsys", nsys, why)
