@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from pipeline_utils import copy_workflow, planned_jobs, snakemake
+from pipeline_utils import copy_workflow, planned_jobs, snakemake, timed_snakemake
 
 TINY = ["--configfile", "tests/data/tiny_config.yaml"]
 STAGES = ["--config", "stages=[ceilings,benchmark]"]
@@ -156,14 +156,22 @@ def bare_copy(tmp_path_factory):
 @pytest.mark.parametrize(
     "override,expected",
     [
-        ({"benchmark": {"cpu": {"sizes": ["tiny", "huge"]}}}, "'huge' is not one of"),
-        ({"benchmark": {"cpu": {"measure_steps": 0}}}, "measure_steps"),
-        ({"benchmark": {"cpu": {"warmup_steps": -2}}}, "warmup_steps"),
-        ({"benchmark": {"cpu": {"context_lengths": "128"}}}, "context_lengths"),
-        ({"benchmark": {"cpu": {"colour": "blue"}}}, "colour"),
-        ({"preset": "tpu"}, "'tpu' is not one of"),
-        ({"presett": "gpu"}, "unknown config key(s) ['presett']"),
-        ({"stages": ["benchmark", "nope"]}, "unknown stage(s) ['nope']"),
+        ({"benchmark": {"cpu": {"sizes": ["tiny", "huge"]}}}, "benchmark.cpu.sizes[1]: 'huge'"),
+        ({"benchmark": {"cpu": {"measure_steps": 0}}}, "benchmark.cpu.measure_steps: 0 — "),
+        ({"benchmark": {"cpu": {"warmup_steps": -2}}}, "benchmark.cpu.warmup_steps: -2 — "),
+        ({"benchmark": {"cpu": {"context_lengths": "128"}}}, "context_lengths: '128' — a"),
+        # was an InputFunctionException wrapping a schema error, raised while planning
+        ({"benchmark": {"cpu": {"context_lengths": [16, 0]}}}, "context_lengths[1]: 0 — "),
+        ({"benchmark": {"cpu": {"colour": "blue"}}}, "benchmark.cpu.colour: 'blue' — unknown"),
+        ({"preset": "tpu"}, "config: preset: 'tpu' — one of auto, cpu, gpu"),
+        ({"presett": "gpu"}, "config: presett: 'gpu' — unknown key"),
+        ({"stages": ["benchmark", "nope"]}, "config: stages[1]: 'nope' — a stage"),
+        ({"stages": ["benchmark", "benchmark"]}, "config: stages[1]: 'benchmark' — listed"),
+        # each of these ran jobs before failing
+        ({"machine": "m" * 300}, "config: machine: 'mmm"),
+        ({"ddp": {"cpu": {"env": {"NCCL_DEBUG": "INFO,WARN"}}}}, "ddp.cpu.env.NCCL_DEBUG"),
+        ({"kernel_tests": {"cpu": {"select": "not (fp16"}}}, "kernel_tests.cpu.select"),
+        ({"benchmark": {"cpu": {"warmup_sweep": {"sizes": []}}}}, "warmup_sweep.sizes: []"),
     ],
 )
 def test_bad_config_stops_before_any_job(bare_copy, tmp_path, override, expected):
@@ -183,4 +191,28 @@ def test_bad_config_stops_before_any_job(bare_copy, tmp_path, override, expected
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert expected in out, out[-3000:]
+    lines = [line for line in out.splitlines() if line.startswith("config: ")]
+    assert lines and all(" — " in line for line in lines), out[-3000:]
+    for raw in ("ValidationError", "InputFunctionException", "Traceback"):
+        assert raw not in out, out[-3000:]
     assert not (bare_copy / "results").exists()
+
+
+def test_an_integer_written_2_0_reaches_the_job_as_2(tmp_path):
+    work = copy_workflow(tmp_path / "wf")
+    cfg = yaml.safe_load((work / "tests/data/tiny_config.yaml").read_text())
+    cfg["benchmark"]["cpu"]["batch_size"] = 2.0
+    path = tmp_path / "float.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = snakemake(work, "--dry-run", "-p", "--configfile", str(path))
+    out = proc.stdout + proc.stderr
+    assert "config: benchmark.cpu.batch_size: 2.0 — read as the integer 2" in out
+    assert "--batch-size 2 " in out and "--batch-size 2.0" not in out
+
+
+def test_nothing_to_do_is_decided_in_seconds(tiny_run):
+    """A rerun of the default target on a finished run: no torch import, each table checked
+    once, no source parsed again (the import graph is cached): under 5 s on CI (2 cores)."""
+    proc, wall, cpu = timed_snakemake(tiny_run, *TINY, *STAGES)
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+    assert cpu < 5.0, f"a no-op rerun took {cpu:.1f} CPU s ({wall:.1f} s wall)"

@@ -3,6 +3,7 @@
 # run and records the others as skipped.
 
 
+ALLREDUCE = stage_config("allreduce")
 ALLREDUCE_POINTS = f"{RESULTS}/allreduce/{{backend}}.csv"
 ALLREDUCE_FIGURES = [
     f"{REPORT_DIR}/figures/allreduce_{name}.png" for name in ("bandwidth", "time")
@@ -23,17 +24,13 @@ rule allreduce:
     resources:
         **launcher_resources("allreduce"),
     params:
-        cfg=lambda wc: stage_config("allreduce"),
-        world_sizes=lambda wc: cli_list(stage_config("allreduce")["world_sizes"]),
-        sizes=lambda wc: cli_list(stage_config("allreduce")["sizes_mb"][wc.backend]),
+        cfg=ALLREDUCE,
+        world_sizes=cli_list(ALLREDUCE["world_sizes"]),
+        sizes=lambda wc: cli_list(ALLREDUCE["sizes_mb"][wc.backend]),
         buffers=lambda wc: (
-            cli_list(stage_config("allreduce")["nccl_buffers"])
-            if wc.backend == "nccl"
-            else "default"
+            cli_list(ALLREDUCE["nccl_buffers"]) if wc.backend == "nccl" else "default"
         ),
-        env=lambda wc: cli_list(
-            f"{k}={v}" for k, v in sorted(stage_config("allreduce")["env"].items())
-        ),
+        env=cli_list(f"{k}={v}" for k, v in sorted(ALLREDUCE["env"].items())),
         common=common_args(),
     shell:
         "python3 -m cs336_systems.stages.allreduce {params.common} --out {output}"
@@ -48,9 +45,7 @@ rule allreduce:
 
 rule allreduce_aggregate:
     input:
-        points=lambda wc: expand(
-            ALLREDUCE_POINTS, backend=stage_config("allreduce")["backends"]
-        ),
+        points=expand(ALLREDUCE_POINTS, backend=ALLREDUCE["backends"]),
         code=code("cs336_systems.core.results"),
     output:
         f"{RESULTS}/allreduce.csv",

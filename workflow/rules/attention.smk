@@ -3,6 +3,8 @@
 
 from cs336_systems.stages.attention import plan as attention_plan
 
+ATTENTION = stage_config("attention")
+
 
 rule attention:
     input:
@@ -16,10 +18,10 @@ rule attention:
     wildcard_constraints:
         impl=r"naive_[a-z]+",
     params:
-        cfg=lambda wc: stage_config("attention"),
-        head_dims=lambda wc: cli_list(stage_config("attention")["head_dims"]),
-        seq_lens=lambda wc: cli_list(stage_config("attention")["seq_lens"]),
-        causal=lambda wc: "--causal" if stage_config("attention")["causal"] else "",
+        cfg=ATTENTION,
+        head_dims=cli_list(ATTENTION["head_dims"]),
+        seq_lens=cli_list(ATTENTION["seq_lens"]),
+        causal="--causal" if ATTENTION["causal"] else "",
         common=common_args(),
     shell:
         "python3 -m cs336_systems.stages.attention {params.common} --out {output}"
@@ -31,7 +33,7 @@ rule attention:
 
 rule attention_aggregate:
     input:
-        points=lambda wc: attention_plan.point_files(stage_config("attention"), RESULTS),
+        points=attention_plan.point_files(ATTENTION, RESULTS),
         code=code("cs336_systems.core.results"),
     output:
         f"{RESULTS}/attention.csv",

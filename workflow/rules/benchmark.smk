@@ -3,8 +3,11 @@
 
 from cs336_systems.stages.benchmark import plan as benchmark_plan
 
+BENCHMARK = stage_config("benchmark")
 BENCHMARK_POINTS = f"{RESULTS}/benchmark/points/{{size}}_ctx{{ctx}}_{{attention}}.csv"
-BENCHMARK_SOURCES = code("cs336_systems.stages.benchmark")
+# a big sweep has a job per point (ten thousand and more): one stamp file stands for the code
+# inputs, and the options every point shares are one string, so each job costs Snakemake little
+BENCHMARK_CODE = code_stamp("benchmark", "cs336_systems.stages.benchmark")
 
 
 wildcard_constraints:
@@ -15,7 +18,7 @@ wildcard_constraints:
 
 rule benchmark:
     input:
-        BENCHMARK_SOURCES,
+        BENCHMARK_CODE,
     output:
         BENCHMARK_POINTS,
     log:
@@ -23,37 +26,20 @@ rule benchmark:
     benchmark:
         f"{RESULTS}/jobs/benchmark/{{size}}_ctx{{ctx}}_{{attention}}.tsv"
     params:
-        modes=lambda wc: cli_list(stage_config("benchmark")["modes"]),
-        precisions=lambda wc: cli_list(stage_config("benchmark")["precisions"]),
-        compile=lambda wc: benchmark_plan.compile_arg(
-            stage_config("benchmark"), wc.size, int(wc.ctx)
-        ),
-        compile_modes=lambda wc: benchmark_plan.compile_filter(
-            stage_config("benchmark"), "modes"
-        ),
-        compile_precisions=lambda wc: benchmark_plan.compile_filter(
-            stage_config("benchmark"), "precisions"
-        ),
-        compile_mode=lambda wc: stage_config("benchmark").get("compile_mode", "default"),
-        batch=lambda wc: stage_config("benchmark")["batch_size"],
-        warmup=lambda wc: stage_config("benchmark")["warmup_steps"],
-        steps=lambda wc: stage_config("benchmark")["measure_steps"],
+        compile=lambda wc: benchmark_plan.compile_arg(BENCHMARK, wc.size, int(wc.ctx)),
+        # modes, precisions, compile filters and mode, batch size, warm-up and measured steps
+        shared=benchmark_plan.shared_args(BENCHMARK),
         common=common_args(),
     shell:
         "python3 -m cs336_systems.stages.benchmark run {params.common} --out {output}"
         " --size {wildcards.size} --context-length {wildcards.ctx}"
-        " --attention {wildcards.attention} --modes {params.modes}"
-        " --precisions {params.precisions} --compile {params.compile}"
-        " --compile-modes {params.compile_modes}"
-        " --compile-precisions {params.compile_precisions}"
-        " --compile-mode {params.compile_mode}"
-        " --batch-size {params.batch} --warmup {params.warmup} --steps {params.steps}"
+        " --attention {wildcards.attention} --compile {params.compile} {params.shared}"
         " 2>&1 | tee {log}"
 
 
 rule benchmark_warmup:
     input:
-        BENCHMARK_SOURCES,
+        BENCHMARK_CODE,
     output:
         f"{RESULTS}/benchmark/warmup/{{size}}.csv",
     log:
@@ -61,11 +47,9 @@ rule benchmark_warmup:
     benchmark:
         f"{RESULTS}/jobs/benchmark/warmup_{{size}}.tsv"
     params:
-        cfg=lambda wc: stage_config("benchmark")["warmup_sweep"],
-        warmups=lambda wc: cli_list(
-            stage_config("benchmark")["warmup_sweep"]["warmups"]
-        ),
-        batch=lambda wc: stage_config("benchmark")["batch_size"],
+        cfg=BENCHMARK["warmup_sweep"],
+        warmups=cli_list(BENCHMARK["warmup_sweep"]["warmups"]),
+        batch=BENCHMARK["batch_size"],
         common=common_args(),
     shell:
         "python3 -m cs336_systems.stages.benchmark warmup {params.common} --out {output}"
@@ -77,11 +61,11 @@ rule benchmark_warmup:
 
 rule benchmark_aggregate:
     input:
-        points=lambda wc: [
+        points=[
             BENCHMARK_POINTS.format(
                 size=p["size"], ctx=p["context_length"], attention=p["attention"]
             )
-            for p in benchmark_plan.points(stage_config("benchmark"))
+            for p in benchmark_plan.points(BENCHMARK)
         ],
         ceilings=f"{RESULTS}/ceilings.csv",
         code=code("cs336_systems.stages.benchmark"),
@@ -97,9 +81,8 @@ rule benchmark_aggregate:
 
 rule benchmark_warmup_aggregate:
     input:
-        points=lambda wc: expand(
-            rules.benchmark_warmup.output[0],
-            size=stage_config("benchmark").get("warmup_sweep", {}).get("sizes", []),
+        points=expand(
+            rules.benchmark_warmup.output[0], size=BENCHMARK["warmup_sweep"]["sizes"]
         ),
         code=code("cs336_systems.core.results"),
     output:

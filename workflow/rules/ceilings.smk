@@ -1,5 +1,7 @@
 # Stage `ceilings`: the machine's measured matmul peaks and copy bandwidth (MFU's denominator).
 
+CEILINGS = stage_config("ceilings")
+
 
 rule ceilings:
     input:
@@ -11,8 +13,8 @@ rule ceilings:
     benchmark:
         f"{RESULTS}/jobs/ceilings.tsv"
     params:
-        cfg=lambda wc: stage_config("ceilings"),
-        dtypes=lambda wc: cli_list(stage_config("ceilings")["dtypes"]),
+        cfg=CEILINGS,
+        dtypes=cli_list(CEILINGS["dtypes"]),
         common=common_args(),
     shell:
         "python3 -m cs336_systems.stages.ceilings {params.common} --out {output}"

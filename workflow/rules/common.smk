@@ -1,106 +1,87 @@
 # The frame every stage plugs into: config validation, the preset, the machine tag, sweep
 # tables and the helpers rules share.
+import importlib
 import sys
 from pathlib import Path
 
-import pandas as pd
-import yaml
-from snakemake.utils import min_version, update_config, validate
+from snakemake.utils import min_version
 
 ROOT = Path(workflow.basedir)
 # the workflow's own package, whatever else is installed
 sys.path.insert(0, str(ROOT / "src"))
-from cs336_systems.core.imports import import_closure  # noqa: E402
+from cs336_systems.core import config as run_config  # noqa: E402
+from cs336_systems.core import machine as this_machine  # noqa: E402
+from cs336_systems.core import imports  # noqa: E402
 
 min_version("9.0")
 SCHEMAS = ROOT / "workflow" / "schemas"
-GLOBAL_KEYS = {"preset", "machine", "stages", "keep_raw"}
+# what each package file imports, kept between runs (a rerun with nothing edited parses none)
+imports.use_cache(Path(".snakemake", "cs336_imports.json"))
+ConfigError = run_config.ConfigError
 
 
-class ConfigError(ValueError):
-    """A configuration problem, reported before any job runs."""
+# each stage's defaults (config/stages/<stage>.yaml) under the user's --config/--configfile
+STAGE_NAMES = run_config.with_stage_defaults(config, ROOT / "config" / "stages")
 
 
-def _load_stage_defaults():
-    """Stage defaults from config/stages/*.yaml; the user's config (files, --config) wins."""
-    stages = {}
-    for path in sorted((ROOT / "config" / "stages").glob("*.yaml")):
-        stages[path.stem] = yaml.safe_load(path.read_text()) or {}
-    return stages
+def _stage_check(stage):
+    """`check(block, at, facts)` of the stage's plan module, if it has one."""
+    name = f"cs336_systems.stages.{stage}.plan"
+    try:
+        plan = importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name == name:
+            return None
+        raise
+    return getattr(plan, "check", None)
 
 
-_STAGE_DEFAULTS = _load_stage_defaults()
-STAGE_NAMES = sorted(_STAGE_DEFAULTS)
-
-for _stage, _defaults in _STAGE_DEFAULTS.items():
-    if set(_defaults) != {_stage}:
-        raise ConfigError(
-            f"config/stages/{_stage}.yaml must hold one top-level key '{_stage}'"
-        )
-    _merged = yaml.safe_load(yaml.safe_dump(_defaults))  # deep copy
-    update_config(_merged, {_stage: config.get(_stage, {})})
-    config[_stage] = _merged[_stage]
-
-_unknown = sorted(set(config) - GLOBAL_KEYS - set(STAGE_NAMES))
-if _unknown:
-    raise ConfigError(
-        f"unknown config key(s) {_unknown}; allowed: {sorted(GLOBAL_KEYS | set(STAGE_NAMES))}"
-    )
-validate(config, str(SCHEMAS / "config.schema.yaml"))
-
-
-def _cuda_visible():
-    import torch
-
-    return torch.cuda.is_available()
-
-
-PRESET = config["preset"]
-if PRESET == "auto":
-    PRESET = "gpu" if _cuda_visible() else "cpu"
-
-
-def _machine_tag():
-    from cs336_systems.core.results import machine_tag
-
-    return machine_tag()
-
-
-MACHINE = config["machine"] if config["machine"] != "auto" else _machine_tag()
+# Every config value is checked here, once, before any job: the schemas, the global keys and
+# each stage's own checks (stages/<stage>/plan.py:check); every problem is one line.
+_GPUS = this_machine.visible_gpus()
+_RUN = run_config.check_run(
+    config,
+    run_config.load_schemas(SCHEMAS, STAGE_NAMES),
+    {stage: _stage_check(stage) for stage in STAGE_NAMES},
+    gpus=_GPUS,
+    host_memory_mib=this_machine.host_memory_mib(),
+)
+for _note in _RUN.notes:
+    print(_note, file=sys.stderr)
+PRESET = _RUN.preset
+MACHINE = _RUN.machine
+STAGES = _RUN.stages
 RESULTS = f"results/{MACHINE}"
 REPORT_DIR = f"report/{MACHINE}"
-
-if config["stages"] == "all":
-    STAGES = STAGE_NAMES
-else:
-    _bad = sorted(set(config["stages"]) - set(STAGE_NAMES))
-    if _bad:
-        raise ConfigError(
-            f"config key 'stages': unknown stage(s) {_bad}; allowed: {STAGE_NAMES}"
-        )
-    STAGES = list(config["stages"])
 
 # Each stage's rules file registers what the report needs from it: {stage: [files]}.
 REPORT_INPUTS = {}
 
 
 def stage_config(stage):
-    """The validated settings of `stage` for the chosen preset."""
-    block = config[stage]
-    validate(block, str(SCHEMAS / f"{stage}.schema.yaml"))
-    if PRESET not in block:
-        raise ConfigError(
-            f"config key '{stage}': no '{PRESET}' preset; have {sorted(block)}"
-        )
-    return block[PRESET]
+    """The settings of `stage` for the chosen preset (checked above, once)."""
+    return config[stage][PRESET]
 
 
 def code(*modules, files=()):
     """A rule's code inputs: every package file that `modules` (what its shell runs with
     `python3 -m`) and the test `files` import, however deep, read from the import graph.
     """
-    found = import_closure(ROOT / "src", *modules, files=[ROOT / f for f in files])
+    found = imports.import_closure(
+        ROOT / "src", *modules, files=[ROOT / f for f in files]
+    )
+    imports.save_cache()
     return [str(p.relative_to(ROOT)) for p in found]
+
+
+def code_stamp(name, *modules, files=()):
+    """One input standing for `code(*modules, files=files)`: `results/<machine>/code/<name>.sha256`
+    lists those files with their hashes and is rewritten, here while planning, only when one of
+    them changed, so its mtime reruns the jobs exactly as the files' own would. For rules with a
+    job per sweep point: Snakemake spends about a millisecond per input file and job."""
+    stamp = f"{RESULTS}/code/{name}.sha256"
+    imports.write_stamp(stamp, imports.digest(ROOT, code(*modules, files=files)))
+    return stamp
 
 
 def common_args():
@@ -138,6 +119,12 @@ def launcher_resources(stage):
 onstart:
     if workflow.non_local_exec and "auto" in (config["preset"], config["machine"]):
         raise ConfigError(
-            "on a cluster, name the preset and the machine (--config preset=gpu "
-            "machine=<your GPU>): the host planning the run cannot see the nodes' GPUs"
+            [
+                run_config.Problem(
+                    ("machine" if config["machine"] == "auto" else "preset",),
+                    "auto",
+                    "on a cluster, name the preset and the machine (--config preset=gpu "
+                    "machine=<your GPU>): the host planning the run cannot see the nodes' GPUs",
+                )
+            ]
         )

@@ -2,6 +2,7 @@
 # optimizer-state sharding. Two jobs (variants, sharding), each one torchrun launch.
 
 
+DDP = stage_config("ddp")
 DDP_POINTS = f"{RESULTS}/ddp/{{kind}}.csv"
 DDP_FIGURES = [
     f"{REPORT_DIR}/figures/ddp_{name}.png" for name in ("variants", "buckets", "memory")
@@ -22,23 +23,17 @@ rule ddp:
     resources:
         **launcher_resources("ddp"),
     params:
-        cfg=lambda wc: stage_config("ddp"),
-        variants=lambda wc: cli_list(stage_config("ddp")["variants"]),
-        buckets=lambda wc: cli_list(stage_config("ddp")["bucket_sizes_mb"]),
-        env=lambda wc: cli_list(
-            f"{k}={v}" for k, v in sorted(stage_config("ddp")["env"].items())
-        ),
+        cfg=DDP,
+        variants=cli_list(DDP["variants"]),
+        buckets=cli_list(DDP["bucket_sizes_mb"]),
+        env=cli_list(f"{k}={v}" for k, v in sorted(DDP["env"].items())),
         # one profiled step of some variants; its Chrome traces kept under raw/ (keep_raw)
         profile=lambda wc: (
-            "--profile"
-            if wc.kind == "variants" and stage_config("ddp")["profile"]
-            else ""
+            "--profile" if wc.kind == "variants" and DDP["profile"] else ""
         ),
         traces=lambda wc, output: (
             f"--trace-dir {parent(output[0])}/raw"
-            if wc.kind == "variants"
-            and stage_config("ddp")["profile"]
-            and config["keep_raw"]
+            if wc.kind == "variants" and DDP["profile"] and config["keep_raw"]
             else ""
         ),
         common=common_args(),
@@ -57,13 +52,9 @@ rule ddp:
 
 rule ddp_aggregate:
     input:
-        points=lambda wc: expand(
+        points=expand(
             DDP_POINTS,
-            kind=(
-                ["variants", "sharding"]
-                if stage_config("ddp")["sharding"]
-                else ["variants"]
-            ),
+            kind=["variants", "sharding"] if DDP["sharding"] else ["variants"],
         ),
         code=code("cs336_systems.core.results"),
     output:

@@ -5,13 +5,15 @@
 
 from cs336_systems.stages.flash import plan as flash_plan
 
+FLASH = stage_config("flash")
 FLASH_SOURCES = code("cs336_systems.stages.flash")
+FLASH_GATE = flash_plan.gate(STAGES, RESULTS)
 
 
 rule flash:
     input:
         code=FLASH_SOURCES,
-        gate=lambda wc: flash_plan.gate(STAGES, RESULTS),
+        gate=FLASH_GATE,
     output:
         f"{RESULTS}/flash/points/{{dtype}}.csv",
     log:
@@ -21,11 +23,11 @@ rule flash:
     wildcard_constraints:
         dtype=r"fp32|bf16|fp16",
     params:
-        impls=lambda wc: cli_list(stage_config("flash")["impls"]),
-        head_dims=lambda wc: cli_list(stage_config("flash")["head_dims"]),
-        seq_lens=lambda wc: cli_list(stage_config("flash")["seq_lens"]),
-        batch=lambda wc: stage_config("flash")["batch_size"],
-        options=lambda wc: flash_plan.options(stage_config("flash")),
+        impls=cli_list(FLASH["impls"]),
+        head_dims=cli_list(FLASH["head_dims"]),
+        seq_lens=cli_list(FLASH["seq_lens"]),
+        batch=FLASH["batch_size"],
+        options=flash_plan.options(FLASH),
         gate=lambda wc, input: flash_plan.gate_arg(input.gate),
         common=common_args(),
     shell:
@@ -38,7 +40,7 @@ rule flash:
 rule flash_leaderboard:
     input:
         code=FLASH_SOURCES,
-        gate=lambda wc: flash_plan.gate(STAGES, RESULTS),
+        gate=FLASH_GATE,
     output:
         f"{RESULTS}/flash/leaderboard.csv",
     log:
@@ -46,10 +48,10 @@ rule flash_leaderboard:
     benchmark:
         f"{RESULTS}/jobs/flash/leaderboard.tsv"
     params:
-        board=lambda wc: stage_config("flash")["leaderboard"],
-        impls=lambda wc: cli_list(stage_config("flash")["leaderboard"]["impls"]),
-        options=lambda wc: flash_plan.options(stage_config("flash")),
-        timing=lambda wc: flash_plan.leaderboard_timing(stage_config("flash")),
+        board=lambda wc: FLASH["leaderboard"],
+        impls=lambda wc: cli_list(FLASH["leaderboard"]["impls"]),
+        options=flash_plan.options(FLASH),
+        timing=lambda wc: flash_plan.leaderboard_timing(FLASH),
         gate=lambda wc, input: flash_plan.gate_arg(input.gate),
         common=common_args(),
     shell:
@@ -62,7 +64,7 @@ rule flash_leaderboard:
 
 rule flash_aggregate:
     input:
-        points=lambda wc: flash_plan.point_files(stage_config("flash"), RESULTS),
+        points=flash_plan.point_files(FLASH, RESULTS),
         code=code("cs336_systems.core.results"),
     output:
         f"{RESULTS}/flash.csv",

@@ -3,14 +3,17 @@
 
 from cs336_systems.stages.kernel_tests import plan as kernel_tests_plan
 
+KERNEL_TESTS = stage_config("kernel_tests")
+
 
 rule kernel_tests:
     input:
+        # read when the stage runs: its test files need not exist in a run without it
         code=lambda wc: code(
-            "cs336_systems.stages.kernel_tests",
-            files=stage_config("kernel_tests")["files"],
+            "cs336_systems.stages.kernel_tests", files=KERNEL_TESTS["files"]
         ),
-        tests=lambda wc: stage_config("kernel_tests")["files"] + ["tests/conftest.py"],
+        tests=KERNEL_TESTS["files"],
+        conftest="tests/conftest.py",
     output:
         csv=f"{RESULTS}/kernel_tests.csv",
         junit=f"{RESULTS}/kernel_tests/junit.xml",
@@ -19,15 +22,11 @@ rule kernel_tests:
     benchmark:
         f"{RESULTS}/jobs/kernel_tests.tsv"
     params:
-        files=lambda wc: cli_list(stage_config("kernel_tests")["files"]),
-        kernels=lambda wc: kernel_tests_plan.kernel_args(stage_config("kernel_tests")),
-        select=lambda wc: kernel_tests_plan.option(
-            stage_config("kernel_tests"), "select"
-        ),
-        marker=lambda wc: kernel_tests_plan.option(
-            stage_config("kernel_tests"), "marker"
-        ),
-        timeout=lambda wc: stage_config("kernel_tests")["timeout_s"],
+        files=lambda wc, input: cli_list(input.tests),
+        kernels=kernel_tests_plan.kernel_args(KERNEL_TESTS),
+        select=kernel_tests_plan.option(KERNEL_TESTS, "select"),
+        marker=kernel_tests_plan.option(KERNEL_TESTS, "marker"),
+        timeout=KERNEL_TESTS["timeout_s"],
         common=common_args(),
     shell:
         "python3 -m cs336_systems.stages.kernel_tests {params.common} --files {params.files}"

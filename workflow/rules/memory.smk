@@ -1,6 +1,7 @@
 # Stage `memory`: CUDA memory snapshots of one step (timeline PNGs, largest allocations), peak
 # memory with a breakdown, the analytic activation model; RSS on a CPU. One job per model size.
 
+MEMORY = stage_config("memory")
 MEMORY_POINTS = f"{RESULTS}/memory/{{size}}.csv"
 MEMORY_ALLOCATIONS = f"{RESULTS}/memory/{{size}}.allocations.csv"
 MEMORY_SOURCES = code("cs336_systems.stages.memory")
@@ -21,12 +22,12 @@ rule memory:
     benchmark:
         f"{RESULTS}/jobs/memory/{{size}}.tsv"
     params:
-        contexts=lambda wc: cli_list(stage_config("memory")["context_lengths"]),
-        modes=lambda wc: cli_list(stage_config("memory")["modes"]),
-        precisions=lambda wc: cli_list(stage_config("memory")["precisions"]),
-        batch=lambda wc: stage_config("memory")["batch_size"],
-        warmup=lambda wc: stage_config("memory")["warmup_steps"],
-        max_entries=lambda wc: stage_config("memory").get("max_entries", 200000),
+        contexts=cli_list(MEMORY["context_lengths"]),
+        modes=cli_list(MEMORY["modes"]),
+        precisions=cli_list(MEMORY["precisions"]),
+        batch=MEMORY["batch_size"],
+        warmup=MEMORY["warmup_steps"],
+        max_entries=MEMORY.get("max_entries", 200000),
         keep_raw=config["keep_raw"],
         raw=f"{RESULTS}/memory/raw",
         timelines=f"{RESULTS}/memory/timelines",
@@ -42,10 +43,8 @@ rule memory:
 
 rule memory_aggregate:
     input:
-        points=lambda wc: expand(MEMORY_POINTS, size=stage_config("memory")["sizes"]),
-        allocations=lambda wc: expand(
-            MEMORY_ALLOCATIONS, size=stage_config("memory")["sizes"]
-        ),
+        points=expand(MEMORY_POINTS, size=MEMORY["sizes"]),
+        allocations=expand(MEMORY_ALLOCATIONS, size=MEMORY["sizes"]),
         code=code("cs336_systems.core.results"),
     output:
         points=f"{RESULTS}/memory.csv",

@@ -1,6 +1,7 @@
 # Stage `precision`: floating-point accumulation, autocast dtypes of a toy model, LayerNorm's
 # sensitivity to low precision. One job; the report also reads the benchmark and memory CSVs.
 
+PRECISION = stage_config("precision")
 PRECISION_OUTPUTS = {
     "accumulation": f"{RESULTS}/precision.csv",
     "dtypes": f"{RESULTS}/precision_dtypes.csv",
@@ -22,7 +23,7 @@ rule precision:
     benchmark:
         f"{RESULTS}/jobs/precision.tsv"
     params:
-        devices=lambda wc: cli_list(stage_config("precision")["devices"]),
+        devices=cli_list(PRECISION["devices"]),
         common=common_args(),
     shell:
         "python3 -m cs336_systems.stages.precision run {params.common} --devices {params.devices}"

@@ -1,6 +1,7 @@
 # Stage `profile`: which kernels forward, forward+backward and a training step run, per phase,
 # under Nsight Systems (where nsys works) or torch.profiler. One job per model size.
 
+PROFILE = stage_config("profile")
 PROFILE_POINTS = f"{RESULTS}/profile/{{size}}.csv"
 PROFILE_KERNELS = f"{RESULTS}/profile/{{size}}.kernels.csv"
 PROFILE_SOURCES = code("cs336_systems.stages.profile")
@@ -21,15 +22,15 @@ rule profile:
     benchmark:
         f"{RESULTS}/jobs/profile/{{size}}.tsv"
     params:
-        contexts=lambda wc: cli_list(stage_config("profile")["context_lengths"]),
-        modes=lambda wc: cli_list(stage_config("profile")["modes"]),
-        precision=lambda wc: stage_config("profile")["precision"],
-        batch=lambda wc: stage_config("profile")["batch_size"],
-        warmup=lambda wc: stage_config("profile")["warmup_steps"],
-        steps=lambda wc: stage_config("profile")["measure_steps"],
-        profiler=lambda wc: stage_config("profile")["profiler"],
-        nsys=lambda wc: stage_config("profile").get("nsys", ""),
-        timeout=lambda wc: stage_config("profile").get("timeout_s", 600),
+        contexts=cli_list(PROFILE["context_lengths"]),
+        modes=cli_list(PROFILE["modes"]),
+        precision=PROFILE["precision"],
+        batch=PROFILE["batch_size"],
+        warmup=PROFILE["warmup_steps"],
+        steps=PROFILE["measure_steps"],
+        profiler=PROFILE["profiler"],
+        nsys=PROFILE.get("nsys", ""),
+        timeout=PROFILE.get("timeout_s", 600),
         keep_raw=config["keep_raw"],
         raw=f"{RESULTS}/profile/raw",
         common=common_args(),
@@ -37,17 +38,15 @@ rule profile:
         "python3 -m cs336_systems.stages.profile run {params.common} --size {wildcards.size}"
         " --contexts {params.contexts} --modes {params.modes} --precision {params.precision}"
         " --batch-size {params.batch} --warmup {params.warmup} --steps {params.steps}"
-        " --profiler {params.profiler} --nsys '{params.nsys}' --timeout {params.timeout}"
+        " --profiler {params.profiler} --nsys={params.nsys:q} --timeout {params.timeout}"
         " --raw-dir {params.raw} --keep-raw {params.keep_raw}"
         " --out {output.points} --kernels-out {output.kernels} 2>&1 | tee {log}"
 
 
 rule profile_aggregate:
     input:
-        points=lambda wc: expand(PROFILE_POINTS, size=stage_config("profile")["sizes"]),
-        kernels=lambda wc: expand(
-            PROFILE_KERNELS, size=stage_config("profile")["sizes"]
-        ),
+        points=expand(PROFILE_POINTS, size=PROFILE["sizes"]),
+        kernels=expand(PROFILE_KERNELS, size=PROFILE["sizes"]),
         code=code("cs336_systems.core.results"),
     output:
         points=f"{RESULTS}/profile.csv",

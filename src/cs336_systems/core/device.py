@@ -31,6 +31,24 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
+def free_memory_mib(device: torch.device) -> float | None:
+    """Memory free for new tensors on `device` now (MiB): the GPU's, or the host's available
+    memory for a CPU; None when unknown."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0] / 2**20
+    from cs336_systems.core.machine import host_memory_mib
+
+    return host_memory_mib("MemAvailable")
+
+
+def memory_shortfall(need_mib: float, device: torch.device, what: str) -> str | None:
+    """A `skipped:` status when `what` needs more memory than `device` has free, else None."""
+    free = free_memory_mib(device)
+    if free is None or need_mib <= free:
+        return None
+    return f"skipped: {what} needs {need_mib:,.0f} MiB; {free:,.0f} MiB free on {device.type}"
+
+
 def gpu_count() -> int:
     import torch
 

@@ -9,10 +9,16 @@ library only: the workflow calls this while planning, before any job, without lo
 from __future__ import annotations
 
 import ast
+import json
+import os
 from functools import cache
 from pathlib import Path
 
 PACKAGE = "cs336_systems"
+# what files imported when last read, by (mtime, size): the workflow keeps it across runs
+# (`use_cache`), so a rerun with nothing edited parses no file
+_DISK: dict[str, list] = {}
+_CACHE = {"file": None, "dirty": False}
 
 
 def module_path(src: Path, name: str) -> Path | None:
@@ -25,13 +31,61 @@ def module_path(src: Path, name: str) -> Path | None:
     return None
 
 
+def _statements(body: list[ast.stmt]):
+    """Every statement, however nested (function and class bodies, if/try/with/loop blocks):
+    imports are statements, so expressions need not be walked (a tenth of the nodes)."""
+    for node in body:
+        yield node
+        for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+            block = getattr(node, name, None)
+            if isinstance(block, list):
+                yield from _statements(block)
+
+
+def use_cache(path: str | Path) -> None:
+    """Keep what each file imports in `path` (JSON) between runs, keyed by mtime and size."""
+    _CACHE["file"] = Path(path)
+    try:
+        _DISK.update(json.loads(Path(path).read_text()))
+    except (OSError, ValueError):
+        pass
+
+
+def save_cache() -> None:
+    """Write the cache (atomically) if a file was read since it was loaded."""
+    path = _CACHE["file"]
+    if path is None or not _CACHE["dirty"]:
+        return
+    _CACHE["dirty"] = False
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(_DISK))
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
 @cache
 def _imports(path: Path, name: str) -> tuple[str, ...]:
     """Package modules that the file of module `name` imports (absolute names)."""
+    key = f"{path}::{name}"
+    stat = path.stat()
+    known = _DISK.get(key)
+    if known and known[:2] == [stat.st_mtime_ns, stat.st_size]:
+        return tuple(known[2])
+    found = _read_imports(path, name)
+    if _CACHE["file"] is not None:
+        _DISK[key] = [stat.st_mtime_ns, stat.st_size, list(found)]
+        _CACHE["dirty"] = True
+    return found
+
+
+def _read_imports(path: Path, name: str) -> tuple[str, ...]:
     tree = ast.parse(path.read_text(), filename=str(path))
     is_package = path.name == "__init__.py"
     found: list[str] = []
-    for node in ast.walk(tree):
+    for node in _statements(tree.body):
         if isinstance(node, ast.Import):
             found += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -87,3 +141,32 @@ def import_closure(src: str | Path, *modules: str, files: list[str | Path] = ())
         for imported in _imports(path, name):
             todo += [m for m in _with_parents(imported) if m not in seen]
     return sorted(found)
+
+
+def digest(root: str | Path, files: list[str]) -> str:
+    """A stamp's text: one `sha256  path` line per file (paths relative to `root`)."""
+    import hashlib
+
+    lines = [f"{hashlib.sha256(Path(root, f).read_bytes()).hexdigest()}  {f}" for f in files]
+    return "\n".join(lines) + "\n"
+
+
+def write_stamp(path: str | Path, text: str) -> bool:
+    """Write `text` to `path` only when it differs (atomically): its mtime then moves only when
+    a file it stands for changed. True when written."""
+    path = Path(path)
+    try:
+        if path.read_text() == text:
+            return False
+    except OSError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return True
+
+
+def stamp_files(path: str | Path) -> list[str]:
+    """The files a stamp stands for."""
+    return [line.split("  ", 1)[1] for line in Path(path).read_text().splitlines() if line]

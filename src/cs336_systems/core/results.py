@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
-import re
 import subprocess
 import tempfile
 from collections.abc import Iterable
@@ -15,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from cs336_systems.core.log import configure, get_logger
+from cs336_systems.core.machine import tag_for
 
 log = get_logger(__name__)
 
@@ -28,10 +28,6 @@ PROVENANCE_COLUMNS = [
     "git_commit",
     "timestamp",
 ]
-
-
-def slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
 def device_name() -> str:
@@ -49,14 +45,13 @@ def device_name() -> str:
 
 
 def machine_tag() -> str:
-    """A short name for this machine: the GPU model (with a count if several), or `cpu`."""
+    """A short name for this machine as torch sees it: the GPU model (with a count if several),
+    or `cpu`. The workflow finds the same tag without torch (`core/machine.py:machine_tag`)."""
     import torch
 
     if torch.cuda.is_available():
-        n = torch.cuda.device_count()
-        name = slug(torch.cuda.get_device_name(0).replace("NVIDIA", ""))
-        return f"{name}-x{n}" if n > 1 else name
-    return "cpu"
+        return tag_for([torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())])
+    return tag_for([])
 
 
 @cache

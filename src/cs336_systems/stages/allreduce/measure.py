@@ -205,6 +205,9 @@ def _buffers(text: str) -> list[str]:
 
 def _env_pairs(text: str) -> dict[str, str]:
     pairs = [kv for kv in text.split(",") if kv.strip()]
+    bad = [kv for kv in pairs if "=" not in kv or not kv.split("=", 1)[0].strip()]
+    if bad:
+        raise argparse.ArgumentTypeError(f"--env takes KEY=VALUE,...; got {bad}")
     return dict(kv.split("=", 1) for kv in pairs)
 
 
@@ -257,28 +260,62 @@ def worker_argv(args: argparse.Namespace) -> list[str]:
     ]
 
 
+def memory_shortfall(backend: str, world_size: int, nnodes: int, size_mb: float) -> str | None:
+    """A `skipped:` status when a message's buffers (three per rank) cannot fit in this node's
+    memory now: the host's for gloo (every rank of the node on it), one GPU's for NCCL."""
+    from cs336_systems.core.machine import host_memory_mib, visible_gpus
+
+    if backend == "gloo":
+        ranks = math.ceil(world_size / nnodes)
+        need, free, where = 3 * size_mb * ranks, host_memory_mib("MemAvailable"), "the host"
+    else:
+        ranks, memory = 1, [g.memory_mib for g in visible_gpus() if g.memory_mib]
+        need, free, where = 3 * size_mb, min(memory) if memory else None, "a GPU"
+    if free is None or need <= free:
+        return None
+    return (
+        f"skipped: {size_mb:g} MB x 3 buffers x {ranks} ranks needs {need:,.0f} MiB;"
+        f" {free:,.0f} MiB on {where}"
+    )
+
+
 def run_world_size(args: argparse.Namespace, world_size: int) -> list[dict]:
     """Measure (or skip) every size at one world size; rows without provenance."""
+    import copy
+
     from cs336_systems.parallel.launch import Topology, fill_missing, launch
 
     planned = [{"buffers": b, "size_mb": s} for b in args.buffers for s in args.sizes_mb]
     reason = feasibility(args.backend, world_size, args.nnodes)
     if reason is None and world_size % args.nnodes:
         reason = f"skipped: world size {world_size} not divisible by {args.nnodes} nodes"
-    if reason is not None:
-        rows = [{**p, "status": reason} for p in planned]
+    # sizes that cannot fit are rows before anything is launched
+    too_big = {}
+    if reason is None:
+        too_big = {
+            s: why
+            for s in args.sizes_mb
+            if (why := memory_shortfall(args.backend, world_size, args.nnodes, s))
+        }
+    fitting = [s for s in args.sizes_mb if s not in too_big]
+    if reason is not None or not fitting:
+        rows = [{**p, "status": reason or too_big[p["size_mb"]]} for p in planned]
     else:
         topo = Topology(world_size // args.nnodes, args.nnodes, args.topology)
+        run_args = copy.copy(args)
+        run_args.sizes_mb = fitting
         with point(args.backend, f"n={world_size}"):
             result = launch(
                 "cs336_systems.stages.allreduce.measure",
-                worker_argv(args),
+                worker_argv(run_args),
                 topo,
                 timeout_s=args.timeout_s,
                 extra_env=args.env,
             )
         failure = result.status if result.status != "ok" else "error: no result from workers"
-        rows = fill_missing(planned, result.rows, POINT_KEYS, failure)
+        runs = [p for p in planned if p["size_mb"] in fitting]
+        rows = fill_missing(runs, result.rows, POINT_KEYS, failure)
+        rows += [{**p, "status": too_big[p["size_mb"]]} for p in planned if p not in runs]
     env_text = ";".join(f"{k}={v}" for k, v in sorted(args.env.items()))
     for row in rows:
         row.update(

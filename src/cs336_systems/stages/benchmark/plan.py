@@ -7,6 +7,14 @@ from __future__ import annotations
 
 import itertools
 
+from cs336_systems.core.config import Checker, Facts
+
+# the sweep axes a filter (`compile_only`, `attention_only`) may narrow
+FILTERED = {
+    "compile_only": ("sizes", "context_lengths", "modes", "precisions"),
+    "attention_only": ("sizes", "context_lengths"),
+}
+
 
 def points(cfg: dict) -> list[dict]:
     """One dict per job (size, context_length, attention); attentions other than the first run
@@ -34,3 +42,36 @@ def compile_arg(cfg: dict, size: str, context_length: int) -> str:
 def compile_filter(cfg: dict, key: str) -> str:
     """Within a job, the modes (or precisions) that get compiled points."""
     return ",".join(str(v) for v in cfg.get("compile_only", {}).get(key, cfg[key]))
+
+
+def shared_args(cfg: dict) -> str:
+    """The options every point's job takes alike, as one string (the rule formats it once)."""
+    return " ".join(
+        [
+            f"--modes {','.join(cfg['modes'])}",
+            f"--precisions {','.join(cfg['precisions'])}",
+            f"--compile-modes {compile_filter(cfg, 'modes')}",
+            f"--compile-precisions {compile_filter(cfg, 'precisions')}",
+            f"--compile-mode {cfg.get('compile_mode', 'default')}",
+            f"--batch-size {cfg['batch_size']}",
+            f"--warmup {cfg['warmup_steps']}",
+            f"--steps {cfg['measure_steps']}",
+        ]
+    )
+
+
+def check(cfg: dict, at: Checker, facts: Facts) -> None:
+    """What the schema cannot say: size names of this run's model table, and filters that name
+    only values of the sweep."""
+    at.sizes("sizes", cfg["sizes"], facts)
+    at.sizes(("warmup_sweep", "sizes"), cfg.get("warmup_sweep", {}).get("sizes", []), facts)
+    # a filter that selects nothing here is inert (no compiled points, one attention): the
+    # defaults' filters survive a user's override of the sweep (mappings merge key by key)
+    active = {
+        "compile_only": "compiled" in cfg["compile"],
+        "attention_only": len(cfg["attentions"]) > 1,
+    }
+    for name, axes in FILTERED.items():
+        for axis in axes:
+            if active[name] and axis in cfg.get(name, {}):
+                at.within((name, axis), cfg[name][axis], cfg[axis], axis)

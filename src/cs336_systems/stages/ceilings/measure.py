@@ -10,7 +10,8 @@ import argparse
 
 import torch
 
-from cs336_systems.core.harness import device_time, run_point
+from cs336_systems.core.device import memory_shortfall
+from cs336_systems.core.harness import PointResult, device_time, run_point
 from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.core.results import provenance, write_csv
 
@@ -65,6 +66,14 @@ def copy_point(mbytes: int, device: torch.device, reps: int) -> dict:
     return {"ms_median": ms, "gbps": 2 * n * 4 / (ms * 1e-3) / 1e9}
 
 
+def fitting_point(need_mib: float, device: torch.device, what: str, fn) -> PointResult:
+    """`run_point(fn)`, or a `skipped:` point when its buffers cannot fit in the memory free
+    now: checked before anything is allocated."""
+    if skip := memory_shortfall(need_mib, device, what):
+        return PointResult(skip)
+    return run_point(fn)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--matmul-size", type=int, default=8192)
@@ -81,7 +90,14 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     for name in args.dtypes.split(","):
         with point("matmul", name, f"n={args.matmul_size}"):
-            res = run_point(lambda n=name: matmul_point(n, args.matmul_size, device, args.reps))
+            # two operands and the product
+            need = 3 * args.matmul_size**2 * DTYPES[name].itemsize / 2**20
+            res = fitting_point(
+                need,
+                device,
+                f"a {args.matmul_size}^2 {name} matmul",
+                lambda n=name: matmul_point(n, args.matmul_size, device, args.reps),
+            )
             log.info("%s %.1f TFLOP/s", res.status, (res.value or {}).get("tflops", float("nan")))
         rows.append(
             {
@@ -94,7 +110,12 @@ def main(argv: list[str] | None = None) -> None:
             }
         )
     with point("copy", f"{args.copy_mb} MiB"):
-        res = run_point(lambda: copy_point(args.copy_mb, device, args.reps))
+        res = fitting_point(  # source and destination
+            2 * args.copy_mb,
+            device,
+            f"a copy of {args.copy_mb} MiB",
+            lambda: copy_point(args.copy_mb, device, args.reps),
+        )
         gbps = (res.value or {}).get("gbps", float("nan"))
         log.log(status_level(res.status), "%s %.1f GB/s", res.status, gbps)
     rows.append(

@@ -424,7 +424,11 @@ def _names(text: str) -> list[str]:
 
 
 def _env_pairs(text: str) -> dict[str, str]:
-    return dict(kv.split("=", 1) for kv in text.split(",") if kv.strip())
+    pairs = [kv for kv in text.split(",") if kv.strip()]
+    bad = [kv for kv in pairs if "=" not in kv or not kv.split("=", 1)[0].strip()]
+    if bad:
+        raise argparse.ArgumentTypeError(f"--env takes KEY=VALUE,...; got {bad}")
+    return dict(kv.split("=", 1) for kv in pairs)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -457,6 +461,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.steps < 1 or args.warmup < 0:
         ap.error("need --steps >= 1 and --warmup >= 0")
+    if not args.variants and not args.worker and args.kind == "variants":
+        ap.error("--variants: name at least one of " + ",".join(VARIANTS))
     if not args.worker and args.out is None:
         ap.error("--out is required")
     return args

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from cs336_systems.core.config import Checker, Facts, head_dim_problem
+
+# our Triton kernel's largest head dim (kernels/flash_triton_common.py:MAX_HEAD_DIM; a test keeps them
+# equal); SDPA's CUDA backends need multiples of 8
+MAX_HEAD_DIM = 128
+
 
 def gate(stages: list[str], results: str) -> list[str]:
     """The kernel tests' CSV when that stage runs (it then gates our kernels), else nothing."""
@@ -36,3 +42,12 @@ def leaderboard_timing(cfg: dict) -> str:
 def point_files(cfg: dict, results: str) -> list[str]:
     files = [f"{results}/flash/points/{dtype}.csv" for dtype in cfg["dtypes"]]
     return files + ([f"{results}/flash/leaderboard.csv"] if cfg.get("leaderboard") else [])
+
+
+def check(cfg: dict, at: Checker, facts: Facts) -> None:
+    for i, d in enumerate(cfg["head_dims"]):
+        if why := head_dim_problem(d, MAX_HEAD_DIM):
+            at.fail(("head_dims", i), d, why)
+    board = cfg.get("leaderboard")
+    if board and (why := head_dim_problem(board["head_dim"], MAX_HEAD_DIM)):
+        at.fail(("leaderboard", "head_dim"), board["head_dim"], why)

@@ -26,6 +26,7 @@ import pandas as pd
 from cs336_systems.core.harness import Stopwatch
 from cs336_systems.core.log import configure, get_logger
 from cs336_systems.core.results import provenance, verdicts, write_csv
+from cs336_systems.stages.kernel_tests.plan import expression_problem
 
 log = get_logger(__name__)
 
@@ -106,6 +107,26 @@ def first_error(output: str, width: int = 200) -> str:
     return " ".join(output.split())[-width:]
 
 
+def selection(select: str, marker: str) -> str:
+    parts = [f"-k {select!r}" if select else "", f"-m {marker!r}" if marker else ""]
+    return " ".join(p for p in parts if p) or "the files themselves"
+
+
+def argument_problem(files: list[str], select: str, marker: str, timeout_s: int) -> str:
+    """Why pytest cannot run with these arguments ('' when it can). Whether -k/-m select any
+    test is pytest's own collection's answer (exit code 5, before any test runs): a separate
+    collection pass would import torch and the kernels a second time."""
+    missing = [f for f in files if not Path(f).is_file()]
+    if not files or missing:
+        return f"no test file {','.join(missing) or '(none given)'}"
+    for flag, text in (("-k", select), ("-m", marker)):
+        if problem := expression_problem(text):
+            return f"pytest {flag} {text!r}: {problem}"
+    if timeout_s < 1:
+        return f"timeout {timeout_s} s: at least 1 s"
+    return ""
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--files", required=True, help="comma-separated test files")
@@ -136,14 +157,35 @@ def main(argv: list[str] | None = None) -> None:
     junit = Path(args.junit)
     junit.parent.mkdir(parents=True, exist_ok=True)
     junit.unlink(missing_ok=True)
-    code, seconds, tail = run_pytest(files, junit, args.select, args.marker, args.timeout)
+    # what cannot run is said before anything runs: a status row per kernel, no pytest
+    why = argument_problem(files, args.select, args.marker, args.timeout)
+    if why:
+        code, seconds, tail = None, 0.0, why
+    else:
+        code, seconds, tail = run_pytest(files, junit, args.select, args.marker, args.timeout)
 
     import torch
 
     base = {**provenance(args.machine, args.preset), "files": ",".join(files)}
     base["cuda_available"] = torch.cuda.is_available()
     base.update(select=args.select, marker=args.marker, pytest_exit_code=code, suite_s=seconds)
-    if junit.exists() and code in (0, 1, 5):
+    if code == 5:
+        # pytest collected the files and selected nothing: no kernel is tested
+        message = f"no test of {','.join(files)} selected by {selection(args.select, args.marker)}"
+        rows = [
+            {
+                **base,
+                "test": "<pytest run>",
+                "name": "<pytest run>",
+                "outcome": "skipped",
+                "duration_ms": seconds * 1e3,
+                "message": message,
+                "kernel": kernel,
+                "status": f"skipped: {message.replace(',', ';')[:150]}",
+            }
+            for kernel in (patterns or {"other": ""})
+        ]
+    elif junit.exists() and code in (0, 1):
         cases = parse_junit(junit)
         rows = [
             {
@@ -155,9 +197,13 @@ def main(argv: list[str] | None = None) -> None:
             for case in cases
         ]
     else:
-        # pytest itself failed (collection error, crash, timeout): every kernel fails its tests
-        why = "timed out" if code is None else f"exited with code {code}"
-        message = f"pytest {why}: {first_error(tail)}"
+        # pytest itself failed (collection error, crash, timeout) or could not start: every
+        # kernel fails its tests
+        if why:
+            message = why
+        else:
+            what = "timed out" if code is None else f"exited with code {code}"
+            message = f"pytest {what}: {first_error(tail)}"
         rows = [
             {
                 **base,

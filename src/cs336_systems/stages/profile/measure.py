@@ -63,6 +63,7 @@ from cs336_systems.profiling.attribution import (
     summarize_point,
     summary_from_kern_sum,
 )
+from cs336_systems.stages.profile.plan import nsys_problem
 
 MODES = ("forward", "forward_backward", "train_step")
 
@@ -243,6 +244,9 @@ def choose_profiler(requested: str, nsys_setting: str | None, cuda: bool) -> tup
     if not cuda:
         note = "no CUDA device: nsys traces GPU kernels only" if requested == "nsys" else ""
         return torch_name, note
+    if nsys_setting and nsys_problem(nsys_setting):
+        # the configured nsys, checked before anything runs: not silently another one
+        return torch_name, f"nsys {nsys_setting!r} (config `nsys`) is not an executable"
     path = nsys_tools.find_nsys(nsys_setting)
     if path is None:
         return torch_name, "nsys not found (PATH, $NSYS, config `nsys`)"

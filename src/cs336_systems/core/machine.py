@@ -1,0 +1,159 @@
+"""This machine, without importing torch: its visible GPUs, their memory, the host's memory, and
+the tag its results go under (`results/<machine>/`).
+
+The workflow plans with these (importing torch costs seconds on every dry run); the stages,
+which have torch loaded anyway, name the same tag through `core/results.py:machine_tag`, and
+both go through `tag_for`, the one definition of the tag.
+
+GPUs come from `nvidia-smi --query-gpu` (name, memory, UUID), else from the driver's
+`/proc/driver/nvidia/gpus/*/information` (name, UUID; memory unknown), filtered the way CUDA
+filters them: `CUDA_VISIBLE_DEVICES` empty or starting with `-1` hides every GPU; otherwise
+its entries (indices, or UUIDs and their prefixes) name the visible ones, in that order, up to
+the first entry that names none. Devices are numbered in PCI bus order here, as with
+`CUDA_DEVICE_ORDER=PCI_BUS_ID`; CUDA's default order can list a faster model first, which only
+matters on a machine mixing GPU models (the tag names the first GPU).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+PROC_GPUS = Path("/proc/driver/nvidia/gpus")
+# longest tag: a results/ folder name, readable in a path
+MAX_TAG_LENGTH = 64
+TAG_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    uuid: str = ""
+    memory_mib: float | None = None
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def tag_for(gpu_names: list[str]) -> str:
+    """The machine tag: the first GPU's model (with a count if several), or `cpu`."""
+    if not gpu_names:
+        return "cpu"
+    name = slug(gpu_names[0].replace("NVIDIA", ""))[: MAX_TAG_LENGTH - 4].strip("-") or "gpu"
+    n = len(gpu_names)
+    return f"{name}-x{n}" if n > 1 else name
+
+
+def _from_nvidia_smi() -> list[Gpu] | None:
+    try:
+        out = subprocess.run(
+            [
+                "nvidia-smi",
+                "--query-gpu=name,memory.total,uuid",
+                "--format=csv,noheader,nounits",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    gpus = []
+    for line in out.stdout.splitlines():
+        parts = [p.strip() for p in line.rsplit(",", 2)]
+        if len(parts) != 3 or not parts[0]:
+            continue
+        try:
+            memory = float(parts[1])
+        except ValueError:
+            memory = None
+        gpus.append(Gpu(parts[0], parts[2], memory))
+    return gpus
+
+
+def _from_proc(root: Path = PROC_GPUS) -> list[Gpu]:
+    gpus = []
+    try:
+        folders = sorted(root.iterdir())
+    except OSError:
+        return []
+    for folder in folders:
+        try:
+            text = (folder / "information").read_text()
+        except OSError:
+            continue
+        fields = dict(
+            (k.strip(), v.strip())
+            for k, _, v in (line.partition(":") for line in text.splitlines())
+        )
+        if fields.get("Model"):
+            gpus.append(Gpu(fields["Model"], fields.get("GPU UUID", "")))
+    return gpus
+
+
+def visible(gpus: list[Gpu], cuda_visible_devices: str | None) -> list[Gpu]:
+    """The GPUs a CUDA program sees under `CUDA_VISIBLE_DEVICES` (None: unset, all)."""
+    if cuda_visible_devices is None:
+        return list(gpus)
+    chosen: list[Gpu] = []
+    for entry in (e.strip() for e in cuda_visible_devices.split(",")):
+        if entry.isdigit():
+            match = gpus[int(entry)] if int(entry) < len(gpus) else None
+        elif entry.startswith("MIG-") and gpus:
+            match = Gpu(gpus[0].name, entry)  # a MIG instance: its parent's model (assumed)
+        else:
+            found = [g for g in gpus if entry and g.uuid.startswith(entry)]
+            match = found[0] if len(found) == 1 else None
+        if match is None or match in chosen:
+            break
+        chosen.append(match)
+    return chosen
+
+
+@cache
+def _installed() -> tuple[Gpu, ...]:
+    found = _from_nvidia_smi()
+    return tuple(found if found is not None else _from_proc())
+
+
+def visible_gpus() -> list[Gpu]:
+    """The GPUs CUDA would show this process (no torch, no CUDA context)."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None and (not env.strip() or env.strip().startswith("-1")):
+        return []  # hidden: spares the nvidia-smi call
+    return visible(list(_installed()), env)
+
+
+def machine_tag() -> str:
+    return tag_for([g.name for g in visible_gpus()])
+
+
+def host_memory_mib(field: str = "MemTotal") -> float | None:
+    """The host's memory (`MemTotal`, or `MemAvailable`: what fits now) in MiB; None unknown."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        pages = os.sysconf("SC_PHYS_PAGES" if field == "MemTotal" else "SC_AVPHYS_PAGES")
+        return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_tag(tag: str) -> str | None:
+    """Why `tag` cannot name a results folder, or None."""
+    if len(tag) > MAX_TAG_LENGTH:
+        return f"at most {MAX_TAG_LENGTH} characters (it names a folder)"
+    if not TAG_PATTERN.match(tag):
+        return "a folder name: letters, digits, '.', '_' and '-', starting with a letter or digit"
+    return None

@@ -1,0 +1,429 @@
+"""Every config value checked before any job (core/config.py, the schemas, each stage's
+plan.py:check), one category of bad input at a time, on the real defaults with one override.
+
+Each problem is one line, `config: <stage>.<preset>.<key>[<index>]: <value> — <allowed>`.
+The categories (docs/ARCHITECTURE.md lists them too):
+
+ 1. unknown key (global, stage, nested, preset)        10. min above max
+ 2. wrong type (string, list, mapping, bool for int)    11. machine tag not a short folder name
+ 3. an integer written 2.0 (read as 2, said) or 2.5     12. values the launcher cannot pass
+ 4. out of range                                        13. head dims / tiles the kernels refuse
+ 5. a name not allowed (preset, mode, model size, ...)  14. sizes that cannot fit this machine
+ 6. empty list                                          15. pytest expressions, regexes, files
+ 7. duplicates (sweep values, a stage listed twice)     16. launcher topology
+ 8. missing required key                                17. a timeout too short to run anything
+ 9. filters naming values outside the sweep             18. a block that is not a mapping
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+from functools import cache
+
+import pytest
+from pipeline_utils import ROOT
+
+from cs336_systems.core import config as cfg
+from cs336_systems.core.machine import Gpu
+
+DEFAULTS = cfg.load_yaml(ROOT / "config" / "config.yaml")
+GB = 1024.0  # MiB
+
+
+@cache
+def setup():
+    base = copy.deepcopy(DEFAULTS)
+    stages = cfg.with_stage_defaults(base, ROOT / "config" / "stages")
+    checks = {}
+    for stage in stages:
+        try:
+            plan = importlib.import_module(f"cs336_systems.stages.{stage}.plan")
+        except ModuleNotFoundError:
+            continue
+        checks[stage] = getattr(plan, "check", None)
+    return stages, cfg.load_schemas(ROOT / "workflow" / "schemas", stages), checks
+
+
+def check(override: dict, gpus=(), host_memory_mib=None, **globals_):
+    """check_run on the defaults with `override` merged over them (as --configfile does)."""
+    stages, schemas, checks = setup()
+    user = cfg.merge(copy.deepcopy(DEFAULTS), {"preset": "cpu", "machine": "auto", **globals_})
+    user = cfg.merge(user, copy.deepcopy(override))
+    cfg.with_stage_defaults(user, ROOT / "config" / "stages")
+    return cfg.check_run(user, schemas, checks, list(gpus), host_memory_mib), user
+
+
+def problems(override: dict, **kw) -> list[str]:
+    with pytest.raises(cfg.ConfigError) as err:
+        check(override, **kw)
+    lines = str(err.value).splitlines()
+    assert lines[0].endswith("nothing ran:"), lines
+    return lines[1:]
+
+
+def one(override: dict, **kw) -> str:
+    found = problems(override, **kw)
+    assert len(found) == 1, found
+    return found[0]
+
+
+def cpu(**block) -> dict:
+    return {"cpu": block}
+
+
+def test_the_defaults_pass_on_this_machine_and_a_gpu():
+    run, _ = check({})
+    assert (run.preset, run.machine) == ("cpu", "cpu")
+    h100 = [Gpu("NVIDIA H100 80GB HBM3", "GPU-1", 81559.0)]
+    run, _ = check({}, gpus=h100, host_memory_mib=64 * GB, preset="auto")
+    assert (run.preset, run.machine) == ("gpu", "h100-80gb-hbm3")
+
+
+CASES = {
+    # 1. unknown keys, at every depth
+    "unknown global": ({"presett": "gpu"}, "config: presett: 'gpu' — unknown key; allowed:"),
+    "unknown stage key": (
+        {"benchmark": cpu(colour="blue")},
+        "config: benchmark.cpu.colour: 'blue' — unknown key; allowed: attention_only,",
+    ),
+    "unknown nested": (
+        {"allreduce": cpu(launcher={"hosts": 2})},
+        "config: allreduce.cpu.launcher.hosts: 2 — unknown key; allowed: nnodes, topology",
+    ),
+    "unknown preset": ({"memory": {"tpu": {}}}, "config: memory.tpu: {} — unknown key"),
+    # 2. types
+    "string for a list": (
+        {"benchmark": cpu(context_lengths="128")},
+        "config: benchmark.cpu.context_lengths: '128' — a non-empty list of integers >= 1",
+    ),
+    "string for an int": (
+        {"benchmark": cpu(batch_size="4")},
+        "config: benchmark.cpu.batch_size: '4' — an integer >= 1",
+    ),
+    "bool for an int": (
+        {"attention": cpu(fwd_steps=True)},
+        "config: attention.cpu.fwd_steps: true — an integer >= 1",
+    ),
+    "string for a bool": (
+        {"attention": cpu(causal="yes")},
+        "config: attention.cpu.causal: 'yes' — true or false",
+    ),
+    "list for a mapping": (
+        {"ddp": cpu(env=["A=1"])},
+        'config: ddp.cpu.env: ["A=1"] — a mapping (key: value)',
+    ),
+    # 3. a fractional number where an integer goes
+    "2.5 for an int": (
+        {"benchmark": cpu(measure_steps=2.5)},
+        "config: benchmark.cpu.measure_steps: 2.5 — an integer >= 1",
+    ),
+    # 4. ranges
+    "zero steps": (
+        {"benchmark": cpu(measure_steps=0)},
+        "config: benchmark.cpu.measure_steps: 0 — an integer >= 1",
+    ),
+    "negative warm-up": (
+        {"benchmark": cpu(warmup_steps=-2)},
+        "config: benchmark.cpu.warmup_steps: -2 — an integer >= 0",
+    ),
+    "exclusive minimum": (
+        {"allreduce": cpu(sample_ms=0)},
+        "config: allreduce.cpu.sample_ms: 0 — a number > 0",
+    ),
+    "context length 0 in a list": (
+        {"benchmark": cpu(context_lengths=[16, 0])},
+        "config: benchmark.cpu.context_lengths[1]: 0 — an integer >= 1",
+    ),
+    "above a maximum": (
+        {"flash": cpu(head_dims=[16, 256])},
+        "config: flash.cpu.head_dims[1]: 256 — an integer >= 1 and <= 128",
+    ),
+    # 5. names
+    "preset": ({"preset": "tpu"}, "config: preset: 'tpu' — one of auto, cpu, gpu"),
+    "mode": (
+        {"memory": cpu(modes=["forward", "fwd"])},
+        "config: memory.cpu.modes[1]: 'fwd' — one of forward, forward_backward, train_step",
+    ),
+    "model size": (
+        {"benchmark": cpu(sizes=["tiny", "huge"])},
+        "config: benchmark.cpu.sizes[1]: 'huge' — a model size: one of tiny, small, medium,",
+    ),
+    "ddp model size": ({"ddp": cpu(size="xxl")}, "config: ddp.cpu.size: 'xxl' — a model size"),
+    "stage name": (
+        {"stages": ["benchmark", "nope"]},
+        "config: stages[1]: 'nope' — a stage: one of allreduce,",
+    ),
+    "mapping key": (
+        {"flash": cpu(max_seq_len={"flash_trit": 64})},
+        "config: flash.cpu.max_seq_len.flash_trit: 'flash_trit' — a key that is one of",
+    ),
+    # 6. empty lists
+    "empty warm-up sizes": (
+        {"benchmark": cpu(warmup_sweep={"sizes": []})},
+        "config: benchmark.cpu.warmup_sweep.sizes: [] — a non-empty list",
+    ),
+    "empty variants": (
+        {"ddp": cpu(variants=[])},
+        "config: ddp.cpu.variants: [] — a non-empty list, each once, of: naive, flat,",
+    ),
+    "empty stages": ({"stages": []}, "config: stages: [] — a non-empty list of strings"),
+    "empty compile filter": (
+        {"benchmark": cpu(compile_only={"sizes": []})},
+        "config: benchmark.cpu.compile_only.sizes: [] — a non-empty list",
+    ),
+    # 7. duplicates
+    "stage twice": (
+        {"stages": ["benchmark", "ceilings", "benchmark"]},
+        "config: stages[2]: 'benchmark' — listed twice (also at [0]); each once",
+    ),
+    "duplicate warm-ups": (
+        {"benchmark": cpu(warmup_sweep={"warmups": [0, 1, 1]})},
+        "config: benchmark.cpu.warmup_sweep.warmups[2]: 1 — listed twice (also at [1])",
+    ),
+    "duplicate dtypes": (
+        {"ceilings": cpu(dtypes=["fp32", "fp32"])},
+        "config: ceilings.cpu.dtypes[1]: 'fp32' — listed twice (also at [0])",
+    ),
+    # 8. missing required keys (a block with no defaults)
+    "missing key": (
+        {
+            "flash": cpu(
+                leaderboard={
+                    "impls": ["sdpa_flash"],
+                    "dtype": "fp32",
+                    "batch_size": 1,
+                    "heads": 2,
+                    "seq_len": 64,
+                }
+            )
+        },
+        "config: flash.cpu.leaderboard.head_dim: (missing) — required: an integer >= 1",
+    ),
+    # 9. filters name only values of the sweep
+    "compile filter size": (
+        {"benchmark": cpu(compile_only={"sizes": ["medium"]})},
+        "config: benchmark.cpu.compile_only.sizes[0]: 'medium' — a value of "
+        "benchmark.cpu.sizes (tiny, small): a filter names only values the sweep runs",
+    ),
+    "compile filter mode": (
+        {"benchmark": cpu(modes=["forward"], compile_only={"modes": ["train_step"]})},
+        "config: benchmark.cpu.compile_only.modes[0]: 'train_step' — a value of "
+        "benchmark.cpu.modes (forward)",
+    ),
+    "attention filter": (
+        {"benchmark": {"gpu": {"attention_only": {"context_lengths": [512, 777]}}}},
+        "config: benchmark.gpu.attention_only.context_lengths[1]: 777 — a value of",
+    ),
+    # 10. min <= max
+    "min repeats": (
+        {"allreduce": cpu(min_repeats=20)},
+        "config: allreduce.cpu.min_repeats: 20 — at most allreduce.cpu.repeats (10)",
+    ),
+    # 11. the machine tag
+    "overlong tag": ({"machine": "m" * 65}, "config: machine: 'mmmm"),
+    "tag with a slash": ({"machine": "a/b"}, "config: machine: 'a/b' — a short folder name"),
+    "tag starting with a dot": ({"machine": ".."}, "config: machine: '..' — a short folder"),
+    # 12. what the launcher can pass
+    "env key with a comma": (
+        {"allreduce": cpu(env={"A,B": 1})},
+        "config: allreduce.cpu.env.A,B: 1 — a variable name: letters, digits and '_'",
+    ),
+    "env key with =": ({"ddp": cpu(env={"A=B": 1})}, "config: ddp.cpu.env.A=B: 1 — a variable"),
+    "env key with a digit first": (
+        {"ddp": cpu(env={"1A": 1})},
+        "config: ddp.cpu.env.1A: 1 — a variable",
+    ),
+    "env value with a comma": (
+        {"ddp": cpu(env={"NCCL_DEBUG": "INFO,WARN"})},
+        "config: ddp.cpu.env.NCCL_DEBUG: 'INFO,WARN' — a value without ',' or line breaks",
+    ),
+    "fsdp env value with a comma": (
+        {"fsdp": cpu(env={"NCCL_ALGO": "Ring,Tree"})},
+        "config: fsdp.cpu.env.NCCL_ALGO: 'Ring,Tree' — a value without ','",
+    ),
+    "env value with a newline": (
+        {"allreduce": cpu(env={"X": "a\nb"})},
+        "config: allreduce.cpu.env.X: 'a\\nb' — a value without ','",
+    ),
+    "nsys path on two lines": (
+        {"profile": cpu(nsys="/opt/nsys\n")},
+        "config: profile.cpu.nsys: '/opt/nsys\\n' — a path on one line",
+    ),
+    # 13. shapes the kernels take
+    "attention head dim 3": (
+        {"attention": cpu(head_dims=[3, 16])},
+        "config: attention.cpu.head_dims[0]: 3 — a head dim the attention kernels take: "
+        "a multiple of 8 from 8 to 256",
+    ),
+    "flash head dim 12": (
+        {"flash": cpu(head_dims=[12])},
+        "config: flash.cpu.head_dims[0]: 12 — a head dim the attention kernels take",
+    ),
+    "leaderboard head dim": (
+        {"flash": {"gpu": {"leaderboard": {"head_dim": 60}}}},
+        "config: flash.gpu.leaderboard.head_dim: 60 — a head dim",
+    ),
+    "tile of 8": (
+        {"flash": cpu(flash_pytorch_tiles=[8, 32])},
+        "config: flash.cpu.flash_pytorch_tiles[0]: 8 — an integer >= 16",
+    ),
+    "three tiles": (
+        {"flash": cpu(flash_pytorch_tiles=[32, 32, 32])},
+        "config: flash.cpu.flash_pytorch_tiles: [32, 32, 32] — a list of exactly 2",
+    ),
+    # 15. pytest's own arguments, regexes, files
+    "-k expression": (
+        {"kernel_tests": cpu(select="not (fp16")},
+        "config: kernel_tests.cpu.select: 'not (fp16' — a pytest -k expression; at column 10: "
+        "expected right parenthesis",
+    ),
+    "-m expression": (
+        {"kernel_tests": cpu(marker="gpu and")},
+        "config: kernel_tests.cpu.marker: 'gpu and' — a pytest -m expression; at column 8",
+    ),
+    "kernel regex": (
+        {"kernel_tests": cpu(kernels={"flash_pytorch": "^test_(pytorch"})},
+        "config: kernel_tests.cpu.kernels.flash_pytorch: '^test_(pytorch' — a regular "
+        "expression on test names; missing ), unterminated subpattern",
+    ),
+    "missing test file": (
+        {"kernel_tests": cpu(files=["tests/test_nope.py"])},
+        "config: kernel_tests.cpu.files[0]: 'tests/test_nope.py' — an existing test file",
+    ),
+    "test file outside tests/": (
+        {"kernel_tests": cpu(files=["src/x.py"])},
+        "config: kernel_tests.cpu.files[0]: 'src/x.py' — a test file tests/test_<name>.py",
+    ),
+    # 16. topology
+    "two nodes, local": (
+        {"allreduce": cpu(launcher={"nnodes": 2})},
+        "config: allreduce.cpu.launcher.nnodes: 2 — 1 with topology local (one node); "
+        "several nodes need topology slurm",
+    ),
+    "ranks per node": (
+        {"ddp": cpu(world_size=3, launcher={"topology": "slurm", "nnodes": 2})},
+        "config: ddp.cpu.world_size: 3 — a multiple of launcher.nnodes (2)",
+    ),
+    # 17. timeouts
+    "test timeout 1 s": (
+        {"kernel_tests": cpu(timeout_s=1)},
+        "config: kernel_tests.cpu.timeout_s: 1 — an integer >= 60",
+    ),
+    # 18. a block that is not a mapping
+    "stage block": ({"benchmark": {"cpu": 5}}, "config: benchmark.cpu: 5 — a mapping"),
+}
+
+
+@pytest.mark.parametrize("override,expected", CASES.values(), ids=CASES.keys())
+def test_each_bad_value_is_one_line_naming_its_key(override, expected):
+    line = one(override)
+    assert line.startswith(expected), line
+    assert "\n" not in line and "ValidationError" not in line and " — " in line
+
+
+def test_an_integer_written_with_a_point_is_read_as_one_and_said():
+    run, user = check({"benchmark": cpu(batch_size=2.0, warmup_sweep={"warmups": [0, 1.0]})})
+    assert user["benchmark"]["cpu"]["batch_size"] == 2
+    assert type(user["benchmark"]["cpu"]["batch_size"]) is int
+    assert user["benchmark"]["cpu"]["warmup_sweep"]["warmups"] == [0, 1]
+    notes = sorted(map(str, run.notes))
+    assert notes == [
+        "config: benchmark.cpu.batch_size: 2.0 — read as the integer 2",
+        "config: benchmark.cpu.warmup_sweep.warmups[1]: 1.0 — read as the integer 1",
+    ]
+
+
+def test_every_problem_is_reported_at_once():
+    found = problems(
+        {
+            "benchmark": cpu(measure_steps=0, sizes=["tiny", "tiny"]),
+            "ddp": cpu(variants=[]),
+            "allreduce": cpu(min_repeats=50),
+        }
+    )
+    assert len(found) == 4, found
+    assert all(line.startswith("config: ") for line in found)
+
+
+def test_a_filter_that_selects_nothing_is_not_checked():
+    # no compiled points: the defaults' compile filter (merged under any override) is inert
+    check({"benchmark": cpu(compile=["eager"], context_lengths=[16], compile_only={})})
+    check(
+        {
+            "benchmark": {
+                "gpu": {"attentions": ["naive"], "compile": ["eager"], "context_lengths": [128]}
+            }
+        }
+    )
+
+
+def test_the_other_preset_is_checked_too():
+    line = one({"benchmark": {"gpu": {"measure_steps": 0}}})
+    assert line.startswith("config: benchmark.gpu.measure_steps: 0")
+
+
+# 14. sizes that cannot fit, where this machine is the one that runs them
+
+
+def test_sizes_that_cannot_fit_this_host_stop_the_run():
+    found = problems(
+        {
+            "ceilings": cpu(copy_mb=8192),
+            "allreduce": cpu(sizes_mb={"gloo": [1, 2000]}),
+        },
+        host_memory_mib=8 * GB,
+    )
+    assert found == [
+        "config: allreduce.cpu.sizes_mb.gloo[1]: 2000 — needs 12,000 MiB, more than the "
+        "8,192 MiB of this host",
+        "config: ceilings.cpu.copy_mb: 8192 — needs 16,384 MiB, more than the 8,192 MiB of "
+        "this host",
+    ]
+
+
+def test_gpu_sizes_are_checked_against_the_gpu():
+    h100 = [Gpu("NVIDIA H100 80GB HBM3", "GPU-1", 81559.0)]
+    line = one({"ceilings": {"gpu": {"matmul_size": 100_000}}}, gpus=h100, preset="auto")
+    assert line.startswith("config: ceilings.gpu.matmul_size: 100000 — needs 114,441 MiB")
+    assert line.endswith("of the GPU")
+
+
+def test_memory_is_not_checked_for_another_machine_or_preset():
+    huge = {"ceilings": {"cpu": {"copy_mb": 10**6}, "gpu": {"copy_mb": 10**6}}}
+    # planned here for a cluster's GPU nodes: this host's memory says nothing
+    check(huge, host_memory_mib=8 * GB, preset="gpu", machine="h100-80gb-hbm3")
+    # the gpu block of a cpu run
+    check({"ceilings": {"gpu": {"copy_mb": 10**6}}}, host_memory_mib=8 * GB)
+
+
+def test_auto_machine_tag_is_checked_like_a_given_one():
+    weird = [Gpu("NVIDIA " + "Very Long Model Name " * 5, "GPU-1")]
+    run, _ = check({}, gpus=weird, preset="cpu")
+    assert len(run.machine) <= 64 and run.machine.startswith("very-long-model-name")
+
+
+def test_model_size_names_match_the_model():
+    from cs336_systems.model import EXTRA_SIZES, MODEL_SIZES
+
+    assert set(cfg.MODEL_SIZE_NAMES) == set(MODEL_SIZES) | set(EXTRA_SIZES)
+
+
+def test_kernel_limits_match_the_kernels():
+    from cs336_systems.kernels.flash_triton_common import MAX_HEAD_DIM
+    from cs336_systems.stages.flash.plan import MAX_HEAD_DIM as PLANNED
+
+    assert PLANNED == MAX_HEAD_DIM
+
+
+def test_describe_and_key_paths():
+    assert cfg.key_path(("benchmark", "cpu", "sizes", 2)) == "benchmark.cpu.sizes[2]"
+    assert cfg.key_path(("stages", 0)) == "stages[0]"
+    assert cfg.show("x" * 100).endswith("...") and len(cfg.show("x" * 100)) == 80
+    schema = {
+        "type": "array",
+        "minItems": 1,
+        "uniqueItems": True,
+        "items": {"type": "integer", "minimum": 1},
+    }
+    assert cfg.describe(schema) == "a non-empty list of integers >= 1, each once"

@@ -1,0 +1,133 @@
+"""Each stage checks its own arguments before it runs anything, and a point that cannot run is
+a status row: pytest -k/-m expressions (parsed by pytest's own parser, selection by pytest's
+collection), the nsys path, sizes that must fit in memory, the launcher's --env."""
+
+from __future__ import annotations
+
+import argparse
+import types
+
+import pandas as pd
+import pytest
+
+from cs336_systems.stages.allreduce import measure as allreduce
+from cs336_systems.stages.ceilings import measure as ceilings
+from cs336_systems.stages.ddp import measure as ddp
+from cs336_systems.stages.kernel_tests import measure as kernel_tests
+from cs336_systems.stages.kernel_tests.plan import expression_problem
+from cs336_systems.stages.profile import measure as profile
+
+KERNELS = ["--kernel", "flash_pytorch=^test_pytorch_", "--kernel", "flash_triton=^test_triton_"]
+
+
+def run_kernel_tests(tmp_path, files, *extra) -> pd.DataFrame:
+    out = tmp_path / "kernel_tests.csv"
+    kernel_tests.main(
+        ["--files", ",".join(map(str, files)), *KERNELS, "--junit", str(tmp_path / "j.xml"),
+         "--machine", "m", "--preset", "cpu", "--out", str(out), *extra]
+    )  # fmt: skip
+    return pd.read_csv(out)
+
+
+@pytest.mark.parametrize(
+    "flag,expr", [("--select", "not (fp16"), ("--select", "a b"), ("--marker", "gpu and")]
+)
+def test_kernel_tests_refuse_a_bad_expression_before_pytest_runs(tmp_path, monkeypatch, flag, expr):
+    monkeypatch.setattr(kernel_tests, "run_pytest", lambda *a: pytest.fail("pytest ran"))
+    test = tmp_path / "test_tiny.py"
+    test.write_text("def test_pytorch_one():\n    pass\n")
+    df = run_kernel_tests(tmp_path, [test], flag, expr)
+    assert list(df["kernel"]) == ["flash_pytorch", "flash_triton"]
+    short = {"--select": "-k", "--marker": "-m"}[flag]
+    assert df["status"].str.startswith(f"error: pytest {short} {expr!r}").all(), df["status"][0]
+    assert (df["outcome"] == "error").all()
+
+
+def test_kernel_tests_say_when_the_selection_is_empty(tmp_path):
+    test = tmp_path / "test_tiny.py"
+    test.write_text("def test_pytorch_one():\n    pass\n")
+    df = run_kernel_tests(tmp_path, [test], "--select", "triton")
+    assert (df["pytest_exit_code"] == 5).all()
+    assert df["status"].str.startswith("skipped: no test of").all()
+    assert "selected by -k 'triton'" in df["message"][0]
+    # and a selection that matches runs
+    df = run_kernel_tests(tmp_path, [test], "--select", "pytorch")
+    assert list(df["status"]) == ["ok"] and list(df["kernel"]) == ["flash_pytorch"]
+
+
+def test_kernel_tests_without_their_test_file(tmp_path):
+    df = run_kernel_tests(tmp_path, [tmp_path / "test_gone.py"])
+    assert df["status"].str.startswith("error: no test file").all()
+
+
+def test_pytest_expressions_parse_with_pytests_own_parser():
+    assert expression_problem("") is None
+    assert expression_problem("not fp16 and not bf16") is None
+    assert expression_problem("test_x[1-2]") is None
+    assert "column" in expression_problem("not (fp16")
+    assert expression_problem("and") is not None
+
+
+def test_ceilings_skip_sizes_that_cannot_fit_before_allocating(tmp_path, monkeypatch):
+    monkeypatch.setattr(ceilings, "copy_point", lambda *a: pytest.fail("allocated"))
+    out = tmp_path / "ceilings.csv"
+    ceilings.main(
+        ["--matmul-size", "64", "--dtypes", "fp32", "--copy-mb", str(2**30), "--reps", "2",
+         "--machine", "m", "--preset", "cpu", "--out", str(out)]
+    )  # fmt: skip
+    df = pd.read_csv(out).set_index("kind")
+    assert df.loc["matmul", "status"] == "ok"
+    assert df.loc["copy", "status"].startswith("skipped: a copy of 1073741824 MiB needs")
+    assert "MiB free on cpu" in df.loc["copy", "status"]
+
+
+def test_allreduce_skips_sizes_that_cannot_fit_and_runs_the_rest(monkeypatch):
+    launched = {}
+
+    def fake_launch(module, argv, topo, timeout_s, extra_env):
+        launched["argv"] = argv
+        rows = [{"buffers": "default", "size_mb": 1.0, "status": "ok"}]
+        return types.SimpleNamespace(status="ok", rows=rows)
+
+    monkeypatch.setattr("cs336_systems.parallel.launch.launch", fake_launch)
+    monkeypatch.setattr(allreduce, "feasibility", lambda *a: None)
+    args = allreduce.parse_args(
+        ["--backend", "gloo", "--world-sizes", "2", "--sizes-mb", f"1,{2**40}", "--out", "x"]
+    )
+    rows = {r["size_mb"]: r["status"] for r in allreduce.run_world_size(args, 2)}
+    assert rows[1.0] == "ok"
+    assert rows[2.0**40].startswith("skipped: 1.09951e+12 MB x 3 buffers x 2 ranks needs")
+    assert "--sizes-mb=1" in launched["argv"]
+
+
+def test_allreduce_launches_nothing_when_no_size_fits(monkeypatch):
+    monkeypatch.setattr("cs336_systems.parallel.launch.launch", lambda *a, **k: pytest.fail())
+    monkeypatch.setattr(allreduce, "feasibility", lambda *a: None)
+    args = allreduce.parse_args(
+        ["--backend", "gloo", "--world-sizes", "2", "--sizes-mb", f"{2**40}", "--out", "x"]
+    )
+    (row,) = allreduce.run_world_size(args, 2)
+    assert row["status"].startswith("skipped:")
+
+
+@pytest.mark.parametrize("parse", [allreduce._env_pairs, ddp._env_pairs])
+def test_env_pairs_say_what_is_wrong(parse):
+    assert parse("A=1,B=x=y") == {"A": "1", "B": "x=y"}
+    assert parse("") == {}
+    for bad in ("A", "A=1,B", "=1"):
+        with pytest.raises(argparse.ArgumentTypeError, match="KEY=VALUE"):
+            parse(bad)
+
+
+def test_ddp_needs_a_variant():
+    with pytest.raises(SystemExit):
+        ddp.parse_args(["variants", "--backend", "gloo", "--variants=", "--out", "x"])
+    assert ddp.parse_args(["sharding", "--backend", "gloo", "--variants=", "--out", "x"])
+
+
+def test_profile_says_when_the_configured_nsys_is_not_there():
+    profiler, note = profile.choose_profiler("auto", "/no/such/nsys", cuda=True)
+    assert profiler == profile.PROFILER_TORCH_CUDA
+    assert note == "nsys '/no/such/nsys' (config `nsys`) is not an executable"
+    # a name on PATH counts: `true` stands in for an nsys here
+    assert profile.choose_profiler("auto", "true", cuda=True)[0] == profile.PROFILER_NSYS
