@@ -87,3 +87,19 @@ def import_closure(src: str | Path, *modules: str, files: list[str | Path] = ())
         for imported in _imports(path, name):
             todo += [m for m in _with_parents(imported) if m not in seen]
     return sorted(found)
+
+
+def module_literal(src: str | Path, name: str, variable: str):
+    """The value of ``variable = <literal>`` (annotated or not) at the top level of module
+    `name`, read from its source: planning can read a table such as ``model.MODEL_SIZES``
+    without importing the module (and torch)."""
+    path = module_path(Path(src), name)
+    if path is None:
+        raise ModuleNotFoundError(f"no module {name!r} under {src}")
+    for node in ast.parse(path.read_text(), filename=str(path)).body:
+        target = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+        if isinstance(target, ast.Name) and target.id == variable and node.value is not None:
+            return ast.literal_eval(node.value)
+    raise KeyError(f"{name} has no top-level literal {variable!r}")
