@@ -1,5 +1,6 @@
 # The frame every stage plugs into: config validation, the preset, the machine tag, sweep
 # tables and the helpers rules share.
+import importlib
 import sys
 from pathlib import Path
 
@@ -88,11 +89,24 @@ def stage_config(stage):
     """The validated settings of `stage` for the chosen preset."""
     block = config[stage]
     validate(block, str(SCHEMAS / f"{stage}.schema.yaml"))
+    _plan_checks(stage, block)
     if PRESET not in block:
         raise ConfigError(
             f"config key '{stage}': no '{PRESET}' preset; have {sorted(block)}"
         )
     return block[PRESET]
+
+
+def _plan_checks(stage, block):
+    """What a stage's plan module checks beyond its schema (`messages(block)`: one line per
+    problem, `config: <stage>.<preset>.<key>[<i>]: <value> — <allowed>`)."""
+    try:
+        plan = importlib.import_module(f"cs336_systems.stages.{stage}.plan")
+    except ModuleNotFoundError:
+        return
+    problems = plan.messages(block) if hasattr(plan, "messages") else []
+    if problems:
+        raise ConfigError("\n".join(problems))
 
 
 def code(*modules, files=()):
