@@ -32,6 +32,9 @@ VOCAB_SIZE = 10_000
 BATCH_SIZE = 4
 
 AttentionFn = Callable[..., torch.Tensor]
+# how TransformerLM runs its stack of blocks: (blocks, x) -> x; core.checkpointing swaps in
+# arrangements of torch.utils.checkpoint
+BlocksFn = Callable[[nn.ModuleList, torch.Tensor], torch.Tensor]
 
 
 def size_spec(name: str) -> dict[str, int]:
@@ -42,6 +45,13 @@ def size_spec(name: str) -> dict[str, int]:
     raise ValueError(
         f"unknown model size {name!r}; known: {sorted({**MODEL_SIZES, **EXTRA_SIZES})}"
     )
+
+
+def run_in_order(blocks: nn.ModuleList, x: torch.Tensor) -> torch.Tensor:
+    """The plain stack: every block once, in order, saving what autograd needs."""
+    for block in blocks:
+        x = block(x)
+    return x
 
 
 def naive_attention(q, k, v, is_causal: bool = True) -> torch.Tensor:
@@ -195,6 +205,7 @@ class TransformerLM(nn.Module):
         )
         self.ln_final = RMSNorm(d_model)
         self.lm_head = linear(d_model, vocab_size)
+        self.run_blocks: BlocksFn = run_in_order
 
     def set_attention(self, fn: AttentionFn | str) -> TransformerLM:
         """Swap the attention function of every block (a name from ATTENTION_FUNCTIONS or a callable)."""
@@ -208,9 +219,7 @@ class TransformerLM(nn.Module):
             raise ValueError(
                 f"sequence of {token_ids.shape[-1]} tokens exceeds context_length {self.context_length}"
             )
-        x = self.token_embeddings(token_ids)
-        for layer in self.layers:
-            x = layer(x)
+        x = self.run_blocks(self.layers, self.token_embeddings(token_ids))
         return self.lm_head(self.ln_final(x))
 
 

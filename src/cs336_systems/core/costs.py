@@ -158,3 +158,142 @@ def fsdp_saving_vs_optimizer_sharding(
     return training_state_bytes(
         sharded, replicated, world, "sharded_optimizer", param_bytes, grad_bytes
     ) - training_state_bytes(sharded, replicated, world, "fsdp", param_bytes, grad_bytes)
+
+
+# ---- activation memory and checkpointing ------------------------------------------------------
+
+BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+def block_saved_bytes(
+    batch: int,
+    seq: int,
+    d_model: int,
+    num_heads: int,
+    d_ff: int,
+    precision: str = "fp32",
+    device_type: str = "cuda",
+) -> dict[str, int]:
+    """Bytes one eager TransformerBlock of our model saves for backward (naive attention,
+    RMSNorm in fp32, SwiGLU, RoPE; parameters and RoPE tables excluded), split into its input
+    (``input``: the residual stream it reads, b n d fp32) and the rest (``inner``).
+
+    fp32, in elements (b batch, n seq, d d_model, f d_ff, h heads):
+      each RMSNorm: rsqrt (b n), x * rsqrt (b n d) and its output (b n d, which the projections
+      read); the second norm's input x + attn(x) (b n d); attention: RoPE'd q and k, a
+      contiguous v, the output projection's input (4 b n d), softmax output (b h n^2), the
+      causal mask (n^2 bools); SwiGLU: w1 x, silu(w1 x), w3 x and their product (4 b n f).
+      inner = 4 (9 bnd + 4 bnf + b h n^2 + 2 bn) + n^2, input = 4 bnd.
+    bf16 autocast: the norms stay fp32 but their outputs are not saved (each matmul saves its
+    own bf16 copy of its input: q, k, v and w1, w3 each cast the same norm output, 3 + 2
+    copies, plus the output projection's and w2's inputs); q, k, v and the SwiGLU terms are
+    bf16; softmax runs in fp32 on CUDA (4-byte probabilities and the 2-byte copy PV reads), in
+    bf16 on CPU; autocast's bf16 copies of the block's weights (2 bytes per matmul parameter,
+    ``weight_casts``) are saved too.
+      inner = 4 (2 bnd + 2 bn) + 4 bnd + 2 (3 + 3 + 1 + 2) bnd + 2 * 4 bnf + (4 + 2 | 2) b h n^2
+              + n^2 + 2 (4 d^2 + 3 d f).
+    """
+    if precision not in ("fp32", "bf16"):
+        raise ValueError(f"unknown precision {precision!r}; known: fp32, bf16")
+    b, n, d, f, h = batch, seq, d_model, d_ff, num_heads
+    bnd, bnf, bhnn, bn = b * n * d, b * n * f, b * h * n * n, b * n
+    if precision == "fp32":
+        norms = 2 * 4 * (bn + 2 * bnd) + 4 * bnd  # rsqrt, x*rsqrt, output; ln2's input
+        matmuls = 4 * (4 * bnd + 4 * bnf)  # q, k, v, o-proj input; SwiGLU's four
+        scores = 4 * bhnn
+        casts = 0
+    else:
+        norms = 2 * 4 * (bn + bnd) + 4 * bnd
+        # bf16 casts of the norm outputs (3 + 2), q, k, v, o-proj input; SwiGLU's four
+        matmuls = 2 * ((3 + 3 + 1 + 2) * bnd + 4 * bnf)
+        scores = (4 + 2 if device_type == "cuda" else 2) * bhnn
+        casts = 2 * (4 * d * d + 3 * d * f)
+    inner = norms + matmuls + scores + n * n + casts
+    return {"input": 4 * bnd, "inner": inner, "total": 4 * bnd + inner, "weight_casts": casts}
+
+
+def head_saved_bytes(
+    batch: int, seq: int, d_model: int, vocab_size: int, precision: str = "fp32"
+) -> int:
+    """Bytes saved after the blocks: the final RMSNorm (its input, rsqrt, x * rsqrt, fp32), the
+    LM head's input (the norm's fp32 output; under autocast a bf16 copy, and the head's weight
+    cast), and the loss (log-softmax output b n V in fp32, nll's total weight)."""
+    b, n, d, v = batch, seq, d_model, vocab_size
+    norm = 4 * (2 * b * n * d + b * n)
+    head = 4 * b * n * d if precision == "fp32" else 2 * b * n * d + 2 * d * v
+    return norm + head + 4 * b * n * v + 4
+
+
+def _is_group(item) -> bool:
+    return isinstance(item, tuple)
+
+
+def _blocks(plan) -> int:
+    return sum(_blocks(i) if _is_group(i) else 1 for i in plan)
+
+
+def checkpoint_memory(
+    plan: tuple,
+    block_bytes: int,
+    boundary_bytes: int,
+    head_bytes: int = 0,
+    cached_bytes: int = 0,
+) -> dict[str, float]:
+    """Peak bytes of saved activations of a training step whose blocks run as `plan` arranges
+    them (core/checkpointing.py: a tuple of block indices and checkpointed sub-tuples), and the
+    block forwards it recomputes.
+
+    Each block saves B = `block_bytes`, of which a = `boundary_bytes` is its input; a checkpoint
+    call saves only its input (a). Forward ends holding what the outer level saves plus the
+    head's H: fwd = sum over top-level items (a + (B - a) if a block) + H. Backward walks each
+    level in reverse; a checkpointed item is recomputed first, its own items saved as above
+    (its first input is already held), then walked the same way. While item i of a level is
+    walked, what items 1..i of every enclosing level saved is alive:
+
+        peak = max(fwd, max over blocks of the sum of what every level holds at that point)
+
+    One level of N/k segments of k blocks: fwd = (N/k) a + H, backward (N/k - 1) a + k B:
+    memory ~ N a / k + k B, minimal at k = sqrt(N a / B) (O(sqrt N) when a ~ B), recomputing N
+    blocks. Recursive halving: one input per level alive, about a log2 N + B, recomputing
+    N log2 N blocks. Nested prefixes (``chain``): a + B, recomputing N (N - 1) / 2 blocks.
+    Under autocast, each block's weight casts (`cached_bytes`, part of B) stay in autocast's
+    cache until the forward ends, saved or not: a checkpointed block adds them to fwd.
+    Gradients, the optimizer and transient buffers of backward are not in this count.
+    """
+    a, inner = boundary_bytes, block_bytes - boundary_bytes
+
+    def cost(item, new_input: bool) -> int:
+        return (a if new_input else 0) + (0 if _is_group(item) else inner)
+
+    def walk(items: tuple, held: float, top: bool) -> float:
+        peak, level = 0.0, held
+        for i, item in enumerate(items):
+            level += cost(item, top or i > 0)
+            # walked in reverse: while item i is, items 0..i are still held
+            peak = max(peak, walk(item, level, False) if _is_group(item) else level)
+        return peak
+
+    plain = sum(not _is_group(item) for item in plan)
+    forward = (
+        sum(cost(item, True) for item in plan) + head_bytes + cached_bytes * (_blocks(plan) - plain)
+    )
+    recomputed = 0
+
+    def count(items: tuple) -> None:
+        nonlocal recomputed
+        for item in items:
+            if _is_group(item):
+                recomputed += _blocks(item)
+                count(item)
+
+    count(plan)
+    backward = walk(plan, 0.0, True)
+    return {
+        "forward_bytes": float(forward),
+        "backward_bytes": float(backward),
+        "peak_bytes": float(max(forward, backward)),
+        "recomputed_blocks": recomputed,
+        "blocks": _blocks(plan),
+        # forward + backward ~ 3 forwards per block; each recomputed block adds one
+        "compute_factor": (3 * _blocks(plan) + recomputed) / (3 * _blocks(plan)),
+    }

@@ -170,3 +170,19 @@ def write_stamp(path: str | Path, text: str) -> bool:
 def stamp_files(path: str | Path) -> list[str]:
     """The files a stamp stands for."""
     return [line.split("  ", 1)[1] for line in Path(path).read_text().splitlines() if line]
+
+
+def module_literal(src: str | Path, name: str, variable: str):
+    """The value of ``variable = <literal>`` (annotated or not) at the top level of module
+    `name`, read from its source: planning can read a table such as ``model.MODEL_SIZES``
+    without importing the module (and torch)."""
+    path = module_path(Path(src), name)
+    if path is None:
+        raise ModuleNotFoundError(f"no module {name!r} under {src}")
+    for node in ast.parse(path.read_text(), filename=str(path)).body:
+        target = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+        if isinstance(target, ast.Name) and target.id == variable and node.value is not None:
+            return ast.literal_eval(node.value)
+    raise KeyError(f"{name} has no top-level literal {variable!r}")

@@ -1,0 +1,128 @@
+"""Activation checkpointing of a TransformerLM's block stack: strategies as plans, one runner.
+
+A *plan* says which groups of blocks run under ``torch.utils.checkpoint.checkpoint(fn, x,
+use_reentrant=False)``. It is plain data, so the cost model (``core.costs.checkpoint_memory``)
+reads the same plan the runner executes: a tuple whose items are block indices (run as they
+are) or tuples (sub-plans, each run under one checkpoint call, nesting allowed). The outermost
+tuple itself is not checkpointed.
+
+Strategies (``plan_for(name, num_layers)``):
+
+- ``none``: ``(0, 1, ..., N-1)``; every block's saved tensors stay alive until backward.
+- ``every_<k>``: one level, segments of k blocks (k divides N): ``((0, 1), (2, 3), ...)``.
+  Forward keeps the N/k segment inputs; backward recomputes one segment at a time.
+- ``sqrt``: one level, round(sqrt(N)) segments of near-equal size (larger ones first): the
+  classic O(sqrt N) arrangement when k cannot divide N.
+- ``halving``: recursive halving, ``((((0,), (1,)), ((2,), (3,))), ...)``: each half is a
+  checkpoint of two checkpointed quarters, down to single blocks. At most one segment input
+  per nesting level is alive (log2 N of them) plus one block's saved tensors: O(log N) memory
+  for O(N log N) block forwards.
+- ``chain``: nested prefixes, ``(((((0,), 1), 2), 3), 4)``: the last block runs plainly after a
+  checkpoint of all blocks before it, recursively. Backward of block i recomputes blocks
+  0..i-1 from the stack's input without keeping anything: O(1) memory (one input, one block)
+  for O(N^2) block forwards.
+
+Use: ``apply(model, "every_4")`` sets ``model.run_blocks`` (``model.run_in_order`` undoes it);
+``run_plan(plan, blocks, x)`` runs any plan on any sequence of blocks.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+Plan = tuple  # items: int (a block) or Plan (a checkpointed group)
+
+NESTED = ("sqrt", "halving", "chain")
+_EVERY = re.compile(r"^every_(\d+)$")
+
+
+def strategy_name(block_size: int) -> str:
+    """The name of one-level checkpointing in segments of `block_size` blocks."""
+    return f"every_{block_size}"
+
+
+def block_size_of(name: str) -> int | None:
+    """k of ``every_<k>``; None for the other strategies."""
+    m = _EVERY.match(name)
+    return int(m.group(1)) if m else None
+
+
+def _segments(sizes: Sequence[int]) -> Plan:
+    out, start = [], 0
+    for size in sizes:
+        out.append(tuple(range(start, start + size)))
+        start += size
+    return tuple(out)
+
+
+def _halving(lo: int, hi: int) -> Plan:
+    """Blocks lo..hi-1 as a checkpointed group: a single block, or two checkpointed halves."""
+    if hi - lo == 1:
+        return (lo,)
+    mid = (lo + hi) // 2
+    return (_halving(lo, mid), _halving(mid, hi))
+
+
+def _chain(n: int) -> Plan:
+    """Blocks 0..n-1: a checkpoint of blocks 0..n-2 (itself a chain), then block n-1 plainly."""
+    return (0,) if n == 1 else (_chain(n - 1), n - 1)
+
+
+def plan_for(name: str, num_layers: int) -> Plan:
+    """The plan of strategy `name` for a stack of `num_layers` blocks (module doc)."""
+    n = num_layers
+    if n < 1:
+        raise ValueError(f"need at least one block, got {n}")
+    if name == "none":
+        return tuple(range(n))
+    if (k := block_size_of(name)) is not None:
+        if k < 1 or n % k:
+            raise ValueError(f"block size {k} does not divide the {n} layers")
+        return _segments([k] * (n // k))
+    if name == "sqrt":
+        m = max(1, round(math.sqrt(n)))
+        return _segments([n // m + (i < n % m) for i in range(m)])
+    if name == "halving":
+        if n == 1:
+            return ((0,),)
+        mid = n // 2
+        return (_halving(0, mid), _halving(mid, n))
+    if name == "chain":
+        return (0,) if n == 1 else (_chain(n - 1), n - 1)
+    raise ValueError(f"unknown strategy {name!r}; known: none, every_<k>, {', '.join(NESTED)}")
+
+
+def blocks_of(plan: Plan) -> list[int]:
+    """The block indices a plan runs, in order (every block exactly once)."""
+    out: list[int] = []
+    for item in plan:
+        out.extend(blocks_of(item) if isinstance(item, tuple) else [item])
+    return out
+
+
+def run_plan(plan: Plan, blocks: Sequence[torch.nn.Module], x: torch.Tensor) -> torch.Tensor:
+    """Run `blocks` on `x` as `plan` arranges them (nested tuples: checkpoint calls)."""
+    for item in plan:
+        if isinstance(item, tuple):
+            x = checkpoint(run_plan, item, blocks, x, use_reentrant=False)
+        else:
+            x = blocks[item](x)
+    return x
+
+
+def apply(model: Any, strategy: str) -> Any:
+    """Run `model`'s blocks (a TransformerLM: ``model.layers``) under `strategy`; returns it."""
+    from cs336_systems.model import run_in_order
+
+    plan = plan_for(strategy, len(model.layers))
+    if blocks_of(plan) != list(range(len(model.layers))):  # pragma: no cover - a builder bug
+        raise AssertionError(f"plan {plan} does not run every block once")
+    model.run_blocks = run_in_order if strategy == "none" else functools.partial(run_plan, plan)
+    return model

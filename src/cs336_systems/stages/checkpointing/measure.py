@@ -1,0 +1,348 @@
+"""Stage `checkpointing`: what autograd saves for backward, and what activation checkpointing buys.
+
+    python -m cs336_systems.stages.checkpointing accounting --size 2.7B --batch-size 4 \\
+        --context-length 2048 --device meta --compile-backend partition --out saved.csv ...
+    python -m cs336_systems.stages.checkpointing strategies --size 2.7B --precision fp32 \\
+        --strategies none,every_1,every_2,halving --batch-size 4 --context-length 2048 --out S.csv
+
+`accounting`: one RMSNorm and one TransformerBlock of the size's dimensions on (batch, context,
+d_model), eager and torch.compile'd, under ``profiling.saved_tensors.SavedTensorLog``: one row per
+saved tensor (shape, dtype, bytes, storage, parameter/buffer/input/activation, module, the op
+that saved it), fp32 as in the handout. The meta device gives exact shapes without allocating;
+``--compile-backend partition`` then stands in for inductor (its decompositions and min-cut
+partitioner, no code generation).
+
+`strategies`: a training step (forward, cross-entropy, backward, AdamW) of the model with its
+blocks run under each strategy of ``core.checkpointing``. Per strategy, after warm-up steps
+(gradients kept allocated, so the memory before a step is parameters + gradients + optimizer
+state): one step under ``LiveTensorBytes`` (peak bytes of tensors the step creates; on CUDA also
+the allocator's peak above the memory before it), `measure_steps` timed steps, and one forward
+under the saved-tensor log (what the forward leaves saved). Beside each:
+``core.costs.checkpoint_memory``, the analytic peak of saved activations for the strategy's
+plan. A point the model says cannot fit (more than `skip_factor` times the GPU's memory) is a
+`skipped: needs X GiB, have Y GiB` row, decided before allocating; nearer the limit it runs and
+an out-of-memory error is an `oom` row.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+import torch.nn.functional as F
+
+from cs336_systems.core import checkpointing, costs
+from cs336_systems.core.device import autocast, pick_device
+from cs336_systems.core.harness import (
+    Stopwatch,
+    release_memory,
+    run_point,
+    summarize,
+    synchronize,
+    time_steps,
+)
+from cs336_systems.core.log import configure, get_logger, point, status_level
+from cs336_systems.core.results import provenance, with_columns_first, write_csv
+from cs336_systems.model import (
+    VOCAB_SIZE,
+    RMSNorm,
+    RotaryEmbedding,
+    TransformerBlock,
+    TransformerLM,
+    make_optimizer,
+    size_spec,
+)
+from cs336_systems.profiling.saved_tensors import LiveTensorBytes, SavedTensorLog, compile_backend
+
+MiB = 2**20
+GiB = 2**30
+log = get_logger(__name__)
+
+
+def dims(size: str, num_layers: int | None = None) -> dict[str, int]:
+    spec = dict(size_spec(size))
+    if num_layers:
+        spec["num_layers"] = num_layers
+    return spec
+
+
+# ---- accounting ------------------------------------------------------------------------------
+
+
+def account(module: torch.nn.Module, x: torch.Tensor, compiled: bool, backend: str) -> list[dict]:
+    """One row per tensor `module(x)` saves for backward (eager, or compiled via `backend`)."""
+    saved = SavedTensorLog()
+    run = module
+    if compiled:
+        torch._dynamo.reset()
+        run = torch.compile(module, backend=compile_backend(backend, saved.graph_names))
+    with saved.recording(module, [x]):
+        y = run(x)
+    saved.attribute(y)
+    rows = saved.rows()
+    del y
+    return rows
+
+
+def accounting(args) -> list[dict]:
+    device = torch.device(args.device) if args.device == "meta" else pick_device(args.device)
+    s = dims(args.size)
+    d, h, f = s["d_model"], s["num_heads"], s["d_ff"]
+    b, n = args.batch_size, args.context_length
+    base = {
+        **provenance(args.machine, args.preset),
+        "size": args.size,
+        "d_model": d,
+        "num_heads": h,
+        "d_ff": f,
+        "batch_size": b,
+        "context_length": n,
+        "device": device.type,
+        "precision": "fp32",
+    }
+    torch.manual_seed(0)
+    rows = []
+    for name in ("rmsnorm", "block"):
+        for compiled in (False, True):
+            label = "compiled" if compiled else "eager"
+            backend = args.compile_backend if compiled else ""
+
+            def measure(name=name, compiled=compiled, backend=backend):
+                with device:
+                    rope = RotaryEmbedding(d // h, n)
+                    module = RMSNorm(d) if name == "rmsnorm" else TransformerBlock(d, h, f, rope)
+                x = torch.randn(b, n, d, device=device, requires_grad=True)
+                return account(module, x, compiled, backend)
+
+            with point(name, label, backend):
+                watch = Stopwatch()
+                res = run_point(measure)
+                found = res.value or []
+                act = sum(
+                    r["storage_bytes"] for r in found if r["first"] and r["kind"] == "activation"
+                )
+                log.log(
+                    status_level(res.status),
+                    "%s: %d saved tensors, %.1f MiB of activations (%.1f s)",
+                    res.status,
+                    len(found),
+                    act / MiB,
+                    watch.s,
+                )
+            key = {"module_kind": name, "compile": label, "compile_backend": backend}
+            if res.status != "ok" or not found:
+                rows.append({**base, **key, "status": res.status})
+            rows += [{**base, **key, "status": "ok", **r} for r in found]
+    return rows
+
+
+# ---- strategies ------------------------------------------------------------------------------
+
+
+def analytic(args, spec: dict, device_type: str) -> dict:
+    """The saved-activation model's inputs for this model and precision."""
+    blk = costs.block_saved_bytes(
+        args.batch_size,
+        args.context_length,
+        spec["d_model"],
+        spec["num_heads"],
+        spec["d_ff"],
+        args.precision,
+        device_type,
+    )
+    head = costs.head_saved_bytes(
+        args.batch_size, args.context_length, spec["d_model"], args.vocab_size, args.precision
+    )
+    return {"block": blk, "head": head}
+
+
+def model_for(plan: tuple, inputs: dict) -> dict[str, float]:
+    blk = inputs["block"]
+    return costs.checkpoint_memory(
+        plan, blk["total"], blk["input"], inputs["head"], blk["weight_casts"]
+    )
+
+
+class Trainer:
+    """The model, its batch and AdamW; `step()` is one training step with gradients kept."""
+
+    def __init__(self, args, spec: dict, device: torch.device):
+        torch.manual_seed(args.seed)
+        with device:
+            self.model = TransformerLM(
+                vocab_size=args.vocab_size, context_length=args.context_length, **spec
+            )
+        shape = (args.batch_size, args.context_length)
+        self.tokens = torch.randint(0, args.vocab_size, shape, device=device)
+        self.targets = torch.randint(0, args.vocab_size, shape, device=device)
+        self.optimizer = make_optimizer(self.model)
+        self.device = device
+        self.precision = args.precision
+
+    def loss(self) -> torch.Tensor:
+        with autocast(self.precision, self.device):
+            logits = self.model(self.tokens)
+            return F.cross_entropy(logits.flatten(0, 1).float(), self.targets.flatten())
+
+    def step(self) -> None:
+        # gradients stay allocated (zeroed in place): the memory before a step is then
+        # parameters + gradients + optimizer state, and the step adds activations only
+        self.optimizer.zero_grad(set_to_none=False)
+        self.loss().backward()
+        self.optimizer.step()
+
+    def static_bytes(self) -> int:
+        """Parameters, gradients and AdamW's two moments, all fp32: 16 bytes per parameter."""
+        return 16 * sum(p.numel() for p in self.model.parameters())
+
+
+def measure_strategy(trainer: Trainer, args) -> dict:
+    device, cuda = trainer.device, trainer.device.type == "cuda"
+    for _ in range(args.warmup):
+        trainer.step()
+    synchronize(device)
+    row: dict = {}
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+        static = torch.cuda.memory_allocated(device)
+        row["static_mb"] = static / MiB
+    live = LiveTensorBytes()
+    with live:
+        trainer.step()
+    synchronize(device)
+    row["peak_live_mb"] = live.peak / MiB
+    if cuda:
+        peak = torch.cuda.max_memory_allocated(device)
+        row["peak_allocated_mb"] = peak / MiB
+        row["peak_activation_mb"] = (peak - static) / MiB
+        row["peak_reserved_mb"] = torch.cuda.max_memory_reserved(device) / MiB
+    _, times = time_steps(trainer.step, 0, args.steps, device)
+    row.update(summarize(times, "step"))
+    saved = SavedTensorLog()
+    with saved.recording(trainer.model, [trainer.tokens, trainer.targets]):
+        loss = trainer.loss()
+    row["forward_saved_mb"] = saved.totals()["activation_bytes_unique"] / MiB
+    del loss, saved
+    return row
+
+
+def strategies(args) -> list[dict]:
+    device = pick_device(args.device)
+    cuda = device.type == "cuda"
+    spec = dims(args.size, args.num_layers)
+    base = {
+        **provenance(args.machine, args.preset),
+        "size": args.size,
+        **spec,
+        "vocab_size": args.vocab_size,
+        "batch_size": args.batch_size,
+        "context_length": args.context_length,
+        "precision": args.precision,
+        "device": device.type,
+        "warmup_steps": args.warmup,
+        "measure_steps": args.steps,
+    }
+    inputs = analytic(args, spec, device.type)
+    with point(args.size, args.precision, "build"):
+        built = run_point(lambda: Trainer(args, spec, device))
+    trainer = built.value
+    have = torch.cuda.get_device_properties(device).total_memory if cuda else None
+    static = trainer.static_bytes() if trainer is not None else None
+    rows = []
+    for name in args.strategies:
+        plan = checkpointing.plan_for(name, spec["num_layers"])
+        model = model_for(plan, inputs)
+        row = {
+            **base,
+            "strategy": name,
+            "block_size": checkpointing.block_size_of(name),
+            "checkpoint_calls": plan_calls(plan),
+            "model_peak_mb": model["peak_bytes"] / MiB,
+            "model_forward_mb": model["forward_bytes"] / MiB,
+            "model_backward_mb": model["backward_bytes"] / MiB,
+            "model_block_mb": inputs["block"]["total"] / MiB,
+            "model_boundary_mb": inputs["block"]["input"] / MiB,
+            "model_head_mb": inputs["head"] / MiB,
+            "recomputed_blocks": model["recomputed_blocks"],
+            "compute_factor": model["compute_factor"],
+        }
+        with point(args.size, args.precision, name):
+            if trainer is None:
+                row["status"] = built.status
+            elif have is not None and static + model["peak_bytes"] > args.skip_factor * have:
+                need = (static + model["peak_bytes"]) / GiB
+                row["status"] = f"skipped: needs {need:.0f} GiB; have {have / GiB:.0f} GiB"
+                row["static_mb"] = static / MiB
+            else:
+                checkpointing.apply(trainer.model, name)
+                res = run_point(lambda: measure_strategy(trainer, args))
+                row["status"] = res.status
+                row.update(res.value or {})
+            log.log(
+                status_level(row["status"]),
+                "%s: peak %.1f MiB (model %.1f MiB), step %.1f ms",
+                row["status"],
+                row.get("peak_activation_mb", row.get("peak_live_mb", float("nan"))),
+                row["model_peak_mb"],
+                row.get("step_ms_mean", float("nan")),
+            )
+        rows.append(row)
+    trainer = built = None
+    release_memory()
+    return rows
+
+
+def plan_calls(plan: tuple) -> int:
+    """checkpoint calls a plan makes in its forward (nested ones run again in backward)."""
+    return sum(1 + plan_calls(item) for item in plan if isinstance(item, tuple))
+
+
+# ---- CLI -------------------------------------------------------------------------------------
+
+
+def _csv_list(text: str) -> list[str]:
+    return [x for x in str(text).split(",") if x]
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("accounting", "strategies"):
+        p = sub.add_parser(name)
+        p.add_argument("--size", required=True)
+        p.add_argument("--batch-size", type=int, required=True)
+        p.add_argument("--context-length", type=int, required=True)
+        p.add_argument("--device", default="auto")
+        p.add_argument("--machine", required=True)
+        p.add_argument("--preset", required=True)
+        p.add_argument("--out", required=True)
+    acc = sub.choices["accounting"]
+    acc.add_argument("--compile-backend", choices=("inductor", "partition"), default="inductor")
+    st = sub.choices["strategies"]
+    st.add_argument("--precision", choices=("fp32", "bf16"), required=True)
+    st.add_argument("--strategies", type=_csv_list, required=True)
+    st.add_argument("--num-layers", type=int, default=None)
+    st.add_argument("--vocab-size", type=int, default=VOCAB_SIZE)
+    st.add_argument("--warmup", type=int, default=1)
+    st.add_argument("--steps", type=int, default=2)
+    st.add_argument("--skip-factor", type=float, default=1.5)
+    st.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    configure("checkpointing")
+    if args.cmd == "strategies":
+        n = dims(args.size, args.num_layers)["num_layers"]
+        for name in args.strategies:
+            try:
+                checkpointing.plan_for(name, n)
+            except ValueError as exc:
+                ap.error(str(exc))
+    with Stopwatch() as job:
+        rows = accounting(args) if args.cmd == "accounting" else strategies(args)
+    first = ["module_kind", "compile", "index"] if args.cmd == "accounting" else ["strategy"]
+    df = with_columns_first(rows, [*first, "status"])
+    write_csv(df, args.out)
+    log.info("wrote %s: %d rows in %.1f s", args.out, len(df), job.s)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+# Stage `checkpointing`: the tensors autograd saves (one RMSNorm, one TransformerBlock; eager and
+# compiled) and the peak memory and step time of a training step under each checkpointing
+# strategy, beside the analytic model. One accounting job, one strategies job per precision.
+
+from cs336_systems.stages.checkpointing import plan as checkpointing_plan
+
+CHECKPOINTING_SOURCES = code("cs336_systems.stages.checkpointing")
+CHECKPOINTING_POINTS = f"{RESULTS}/checkpointing/strategies_{{precision}}.csv"
+CHECKPOINTING_FIGURES = [f"{REPORT_DIR}/figures/checkpointing_strategies.png"]
+
+
+rule checkpointing_accounting:
+    input:
+        CHECKPOINTING_SOURCES,
+    output:
+        f"{RESULTS}/checkpointing/saved_tensors.csv",
+    log:
+        f"{RESULTS}/logs/checkpointing/accounting.log",
+    benchmark:
+        f"{RESULTS}/jobs/checkpointing/accounting.tsv"
+    params:
+        cfg=lambda wc: stage_config("checkpointing")["accounting"],
+        common=common_args(),
+    shell:
+        "python3 -m cs336_systems.stages.checkpointing accounting {params.common}"
+        " --size {params.cfg[size]} --batch-size {params.cfg[batch_size]}"
+        " --context-length {params.cfg[context_length]} --device {params.cfg[device]}"
+        " --compile-backend {params.cfg[compile_backend]} --out {output} 2>&1 | tee {log}"
+
+
+rule checkpointing:
+    input:
+        CHECKPOINTING_SOURCES,
+    output:
+        CHECKPOINTING_POINTS,
+    log:
+        f"{RESULTS}/logs/checkpointing/strategies_{{precision}}.log",
+    benchmark:
+        f"{RESULTS}/jobs/checkpointing/strategies_{{precision}}.tsv"
+    wildcard_constraints:
+        precision="fp32|bf16",
+    params:
+        cfg=lambda wc: stage_config("checkpointing"),
+        strategies=lambda wc: cli_list(
+            checkpointing_plan.strategies(stage_config("checkpointing"))
+        ),
+        layers=lambda wc: checkpointing_plan.num_layers(stage_config("checkpointing")),
+        vocab=lambda wc: checkpointing_plan.vocab_arg(stage_config("checkpointing")),
+        common=common_args(),
+    shell:
+        "python3 -m cs336_systems.stages.checkpointing strategies {params.common}"
+        " --size {params.cfg[size]} --num-layers {params.layers}"
+        " {params.vocab} --batch-size {params.cfg[batch_size]}"
+        " --context-length {params.cfg[context_length]} --precision {wildcards.precision}"
+        " --strategies {params.strategies} --warmup {params.cfg[warmup_steps]}"
+        " --steps {params.cfg[measure_steps]} --skip-factor {params.cfg[skip_factor]}"
+        " --out {output} 2>&1 | tee {log}"
+
+
+rule checkpointing_aggregate:
+    input:
+        points=lambda wc: expand(
+            CHECKPOINTING_POINTS,
+            precision=stage_config("checkpointing")["precisions"],
+        ),
+        saved=rules.checkpointing_accounting.output[0],
+        code=code("cs336_systems.core.results"),
+    output:
+        points=f"{RESULTS}/checkpointing.csv",
+        saved=f"{RESULTS}/checkpointing_saved.csv",
+    log:
+        f"{RESULTS}/logs/checkpointing_aggregate.log",
+    localrule: True
+    shell:
+        "(python3 -m cs336_systems.core.results --out {output.points} {input.points}"
+        " && python3 -m cs336_systems.core.results --out {output.saved} {input.saved})"
+        " 2>&1 | tee {log}"
+
+
+rule checkpointing_plots:
+    input:
+        points=rules.checkpointing_aggregate.output.points,
+        saved=rules.checkpointing_aggregate.output.saved,
+        code=code("cs336_systems.stages.checkpointing.analysis"),
+    output:
+        CHECKPOINTING_FIGURES,
+    log:
+        f"{RESULTS}/logs/checkpointing_plots.log",
+    localrule: True
+    params:
+        results=lambda wc, input: parent(input.points),
+        figures=lambda wc, output: parent(output[0]),
+    shell:
+        "python3 -m cs336_systems.stages.checkpointing.analysis --results {params.results}"
+        " --figures {params.figures} 2>&1 | tee {log}"
+
+
+if "checkpointing" in STAGES:
+    REPORT_INPUTS["checkpointing"] = [
+        rules.checkpointing_aggregate.output.points,
+        rules.checkpointing_aggregate.output.saved,
+        *CHECKPOINTING_FIGURES,
+    ]
