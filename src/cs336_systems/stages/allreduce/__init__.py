@@ -8,3 +8,9 @@ the stage's jobs. Keep this file free of heavy imports: the workflow reads it wh
 TITLE = "Distributed communication"
 # where the section sits in the report (ascending)
 ORDER = 90
+
+# the questions of QUESTIONS.md this stage answers and how the report tells (core/coverage.py)
+QUESTIONS = {
+    22: {"evidence": ["tables"], "needs": "gpus:6"},
+}
+

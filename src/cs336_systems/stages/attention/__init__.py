@@ -8,3 +8,10 @@ the stage's jobs. Keep this file free of heavy imports: the workflow reads it wh
 TITLE = "Attention"
 # where the section sits in the report (ascending)
 ORDER = 70
+
+# the questions of QUESTIONS.md this stage answers and how the report tells (core/coverage.py)
+QUESTIONS = {
+    18: {"evidence": ["timing_table"], "needs": "gpu"},
+    19: {"evidence": ["compile.available", "model_compile.available"], "needs": "gpu"},
+}
+

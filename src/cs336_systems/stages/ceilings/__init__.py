@@ -8,3 +8,4 @@ the stage's jobs. Keep this file free of heavy imports: the workflow reads it wh
 TITLE = "Machine ceilings"
 # where the section sits in the report (ascending)
 ORDER = 20
+

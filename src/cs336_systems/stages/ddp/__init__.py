@@ -8,3 +8,13 @@ the stage's jobs. Keep this file free of heavy imports: the workflow reads it wh
 TITLE = "Data-parallel training and optimizer-state sharding"
 # where the section sits in the report (ascending)
 ORDER = 100
+
+# the questions of QUESTIONS.md this stage answers and how the report tells (core/coverage.py)
+QUESTIONS = {
+    23: {"evidence": ["q23"], "needs": "gpus:2"},
+    24: {"evidence": ["q24"], "needs": "gpus:2"},
+    25: {"evidence": ["q25"], "needs": "gpus:2"},
+    26: {"evidence": ["bucket_table", "best_bucket"], "needs": "gpus:2"},
+    27: {"evidence": ["memory_table"], "needs": "gpus:2"},
+}
+
