@@ -14,3 +14,24 @@ QUESTIONS = {
     22: {"evidence": ["tables"], "needs": "gpus:6"},
 }
 
+# the numbers the comparison report puts side by side across machines (compare.py)
+COMPARE = {
+    "allreduce": {
+        "keys": ["backend", "buffers", "world_size", "size_mb"],
+        "values": {"time_ms_median": "ms", "busbw_gbps": "busbw GB/s"},
+        "headlines": [
+            {
+                "label": "best bus bandwidth, gloo (GB/s)",
+                "column": "busbw_gbps",
+                "agg": "max",
+                "where": {"backend": "gloo"},
+            },
+            {
+                "label": "best bus bandwidth, NCCL (GB/s)",
+                "column": "busbw_gbps",
+                "agg": "max",
+                "where": {"backend": "nccl"},
+            },
+        ],
+    },
+}

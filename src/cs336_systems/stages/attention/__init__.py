@@ -15,3 +15,18 @@ QUESTIONS = {
     19: {"evidence": ["compile.available", "model_compile.available"], "needs": "gpu"},
 }
 
+# the numbers the comparison report puts side by side across machines (compare.py)
+COMPARE = {
+    "attention": {
+        "keys": ["impl", "d_head", "seq_len"],
+        "values": {"fwd_ms_mean": "fwd ms", "bwd_ms_mean": "bwd ms"},
+        "headlines": [
+            {
+                "label": "longest n that ran (eager)",
+                "column": "seq_len",
+                "agg": "max",
+                "where": {"impl": "naive_eager"},
+            },
+        ],
+    },
+}

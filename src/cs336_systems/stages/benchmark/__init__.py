@@ -35,3 +35,26 @@ QUESTIONS = {
     4: {"evidence": ["mfu_best", "mfu_table"], "needs": "gpu"},
 }
 
+# the numbers the comparison report puts side by side across machines (compare.py)
+COMPARE = {
+    "benchmark": {
+        "keys": ["size", "context_length", "mode", "precision", "compile", "attention"],
+        "values": {"step_ms_mean": "ms", "mfu": "MFU"},
+        "headlines": [
+            {
+                "label": "best training-step MFU (%)",
+                "column": "mfu",
+                "scale": 100,
+                "agg": "max",
+                "where": {"mode": "train_step"},
+            },
+            {"label": "best TFLOP/s (any mode)", "column": "tflops", "agg": "max"},
+            {
+                "label": "median training-step tokens/s",
+                "column": "tokens_per_s",
+                "agg": "median",
+                "where": {"mode": "train_step"},
+            },
+        ],
+    },
+}

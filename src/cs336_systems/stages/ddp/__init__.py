@@ -18,3 +18,18 @@ QUESTIONS = {
     27: {"evidence": ["memory_table"], "needs": "gpus:2"},
 }
 
+# the numbers the comparison report puts side by side across machines (compare.py)
+COMPARE = {
+    "ddp": {
+        "keys": ["kind", "variant", "bucket_size_mb", "world_size"],
+        "values": {"step_ms_mean": "step ms", "comm_share": "sync share"},
+        "headlines": [
+            {
+                "label": "median sync share of a step (%)",
+                "column": "comm_share",
+                "agg": "median",
+                "scale": 100,
+            },
+        ],
+    },
+}

@@ -26,3 +26,24 @@ SANITY = {
     ],
 }
 
+# the numbers the comparison report puts side by side across machines (compare.py)
+COMPARE = {
+    "flash": {
+        "keys": ["grid", "impl", "dtype", "d_head", "seq_len"],
+        "values": {"fwd_bwd_ms_median": "fwd+bwd ms", "fwd_bwd_tflops": "TFLOP/s"},
+        "headlines": [
+            {
+                "label": "best fwd+bwd TFLOP/s, our Triton FA2",
+                "column": "fwd_bwd_tflops",
+                "agg": "max",
+                "where": {"impl": "flash_triton"},
+            },
+            {
+                "label": "best fwd+bwd TFLOP/s, SDPA flash",
+                "column": "fwd_bwd_tflops",
+                "agg": "max",
+                "where": {"impl": "sdpa_flash"},
+            },
+        ],
+    },
+}

@@ -29,3 +29,17 @@ SANITY = {
     ],
 }
 
+# the numbers the comparison report puts side by side across machines (compare.py)
+COMPARE = {
+    "memory": {
+        "keys": ["size", "context_length", "mode", "precision"],
+        "values": {"saved_activations_mb": "saved MiB", "peak_allocated_mb": "peak MiB"},
+        "headlines": [
+            {
+                "label": "largest activations saved for backward (MiB)",
+                "column": "saved_activations_mb",
+                "agg": "max",
+            },
+        ],
+    },
+}

@@ -31,3 +31,26 @@ SANITY = {
     ],
 }
 
+# the numbers the comparison report puts side by side across machines (compare.py)
+COMPARE = {
+    "profile": {
+        "keys": ["size", "context_length", "mode"],
+        "values": {"step_ms_mean": "ms under profiler", "gemm_share_step": "GEMM share"},
+        "headlines": [
+            {
+                "label": "median GEMM share of a forward (%)",
+                "column": "gemm_share_step",
+                "scale": 100,
+                "agg": "median",
+                "where": {"mode": "forward"},
+            },
+            {
+                "label": "median GEMM share of a training step (%)",
+                "column": "gemm_share_step",
+                "scale": 100,
+                "agg": "median",
+                "where": {"mode": "train_step"},
+            },
+        ],
+    },
+}
