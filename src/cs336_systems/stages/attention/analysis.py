@@ -374,6 +374,7 @@ def context(results_dir: Path) -> dict:
     return {
         "available": True,
         "device": first.get("device", "?"),
+        "dtypes": sorted(str(x) for x in df["dtype"].dropna().unique()) if "dtype" in df else [],
         "batch_size": int(first["batch_size"]),
         "causal": bool(first["causal"]),
         "warmup_steps": int(first["warmup_steps"]),
