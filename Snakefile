@@ -12,12 +12,13 @@ include: "workflow/rules/common.smk"
 
 # every stage's rules file between the frame (common) and the report, in a stable order
 for _rules in sorted(Path(workflow.basedir, "workflow", "rules").glob("*.smk")):
-    if _rules.name not in ("common.smk", "report.smk"):
+    if _rules.name not in ("common.smk", "report.smk", "compare.smk"):
 
         include: str(_rules)
 
 
 include: "workflow/rules/report.smk"
+include: "workflow/rules/compare.smk"
 
 
 rule all:

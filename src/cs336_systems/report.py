@@ -3,6 +3,8 @@
     python -m cs336_systems.report --results results/M --out report/M/report.md --stages a,b
 
 Every number and sentence comes from the stage analyses (`cs336_systems.stages.<stage>.analysis.context`).
+The report opens with the coverage table (core/coverage.py: which questions this run answers),
+the header (the machine and its software, the run's wall time) and each stage's provenance.
 """
 
 from __future__ import annotations
@@ -11,22 +13,33 @@ import argparse
 import datetime as dt
 import importlib
 import os
+import re
 from pathlib import Path
 
 import jinja2
 import pandas as pd
 
-from cs336_systems.core.analysis import fmt, md_table, pct
+from cs336_systems.core import coverage, sanity
+from cs336_systems.core.analysis import fmt, md_table, pct, sig
 from cs336_systems.core.log import configure, get_logger
-from cs336_systems.core.results import PROVENANCE_COLUMNS, atomic_write_text
+from cs336_systems.core.results import ABSENT, PROVENANCE_COLUMNS, atomic_write_text
 
 log = get_logger(__name__)
 TEMPLATES = Path(__file__).resolve().parents[2] / "report" / "templates"
+STAGES_DIR = Path(__file__).resolve().parent / "stages"
+DEFAULT_EDITION = "2026"
+_GPU_NAME = re.compile(
+    r"NVIDIA|Tesla|GeForce|Quadro|RTX|\bA100\b|\bH100\b|\bH200\b|\bB200\b|AMD Instinct|Radeon"
+)
 
 
 def stage_package(stage: str):
-    """The stage's package (`cs336_systems.stages.<stage>`): its TITLE and ORDER."""
+    """The stage's package (`cs336_systems.stages.<stage>`): its TITLE, ORDER and QUESTIONS."""
     return importlib.import_module(f"cs336_systems.stages.{stage}")
+
+
+def all_stages() -> list[str]:
+    return sorted(p.parent.name for p in STAGES_DIR.glob("*/__init__.py"))
 
 
 def order_stages(stages: list[str]) -> list[str]:
@@ -34,52 +47,219 @@ def order_stages(stages: list[str]) -> list[str]:
     return sorted(stages, key=lambda s: (getattr(stage_package(s), "ORDER", 999), s))
 
 
-def header(results_dir: Path) -> dict:
-    """Machine, device, versions, preset and commit from the CSVs' provenance columns; run time
-    from Snakemake's per-job benchmark files."""
+# ---------------------------------------------------------------------------------- provenance
+
+
+def stage_csvs(results_dir: Path, stage: str) -> list[Path]:
+    """The stage's CSVs in a results folder: `<stage>.csv` and `<stage>_*.csv`."""
+    return sorted(
+        p
+        for p in Path(results_dir).glob("*.csv")
+        if p.stem == stage or p.stem.startswith(stage + "_")
+    )
+
+
+def read_provenance(paths: list[Path]) -> pd.DataFrame:
     frames = []
-    for csv in sorted(Path(results_dir).glob("*.csv")):
+    for csv in paths:
         try:
-            df = pd.read_csv(csv, usecols=lambda c: c in PROVENANCE_COLUMNS)
+            df = pd.read_csv(csv, usecols=lambda c: c in PROVENANCE_COLUMNS, dtype=str)
         except (pd.errors.EmptyDataError, ValueError):
             continue
         if len(df):
             frames.append(df)
-    prov = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
-    def values(col: str) -> str:
-        if col not in prov:
-            return "–"
-        return ", ".join(str(v) for v in sorted(prov[col].dropna().astype(str).unique()))
 
-    job_seconds = 0.0
-    n_jobs = 0
+def _values(prov: pd.DataFrame, col: str) -> list[str]:
+    if col not in prov:
+        return []
+    vals = prov[col].dropna().astype(str)
+    return sorted(v for v in vals.unique() if v not in ("", "nan"))
+
+
+def _joined(prov: pd.DataFrame, col: str, absent: str = ABSENT) -> str:
+    return ", ".join(_values(prov, col)) or absent
+
+
+def gpu_count(prov: pd.DataFrame) -> int:
+    """GPUs the rows saw: the `gpu_count` column, else (older CSVs) a GPU-like device name,
+    the machine tag's `-xN` naming several."""
+    if len(prov) == 0:
+        return 0
+    if "gpu_count" in prov and prov["gpu_count"].notna().any():
+        return int(pd.to_numeric(prov["gpu_count"], errors="coerce").max())
+    names = _values(prov, "device_name")
+    if not any(_GPU_NAME.search(n) for n in names):
+        return 0
+    tags = [re.search(r"-x(\d+)$", m) for m in _values(prov, "machine")]
+    return max([int(t.group(1)) for t in tags if t] or [1])
+
+
+def cuda_text(prov: pd.DataFrame) -> str:
+    """The machine's CUDA; on a machine without a GPU 'none', with the CUDA torch was built for
+    (older CSVs recorded only the latter, in `cuda`)."""
+    built = _values(prov, "torch_cuda") or _values(prov, "cuda")
+    built = [b for b in built if b not in ("none", ABSENT)]
+    if gpu_count(prov) == 0:
+        return f"none (CPU run; torch built for CUDA {', '.join(built)})" if built else "none"
+    return _joined(prov, "cuda")
+
+
+def commit_text(prov: pd.DataFrame) -> str:
+    commits = _values(prov, "git_commit")
+    out = ", ".join(f"`{c}`" for c in commits) or "–"
+    dirty = sorted({f for v in _values(prov, "git_dirty_files") for f in v.split()})
+    if dirty:
+        out += " (dirty tree; uncommitted changes in " + ", ".join(f"`{f}`" for f in dirty) + ")"
+    elif any(c.endswith("-dirty") for c in commits):
+        out += " (dirty tree; the files were not recorded)"
+    return out
+
+
+def _unit(text: str, unit: str) -> str:
+    return f"{text} {unit}" if text != ABSENT else text
+
+
+def provenance_row(stage: str, prov: pd.DataFrame) -> dict:
+    gpus = gpu_count(prov)
+    cores = _values(prov, "cpu_cores")
+    cpu = _joined(prov, "cpu_model") if "cpu_model" in prov else ABSENT
+    if cpu != ABSENT and cores:
+        cpu += f" ({', '.join(cores)} cores)"
+    return {
+        "stage": stage,
+        "git commit": commit_text(prov),
+        "device": _joined(prov, "device_name"),
+        "driver": _joined(prov, "driver"),
+        "CUDA": cuda_text(prov),
+        "NCCL": _joined(prov, "nccl") if gpus or "nccl" in prov else ABSENT,
+        "nsys": _joined(prov, "nsys"),
+        "CPU": cpu,
+        "GPU max SM clock": _unit(_joined(prov, "gpu_sm_clock_max_mhz"), "MHz"),
+        "GPU power limit": _unit(_joined(prov, "gpu_power_limit_w"), "W"),
+        "torch / triton": f"{_joined(prov, 'torch')} / {_joined(prov, 'triton')}",
+    }
+
+
+def run_wall_time(results_dir: Path, prov: pd.DataFrame) -> dict:
+    """The run's wall time, first job start to last job end, from Snakemake's per-job benchmark
+    files (`jobs/**/*.tsv`: a job ends when its file is written and started its `s` seconds
+    before); without them, from the rows' timestamps (first to last: the last job's own
+    duration is missing)."""
+    starts, ends, job_s = [], [], 0.0
     for tsv in Path(results_dir, "jobs").rglob("*.tsv"):
         try:
-            job_seconds += float(pd.read_csv(tsv, sep="\t")["s"].sum())
-            n_jobs += 1
+            s = float(pd.read_csv(tsv, sep="\t")["s"].sum())
         except (pd.errors.EmptyDataError, KeyError, ValueError):
             continue
-    stamps = pd.to_datetime(prov["timestamp"], utc=True) if "timestamp" in prov else pd.Series()
+        end = tsv.stat().st_mtime
+        starts.append(end - s)
+        ends.append(end)
+        job_s += s
+    if starts:
+        start, end = min(starts), max(ends)
+        return {
+            "minutes": (end - start) / 60,
+            "start": dt.datetime.fromtimestamp(start, dt.UTC).isoformat(timespec="seconds"),
+            "end": dt.datetime.fromtimestamp(end, dt.UTC).isoformat(timespec="seconds"),
+            "source": (
+                f"first job start to last job end, from Snakemake's per-job benchmark files "
+                f"({len(starts)} timed jobs, {job_s / 60:.1f} min of job time)"
+            ),
+        }
+    stamps = (
+        pd.to_datetime(prov["timestamp"], utc=True, errors="coerce").dropna()
+        if "timestamp" in prov
+        else pd.Series(dtype="datetime64[ns, UTC]")
+    )
+    if len(stamps):
+        return {
+            "minutes": (stamps.max() - stamps.min()).total_seconds() / 60,
+            "start": stamps.min().isoformat(),
+            "end": stamps.max().isoformat(),
+            "source": (
+                "first to last row timestamp (no per-job benchmark files here: the last job's "
+                "own duration is not counted)"
+            ),
+        }
+    return {"minutes": float("nan"), "start": "–", "end": "–", "source": "no timing data"}
+
+
+def header(results_dir: Path, stages: list[str] | None = None) -> dict:
+    """Machine, device, software, preset and commit from the CSVs' provenance columns; the run's
+    wall time; one provenance row per stage."""
+    results_dir = Path(results_dir)
+    prov = read_provenance(sorted(results_dir.glob("*.csv")))
+    per_stage = []
+    for stage in stages if stages is not None else all_stages():
+        p = read_provenance(stage_csvs(results_dir, stage))
+        if len(p):
+            per_stage.append(provenance_row(stage, p))
+    wall = run_wall_time(results_dir, prov)
+    gpus = gpu_count(prov)
     return {
-        "machine": values("machine"),
-        "device_name": values("device_name"),
-        "torch": values("torch"),
-        "triton": values("triton"),
-        "cuda": values("cuda"),
-        "preset": values("preset"),
-        "git_commit": values("git_commit"),
-        "first_result": stamps.min().isoformat() if len(stamps) else "–",
-        "last_result": stamps.max().isoformat() if len(stamps) else "–",
-        "job_minutes": job_seconds / 60,
-        "n_jobs": n_jobs,
+        "machine": _joined(prov, "machine"),
+        "device_name": _joined(prov, "device_name"),
+        "kind": f"{gpus} GPU{'s' if gpus > 1 else ''}" if gpus else "CPU only",
+        "torch": _joined(prov, "torch"),
+        "triton": _joined(prov, "triton"),
+        "cuda": cuda_text(prov),
+        "preset": _joined(prov, "preset"),
+        "git_commit": commit_text(prov),
+        "first_result": wall["start"],
+        "last_result": wall["end"],
+        "wall_minutes": wall["minutes"],
+        "wall_source": wall["source"],
+        "provenance_table": md_table(pd.DataFrame(per_stage), numparse=False) if per_stage else "",
         "rendered": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
 
 
-def render(
-    results_dir: Path, stages: list[str], fig_dir: str = "figures", templates: Path = TEMPLATES
-) -> str:
+# ------------------------------------------------------------------------------------ coverage
+
+
+def declared_questions() -> dict[str, dict[int, dict]]:
+    """Every stage's QUESTIONS declaration, whether or not it ran."""
+    return {st: getattr(stage_package(st), "QUESTIONS", {}) for st in all_stages()}
+
+
+def edition_of(results_dir: Path) -> str:
+    eds = _values(read_provenance_edition(results_dir), "edition")
+    return eds[0] if len(eds) == 1 else DEFAULT_EDITION
+
+
+def read_provenance_edition(results_dir: Path) -> pd.DataFrame:
+    frames = []
+    for csv in sorted(Path(results_dir).glob("*.csv")):
+        try:
+            frames.append(pd.read_csv(csv, usecols=lambda c: c == "edition"))
+        except (pd.errors.EmptyDataError, ValueError):
+            continue
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def coverage_of(
+    results_dir: Path,
+    contexts: dict[str, dict],
+    edition: str,
+    machine: str,
+    suspects: dict[str, int] | None = None,
+) -> pd.DataFrame:
+    prov = read_provenance(sorted(Path(results_dir).glob("*.csv")))
+    return coverage.coverage_table(
+        edition,
+        declared_questions(),
+        contexts,
+        coverage.Machine(gpus=gpu_count(prov), name=machine),
+        suspects,
+    )
+
+
+# -------------------------------------------------------------------------------------- render
+
+
+def environment(templates: Path = TEMPLATES) -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates)),
         undefined=jinja2.StrictUndefined,
@@ -87,15 +267,62 @@ def render(
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
-    env.filters.update(fmt=fmt, pct=pct)
+    env.filters.update(fmt=fmt, pct=pct, sig=sig)
     env.globals.update(md_table=md_table)
-    sections = []
+    return env
+
+
+def contexts_of(results_dir: Path, stages: list[str]) -> tuple[dict, dict]:
+    """({stage: context}, {stage: suspect rows}) of the stages, each context computed with the
+    sanity checks' findings collected."""
+    contexts, suspects = {}, {}
     for stage in order_stages(stages):
         module = importlib.import_module(f"cs336_systems.stages.{stage}.analysis")
-        ctx = module.context(Path(results_dir))
+        with sanity.collecting() as found:
+            contexts[stage] = module.context(Path(results_dir))
+        suspects[stage] = sanity.owned(found, stage)
+    return contexts, suspects
+
+
+def render(
+    results_dir: Path,
+    stages: list[str],
+    fig_dir: str = "figures",
+    templates: Path = TEMPLATES,
+    edition: str | None = None,
+) -> str:
+    env = environment(templates)
+    results_dir = Path(results_dir)
+    contexts, suspects = contexts_of(results_dir, stages)
+    sections = []
+    for stage, ctx in contexts.items():
         body = env.get_template(f"sections/{stage}.md.j2").render(s=ctx, fig_dir=fig_dir)
-        sections.append({"stage": stage, "title": stage_package(stage).TITLE, "body": body})
-    return env.get_template("report.md.j2").render(h=header(Path(results_dir)), sections=sections)
+        suspect = suspects[stage]
+        sections.append(
+            {
+                "stage": stage,
+                "title": stage_package(stage).TITLE,
+                "body": body,
+                "suspect": md_table(suspect) if len(suspect) else "",
+                "n_suspect": len(suspect),
+            }
+        )
+    h = header(results_dir, list(contexts))
+    edition = edition or edition_of(results_dir)
+    cov = coverage_of(
+        results_dir,
+        contexts,
+        edition,
+        results_dir.name,
+        {st: len(rows) for st, rows in suspects.items()},
+    )
+    return env.get_template("report.md.j2").render(
+        h=h,
+        sections=sections,
+        edition=edition,
+        coverage=md_table(cov, numparse=False),
+        coverage_counts=coverage.summary(cov),
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -103,11 +330,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--results", required=True, type=Path)
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--stages", required=True)
+    ap.add_argument(
+        "--edition", default=None, help="the course edition (default: the rows' `edition`, or 2026)"
+    )
     args = ap.parse_args(argv)
     configure("report")
     stages = [s for s in args.stages.split(",") if s]
     fig_dir = os.path.relpath(args.out.parent / "figures", args.out.parent)
-    text = render(args.results, stages, fig_dir)
+    text = render(args.results, stages, fig_dir, edition=args.edition)
     atomic_write_text(args.out, text)
     log.info("wrote %s (%d lines, stages: %s)", args.out, len(text.splitlines()), ", ".join(stages))
 

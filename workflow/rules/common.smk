@@ -116,6 +116,34 @@ def launcher_resources(stage):
     return {"nodes": launcher["nnodes"], "tasks": launcher["nnodes"], "mpi": "srun"}
 
 
+# the comparison report (workflow/rules/compare.smk)
+def compare_folder(entry):
+    """results/<tag>/ for a machine tag, the folder itself for a path."""
+    return entry if len(Path(entry).parts) > 1 else f"results/{entry}"
+
+
+def compare_inputs(wc):
+    """This machine's report (so its run completes first) and the other folders' CSVs."""
+    machines = config.get("compare", {}).get("machines", [])
+    if len(machines) < 2:
+        raise ConfigError(
+            "config key 'compare.machines': name at least two machines or folders, baseline "
+            "first, e.g. --config 'compare={machines: [cpu, h100-80gb-hbm3]}'"
+        )
+    files = []
+    for entry in machines:
+        if entry == MACHINE:
+            files.append(f"{REPORT_DIR}/report.md")
+            continue
+        found = sorted(str(p) for p in Path(compare_folder(entry)).glob("*.csv"))
+        if not found:
+            raise ConfigError(
+                f"config key 'compare.machines': no stage CSVs in {compare_folder(entry)}/"
+            )
+        files += found
+    return files
+
+
 onstart:
     if workflow.non_local_exec and "auto" in (config["preset"], config["machine"]):
         raise ConfigError(

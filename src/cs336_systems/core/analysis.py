@@ -12,6 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from cs336_systems.core import sanity  # noqa: E402
 from cs336_systems.core.log import configure, get_logger  # noqa: E402
 
 log = get_logger(__name__)
@@ -19,23 +20,48 @@ log = get_logger(__name__)
 SIZE_ORDER = ["tiny", "small", "medium", "large", "xl", "2.7B"]
 
 
-def load(results_dir: Path, name: str) -> pd.DataFrame:
-    """results_dir/<name>.csv, or an empty frame when the stage has not produced it."""
+def load(results_dir: Path, name: str, derive=None) -> pd.DataFrame:
+    """results_dir/<name>.csv with its `sanity` column (core/sanity.py: the generic checks and
+    those the stages declare for this CSV), or an empty frame when the stage has not produced it.
+    `derive(df)`, if given, (re)computes derived columns before the checks see them."""
     path = Path(results_dir) / f"{name}.csv"
     if not path.exists() or path.stat().st_size == 0:
         return pd.DataFrame()
     try:
-        return pd.read_csv(path)
+        df = pd.read_csv(path)
     except pd.errors.EmptyDataError:
         return pd.DataFrame()
+    if derive is not None and len(df):
+        df = derive(df)
+    return sanity.flag(df, name, results_dir=results_dir)
 
 
-def ok(df: pd.DataFrame) -> pd.DataFrame:
+def ran(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows whose point ran (status ok), suspect ones included: for tables that show every
+    measured point with its flag."""
     return df[df["status"] == "ok"] if "status" in df else df
+
+
+def ok(df: pd.DataFrame, scope: str | None = None) -> pd.DataFrame:
+    """Rows a sentence, summary or figure may rest on: ran, and passed the sanity checks (with
+    `scope`, e.g. 'memory': the checks that doubt numbers of that kind; core/sanity.py)."""
+    r = ran(df)
+    return r[~sanity.is_suspect(r, scope)]
+
+
+def mark_suspect(text: str, suspect: bool) -> str:
+    """A table cell of a suspect point: its value with the flag."""
+    return f"{text} ⚠ suspect" if suspect else text
 
 
 def size_key(series: pd.Series) -> pd.Series:
     return series.map(lambda s: SIZE_ORDER.index(s) if s in SIZE_ORDER else len(SIZE_ORDER))
+
+
+def ordered_sizes(values) -> list[str]:
+    """Distinct size names in size order (unknown names after the known ones, by name)."""
+    known = {s: i for i, s in enumerate(SIZE_ORDER)}
+    return sorted(set(values), key=lambda s: (known.get(s, len(known)), str(s)))
 
 
 def sort_sizes(df: pd.DataFrame, *more: str) -> pd.DataFrame:
@@ -46,7 +72,8 @@ def sort_sizes(df: pd.DataFrame, *more: str) -> pd.DataFrame:
 
 
 def fmt(x, digits: int = 2) -> str:
-    """A number for prose and tables: NaN -> '–', big numbers without needless decimals."""
+    """A number for prose and tables: NaN -> '–', big numbers without needless decimals, small
+    ones with at least two significant digits (0.00087, not 0.00)."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "–"
     if isinstance(x, int | bool):
@@ -54,18 +81,37 @@ def fmt(x, digits: int = 2) -> str:
     if isinstance(x, float):
         if abs(x) >= 100:
             return f"{x:,.0f}"
-        return f"{x:.{digits}f}"
+        if x == 0 or math.isinf(x):
+            return f"{x:.{digits}f}"
+        decimals = max(digits, 1 - math.floor(math.log10(abs(x))))
+        return f"{x:.{min(decimals, 12)}f}"
     return str(x)
 
 
-def md_table(df: pd.DataFrame, floatfmt: int = 2) -> str:
-    """A pipe table (tabulate's github format) with our number formatting."""
+def sig(x, digits: int = 3) -> str:
+    """A rate or size with `digits` significant digits whatever its magnitude (723, 52.0,
+    0.0865, 0.00087; thousands separated): for numbers that span orders of magnitude, such as
+    one machine's ceilings beside another's."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    x = float(x)
+    if x == 0 or math.isinf(x):
+        return f"{x:g}"
+    exp = math.floor(math.log10(abs(x)))
+    if exp >= digits - 1:
+        return f"{x:,.0f}"
+    return f"{x:.{digits - 1 - exp}f}"
+
+
+def md_table(df: pd.DataFrame, floatfmt: int = 2, numparse: bool = True) -> str:
+    """A pipe table (tabulate's github format) with our number formatting. `numparse=False`
+    keeps text that looks like a number as written (versions such as 13.0, 550.54)."""
     if df is None or len(df) == 0:
         return "_(no rows)_"
     shown = df.copy()
     for c in shown.columns:
         shown[c] = shown[c].map(lambda v: fmt(v, floatfmt) if isinstance(v, float | int) else v)
-    return shown.to_markdown(index=False)
+    return shown.to_markdown(index=False, disable_numparse=not numparse)
 
 
 def pct(x: float) -> str:

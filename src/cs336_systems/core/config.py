@@ -36,7 +36,7 @@ import yaml
 from cs336_systems.core.machine import Gpu, check_tag, tag_for
 
 DASH = " — "
-GLOBAL_KEYS = ("preset", "machine", "stages", "keep_raw")
+GLOBAL_KEYS = ("preset", "machine", "stages", "keep_raw", "compare")
 PRESETS = ("cpu", "gpu")
 # model size names (model.py: MODEL_SIZES and EXTRA_SIZES; tests/test_config.py keeps them equal)
 MODEL_SIZE_NAMES = ("tiny", "small", "medium", "large", "xl", "2.7B")

@@ -1,10 +1,18 @@
-"""Tidy results: provenance columns, atomic CSV writes, the machine tag."""
+"""Tidy results: provenance columns, atomic CSV writes, the machine tag.
+
+Every row carries `provenance(machine, preset)`: the machine and its software as the job saw
+them. `cuda` is the CUDA this machine runs (`none` without a GPU), `torch_cuda` the CUDA torch
+was built for; driver, GPU clock and power limit come from `nvidia-smi` (absent: `–`); the git
+commit is suffixed `-dirty` when tracked files differ from it, and `git_dirty_files` names them.
+"""
 
 from __future__ import annotations
 
 import datetime as _dt
 import os
 import platform
+import re
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterable
@@ -13,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from cs336_systems.core import sanity
 from cs336_systems.core.log import configure, get_logger
 from cs336_systems.core.machine import tag_for
 
@@ -25,16 +34,23 @@ PROVENANCE_COLUMNS = [
     "torch",
     "triton",
     "cuda",
+    "torch_cuda",
+    "driver",
+    "nccl",
+    "nsys",
+    "cpu_model",
+    "cpu_cores",
+    "gpu_count",
+    "gpu_sm_clock_max_mhz",
+    "gpu_power_limit_w",
     "git_commit",
+    "git_dirty_files",
     "timestamp",
 ]
+ABSENT = "–"
 
 
-def device_name() -> str:
-    import torch
-
-    if torch.cuda.is_available():
-        return torch.cuda.get_device_name(0)
+def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -42,6 +58,14 @@ def device_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "cpu"
+
+
+def device_name() -> str:
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
+    return cpu_model()
 
 
 def machine_tag() -> str:
@@ -54,30 +78,97 @@ def machine_tag() -> str:
     return tag_for([])
 
 
-@cache
-def git_commit() -> str:
-    root = Path(__file__).resolve().parents[3]
+def _run(cmd: list[str], cwd: Path | None = None, timeout: float = 10) -> str | None:
+    """stdout of a command, or None when it is missing or fails."""
     try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short=12", "HEAD"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-        commit = out.stdout.strip()
-        if not commit:
-            return os.environ.get("CS336_GIT_COMMIT", "unknown")
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
-        return commit + ("-dirty" if dirty else "")
+        out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.SubprocessError):
-        return os.environ.get("CS336_GIT_COMMIT", "unknown")
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def git_state(root: str | os.PathLike) -> tuple[str, list[str]]:
+    """(commit, dirty files) of the git tree at `root`: the short commit, suffixed `-dirty`
+    when tracked files differ from it, and those files; ('unknown', []) outside git (or
+    $CS336_GIT_COMMIT, which wins when set: a copy of the tree whose .git is stale or absent)."""
+    if pinned := os.environ.get("CS336_GIT_COMMIT"):
+        # set by whoever copied the tree (the GPU scripts: the device's copy has a stale .git)
+        return pinned, []
+    commit = (_run(["git", "rev-parse", "--short=12", "HEAD"], cwd=Path(root)) or "").strip()
+    if not commit:
+        return os.environ.get("CS336_GIT_COMMIT", "unknown"), []
+    status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=Path(root)) or ""
+    files = sorted({line[3:].split(" -> ")[-1].strip() for line in status.splitlines() if line})
+    return commit + ("-dirty" if files else ""), files
+
+
+@cache
+def _package_git_state() -> tuple[str, tuple[str, ...]]:
+    commit, files = git_state(Path(__file__).resolve().parents[3])
+    return commit, tuple(files)
+
+
+def git_commit() -> str:
+    return _package_git_state()[0]
+
+
+@cache
+def nvidia_smi() -> dict[str, str]:
+    """Driver, max SM clock and power limit of GPU 0 from `nvidia-smi` ({} without it)."""
+    if shutil.which("nvidia-smi") is None:
+        return {}
+    fields = ["driver_version", "clocks.max.sm", "power.limit"]
+    out = _run(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"])
+    if not out or not out.strip():
+        return {}
+    values = [v.strip() for v in out.strip().splitlines()[0].split(",")]
+    return {
+        k: v for k, v in zip(fields, values, strict=False) if v and "N/A" not in v and "[" not in v
+    }
+
+
+@cache
+def nsys_version() -> str:
+    """`nsys --version` of the Nsight Systems found through $NSYS or PATH, or 'absent'."""
+    exe = os.environ.get("NSYS") or shutil.which("nsys")
+    if not exe:
+        return "absent"
+    out = _run([exe, "--version"], timeout=30)
+    if not out:
+        return "absent"
+    m = re.search(r"\d+\.\d+[\w.\-]*", out)
+    return m.group(0) if m else out.strip()
+
+
+def machine_provenance() -> dict:
+    """The machine's software and hardware as a job sees it (see the module docstring)."""
+    import torch
+
+    from cs336_systems.core.device import available_cores
+
+    cuda_ok = torch.cuda.is_available()
+    nccl = "none"
+    if cuda_ok:
+        try:
+            nccl = ".".join(str(x) for x in torch.cuda.nccl.version())
+        except (AttributeError, RuntimeError):
+            nccl = ABSENT
+    smi = nvidia_smi() if cuda_ok else {}
+    commit, dirty = _package_git_state()
+    return {
+        "cuda": (torch.version.cuda or ABSENT) if cuda_ok else "none",
+        "torch_cuda": torch.version.cuda or "none",
+        "driver": smi.get("driver_version", ABSENT),
+        "nccl": nccl,
+        "nsys": nsys_version(),
+        "cpu_model": cpu_model(),
+        "cpu_cores": available_cores(),
+        "gpu_count": torch.cuda.device_count() if cuda_ok else 0,
+        "gpu_sm_clock_max_mhz": smi.get("clocks.max.sm", ABSENT),
+        "gpu_power_limit_w": smi.get("power.limit", ABSENT),
+        "git_commit": commit,
+        "git_dirty_files": " ".join(dirty),
+    }
 
 
 def provenance(machine: str, preset: str) -> dict:
@@ -90,16 +181,16 @@ def provenance(machine: str, preset: str) -> dict:
         triton_version = triton.__version__
     except ImportError:  # pragma: no cover - triton ships with torch on Linux
         triton_version = "absent"
-    return {
+    row = {
         "machine": machine,
         "preset": preset,
         "device_name": device_name(),
         "torch": torch.__version__,
         "triton": triton_version,
-        "cuda": torch.version.cuda or "none",
-        "git_commit": git_commit(),
+        **machine_provenance(),
         "timestamp": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     }
+    return {c: row[c] for c in PROVENANCE_COLUMNS}
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
@@ -130,10 +221,11 @@ def with_columns_first(rows: Iterable[dict], first: list[str]) -> pd.DataFrame:
 
 
 def concat_csvs(paths: Iterable[str | os.PathLike], out: str | os.PathLike) -> pd.DataFrame:
-    """Concatenate a stage's per-job CSVs into one (the aggregate rule's work)."""
+    """Concatenate a stage's per-job CSVs into one (the aggregate rule's work), with its
+    `sanity` column (core/sanity.py; the CSV's name picks the checks the stages declare)."""
     frames = [pd.read_csv(p) for p in paths if Path(p).stat().st_size > 0]
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    return write_csv(df, out)
+    return write_csv(sanity.flag(df, Path(out).stem), out)
 
 
 def main(argv: list[str] | None = None) -> None:

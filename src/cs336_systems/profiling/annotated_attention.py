@@ -2,7 +2,8 @@
 
 The same computation as `model.naive_attention`, with an NVTX range (seen by Nsight Systems) and
 a `record_function` range (seen by torch.profiler) around the whole call and around the QK^T
-matmul, the causal mask, the softmax and the PV matmul. Importing this module registers it as
+matmul, the 1/sqrt(d) scaling (an elementwise kernel of its own: inside the matmul's range it
+would count as matmul time), the causal mask, the softmax and the PV matmul. Importing this module registers it as
 ``ATTENTION_FUNCTIONS["naive_annotated"]``, so ``model.set_attention("naive_annotated")`` swaps
 it in without patching anything.
 """
@@ -18,7 +19,7 @@ from cs336_systems.model import ATTENTION_FUNCTIONS
 
 ATTENTION_RANGE = "attention"
 # the parts of attention, in execution order; range names are f"{ATTENTION_RANGE}.{part}"
-ATTENTION_PARTS = ("qk_matmul", "mask", "softmax", "pv_matmul")
+ATTENTION_PARTS = ("qk_matmul", "scale", "mask", "softmax", "pv_matmul")
 
 
 def annotated_naive_attention(q, k, v, is_causal: bool = True) -> torch.Tensor:
@@ -26,7 +27,9 @@ def annotated_naive_attention(q, k, v, is_causal: bool = True) -> torch.Tensor:
     with annotate(ATTENTION_RANGE):
         d = q.shape[-1]
         with annotate(f"{ATTENTION_RANGE}.qk_matmul"):
-            scores = q @ k.transpose(-2, -1) / math.sqrt(d)
+            scores = q @ k.transpose(-2, -1)
+        with annotate(f"{ATTENTION_RANGE}.scale"):
+            scores = scores / math.sqrt(d)
         if is_causal:
             with annotate(f"{ATTENTION_RANGE}.mask"):
                 n_q, n_k = q.shape[-2], k.shape[-2]

@@ -79,7 +79,7 @@ def classify_kernel(name: str) -> str:
 def short_kernel_name(name: str, limit: int = 80) -> str:
     """A readable kernel name for tables: no `void `, no template arguments or parameters
     (a generic wrapper such as cutlass's `Kernel2<...>` keeps its first template argument)."""
-    text = str(name).strip().replace("(anonymous namespace)::", "")
+    text = str(name).strip().replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
     if text.startswith("void "):
         text = text[5:]
     cut = min((i for i in (text.find("<"), text.find("(")) if i >= 0), default=len(text))
@@ -104,3 +104,96 @@ def short_kernel_name(name: str, limit: int = 80) -> str:
 
 
 _GENERIC_WRAPPERS = {"Kernel", "Kernel2", "device_kernel", "kernel", "GenericKernel"}
+
+
+# pointwise and reduction templates whose first argument says nothing: the op is inside
+_OP_WRAPPERS = {
+    "elementwise_kernel",
+    "vectorized_elementwise_kernel",
+    "unrolled_elementwise_kernel",
+    "reduce_kernel",
+}
+_NOISE = re.compile(
+    r"\(anonymous namespace\)::|<unnamed>::|\b(?:at::native::|at::cuda::|c10::|std::|"
+    r"binary_internal::)|\((?:int|bool|unsigned long|long|unsigned int)\)"
+)
+_OP_KERNEL = re.compile(r"\b(\w+?)_kernel(?:_cuda|_impl)?\b")
+_OP_FUNCTOR = re.compile(r"\b(\w*Functor\w*|\w+Ops)\b")
+
+
+def kernel_label(name: str, limit: int = 160) -> str:
+    """A readable name that keeps different kernels apart, for the report's tables: the
+    kernel's own name without namespaces; pointwise and reduction templates name the op they
+    run (`vectorized_elementwise_kernel[silu]`, `elementwise_kernel[masked_fill]`,
+    `reduce_kernel[MeanOps]`); other templates keep short argument lists
+    (`softmax_warp_forward<float, float, float, 10, 0, 0>`). Labels can still coincide for
+    kernels that differ in a long argument list: `unique_labels` numbers those."""
+    text = str(name).strip()
+    if text.startswith("aten::"):  # a CPU operator: its name is already short and unique
+        return text if len(text) <= limit else text[: limit - 1] + "…"
+    if text.startswith("void "):
+        text = text[5:]
+    text = _NOISE.sub("", text)
+    cut = min((i for i in (text.find("<"), text.find("(")) if i >= 0), default=len(text))
+    base = text[:cut].strip().rsplit("::", 1)[-1] or text[:cut].strip()
+    rest = text[cut:]
+    if base in _OP_WRAPPERS and rest.startswith("<"):
+        ops = [m for m in _OP_KERNEL.findall(rest) if m not in ("gpu", "launch")]
+        if not ops:
+            ops = ["/".join(dict.fromkeys(_OP_FUNCTOR.findall(rest)))]
+        op = ops[0] if ops and ops[0] else "…"
+        label = f"{base}[{op}]"
+    elif base.rsplit("::", 1)[-1] in _GENERIC_WRAPPERS or not rest.startswith("<"):
+        label = short_kernel_name(name, limit=limit) if rest.startswith("<") else base
+    else:
+        depth, args = 0, []
+        for ch in rest[1:]:
+            if ch == "<":
+                depth += 1
+            elif ch == ">":
+                if depth == 0:
+                    break
+                depth -= 1
+            args.append(ch)
+        inner = " ".join("".join(args).split())
+        label = f"{base}<{inner}>" if len(inner) <= 40 else f"{base}<…>"
+    return label if len(label) <= limit else label[: limit - 1] + "…"
+
+
+def unique_labels(names) -> dict[str, str]:
+    """{full name: label} with a running number on labels that several kernels share."""
+    names = list(dict.fromkeys(names))
+    labels = {n: kernel_label(n) for n in names}
+    count: dict[str, int] = {}
+    for label in labels.values():
+        count[label] = count.get(label, 0) + 1
+    seen: dict[str, int] = {}
+    for n in sorted(names):
+        label = labels[n]
+        if count[label] > 1:
+            seen[label] = seen.get(label, 0) + 1
+            labels[n] = f"{label} #{seen[label]}"
+    return labels
+
+
+# a GEMM kernel's name says which units run it: cuBLAS/CUTLASS name FFMA (fp32 on the CUDA
+# cores) kernels `*ffma*`/`*sgemm*`/`*simt*`, tensor-core kernels by their MMA instruction,
+# operand types or Hopper's nvjet/gmma families
+_CUDA_CORE = re.compile(r"ffma|sgemm|dgemm|simt|gemv")
+_TENSOR_CORE = re.compile(
+    r"hmma|imma|gmma|wgmma|tensorop|nvjet|s16816|s1688|h16816|h1688|bf16|f16|tf32|i8816|"
+    r"xmma_gemm_(?:bf16|f16|tf32)|_tf32|cudnn"
+)
+
+
+def gemm_unit(name: str) -> str:
+    """'tensor cores', 'CUDA cores' or 'unknown' for a GEMM kernel, from its name (a CPU
+    operator: 'CPU')."""
+    low = str(name).lower()
+    if low.startswith("aten::"):
+        return "CPU"
+    if _CUDA_CORE.search(low):
+        return "CUDA cores"
+    if _TENSOR_CORE.search(low):
+        return "tensor cores"
+    return "unknown"

@@ -8,3 +8,30 @@ the stage's jobs. Keep this file free of heavy imports: the workflow reads it wh
 TITLE = "Distributed communication"
 # where the section sits in the report (ascending)
 ORDER = 90
+
+# the questions of QUESTIONS.md this stage answers and how the report tells (core/coverage.py)
+QUESTIONS = {
+    22: {"evidence": ["tables"], "needs": "gpus:6"},
+}
+
+# the numbers the comparison report puts side by side across machines (compare.py)
+COMPARE = {
+    "allreduce": {
+        "keys": ["backend", "buffers", "world_size", "size_mb"],
+        "values": {"time_ms_median": "ms", "busbw_gbps": "busbw GB/s"},
+        "headlines": [
+            {
+                "label": "best bus bandwidth, gloo (GB/s)",
+                "column": "busbw_gbps",
+                "agg": "max",
+                "where": {"backend": "gloo"},
+            },
+            {
+                "label": "best bus bandwidth, NCCL (GB/s)",
+                "column": "busbw_gbps",
+                "agg": "max",
+                "where": {"backend": "nccl"},
+            },
+        ],
+    },
+}

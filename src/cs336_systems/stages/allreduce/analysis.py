@@ -141,7 +141,11 @@ def context(results_dir: Path) -> dict:
     nccl_note = ""
     if "nccl" in set(df["backend"]) and len(d[d["backend"] == "nccl"]) == 0:
         reasons = sorted(set(df[df["backend"] == "nccl"]["status"]))
-        nccl_note = "NCCL was not measured on this machine: " + "; ".join(reasons) + "."
+        nccl_note = (
+            "NCCL was not measured on this machine: "
+            + "; ".join(reasons)
+            + ". A host with that many GPUs measures it (`snakemake --cores 1 report` there)."
+        )
     iters = ""
     if len(d):
         iters = (

@@ -8,3 +8,25 @@ the stage's jobs. Keep this file free of heavy imports: the workflow reads it wh
 TITLE = "Attention"
 # where the section sits in the report (ascending)
 ORDER = 70
+
+# the questions of QUESTIONS.md this stage answers and how the report tells (core/coverage.py)
+QUESTIONS = {
+    18: {"evidence": ["timing_table"], "needs": "gpu"},
+    19: {"evidence": ["compile.available", "model_compile.available"], "needs": "gpu"},
+}
+
+# the numbers the comparison report puts side by side across machines (compare.py)
+COMPARE = {
+    "attention": {
+        "keys": ["impl", "d_head", "seq_len"],
+        "values": {"fwd_ms_mean": "fwd ms", "bwd_ms_mean": "bwd ms"},
+        "headlines": [
+            {
+                "label": "longest n that ran (eager)",
+                "column": "seq_len",
+                "agg": "max",
+                "where": {"impl": "naive_eager"},
+            },
+        ],
+    },
+}

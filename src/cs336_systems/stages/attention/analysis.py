@@ -20,6 +20,7 @@ from cs336_systems.core.analysis import (
     save,
     status_counts,
 )
+from cs336_systems.core.analysis import ok as trusted
 
 MIB = 2**20
 
@@ -150,7 +151,7 @@ def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
 
 
 def speedups(df: pd.DataFrame) -> pd.DataFrame:
-    ok = df[df["status"] == "ok"]
+    ok = trusted(df)
     eager = ok[ok["impl"] == "naive_eager"].set_index(["d_head", "seq_len"])
     comp = ok[ok["impl"] == "naive_compiled"].set_index(["d_head", "seq_len"])
     both = eager.index.intersection(comp.index)
@@ -168,7 +169,8 @@ def speedups(df: pd.DataFrame) -> pd.DataFrame:
 def _cell(row, col) -> str:
     if row["status"] == "ok" or (isinstance(row.get(col), float) and not math.isnan(row.get(col))):
         value = row.get(col, float("nan"))
-        return fmt(value, 3) if value == value else "–"
+        suspect = str(row.get("sanity", "")).startswith("suspect")
+        return (fmt(value, 3) + (" ⚠" if suspect else "")) if value == value else "–"
     return str(row["status"]).split(":")[0].upper()
 
 
@@ -205,9 +207,13 @@ def oom_accounting(df: pd.DataFrame) -> dict:
             "phase": r.get("oom_phase", ""),
             "lines": accounting_lines(b, n, d, device_mb),
         }
-    ok = eager[eager["status"] == "ok"]
+    ok = trusted(eager, scope="memory")
     if len(ok) == 0:
-        return {"any": False, "projection": "no point ran, so there is nothing to project from."}
+        return {
+            "any": False,
+            "projection": "No point ran and passed the sanity checks, so there is nothing to "
+            "project from.",
+        }
     b = int(ok["batch_size"].iloc[0])
     d = int(ok["d_head"].min())
     n_max = int(ok["seq_len"].max())
@@ -252,7 +258,7 @@ def accounting_lines(b: int, n: int, d: int, device_mb: float) -> list[str]:
 
 
 def growth_sentence(df: pd.DataFrame) -> str:
-    eager = df[(df["impl"] == "naive_eager") & (df["status"] == "ok")]
+    eager = trusted(df[df["impl"] == "naive_eager"], scope="memory")
     col = "mem_before_backward_mb"
     if col not in eager or eager[col].notna().sum() < 2:
         col = "expected_before_backward_mb"
@@ -265,10 +271,41 @@ def growth_sentence(df: pd.DataFrame) -> str:
         return "Too few successful points to see how saved memory grows."
     x, y = np.log(g["seq_len"].to_numpy(float)), np.log(g[col].to_numpy(float))
     slope = float(np.polyfit(x[-3:], y[-3:], 1)[0])
+    if slope >= 1.5:
+        why = (
+            "close to quadratic, because the saved probability matrix P is n x n per batch "
+            "element; the O(n d) tensors only matter at short lengths"
+        )
+    else:
+        why = (
+            "not yet quadratic at these lengths: the O(n d) tensors (Q, K, V, O and their "
+            "gradients) and fixed allocations still weigh as much as the n x n matrix P; the n² "
+            "term takes over at longer lengths"
+        )
     return (
         f"Memory in use before backward ({source}, d = {d}) grows as n^{slope:.2f} over the longest "
-        f"lengths: quadratic, because the saved probability matrix P is n x n per batch element; "
-        f"the O(n d) tensors only matter at short lengths."
+        f"lengths: {why}."
+    )
+
+
+def _compile_why(df: pd.DataFrame, median_fwd: float) -> str:
+    """Why compiling changes attention's time, as far as the run's device and mask say."""
+    causal = bool(df["causal"].iloc[0]) if "causal" in df and len(df) else False
+    fused = "the scaling, masking and softmax" if causal else "the scaling and softmax"
+    cuda = str(df["device"].iloc[0]) == "cuda" if "device" in df and len(df) else False
+    if median_fwd < 1:
+        return (
+            "compiling does not pay at these sizes: the generated code's launch and guard "
+            "overheads outweigh the memory traffic that fusing saves"
+        )
+    if cuda:
+        return (
+            f"Inductor fuses {fused} into generated Triton kernels, so the (n x n) matrix is "
+            "read and written fewer times, while the two matmuls stay cuBLAS calls"
+        )
+    return (
+        f"Inductor fuses {fused} into generated C++ loops, so the (n x n) matrix is read and "
+        "written fewer times, while the two matmuls stay calls into the CPU's BLAS"
     )
 
 
@@ -289,8 +326,7 @@ def compile_summary(df: pd.DataFrame) -> dict:
             f"(median; {sp['fwd_speedup'].min():.2f}–{sp['fwd_speedup'].max():.2f}×) and its "
             f"backward by {sp['bwd_speedup'].median():.2f}× "
             f"({sp['bwd_speedup'].min():.2f}–{sp['bwd_speedup'].max():.2f}×) over "
-            f"{len(sp)} points; it fuses the scaling, masking and softmax into one kernel, so the "
-            f"(n x n) matrix is read and written fewer times, while the two matmuls stay cuBLAS."
+            f"{len(sp)} points; {_compile_why(df, float(sp['fwd_speedup'].median()))}."
         ),
         "losers": (
             "Compiled is slower at "
@@ -307,7 +343,7 @@ def whole_model_compile(results_dir: Path) -> dict:
     bench = load(results_dir, "benchmark")
     if len(bench) == 0 or "compile" not in bench:
         return {"available": False}
-    ok = bench[bench["status"] == "ok"]
+    ok = trusted(bench)
     keys = ["size", "context_length", "mode", "precision"]
     if "attention" in ok:
         ok = ok[ok["attention"] == "naive"]
@@ -338,6 +374,7 @@ def context(results_dir: Path) -> dict:
     return {
         "available": True,
         "device": first.get("device", "?"),
+        "dtypes": sorted(str(x) for x in df["dtype"].dropna().unique()) if "dtype" in df else [],
         "batch_size": int(first["batch_size"]),
         "causal": bool(first["causal"]),
         "warmup_steps": int(first["warmup_steps"]),
@@ -363,7 +400,7 @@ def context(results_dir: Path) -> dict:
 
 
 def _bwd_fwd_sentence(df: pd.DataFrame) -> str:
-    ok = df[(df["status"] == "ok") & (df["impl"] == "naive_eager")]
+    ok = trusted(df[df["impl"] == "naive_eager"])
     if len(ok) == 0:
         return ""
     ratio = ok["bwd_ms_mean"] / ok["fwd_ms_mean"]

@@ -8,3 +8,53 @@ the stage's jobs. Keep this file free of heavy imports: the workflow reads it wh
 TITLE = "End-to-end benchmarks"
 # where the section sits in the report (ascending)
 ORDER = 30
+# numbers that cannot be right (core/sanity.py): a forward+backward slower than the full
+# training step of the same point; an MFU against a ceiling of a path the model does not take;
+# the warm-up sweep's point without warm-up may have a std above its mean (that is its finding)
+SANITY = {
+    "benchmark": [
+        {
+            "kind": "part_slower_than_whole",
+            "by": "mode",
+            "part": "forward_backward",
+            "whole": "train_step",
+            "value": "step_ms_mean",
+            "keys": ["size", "context_length", "precision", "compile", "attention", "batch_size"],
+            "what": "forward+backward slower than the full training step",
+        },
+        {"kind": "ceiling_path"},
+    ],
+    "benchmark_warmup": [{"kind": "std_above_mean", "skip_if": {"warmup_steps": 0}}],
+}
+
+# the questions of QUESTIONS.md this stage answers and how the report tells (core/coverage.py)
+QUESTIONS = {
+    1: {"evidence": ["latency_fp32", "bwd"], "needs": "gpu"},
+    2: {"evidence": ["warmup"], "needs": "gpu"},
+    3: {"evidence": ["bf16.table", "compile.table"], "needs": "gpu"},
+    4: {"evidence": ["mfu_best", "mfu_table"], "needs": "gpu"},
+}
+
+# the numbers the comparison report puts side by side across machines (compare.py)
+COMPARE = {
+    "benchmark": {
+        "keys": ["size", "context_length", "mode", "precision", "compile", "attention"],
+        "values": {"step_ms_mean": "ms", "mfu": "MFU"},
+        "headlines": [
+            {
+                "label": "best training-step MFU (%)",
+                "column": "mfu",
+                "scale": 100,
+                "agg": "max",
+                "where": {"mode": "train_step"},
+            },
+            {"label": "best TFLOP/s (any mode)", "column": "tflops", "agg": "max"},
+            {
+                "label": "median training-step tokens/s",
+                "column": "tokens_per_s",
+                "agg": "median",
+                "where": {"mode": "train_step"},
+            },
+        ],
+    },
+}

@@ -10,20 +10,26 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from cs336_systems.core import sanity
 from cs336_systems.core.analysis import (
     SIZE_ORDER,
     empty_figure,
     failed_points,
     fmt,
     load,
+    mark_suspect,
     md_table,
     ok,
+    ordered_sizes,
     pct,
     plot_main,
+    ran,
     save,
+    sig,
     size_key,
     sort_sizes,
 )
+from cs336_systems.stages.benchmark.derived import add_mfu
 
 KEYS = ["size", "context_length", "precision", "compile", "attention"]
 WHY_FIRST_STEP = {
@@ -41,13 +47,36 @@ MODE_LABEL = {
 }
 
 
+def load_benchmark(results_dir: Path) -> pd.DataFrame:
+    """benchmark.csv with MFU recomputed against this run's ceilings (the model's paths), then
+    checked."""
+    ceilings = load(results_dir, "ceilings")
+    return load(results_dir, "benchmark", derive=lambda df: add_mfu(df, ceilings))
+
+
+# how other readers (the comparison report) read this stage's CSVs
+LOADERS = {"benchmark": load_benchmark}
+
+
+def _size_axis(ax, sizes) -> None:
+    """Model sizes in size order on a categorical x axis (matplotlib orders categories by first
+    appearance, so lines with different sizes would scramble it)."""
+    ax.set_xticks(range(len(sizes)), sizes)
+    ax.set_xlim(-0.5, len(sizes) - 0.5)
+
+
+def _size_x(sizes_present, axis_sizes) -> list[int]:
+    return [axis_sizes.index(s) for s in sizes_present]
+
+
 def _eager_naive(df: pd.DataFrame) -> pd.DataFrame:
     return df[(df["compile"] == "eager") & (df["attention"] == "naive")]
 
 
 def backward_ratios(df: pd.DataFrame) -> pd.DataFrame:
-    """backward time (forward+backward minus forward) over forward time, per point."""
-    d = ok(df)
+    """backward time (forward+backward minus forward) over forward time, per point (of `df`'s
+    rows that ran: pass `ok(df)` to leave suspect ones out)."""
+    d = ran(df)
     fwd = d[d["mode"] == "forward"].set_index(KEYS)["step_ms_mean"]
     fb = d[d["mode"] == "forward_backward"].set_index(KEYS)["step_ms_mean"]
     both = pd.concat({"forward_ms": fwd, "fwd_bwd_ms": fb}, axis=1).dropna()
@@ -57,8 +86,9 @@ def backward_ratios(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def speedups(df: pd.DataFrame, axis: str, base: str, fast: str) -> pd.DataFrame:
-    """base-time / fast-time along one axis (precision fp32->bf16, or compile eager->compiled)."""
-    d = ok(df)
+    """base-time / fast-time along one axis (precision fp32->bf16, or compile eager->compiled),
+    over `df`'s rows that ran (pass `ok(df)` to leave suspect ones out)."""
+    d = ran(df)
     keys = [k for k in [*KEYS, "mode"] if k != axis]
     a = d[d[axis] == base].set_index(keys)["step_ms_mean"]
     b = d[d[axis] == fast].set_index(keys)["step_ms_mean"]
@@ -86,11 +116,18 @@ def warmup_summary(w: pd.DataFrame) -> pd.DataFrame:
 
 
 def _latency_table(df: pd.DataFrame, precision: str) -> str:
-    d = _eager_naive(ok(df))
+    """Every eager point that ran, suspect ones marked."""
+    d = _eager_naive(ran(df))
     d = d[d["precision"] == precision]
     if len(d) == 0:
         return ""
-    d = d.assign(cell=[f"{m:.2f} ± {s:.2f}" for m, s in zip(d.step_ms_mean, d.step_ms_std)])
+    flags = sanity.is_suspect(d)
+    d = d.assign(
+        cell=[
+            mark_suspect(f"{fmt(m)} ± {fmt(s)}", bool(f))
+            for m, s, f in zip(d.step_ms_mean, d.step_ms_std, flags, strict=True)
+        ]
+    )
     t = d.pivot_table(
         index=["size", "context_length"], columns="mode", values="cell", aggfunc="first"
     )
@@ -102,7 +139,7 @@ def _latency_table(df: pd.DataFrame, precision: str) -> str:
 
 
 def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
-    df = load(results_dir, "benchmark")
+    df = load_benchmark(results_dir)
     w = load(results_dir, "benchmark_warmup")
     fig_dir = Path(fig_dir)
     out = []
@@ -118,11 +155,12 @@ def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
     fig, axes = plt.subplots(
         1, max(len(modes), 1), figsize=(4.2 * max(len(modes), 1), 3.6), squeeze=False
     )
+    all_sizes = ordered_sizes(d["size"])
     for ax, mode in zip(axes[0], modes):
         for (ctx, prec), g in e[e["mode"] == mode].groupby(["context_length", "precision"]):
             g = sort_sizes(g)
             ax.errorbar(
-                g["size"],
+                _size_x(list(g["size"]), all_sizes),
                 g["step_ms_mean"],
                 yerr=g["step_ms_std"],
                 marker="o",
@@ -131,6 +169,7 @@ def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
                 linestyle="-" if prec == "fp32" else "--",
             )
         ax.set_yscale("log")
+        _size_axis(ax, all_sizes)
         ax.set_title(MODE_LABEL[mode])
         ax.set_xlabel("model size")
         ax.set_ylabel("ms per step (mean ± std)")
@@ -143,9 +182,15 @@ def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
     if len(r):
         for (ctx, prec), g in r.groupby(["context_length", "precision"]):
             g = sort_sizes(g)
-            ax.plot(g["size"], g["ratio"], marker="o", label=f"ctx {ctx} {prec}")
+            ax.plot(
+                _size_x(list(g["size"]), all_sizes),
+                g["ratio"],
+                marker="o",
+                label=f"ctx {ctx} {prec}",
+            )
         ax.axhline(2.0, color="grey", lw=0.8, ls=":", label="2× (matmul FLOP ratio)")
         ax.legend(fontsize=7)
+    _size_axis(ax, all_sizes)
     ax.set_ylabel("backward time / forward time")
     ax.set_xlabel("model size")
     out.append(save(fig, paths["bwd_fwd"]))
@@ -188,8 +233,9 @@ def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
         if len(sp):
             g = sp.groupby("size", as_index=False)["speedup"].median()
             g = sort_sizes(g)
-            ax.plot(g["size"], g["speedup"], marker="o", label=label)
+            ax.plot(_size_x(list(g["size"]), all_sizes), g["speedup"], marker="o", label=label)
     ax.axhline(1.0, color="grey", lw=0.8)
+    _size_axis(ax, all_sizes)
     ax.set_ylabel("speedup, train step (median over contexts)")
     ax.set_xlabel("model size")
     ax.legend(fontsize=7)
@@ -199,12 +245,18 @@ def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(6, 3.6))
     if "mfu" in d and d["mfu"].notna().any():
         t = d[d["mode"] == "train_step"]
-        for (prec, comp), g in t.groupby(["precision", "compile"]):
+        for (prec, comp), g in t.dropna(subset=["mfu"]).groupby(["precision", "compile"]):
             g = g.groupby("size", as_index=False)["mfu"].max()
             g = sort_sizes(g)
-            ax.plot(g["size"], 100 * g["mfu"], marker="o", label=f"{prec} {comp}")
+            ax.plot(
+                _size_x(list(g["size"]), all_sizes),
+                100 * g["mfu"],
+                marker="o",
+                label=f"{prec} {comp}",
+            )
         ax.legend(fontsize=7)
-    ax.set_ylabel("MFU, train step (% of measured peak; best context)")
+    _size_axis(ax, all_sizes)
+    ax.set_ylabel("train-step MFU (%, best context)")
     ax.set_xlabel("model size")
     out.append(save(fig, paths["mfu"]))
     return out
@@ -215,14 +267,15 @@ def _range_sentence(values: pd.Series, what: str) -> str:
 
 
 def context(results_dir: Path) -> dict:
-    df = load(results_dir, "benchmark")
+    df = load_benchmark(results_dir)
     w = load(results_dir, "benchmark_warmup")
     s: dict = {"available": len(df) > 0}
     if not s["available"]:
         return s
     d = ok(df)
     s["n_points"] = len(df)
-    s["n_ok"] = len(d)
+    s["n_ok"] = len(ran(df))
+    s["n_suspect"] = sanity.n_suspect(ran(df))
     s["statuses"] = df["status"].value_counts().to_dict()
     s["failed_table"] = (
         md_table(
@@ -232,7 +285,7 @@ def context(results_dir: Path) -> dict:
                 )
             )
         )
-        if len(d) < len(df)
+        if len(ran(df)) < len(df)
         else ""
     )
     s["sizes"] = [x for x in SIZE_ORDER if x in set(df["size"])]
@@ -243,12 +296,14 @@ def context(results_dir: Path) -> dict:
     s["latency_fp32"] = _latency_table(df, "fp32")
     s["latency_bf16"] = _latency_table(df, "bf16")
 
-    # Q1: backward vs forward
+    # Q1: backward vs forward (a point whose forward or forward+backward is suspect drops out)
     r = backward_ratios(_eager_naive(d))
+    dropped = backward_ratios(_eager_naive(ran(df)))
     s["bwd"] = {}
     for prec, g in r.groupby("precision"):
-        s["bwd"][prec] = _range_sentence(g["ratio"], "size/context points")
-    if len(r):
+        n_out = int((dropped["precision"] == prec).sum()) - len(g)
+        s["bwd"][prec] = _range_sentence(g["ratio"], "size/context points") + sanity.excluded(n_out)
+    if len(r) > 1:
         hi = r.loc[r["ratio"].idxmax()]
         lo = r.loc[r["ratio"].idxmin()]
         s["bwd_extremes"] = (
@@ -290,27 +345,49 @@ def context(results_dir: Path) -> dict:
         s["warmup"].append(entry)
 
     # Q3: bf16 and compile speedups
+    a = ran(df)
     bf = speedups(d[d["compile"] == "eager"], "precision", "fp32", "bf16")
-    s["bf16"] = _speedup_summary(bf, "bf16 autocast over fp32 (eager)")
+    bf_all = speedups(a[a["compile"] == "eager"], "precision", "fp32", "bf16")
+    s["bf16"] = _speedup_summary(bf, "bf16 autocast over fp32 (eager)", len(bf_all) - len(bf))
     cp = speedups(d, "compile", "eager", "compiled")
-    s["compile"] = _speedup_summary(cp, "torch.compile over eager")
+    cp_all = speedups(a, "compile", "eager", "compiled")
+    s["compile"] = _speedup_summary(cp, "torch.compile over eager", len(cp_all) - len(cp))
 
-    # Q4: MFU
+    # Q4: MFU, from points that passed the checks, against the ceiling of the model's path
+    missing = sorted(
+        {
+            f"{p}: {str(path).removeprefix('missing: ')}"
+            for p, path in zip(ran(df)["precision"], ran(df)["peak_path"], strict=True)
+            if str(path).startswith("missing")
+        }
+    )
+    s["mfu_missing"] = missing
+    s["mfu_paths"] = sorted(
+        {
+            f"{p}: {sanity.PATH_LABEL.get(path, path)}"
+            for p, path in zip(ran(df)["precision"], ran(df)["peak_path"], strict=True)
+            if not str(path).startswith("missing")
+        }
+    )
+    n_mfu_suspect = int((sanity.is_suspect(ran(df)) & ran(df)["tflops"].notna()).sum())
     if "mfu" in d and d["mfu"].notna().any():
         best = d.loc[d["mfu"].idxmax()]
         s["mfu_best"] = (
-            f"{pct(best.mfu)} MFU ({best.tflops:.1f} TFLOP/s of a measured {best.peak_tflops:.1f}) "
+            f"{pct(best.mfu)} MFU ({sig(best.tflops)} TFLOP/s of a measured "
+            f"{sig(best.peak_tflops)} TFLOP/s through "
+            f"{sanity.PATH_LABEL.get(best.peak_path, best.peak_path)}) "
             f"for `{best['size']}` at context {best.context_length}, {MODE_LABEL[best['mode']]}, "
-            f"{best.precision}, {best['compile']}"
+            f"{best.precision}, {best['compile']}" + sanity.excluded(n_mfu_suspect)
         )
-        t = d[d["mode"] == "train_step"]
+        t = d[(d["mode"] == "train_step") & d["mfu"].notna()]
         if len(t):
             m = t.pivot_table(
                 index="size", columns=["precision", "compile"], values="mfu", aggfunc="max"
             )
-            m = m.reindex([x for x in SIZE_ORDER if x in m.index])
+            m = m.reindex(ordered_sizes(m.index))
             m.columns = [f"{p} {c}" for p, c in m.columns]
-            s["mfu_table"] = md_table((100 * m).round(1).reset_index())
+            m = m.map(lambda v: "–" if pd.isna(v) else f"{100 * v:.1f}")
+            s["mfu_table"] = md_table(m.reset_index())
         s["mfu_goal"] = goal_breakdown(d, load(results_dir, "ceilings"))
     return s
 
@@ -341,8 +418,13 @@ def goal_breakdown(d: pd.DataFrame, ceilings: pd.DataFrame) -> list[str]:
             continue
         row = g[g["mode"] == "train_step"].iloc[0]
         text = (
-            f"attention `{attention}`: {row.step_ms_mean:.1f} ms per step, {row.tflops:.1f} TFLOP/s, "
-            f"**{pct(row.mfu)} MFU** against the measured bf16 peak ({row.peak_tflops:.0f} TFLOP/s)"
+            f"attention `{attention}`: {row.step_ms_mean:.1f} ms per step, {sig(row.tflops)} "
+            + (
+                f"TFLOP/s, **{pct(row.mfu)} MFU** against the measured bf16 peak of the model's "
+                f"path ({sig(row.peak_tflops)} TFLOP/s)"
+                if row.mfu == row.mfu
+                else "TFLOP/s (no MFU: this run has no bf16 ceiling through the model's path)"
+            )
         )
         if {"forward", "forward_backward"} <= set(t.index):
             fwd, fb, step = t["forward"], t["forward_backward"], t["train_step"]
@@ -352,7 +434,13 @@ def goal_breakdown(d: pd.DataFrame, ceilings: pd.DataFrame) -> list[str]:
             text += (
                 f". Of the step, forward takes {fwd:.1f} ms, backward {fb - fwd:.1f} ms and the "
                 f"optimizer {opt:.1f} ms ({100 * opt / step:.0f}% of the step, which adds no "
-                f"counted FLOPs); forward+backward alone runs at {pct(fb_row.mfu)} MFU. Fused AdamW "
+                f"counted FLOPs)"
+                + (
+                    f"; forward+backward alone runs at {pct(fb_row.mfu)} MFU"
+                    if fb_row.mfu == fb_row.mfu
+                    else ""
+                )
+                + ". Fused AdamW "
                 f"must move {ADAMW_BYTES_PER_PARAM} bytes per fp32 parameter, a floor of "
                 f"{floor:.1f} ms at the measured copy bandwidth ({copy_gbps:.0f} GB/s)"
             )
@@ -360,9 +448,15 @@ def goal_breakdown(d: pd.DataFrame, ceilings: pd.DataFrame) -> list[str]:
     return out
 
 
-def _speedup_summary(sp: pd.DataFrame, what: str) -> dict:
+def _speedup_summary(sp: pd.DataFrame, what: str, n_excluded: int = 0) -> dict:
     if len(sp) == 0:
-        return {"sentence": f"No pairs of points to compare for {what}.", "losers": "", "table": ""}
+        return {
+            "sentence": f"No pairs of points to compare for {what}"
+            + sanity.excluded(n_excluded, "pair")
+            + ".",
+            "losers": "",
+            "table": "",
+        }
     out = {}
     per_size = sp.groupby(["size", "mode"], as_index=False)["speedup"].median()
     per_size = per_size.sort_values(
@@ -372,7 +466,11 @@ def _speedup_summary(sp: pd.DataFrame, what: str) -> dict:
     t = t.reindex([x for x in SIZE_ORDER if x in t.index])
     t.columns = [MODE_LABEL.get(c, c) for c in t.columns]
     out["table"] = md_table(t.reset_index())
-    out["sentence"] = f"{what}: {_range_sentence(sp['speedup'], 'points')} (median, range)."
+    out["sentence"] = (
+        f"{what}: {_range_sentence(sp['speedup'], 'points')} (median, range"
+        + sanity.excluded(n_excluded, "pair").replace(" (", "; ", 1)
+        + ")."
+    )
     losers = sp[sp["speedup"] < 1.0]
     if len(losers):
         items = ", ".join(
@@ -385,7 +483,16 @@ def _speedup_summary(sp: pd.DataFrame, what: str) -> dict:
     return out
 
 
-__all__ = ["plot", "context", "backward_ratios", "speedups", "warmup_summary", "fmt", "math"]
+__all__ = [
+    "plot",
+    "context",
+    "backward_ratios",
+    "speedups",
+    "warmup_summary",
+    "load_benchmark",
+    "fmt",
+    "math",
+]
 
 
 if __name__ == "__main__":

@@ -28,15 +28,15 @@ from cs336_systems.core.harness import (
 )
 from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.core.results import concat_csvs, provenance, write_csv
+from cs336_systems.core.sanity import flag
 from cs336_systems.core.workload import Workload
 from cs336_systems.kernels.attention import attention_function
 from cs336_systems.model import BATCH_SIZE, VOCAB_SIZE, size_spec
+from cs336_systems.stages.benchmark.derived import add_mfu
 
 MODES = ("forward", "forward_backward", "train_step")
 PRECISIONS = ("fp32", "bf16")
 COMPILE = ("eager", "compiled")
-# the measured ceiling each precision's MFU is taken against (fp32 runs at full fp32: no TF32)
-PEAK_FOR_PRECISION = {"fp32": "fp32", "bf16": "bf16"}
 
 log = get_logger(__name__)
 
@@ -203,23 +203,6 @@ def run_warmup_sweep(
     return rows
 
 
-def add_mfu(df: pd.DataFrame, ceilings: pd.DataFrame) -> pd.DataFrame:
-    """MFU = achieved TFLOP/s over the measured matmul peak of the point's precision."""
-    peaks = (
-        ceilings[(ceilings["kind"] == "matmul") & (ceilings["status"] == "ok")]
-        .set_index("dtype")["tflops"]
-        .to_dict()
-        if len(ceilings)
-        else {}
-    )
-    df = df.copy()
-    if "tflops" not in df:
-        df["tflops"] = float("nan")
-    df["peak_tflops"] = df["precision"].map(lambda p: peaks.get(PEAK_FOR_PRECISION.get(p, p)))
-    df["mfu"] = df["tflops"] / df["peak_tflops"].astype(float)
-    return df
-
-
 def _csv_list(text: str, cast=str) -> list:
     return [cast(x) for x in text.split(",") if x]
 
@@ -265,9 +248,15 @@ def main(argv: list[str] | None = None) -> None:
 
     if args.cmd == "aggregate":
         df = concat_csvs(args.inputs, args.out)
-        df = add_mfu(df, pd.read_csv(args.ceilings))
+        df = flag(add_mfu(df, pd.read_csv(args.ceilings)), "benchmark")
         write_csv(df, args.out)
-        log.info("wrote %s: %d rows, %d not ok", args.out, len(df), (df["status"] != "ok").sum())
+        log.info(
+            "wrote %s: %d rows, %d not ok, %d suspect",
+            args.out,
+            len(df),
+            (df["status"] != "ok").sum(),
+            df["sanity"].str.startswith("suspect").sum(),
+        )
         return
 
     device = pick_device(args.device)

@@ -8,3 +8,26 @@ the stage's jobs. Keep this file free of heavy imports: the workflow reads it wh
 TITLE = "Machine ceilings"
 # where the section sits in the report (ascending)
 ORDER = 20
+
+# the numbers the comparison report puts side by side across machines (compare.py)
+COMPARE = {
+    "ceilings": {
+        "keys": ["kind", "dtype", "path"],
+        "values": {"tflops": "TFLOP/s", "gbps": "GB/s"},
+        "headlines": [
+            {
+                "label": "fp32 matmul TFLOP/s",
+                "column": "tflops",
+                "agg": "max",
+                "where": {"kind": "matmul", "dtype": "fp32"},
+            },
+            {
+                "label": "bf16 matmul TFLOP/s (best path)",
+                "column": "tflops",
+                "agg": "max",
+                "where": {"kind": "matmul", "dtype": "bf16"},
+            },
+            {"label": "copy GB/s", "column": "gbps", "agg": "max", "where": {"kind": "copy"}},
+        ],
+    },
+}

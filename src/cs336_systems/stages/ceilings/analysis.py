@@ -4,16 +4,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cs336_systems.core.analysis import load, md_table, plot_main
+import pandas as pd
+
+from cs336_systems.core.analysis import load, md_table, plot_main, sig
+from cs336_systems.core.sanity import MODEL_PATH, PATH_LABEL
 
 
 def peaks(results_dir: Path) -> dict[str, float]:
-    """Measured matmul TFLOP/s per dtype (bf16, tf32, fp32, ...) and copy GB/s under 'copy'."""
+    """Measured plain-matmul TFLOP/s per dtype (bf16, tf32, fp32, ...) and copy GB/s under
+    'copy'."""
     df = load(results_dir, "ceilings")
     if len(df) == 0:
         return {}
     df = df[df["status"] == "ok"]
-    out = df[df["kind"] == "matmul"].set_index("dtype")["tflops"].to_dict()
+    mm = df[df["kind"] == "matmul"]
+    if "path" in mm:
+        mm = mm[mm["path"].fillna("matmul") == "matmul"]
+    out = mm.set_index("dtype")["tflops"].to_dict()
     copy = df[df["kind"] == "copy"]
     if len(copy):
         out["copy"] = float(copy["gbps"].iloc[0])
@@ -24,18 +31,54 @@ def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
     return []
 
 
+def _what(r) -> str:
+    if r["kind"] == "copy":
+        return f"device-to-device copy of {r['size'] / 2**20:,.0f} MiB (fp32)"
+    path = r.get("path") if isinstance(r.get("path"), str) else "matmul"
+    how = "a @ b" if path == "matmul" else PATH_LABEL.get(path, path)
+    return f"{int(r['size'])}² matmul, {r['dtype']}: {how}"
+
+
+def _used_for(r) -> str:
+    if r["kind"] == "copy":
+        return "bandwidth floors"
+    path = r.get("path") if isinstance(r.get("path"), str) else "matmul"
+    users = [p for p, want in MODEL_PATH.items() if want == path and p == r["dtype"]]
+    if users:
+        return f"MFU of the model's {', '.join(users)} points"
+    if path == "matmul":
+        return f"peak of kernels on {r['dtype']} tensors (attention kernels)"
+    return "–"
+
+
 def context(results_dir: Path) -> dict:
     df = load(results_dir, "ceilings")
     if len(df) == 0:
         return {"available": False}
-    table = df.assign(
-        what=df["kind"] + " " + df["dtype"],
-        rate=[
-            f"{r.tflops:.1f} TFLOP/s" if r.kind == "matmul" else f"{r.gbps:.0f} GB/s"
-            for r in df.itertuples()
-        ],
-    )[["what", "size", "ms_median", "rate", "status"]]
-    return {"available": True, "table": md_table(table), "peaks": peaks(results_dir)}
+    rates = []
+    for _, r in df.iterrows():
+        if r["status"] != "ok":
+            rates.append("–")
+        elif r["kind"] == "matmul":
+            rates.append(f"{sig(r['tflops'])} TFLOP/s")
+        else:
+            rates.append(f"{sig(r['gbps'])} GB/s")
+    table = pd.DataFrame(
+        {
+            "what": [_what(r) for _, r in df.iterrows()],
+            "median ms": [sig(x) for x in df["ms_median"]],
+            "rate": rates,
+            "used for": [_used_for(r) for _, r in df.iterrows()],
+            "status": df["status"],
+        }
+    )
+    has_path = "path" in df and (df["path"] == "autocast_linear").any()
+    return {
+        "available": True,
+        "table": md_table(table),
+        "peaks": peaks(results_dir),
+        "model_path": has_path,
+    }
 
 
 if __name__ == "__main__":

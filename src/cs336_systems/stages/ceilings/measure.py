@@ -1,7 +1,11 @@
 """Stage `ceilings`: what this machine can do, measured, so ratios are against it.
 
 A large matmul in bf16, tf32 and fp32 (TFLOP/s) and a device-to-device copy (GB/s, bytes read
-plus bytes written), on random data, verified before timed.
+plus bytes written), on random data, verified before timed. Each matmul row names its `path`:
+`matmul` (`a @ b` on tensors of the dtype) and, for bf16, also `autocast_linear`: `F.linear` on
+fp32 weights and inputs under bf16 autocast, the path the model's bf16 points take (casts
+included), which is the ceiling their MFU is taken against (a CPU without a fast bf16 matmul can
+run the autocast path at a very different rate than the plain one).
 """
 
 from __future__ import annotations
@@ -9,8 +13,9 @@ from __future__ import annotations
 import argparse
 
 import torch
+import torch.nn.functional as F
 
-from cs336_systems.core.device import memory_shortfall
+from cs336_systems.core.device import autocast, memory_shortfall
 from cs336_systems.core.harness import PointResult, device_time, run_point
 from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.core.results import provenance, write_csv
@@ -34,25 +39,60 @@ def time_ms(fn, device: torch.device, reps: int) -> float:
     return stats["t_ms_median"]
 
 
-def matmul_point(dtype_name: str, n: int, device: torch.device, reps: int) -> dict:
-    dtype = DTYPES[dtype_name]
+# the matmul paths measured: a plain `a @ b` in the dtype, and the model's bf16 path
+PATHS = {"matmul": "a @ b on tensors of the dtype", "autocast_linear": "autocast F.linear"}
+TOLERANCE = {"bf16": 2e-2, "fp16": 5e-3, "tf32": 5e-3, "fp32": 1e-5}
+
+
+def matmul_point(
+    dtype_name: str, n: int, device: torch.device, reps: int, path: str = "matmul"
+) -> dict:
+    """2 n³ FLOPs of an n x n matmul through `path`: `matmul` (`a @ b`, both of the dtype) or
+    `autocast_linear` (`F.linear(x, w)` with fp32 x and w under bf16 autocast, as the model's
+    bf16 points run its linears: the casts are part of the time)."""
+    if path not in PATHS:
+        raise ValueError(f"unknown matmul path {path!r}; known: {sorted(PATHS)}")
+    if path == "autocast_linear" and dtype_name != "bf16":
+        raise ValueError("the autocast path is measured for bf16 only")
+    dtype = DTYPES[dtype_name] if path == "matmul" else torch.float32
     prev = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = dtype_name == "tf32"
     try:
         gen = torch.Generator(device=device).manual_seed(0)
         a = torch.randn(n, n, device=device, dtype=dtype, generator=gen)
         b = torch.randn(n, n, device=device, dtype=dtype, generator=gen)
+        if path == "matmul":
+
+            def fn():
+                return a @ b
+
+            ref_b = b.double()
+        else:
+
+            def fn():
+                with autocast("bf16", device):
+                    return F.linear(a, b)  # a @ b.T, the weight's layout
+
+            ref_b = b.double().T
         # verify on a slice against float64 before timing
-        out = a @ b
-        ref = a[:64].double() @ b.double()
+        out = fn()
+        ref = a[:64].double() @ ref_b
         err = ((out[:64].double() - ref).norm() / ref.norm()).item()
-        tol = {"bf16": 2e-2, "fp16": 5e-3, "tf32": 5e-3, "fp32": 1e-5}[dtype_name]
+        tol = TOLERANCE[dtype_name]
         if not err < tol:
             raise RuntimeError(f"matmul check failed: relative error {err:.2e} >= {tol}")
-        ms = time_ms(lambda: a @ b, device, reps)
+        ms = time_ms(fn, device, reps)
         return {"ms_median": ms, "tflops": 2 * n**3 / (ms * 1e-3) / 1e12, "rel_error": err}
     finally:
         torch.backends.cuda.matmul.allow_tf32 = prev
+
+
+def matmul_paths(dtypes: list[str]) -> list[tuple[str, str]]:
+    """(dtype, path) of every matmul row: each dtype plainly, bf16 also as the model runs it."""
+    out = [(d, "matmul") for d in dtypes]
+    if "bf16" in dtypes:
+        out.append(("bf16", "autocast_linear"))
+    return out
 
 
 def copy_point(mbytes: int, device: torch.device, reps: int) -> dict:
@@ -88,22 +128,25 @@ def main(argv: list[str] | None = None) -> None:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     base = provenance(args.machine, args.preset)
     rows = []
-    for name in args.dtypes.split(","):
-        with point("matmul", name, f"n={args.matmul_size}"):
-            # two operands and the product
-            need = 3 * args.matmul_size**2 * DTYPES[name].itemsize / 2**20
+    for name, path in matmul_paths(args.dtypes.split(",")):
+        with point("matmul", name, path, f"n={args.matmul_size}"):
+            # two operands and the product (the autocast path adds bf16 copies of the operands)
+            size = DTYPES[name].itemsize if path == "matmul" else 4 + DTYPES[name].itemsize
+            need = 3 * args.matmul_size**2 * size / 2**20
             res = fitting_point(
                 need,
                 device,
                 f"a {args.matmul_size}^2 {name} matmul",
-                lambda n=name: matmul_point(n, args.matmul_size, device, args.reps),
+                lambda n=name, p=path: matmul_point(n, args.matmul_size, device, args.reps, p),
             )
-            log.info("%s %.1f TFLOP/s", res.status, (res.value or {}).get("tflops", float("nan")))
+            tflops = (res.value or {}).get("tflops", float("nan"))
+            log.log(status_level(res.status), "%s %.3g TFLOP/s", res.status, tflops)
         rows.append(
             {
                 **base,
                 "kind": "matmul",
                 "dtype": name,
+                "path": path,
                 "size": args.matmul_size,
                 "status": res.status,
                 **(res.value or {}),
@@ -123,6 +166,7 @@ def main(argv: list[str] | None = None) -> None:
             **base,
             "kind": "copy",
             "dtype": "fp32",
+            "path": "copy_",
             "size": args.copy_mb * 2**20,
             "status": res.status,
             **(res.value or {}),

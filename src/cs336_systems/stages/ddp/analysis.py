@@ -224,13 +224,24 @@ def context(results_dir: Path) -> dict:
             )
         )
     if naive is not None and flat is not None:
+        ratio = naive.comm_ms_mean / flat.comm_ms_mean
+        calls = int(naive.num_grad_tensors)
+        if ratio > 1:
+            verdict = (
+                f"{fmt(ratio)}x less communication time): one call pays the per-call cost once "
+                f"instead of {calls} times, at the price of copying the gradients into and out "
+                "of one buffer."
+            )
+        else:
+            verdict = (
+                f"{fmt(1 / ratio)}x more communication time): here the {calls} per-call costs "
+                "saved weigh less than copying the gradients into and out of one buffer and "
+                "reducing it in one piece."
+            )
         ctx["q24"] = (
             f"One all-reduce of the flattened gradients: {fmt(flat.step_ms_mean)} ms per step and "
             f"{fmt(flat.comm_ms_mean)} ms communicating, against {fmt(naive.step_ms_mean)} ms and "
-            f"{fmt(naive.comm_ms_mean)} ms naive ({fmt(naive.comm_ms_mean / flat.comm_ms_mean)}x "
-            f"less communication time): one call pays the per-call cost once instead of "
-            f"{int(naive.num_grad_tensors)} times, at the price of copying the gradients into "
-            f"and out of one buffer."
+            f"{fmt(naive.comm_ms_mean)} ms naive ({verdict}"
         )
     if overlap is not None:
         ref = ", ".join(

@@ -8,3 +8,42 @@ the stage's jobs. Keep this file free of heavy imports: the workflow reads it wh
 TITLE = "FlashAttention-2"
 # where the section sits in the report (ascending)
 ORDER = 80
+
+# the questions of QUESTIONS.md this stage answers and how the report tells (core/coverage.py)
+QUESTIONS = {
+    20: {"evidence": ["speedups", "tflops"], "needs": "gpu"},
+    21: {"evidence": ["leaderboard.available"], "needs": "gpu"},
+}
+# numbers that cannot be right (core/sanity.py): a TFLOP/s above this machine's measured
+# matmul peak for the dtype (attention is matmuls plus cheaper work: it cannot beat them)
+SANITY = {
+    "flash": [
+        {
+            "kind": "rate_above_ceiling",
+            "rates": ["fwd_tflops", "bwd_tflops", "fwd_bwd_tflops", "lb_tflops"],
+            "dtype": "dtype",
+        }
+    ],
+}
+
+# the numbers the comparison report puts side by side across machines (compare.py)
+COMPARE = {
+    "flash": {
+        "keys": ["grid", "impl", "dtype", "d_head", "seq_len"],
+        "values": {"fwd_bwd_ms_median": "fwd+bwd ms", "fwd_bwd_tflops": "TFLOP/s"},
+        "headlines": [
+            {
+                "label": "best fwd+bwd TFLOP/s, our Triton FA2",
+                "column": "fwd_bwd_tflops",
+                "agg": "max",
+                "where": {"impl": "flash_triton"},
+            },
+            {
+                "label": "best fwd+bwd TFLOP/s, SDPA flash",
+                "column": "fwd_bwd_tflops",
+                "agg": "max",
+                "where": {"impl": "sdpa_flash"},
+            },
+        ],
+    },
+}

@@ -10,6 +10,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from cs336_systems.core import sanity
 from cs336_systems.core.analysis import (
     empty_figure,
     fmt,
@@ -19,6 +20,7 @@ from cs336_systems.core.analysis import (
     save,
     status_counts,
 )
+from cs336_systems.core.analysis import ok as trusted
 
 IMPL_ORDER = [
     "naive_eager",
@@ -69,7 +71,7 @@ def _grid_figure(df: pd.DataFrame, value, ylabel: str, title: str, path: Path, l
     for i, dt in enumerate(dtypes):
         for j, d in enumerate(dims):
             ax = axes[i][j]
-            sub = df[(df["dtype"] == dt) & (df["d_head"] == d) & (df["status"] == "ok")]
+            sub = trusted(df[(df["dtype"] == dt) & (df["d_head"] == d)])
             for impl in _impls(df):
                 g = sub[sub["impl"] == impl].sort_values("seq_len")
                 y = value(g)
@@ -100,7 +102,7 @@ def _grid_figure(df: pd.DataFrame, value, ylabel: str, title: str, path: Path, l
 def speedups(df: pd.DataFrame, ours: str = "flash_triton", prefix: str = "fwd_bwd") -> pd.DataFrame:
     """other implementation's time / ours, per (dtype, d, n) where both ran."""
     ok = sweep(df)
-    ok = ok[ok["status"] == "ok"].assign(ms=lambda x: _ms(x, prefix))
+    ok = trusted(ok).assign(ms=lambda x: _ms(x, prefix))
     keys = ["dtype", "d_head", "seq_len"]
     mine = ok[ok["impl"] == ours].set_index(keys)["ms"]
     rows = []
@@ -170,7 +172,8 @@ def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
 
 def _cell(row, prefix: str) -> str:
     if row["status"] == "ok":
-        return fmt(float(_ms(row.to_frame().T, prefix).iloc[0]), 3)
+        suspect = str(row.get(sanity.COLUMN, "")).startswith(sanity.PREFIX)
+        return fmt(float(_ms(row.to_frame().T, prefix).iloc[0]), 3) + (" ⚠" if suspect else "")
     status = str(row["status"])
     return "OOM" if status == "oom" else ("skip" if status.startswith("skipped") else "err")
 
@@ -197,7 +200,7 @@ def triton_vs_pytorch_table(df: pd.DataFrame, dtype: str) -> str:
                 row[f"{short} {label}"] = _cell(by[impl], prefix)
         if "naive_eager" in by and "flash_triton" in by:
             a, b = by["naive_eager"], by["flash_triton"]
-            if a["status"] == "ok" and b["status"] == "ok":
+            if len(trusted(pd.DataFrame([a, b]))) == 2:
                 row["speedup f+b"] = f"{a['fwd_bwd_ms_median'] / b['fwd_bwd_ms_median']:.2g}×"
         rows.append(row)
     return md_table(pd.DataFrame(rows), floatfmt=3)
@@ -219,7 +222,7 @@ def all_impls_table(df: pd.DataFrame, dtype: str, prefix: str = "fwd_bwd") -> st
 
 def tflops_table(df: pd.DataFrame) -> str:
     ok = sweep(df)
-    ok = ok[(ok["status"] == "ok")]
+    ok = trusted(ok)
     if len(ok) == 0 or "fwd_bwd_tflops" not in ok:
         return ""
     rows = []
@@ -325,7 +328,7 @@ def leaderboard(df: pd.DataFrame, ceilings: pd.DataFrame | None = None) -> dict:
             row["compiled TFLOP/s"] = f"{r.get('lb_tflops', float('nan')):.3g}"
         row["status"] = r["status"]
         rows.append(row)
-    ok = lb[lb["status"] == "ok"].set_index("impl")
+    ok = trusted(lb).set_index("impl")
     col = "lb_ms_median" if has_lb else "fwd_bwd_ms_median"
     how = (
         "the leaderboard's measurement (torch.compile, forward and backward of o.sum())"
@@ -386,15 +389,39 @@ def context(results_dir: Path) -> dict:
     verdicts = {}
     if "kernel_tests" in df:
         for impl in ("flash_pytorch", "flash_triton"):
+            if impl not in set(df["impl"]):
+                continue
             v = df.loc[df["impl"] == impl, "kernel_tests"].dropna()
             v = v[v.astype(str) != ""]
             verdicts[IMPL_LABELS[impl]] = (
-                str(v.iloc[0]) if len(v) else "not gated (kernel tests not run)"
+                str(v.iloc[0])
+                if len(v)
+                else "not gated: the `kernel_tests` stage did not run before these points "
+                "(it gates them when it is among the run's `stages`, as in the default "
+                "`snakemake --cores 1 report`)"
             )
     errors = sw[sw["status"].astype(str).str.startswith("error")]
     dtypes = sorted(sw["dtype"].unique()) if len(sw) else []
+    grids = sorted(set(df["grid"])) if "grid" in df else ["sweep"]
+    coverage = {}
+    if len(sw) == 0:
+        coverage[20] = {
+            "status": "not",
+            "why": f"the sweep did not run: flash.csv holds only the {', '.join(grids)} rows",
+        }
+    elif first.get("device", "") == "cpu":
+        coverage[20] = {
+            "status": "partly",
+            "why": "our Triton kernel ran in Triton's CPU interpreter: its times measure the "
+            "interpreter",
+            "how": "`snakemake --cores 1 report` on a CUDA GPU (the gpu preset)",
+        }
     return {
+        "coverage": coverage,
         "available": True,
+        "has_sweep": len(sw) > 0,
+        "preset": str(first.get("preset", "?")),
+        "grids": grids,
         "device": first.get("device", "?"),
         "timer": first.get("timer", "?"),
         "interpreter": first.get("device", "") == "cpu",

@@ -9,3 +9,9 @@ while planning.
 TITLE = "Fully sharded data parallel (FSDP)"
 # where the section sits in the report (ascending): right after DDP
 ORDER = 105
+
+# the questions of QUESTIONS.md this stage answers and how the report tells (core/coverage.py)
+QUESTIONS = {
+    32: {"evidence": ["q32"], "needs": "gpus:2"},
+    33: {"evidence": ["q33"], "needs": "gpus:2"},
+}

@@ -8,3 +8,38 @@ the stage's jobs. Keep this file free of heavy imports: the workflow reads it wh
 TITLE = "Memory"
 # where the section sits in the report (ascending)
 ORDER = 60
+
+# the questions of QUESTIONS.md this stage answers and how the report tells (core/coverage.py)
+QUESTIONS = {
+    13: {"evidence": ["timelines"], "needs": "gpu"},
+    14: {"evidence": ["peak_table"], "needs": "gpu"},
+    15: {"evidence": ["precision_sentence"], "needs": "gpu"},
+    16: {"evidence": ["residual_sentence", "activation_sentence"]},
+    17: {"evidence": ["alloc_table"], "needs": "gpu"},
+}
+# numbers that cannot be right (core/sanity.py): a step's peak below the parameters it holds
+SANITY = {
+    "memory": [
+        {
+            "kind": "greater_than",
+            "left": "params_mb",
+            "right": "peak_allocated_mb",
+            "why": "peak allocated memory below the parameters' own size",
+        }
+    ],
+}
+
+# the numbers the comparison report puts side by side across machines (compare.py)
+COMPARE = {
+    "memory": {
+        "keys": ["size", "context_length", "mode", "precision"],
+        "values": {"saved_activations_mb": "saved MiB", "peak_allocated_mb": "peak MiB"},
+        "headlines": [
+            {
+                "label": "largest activations saved for backward (MiB)",
+                "column": "saved_activations_mb",
+                "agg": "max",
+            },
+        ],
+    },
+}

@@ -172,21 +172,37 @@ def _montage_choice(d: pd.DataFrame, files: list[Path]) -> list[Path]:
     return chosen or files[:2]
 
 
+def peak_mb(r: pd.Series) -> float:
+    """The one peak the report quotes for a point (Q13 and Q14 alike): the CUDA allocator's
+    maximum allocated memory over the measured step (`torch.cuda.max_memory_allocated`). The
+    snapshot's trace sees the same allocations but counts only those made while it recorded,
+    so its own maximum can differ slightly; it only says *when* the peak falls."""
+    return float(r.get("peak_allocated_mb", np.nan))
+
+
 def _sentence_timeline(r: pd.Series) -> str:
+    base = r["baseline_mb"]
     parts = [
         f"{r['size']} at context {r['context_length']}, {MODE_LABEL.get(r['mode'], r['mode'])}, "
-        f"{r['precision']}: {r['baseline_mb']:,.0f} MiB are held before the step"
+        f"{r['precision']}: {base:,.0f} MiB are held before the step"
     ]
     if r["mode"] == "forward":
         parts.append(
-            f"the forward pass climbs to {r.get('forward_peak_mb', np.nan):,.0f} MiB "
-            "while the saved activations accumulate and falls back when the loss is dropped"
+            "the forward pass climbs while the saved activations accumulate and falls back "
+            "when the loss is dropped"
         )
     else:
-        parts.append(
-            f"forward raises it to {r.get('forward_end_mb', np.nan):,.0f} MiB (activations "
-            "kept for backward)"
-        )
+        fwd_end = r.get("forward_end_mb", np.nan)
+        grads = r.get("grads_mb", np.nan)
+        if fwd_end == fwd_end and fwd_end < base:
+            parts.append(
+                "`zero_grad` first frees the previous step's gradients"
+                + (f" ({grads:,.0f} MiB)" if grads == grads and grads > 0 else "")
+                + f", so forward, though it keeps activations for backward, ends at "
+                f"{fwd_end:,.0f} MiB, below that baseline"
+            )
+        else:
+            parts.append(f"forward raises it to {fwd_end:,.0f} MiB (activations kept for backward)")
         if not pd.isna(r.get("backward_end_mb", np.nan)):
             parts.append(
                 f"backward frees activations as it makes gradients and ends at "
@@ -194,7 +210,14 @@ def _sentence_timeline(r: pd.Series) -> str:
             )
         if not pd.isna(r.get("optimizer_end_mb", np.nan)):
             parts.append(f"the optimizer step ends at {r['optimizer_end_mb']:,.0f} MiB")
-    parts.append(f"the peak, {r['trace_peak_mb']:,.0f} MiB, falls in {r['peak_phase']}")
+    peak = peak_mb(r)
+    if peak == peak:
+        parts.append(
+            f"the peak, {peak:,.0f} MiB (the allocator's maximum, as in Q14), falls in "
+            f"{r['peak_phase']}"
+        )
+    else:
+        parts.append(f"the trace's peak, {r['trace_peak_mb']:,.0f} MiB, falls in {r['peak_phase']}")
     return "; ".join(parts) + "."
 
 

@@ -8,3 +8,10 @@ the stage's jobs. Keep this file free of heavy imports: the workflow reads it wh
 TITLE = "Mixed precision"
 # where the section sits in the report (ascending)
 ORDER = 50
+
+# the questions of QUESTIONS.md this stage answers and how the report tells (core/coverage.py)
+QUESTIONS = {
+    10: {"evidence": ["accumulation.table"]},
+    11: {"evidence": ["dtypes.table"], "needs": "gpu"},
+    12: {"evidence": ["layernorm.table"]},
+}

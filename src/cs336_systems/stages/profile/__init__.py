@@ -8,3 +8,49 @@ the stage's jobs. Keep this file free of heavy imports: the workflow reads it wh
 TITLE = "Profiling"
 # where the section sits in the report (ascending)
 ORDER = 40
+
+# the questions of QUESTIONS.md this stage answers and how the report tells (core/coverage.py)
+QUESTIONS = {
+    5: {"evidence": ["harness_table"], "needs": "gpu"},
+    6: {"evidence": ["top_sentence"], "needs": "gpu"},
+    7: {"evidence": ["nontrivial_sentence"], "needs": "gpu"},
+    8: {"evidence": ["gemm_sentence"], "needs": "gpu"},
+    9: {"evidence": ["attention_sentence"], "needs": "gpu"},
+}
+# numbers that cannot be right (core/sanity.py): on one stream the summed kernel time of a step
+# cannot exceed the step's own wall time (2% allowance for the range's clock)
+SANITY = {
+    "profile": [
+        {
+            "kind": "greater_than",
+            "left": "step_kernel_ms_mean",
+            "right": "step_range_ms_mean",
+            "tolerance": 0.02,
+            "why": "summed kernel time above the step's wall time",
+        }
+    ],
+}
+
+# the numbers the comparison report puts side by side across machines (compare.py)
+COMPARE = {
+    "profile": {
+        "keys": ["size", "context_length", "mode"],
+        "values": {"step_ms_mean": "ms under profiler", "gemm_share_step": "GEMM share"},
+        "headlines": [
+            {
+                "label": "median GEMM share of a forward (%)",
+                "column": "gemm_share_step",
+                "scale": 100,
+                "agg": "median",
+                "where": {"mode": "forward"},
+            },
+            {
+                "label": "median GEMM share of a training step (%)",
+                "column": "gemm_share_step",
+                "scale": 100,
+                "agg": "median",
+                "where": {"mode": "train_step"},
+            },
+        ],
+    },
+}

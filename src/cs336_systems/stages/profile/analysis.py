@@ -20,8 +20,14 @@ from cs336_systems.core.analysis import (
     save,
     sort_sizes,
 )
-from cs336_systems.core.costs import SOFTMAX_FLOPS_PER_ELEMENT, attention_flops_split
-from cs336_systems.profiling.kernel_classes import KERNEL_CLASSES
+from cs336_systems.core.costs import SOFTMAX_FLOPS_PER_ELEMENT
+from cs336_systems.profiling.kernel_classes import KERNEL_CLASSES, unique_labels
+from cs336_systems.stages.profile.attention_parts import (
+    ATTN_PARTS,
+    _matmul_sentence,
+    attention_matmul_units,
+    attention_split,
+)
 
 # a non-GEMM kernel is "non-trivial" in forward from this share of forward GPU time on
 NONTRIVIAL_SHARE = 0.02
@@ -38,7 +44,6 @@ CLASS_COLORS = {
     "optimizer": "#d62728",
     "other": "#7f7f7f",
 }
-ATTN_PARTS = ("qk_matmul", "mask", "softmax", "pv_matmul")
 
 
 def _points(results_dir: Path) -> pd.DataFrame:
@@ -46,7 +51,12 @@ def _points(results_dir: Path) -> pd.DataFrame:
 
 
 def _kernels(results_dir: Path) -> pd.DataFrame:
-    return load(results_dir, "profile_kernels")
+    """profile_kernels.csv with `kernel_short` relabelled so that no two kernels share a name
+    (a table that groups by it must not merge different kernels)."""
+    k = load(results_dir, "profile_kernels")
+    if len(k) and "kernel" in k:
+        k = k.assign(kernel_short=k["kernel"].map(unique_labels(k["kernel"])))
+    return k
 
 
 def _label(df: pd.DataFrame) -> pd.DataFrame:
@@ -149,17 +159,34 @@ def nontrivial_non_gemm(kernels: pd.DataFrame, threshold: float = NONTRIVIAL_SHA
     k = kernels[(kernels["mode"] == "forward") & (kernels["phase"] == "forward")]
     if k.empty:
         return pd.DataFrame()
-    n_points = k.groupby(["size", "context_length"]).ngroups
+    point = ["size", "context_length"]
+    n_points = k.groupby(point).ngroups
     k = k[k["kernel_class"] != "gemm"]
-    g = k.groupby(["kernel_short", "kernel_class"]).agg(
-        median_share=("share", "median"),
-        max_share=("share", "max"),
-        points_above=("share", lambda s: int((s >= threshold).sum())),
-        calls_per_step=("calls_per_step", "median"),
-    )
-    g = g[g["points_above"] > 0].sort_values("median_share", ascending=False).reset_index()
-    g["of_points"] = n_points
-    return g
+    # one row per kernel (its full name) and point, then over the points; a point where the
+    # kernel did not run counts as a share of 0
+    per_point = k.groupby(["kernel", "kernel_short", "kernel_class", *point], as_index=False)[
+        ["share", "calls_per_step"]
+    ].sum()
+    rows = []
+    for (kernel, short, cls), g in per_point.groupby(["kernel", "kernel_short", "kernel_class"]):
+        shares = np.concatenate([g["share"].to_numpy(), np.zeros(n_points - len(g))])
+        rows.append(
+            {
+                "kernel": short,
+                "class": cls,
+                "median_share": float(np.median(shares)),
+                "max_share": float(shares.max()),
+                "points_at_or_above": int((g["share"] >= threshold).sum()),
+                "of_points": n_points,
+                "calls_per_step": float(g["calls_per_step"].median()),
+                "_full": kernel,
+            }
+        )
+    g = pd.DataFrame(rows)
+    if g.empty:
+        return g
+    g = g[g["points_at_or_above"] > 0]
+    return g.sort_values(["median_share", "max_share"], ascending=False).reset_index(drop=True)
 
 
 def gemm_shares(points: pd.DataFrame) -> pd.DataFrame:
@@ -172,27 +199,6 @@ def gemm_shares(points: pd.DataFrame) -> pd.DataFrame:
     )
     t.columns.name = None
     return sort_sizes(t.reset_index(), "context_length").reset_index(drop=True)
-
-
-def attention_split(points: pd.DataFrame) -> pd.DataFrame:
-    """Q9: per forward point, GPU time of the attention parts (ms per step, all layers) and the
-    softmax/matmul time ratio beside the FLOP ratio."""
-    p = ok(points)
-    p = p[p["mode"] == "forward"]
-    rows = []
-    for r in p.itertuples():
-        d_head = r.d_model // r.num_heads
-        fl = attention_flops_split(r.batch_size, r.num_heads, r.context_length, d_head)
-        row = {"size": r.size, "context_length": r.context_length}
-        for part in ATTN_PARTS:
-            row[f"{part}_ms"] = getattr(r, f"attention_{part}_kernel_ms_mean", np.nan)
-        matmul_ms = row["qk_matmul_ms"] + row["pv_matmul_ms"]
-        row["softmax_over_matmul_time"] = row["softmax_ms"] / matmul_ms if matmul_ms else np.nan
-        row["softmax_over_matmul_flops"] = fl["softmax"] / (fl["qk_matmul"] + fl["pv_matmul"])
-        row["time_vs_flops"] = row["softmax_over_matmul_time"] / row["softmax_over_matmul_flops"]
-        rows.append(row)
-    out = pd.DataFrame(rows)
-    return sort_sizes(out, "context_length").reset_index(drop=True) if len(out) else out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -273,7 +279,7 @@ def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
     out.append(save(fig, paths["gemm_share"]))
 
     # softmax / matmul: time ratio against FLOP ratio
-    a = attention_split(points)
+    a = attention_split(points, kernels)
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for size in [s for s in SIZE_ORDER if s in set(a.get("size", []))]:
         s_ = a[a["size"] == size].sort_values("context_length")
@@ -403,17 +409,31 @@ def context(results_dir: Path) -> dict:
     nt = nontrivial_non_gemm(kernels)
     s["nontrivial_threshold"] = pct(NONTRIVIAL_SHARE)
     if len(nt):
+        show = nt.head(12).drop(columns="_full")
         s["nontrivial_table"] = md_table(
-            nt.head(12).assign(
-                median_share=nt["median_share"].map(pct), max_share=nt["max_share"].map(pct)
+            show.assign(
+                median_share=show["median_share"].map(pct),
+                max_share=show["max_share"].map(pct),
+                calls_per_step=show["calls_per_step"].map(lambda v: f"{v:.0f}"),
+            ).rename(
+                columns={
+                    "median_share": "median share",
+                    "max_share": "max share",
+                    "points_at_or_above": f"points ≥ {s['nontrivial_threshold']}",
+                    "of_points": "of points",
+                    "calls_per_step": "calls/step (median)",
+                }
             )
         )
         share_non_gemm = _non_gemm_share(kernels)
         s["nontrivial_sentence"] = (
-            f"{len(nt)} non-GEMM {s['kernel_word']}s reach {s['nontrivial_threshold']} of forward "
-            f"time somewhere; together non-GEMM work is {pct(share_non_gemm)} of forward "
-            f"{s['unit']} (median over points). The largest is `{nt.iloc[0]['kernel_short']}` "
-            f"({nt.iloc[0]['kernel_class']}, median {pct(nt.iloc[0]['median_share'])})."
+            f"{len(nt)} distinct non-GEMM {s['kernel_word']}s reach {s['nontrivial_threshold']} "
+            f"of forward time in at least one of the {int(nt['of_points'].iloc[0])} points; "
+            f"together non-GEMM work is {pct(share_non_gemm)} of forward "
+            f"{s['unit']} (median over points). The largest is `{nt.iloc[0]['kernel']}` "
+            f"({nt.iloc[0]['class']}, median {pct(nt.iloc[0]['median_share'])}, at or above "
+            f"{s['nontrivial_threshold']} in {nt.iloc[0]['points_at_or_above']} of "
+            f"{nt.iloc[0]['of_points']} points)."
         )
     # Q8
     g = gemm_shares(points)
@@ -432,36 +452,48 @@ def context(results_dir: Path) -> dict:
                 f"{int((both['forward'] > both['train_step']).sum())} of them)."
             )
     # Q9
-    a = attention_split(points)
+    a = attention_split(points, kernels)
     if len(a) and a["softmax_ms"].notna().any():
+        cols = ["size", "context_length", *(f"{p}_ms" for p in ATTN_PARTS)]
+        cols = [c for c in cols if c in a and (a[c].fillna(0) != 0).any() or c in cols[:2]]
         show = a[
             [
-                "size",
-                "context_length",
-                "qk_matmul_ms",
-                "mask_ms",
-                "softmax_ms",
-                "pv_matmul_ms",
+                *cols,
                 "softmax_over_matmul_time",
                 "softmax_over_matmul_flops",
                 "time_vs_flops",
             ]
         ]
         s["attention_table"] = md_table(show, floatfmt=3)
+        s["attention_scale_note"] = (
+            "The 1/√d scaling of the scores is its own part (`scale`), not counted as matmul "
+            "time: in captures whose annotated attention put it inside the QKᵀ range it is the "
+            "non-GEMM work of that range."
+            if "scale_ms" in cols
+            else ""
+        )
+        s["matmul_units"] = attention_matmul_units(kernels)
+        ratio = float(a["time_vs_flops"].median())
+        per_flop = (
+            f"per FLOP, softmax is {ratio:.0f}× slower"
+            if ratio >= 1.5
+            else (
+                f"per FLOP, softmax is about as fast as the matmuls ({ratio:.2f}×)"
+                if ratio > 0.67
+                else f"per FLOP, softmax is faster than the matmuls ({ratio:.2f}×)"
+            )
+        )
         s["attention_sentence"] = (
             f"Inside forward attention, softmax takes {a['softmax_over_matmul_time'].median():.2f}× "
             f"the time of the two matmuls (median over {len(a)} points) while it has only "
             f"{a['softmax_over_matmul_flops'].median():.3f}× their FLOPs "
-            f"({SOFTMAX_FLOPS_PER_ELEMENT} FLOPs per score against 4·d_head): per FLOP, softmax "
-            f"is {a['time_vs_flops'].median():.0f}× slower. "
+            f"({SOFTMAX_FLOPS_PER_ELEMENT} FLOPs per score against 4·d_head): {per_flop}. "
             + (
-                "The matmuls run in optimized BLAS at high arithmetic intensity; softmax does a "
-                "few FLOPs per element of the n×n score matrix, with an exp each, and streams the "
-                "whole matrix through memory."
-                if s["cpu_only"]
-                else "The matmuls run on tensor cores at high arithmetic intensity; softmax reads "
-                "and writes the whole n×n score matrix for a few FLOPs per element, so it is bound "
-                "by memory bandwidth, not by compute."
+                _matmul_sentence(s["matmul_units"], s["cpu_only"])
+                if ratio >= 1.5
+                else "At these sizes the matmuls are far from their peak too (small matrices: "
+                "call overheads and low arithmetic intensity), so the FLOP ratio does not "
+                "predict the time ratio."
             )
         )
     return s

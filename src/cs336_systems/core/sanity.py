@@ -1,0 +1,484 @@
+"""Sanity checks: a number that cannot be right is flagged `suspect: <why>`, never quoted as a finding.
+
+Every stage CSV read through `core.analysis.load` gets a `sanity` column: empty where the row
+passed every check, `suspect: <why>[; <why>...]` where it did not. `core.analysis.ok` leaves
+suspect rows out (with failed ones), so sentences, summaries and figures never rest on them;
+`ran` keeps them for tables that show every measured point with its flag, and the report lists
+each section's suspect rows with their reasons (`collecting`, `suspect_table`).
+
+A check doubts one kind of number (`SCOPES`: times, rates, memory, or all of a row's), recorded
+in `sanity_scope`: `ok(df, scope="memory")` keeps a row whose times are noisy for a sentence
+about its memory.
+
+Checks are data. The generic ones below apply to every CSV by its columns (a std above its mean,
+a negative time, size or rate, an MFU above 100%). A stage adds its own, or re-parametrizes a
+generic one, by declaring ``SANITY = {"<csv name>": [{"kind": ..., ...}, ...]}`` in its
+package's ``__init__.py`` (plain literals: it is read with `ast.literal_eval`, not imported, so
+that a stage's declarations hold wherever its CSV is read, also by another stage's analysis).
+The kinds are the functions of `KINDS`; a declared check with a generic check's kind replaces
+the generic one for that CSV.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import math
+import re
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+COLUMN = "sanity"
+SCOPE_COLUMN = "sanity_scope"
+PREFIX = "suspect: "
+# what kind of number a check doubts: a sentence about memory need not drop a row whose times
+# are noisy. A check's default scope, overridable by a declaration's "scope".
+SCOPES = ("time", "rate", "memory", "all")
+DEFAULT_SCOPE = {
+    "std_above_mean": "time",
+    "negative_value": "all",
+    "mfu_above_one": "rate",
+    "part_slower_than_whole": "time",
+    "ceiling_path": "rate",
+    "greater_than": "all",
+    "rate_above_ceiling": "rate",
+}
+STAGES_DIR = Path(__file__).resolve().parents[1] / "stages"
+
+# the ceiling each precision's MFU must be taken against: the path the model's matmuls take
+# (fp32: a plain fp32 matmul; bf16: autocast F.linear on fp32 weights and inputs)
+MODEL_PATH = {"fp32": "matmul", "bf16": "autocast_linear"}
+PATH_LABEL = {
+    "matmul": "a plain matmul",
+    "autocast_linear": "autocast F.linear on fp32 weights and inputs",
+}
+
+# columns that name a measured point, in the order a reader looks for them
+POINT_KEYS = [
+    "point",
+    "size",
+    "context_length",
+    "mode",
+    "precision",
+    "compile",
+    "attention",
+    "impl",
+    "grid",
+    "dtype",
+    "d_head",
+    "seq_len",
+    "heads",
+    "kind",
+    "path",
+    "backend",
+    "buffers",
+    "world_size",
+    "size_mb",
+    "variant",
+    "bucket_mb",
+    "warmup_steps",
+    "case",
+    "device",
+]
+
+
+def _blank(df: pd.DataFrame) -> pd.Series:
+    return pd.Series("", index=df.index, dtype=object)
+
+
+def _checked(df: pd.DataFrame) -> pd.Series:
+    """Rows a check looks at: those that ran (a failed row has no numbers to doubt)."""
+    if "status" not in df:
+        return pd.Series(True, index=df.index)
+    return df["status"].astype(str) == "ok"
+
+
+def _skip(df: pd.DataFrame, skip_if: dict | None) -> pd.Series:
+    """Rows a declaration exempts: every (column, value) of `skip_if` matches."""
+    mask = pd.Series(False, index=df.index)
+    if not skip_if:
+        return mask
+    mask = pd.Series(True, index=df.index)
+    for col, value in skip_if.items():
+        if col not in df:
+            return pd.Series(False, index=df.index)
+        mask &= df[col] == value
+    return mask
+
+
+def _num(x: float) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "nan"
+    ax = abs(x)
+    if ax >= 100:
+        return f"{x:,.0f}"
+    if ax == 0:
+        return "0"
+    return f"{x:.{max(0, 2 - int(math.floor(math.log10(ax))))}f}"
+
+
+# --------------------------------------------------------------------------------- check kinds
+
+
+def std_above_mean(df: pd.DataFrame, skip_if: dict | None = None, **_) -> pd.Series:
+    """A time's sample std above its mean: one outlier dominates, the mean describes nothing."""
+    out = _blank(df)
+    rows = _checked(df) & ~_skip(df, skip_if)
+    for std in [c for c in df.columns if c.endswith("_std")]:
+        mean = std[: -len("_std")] + "_mean"
+        if mean not in df:
+            continue
+        s, m = pd.to_numeric(df[std], errors="coerce"), pd.to_numeric(df[mean], errors="coerce")
+        bad = rows & (s > m) & (m > 0)
+        for i in df.index[bad]:
+            out[i] = _join(out[i], f"{std} {_num(s[i])} above {mean} {_num(m[i])}")
+    return out
+
+
+_NONNEGATIVE = re.compile(r"(_ms(_\w+)?|_mb|_tflops|tflops|_gbps|_per_s|mfu|_bytes)$")
+
+
+def negative_value(df: pd.DataFrame, skip_if: dict | None = None, **_) -> pd.Series:
+    """A negative or infinite time, size, rate or MFU: no measurement gives one."""
+    out = _blank(df)
+    rows = _checked(df) & ~_skip(df, skip_if)
+    for col in [c for c in df.columns if _NONNEGATIVE.search(c)]:
+        v = pd.to_numeric(df[col], errors="coerce")
+        if v.isna().all():
+            continue
+        bad = rows & ((v < 0) | np.isinf(v))
+        for i in df.index[bad]:
+            out[i] = _join(out[i], f"{col} is {_num(v[i])}")
+    return out
+
+
+def mfu_above_one(df: pd.DataFrame, column: str = "mfu", skip_if: dict | None = None, **_):
+    """MFU above 100%: the point ran faster than the machine's measured peak."""
+    out = _blank(df)
+    if column not in df:
+        return out
+    v = pd.to_numeric(df[column], errors="coerce")
+    bad = _checked(df) & ~_skip(df, skip_if) & (v > 1)
+    for i in df.index[bad]:
+        peak = df.at[i, "peak_tflops"] if "peak_tflops" in df else float("nan")
+        rate = df.at[i, "tflops"] if "tflops" in df else float("nan")
+        out[i] = (
+            f"MFU {100 * v[i]:.0f}% is above 100% ({_num(rate)} TFLOP/s against a measured "
+            f"peak of {_num(peak)})"
+        )
+    return out
+
+
+def part_slower_than_whole(
+    df: pd.DataFrame,
+    by: str,
+    part: str,
+    whole: str,
+    value: str,
+    keys: list[str],
+    what: str | None = None,
+    **_,
+) -> pd.Series:
+    """A part of a step (rows with `by` == part) slower than the whole step it belongs to (rows
+    with `by` == whole, same `keys`): both rows are flagged, one of them cannot be right."""
+    out = _blank(df)
+    keys = [k for k in keys if k in df]
+    if by not in df or value not in df:
+        return out
+    rows = df[_checked(df)]
+    a = rows[rows[by] == part]
+    b = rows[rows[by] == whole]
+    if a.empty or b.empty:
+        return out
+    whole_at = {tuple(r[keys]): (i, r[value]) for i, r in b.iterrows()}
+    label = what or f"{part} slower than {whole}"
+    for i, r in a.iterrows():
+        hit = whole_at.get(tuple(r[keys]))
+        if hit is None or not (r[value] > hit[1]):
+            continue
+        text = f"{label}: {_num(r[value])} > {_num(hit[1])} ms ({value})"
+        out[i] = _join(out[i], text)
+        out[hit[0]] = _join(out[hit[0]], text)
+    return out
+
+
+def ceiling_path(
+    df: pd.DataFrame,
+    precision: str = "precision",
+    path: str = "peak_path",
+    expected: dict | None = None,
+    **_,
+) -> pd.Series:
+    """An MFU taken against a ceiling measured through a path the model does not use (e.g. a
+    plain bf16 matmul for a model that runs bf16 as autocast F.linear on fp32 weights). CSVs
+    from before the path was recorded measured plain matmuls only."""
+    out = _blank(df)
+    expected = expected or MODEL_PATH
+    if "mfu" not in df or precision not in df:
+        return out
+    used = df[path] if path in df else pd.Series("matmul", index=df.index)
+    has = pd.to_numeric(df["mfu"], errors="coerce").notna()
+    for i in df.index[_checked(df) & has]:
+        want = expected.get(str(df.at[i, precision]))
+        got = str(used[i])
+        if want is not None and got != want:
+            out[i] = (
+                f"MFU against a {df.at[i, precision]} ceiling measured through "
+                f"{PATH_LABEL.get(got, got)}; the model runs {PATH_LABEL.get(want, want)}"
+            )
+    return out
+
+
+def greater_than(
+    df: pd.DataFrame,
+    left: str,
+    right: str,
+    why: str,
+    tolerance: float = 0.0,
+    skip_if: dict | None = None,
+    **_,
+) -> pd.Series:
+    """`left` above `right` (times 1 + tolerance) where that cannot happen."""
+    out = _blank(df)
+    if left not in df or right not in df:
+        return out
+    a, b = pd.to_numeric(df[left], errors="coerce"), pd.to_numeric(df[right], errors="coerce")
+    bad = _checked(df) & ~_skip(df, skip_if) & (a > b * (1 + tolerance))
+    for i in df.index[bad]:
+        out[i] = f"{why} ({left} {_num(a[i])} > {right} {_num(b[i])})"
+    return out
+
+
+def rate_above_ceiling(
+    df: pd.DataFrame,
+    rates: list[str],
+    dtype: str = "dtype",
+    ceilings: pd.DataFrame | None = None,
+    fp32_precision: str = "fp32_matmul_precision",
+    **_,
+) -> pd.Series:
+    """A TFLOP/s above this machine's measured matmul peak for the row's dtype (plain matmul:
+    the path tensors of that dtype take; fp32 at `high` precision runs as TF32)."""
+    out = _blank(df)
+    peaks = matmul_peaks(ceilings)
+    if not peaks or dtype not in df:
+        return out
+    for i in df.index[_checked(df)]:
+        dt = str(df.at[i, dtype])
+        if dt == "fp32" and str(df.get(fp32_precision, pd.Series("", index=df.index))[i]) in (
+            "high",
+            "medium",
+        ):
+            dt = "tf32"
+        peak = peaks.get(dt)
+        if peak is None:
+            continue
+        for col in [c for c in rates if c in df]:
+            v = pd.to_numeric(pd.Series([df.at[i, col]]), errors="coerce").iloc[0]
+            if v == v and v > peak:
+                out[i] = _join(
+                    out[i], f"{col} {_num(v)} above the measured {dt} matmul peak {_num(peak)}"
+                )
+    return out
+
+
+KINDS: dict[str, Callable[..., pd.Series]] = {
+    "std_above_mean": std_above_mean,
+    "negative_value": negative_value,
+    "mfu_above_one": mfu_above_one,
+    "part_slower_than_whole": part_slower_than_whole,
+    "ceiling_path": ceiling_path,
+    "greater_than": greater_than,
+    "rate_above_ceiling": rate_above_ceiling,
+}
+GENERIC = ({"kind": "std_above_mean"}, {"kind": "negative_value"}, {"kind": "mfu_above_one"})
+
+
+# ------------------------------------------------------------------------------- declarations
+
+
+def _literal_assignment(path: Path, name: str):
+    try:
+        tree = ast.parse(path.read_text())
+    except (OSError, SyntaxError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in node.targets
+        ):
+            return ast.literal_eval(node.value)
+    return None
+
+
+@cache
+def declared(stages_dir: Path = STAGES_DIR) -> dict[str, tuple[dict, ...]]:
+    """{csv name: checks} from every stage package's `SANITY` literal."""
+    out: dict[str, list[dict]] = {}
+    for init in sorted(Path(stages_dir).glob("*/__init__.py")):
+        for name, checks in (_literal_assignment(init, "SANITY") or {}).items():
+            out.setdefault(name, []).extend(checks)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def checks_for(name: str, extra: tuple[dict, ...] | list[dict] = ()) -> list[dict]:
+    """The generic checks, replaced or extended by what the stages declare for `name`."""
+    own = [*declared().get(name, ()), *extra]
+    kinds = {c["kind"] for c in own}
+    return [*(c for c in GENERIC if c["kind"] not in kinds), *own]
+
+
+# -------------------------------------------------------------------------------------- flags
+
+
+def _join(a: str, b: str) -> str:
+    if not a:
+        return b
+    return a if b in a.split("; ") else f"{a}; {b}"
+
+
+def _existing(df: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """(reasons, scopes) already recorded; a reason recorded without its scope doubts all."""
+    if COLUMN not in df:
+        return _blank(df), _blank(df)
+    reasons = df[COLUMN].fillna("").astype(str).str.removeprefix(PREFIX)
+    if SCOPE_COLUMN in df:
+        scopes = df[SCOPE_COLUMN].fillna("").astype(str)
+    else:
+        scopes = reasons.map(lambda r: "all" if r else "")
+    return reasons, scopes
+
+
+def flag(
+    df: pd.DataFrame,
+    name: str | None = None,
+    checks: list[dict] | None = None,
+    ceilings: pd.DataFrame | None = None,
+    results_dir: Path | None = None,
+) -> pd.DataFrame:
+    """`df` with its `sanity` column (re)computed: the reasons already recorded (an aggregate
+    wrote them) plus those of `checks` (default: `checks_for(name)`). A check against the
+    machine's ceilings reads them from `ceilings`, else from `results_dir`/ceilings.csv."""
+    if df is None or len(df) == 0:
+        return df
+    checks = checks if checks is not None else checks_for(name or "")
+    if ceilings is None and results_dir is not None:
+        path = Path(results_dir) / "ceilings.csv"
+        if any(c["kind"] == "rate_above_ceiling" for c in checks) and path.exists():
+            with contextlib.suppress(pd.errors.EmptyDataError):
+                ceilings = pd.read_csv(path)
+    reasons, scopes = _existing(df)
+    for spec in checks:
+        fn = KINDS[spec["kind"]]
+        params = {k: v for k, v in spec.items() if k not in ("kind", "scope")}
+        scope = spec.get("scope", DEFAULT_SCOPE[spec["kind"]])
+        if spec["kind"] == "rate_above_ceiling":
+            params.setdefault("ceilings", ceilings)
+        found = fn(df, **params)
+        for i in df.index[found != ""]:
+            for why in str(found[i]).split("; "):
+                reasons[i] = _join(reasons[i], why)
+            scopes[i] = ";".join(sorted({*filter(None, scopes[i].split(";")), scope}))
+    df = df.copy()
+    df[COLUMN] = [PREFIX + r if r else "" for r in reasons]
+    df[SCOPE_COLUMN] = list(scopes)
+    _record(name, df)
+    return df
+
+
+def is_suspect(df: pd.DataFrame, scope: str | None = None) -> pd.Series:
+    """Rows flagged suspect; with `scope` ('time', 'rate', 'memory'), only those whose flags
+    doubt numbers of that kind (or all of a row's numbers)."""
+    if COLUMN not in df:
+        return pd.Series(False, index=df.index)
+    flagged = df[COLUMN].fillna("").astype(str).str.startswith(PREFIX)
+    if scope is None:
+        return flagged
+    if SCOPE_COLUMN not in df:
+        return flagged
+    kinds = df[SCOPE_COLUMN].fillna("").astype(str).str.split(";")
+    return flagged & kinds.map(lambda ks: scope in ks or "all" in ks or ks == [""])
+
+
+def n_suspect(df: pd.DataFrame) -> int:
+    return int(is_suspect(df).sum()) if len(df) else 0
+
+
+def excluded(n: int, what: str = "point") -> str:
+    """' (2 suspect points excluded)' or ''."""
+    if not n:
+        return ""
+    return f" ({n} suspect {what}{'' if n == 1 else 's'} excluded: see Suspect numbers)"
+
+
+def point_label(row: pd.Series, keys: list[str] | None = None) -> str:
+    """The point a row measured, by the `keys` (default: every POINT_KEYS column it has)."""
+    parts = []
+    for k in keys if keys is not None else POINT_KEYS:
+        if k in row and not (isinstance(row[k], float) and math.isnan(row[k])):
+            v = row[k]
+            if isinstance(v, float) and v.is_integer():
+                v = int(v)
+            parts.append(str(v) if k in ("point", "size", "mode", "impl") else f"{k} {v}")
+    return ", ".join(parts) or "–"
+
+
+def suspect_rows(df: pd.DataFrame, name: str) -> pd.DataFrame:
+    """[csv, point, why] of the suspect rows; a point is named by the keys that vary in `df`."""
+    s = df[is_suspect(df)]
+    keys = [k for k in POINT_KEYS if k in df and df[k].nunique(dropna=True) > 1]
+    if not keys:  # one point (or all alike): name it by the keys it has
+        keys = [k for k in POINT_KEYS if k in df and df[k].notna().any()][:4]
+    return pd.DataFrame(
+        {
+            "csv": [f"{name}.csv"] * len(s),
+            "point": [point_label(r, keys) for _, r in s.iterrows()],
+            "why": s[COLUMN].str.removeprefix(PREFIX).to_list(),
+        }
+    )
+
+
+def matmul_peaks(ceilings: pd.DataFrame | None, path: str = "matmul") -> dict[str, float]:
+    """Measured matmul TFLOP/s per dtype through `path` (old CSVs: every row is a plain matmul)."""
+    if ceilings is None or len(ceilings) == 0 or "kind" not in ceilings:
+        return {}
+    c = ceilings[(ceilings["kind"] == "matmul") & (ceilings["status"] == "ok")]
+    paths = c["path"].fillna("matmul") if "path" in c else pd.Series("matmul", index=c.index)
+    c = c[paths == path]
+    return {str(k): float(v) for k, v in c.groupby("dtype")["tflops"].max().items()}
+
+
+# --------------------------------------------------------------------- what a section read
+
+_FOUND: ContextVar[dict | None] = ContextVar("sanity_found", default=None)
+
+
+def _record(name: str | None, df: pd.DataFrame) -> None:
+    found = _FOUND.get()
+    if found is not None and name:
+        found[name] = suspect_rows(df, name)
+
+
+@contextlib.contextmanager
+def collecting() -> Iterator[dict[str, pd.DataFrame]]:
+    """Collects {csv name: suspect rows} of every CSV flagged inside the block (the report
+    wraps each section's `context()` in it)."""
+    token = _FOUND.set({})
+    try:
+        yield _FOUND.get()
+    finally:
+        _FOUND.reset(token)
+
+
+def owned(found: dict[str, pd.DataFrame], stage: str) -> pd.DataFrame:
+    """The suspect rows of the stage's own CSVs (`<stage>.csv`, `<stage>_*.csv`)."""
+    frames = [
+        rows
+        for name, rows in sorted(found.items())
+        if (name == stage or name.startswith(stage + "_")) and len(rows)
+    ]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

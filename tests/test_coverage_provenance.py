@@ -1,0 +1,175 @@
+"""The report's opening: the coverage table of a partial run, each stage's provenance (on this
+CPU, dirty-tree detection in a scratch git repository) and the run's wall time."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import pandas as pd
+import pytest
+from fixture_rows import benchmark_rows, ceilings_rows, prov, write_results
+
+from cs336_systems import report
+from cs336_systems.core import coverage
+from cs336_systems.core.results import git_state, provenance
+
+# ------------------------------------------------------------------------------ coverage
+
+
+def test_every_question_of_each_edition_is_listed():
+    assert coverage.edition_questions("2025") == list(range(1, 28))
+    assert coverage.edition_questions("2026") == list(range(1, 38))
+    with pytest.raises(ValueError):
+        coverage.edition_questions("2024")
+
+
+def test_stage_declarations_name_known_questions_and_context_keys():
+    declared = report.declared_questions()
+    for stage, questions in declared.items():
+        for q, spec in questions.items():
+            assert q in coverage.QUESTIONS, (stage, q)
+            assert spec["evidence"], (stage, q)
+            coverage._needs_gpus(spec.get("needs"))  # a known need
+    answered = {q for qs in declared.values() for q in qs}
+    assert set(range(1, 28)) <= answered
+
+
+def test_coverage_verdicts():
+    declared = {
+        "benchmark": {1: {"evidence": ["a", "b"]}, 4: {"evidence": ["m"], "needs": "gpu"}},
+        "ddp": {23: {"evidence": ["q23"], "needs": "gpus:2"}},
+        "precision": {10: {"evidence": ["t"]}},
+    }
+    contexts = {
+        "benchmark": {"available": True, "a": "table", "b": "", "m": "best"},
+        "ddp": {"available": True, "q23": "text"},
+    }
+    cpu = coverage.coverage_table("2025", declared, contexts, coverage.Machine(0, "cpu"))
+    row = cpu.set_index("Q")
+    assert row.loc[1, "status"] == "partly" and "`b`" in row.loc[1, "why"]
+    assert row.loc[4, "status"] == "partly" and "no GPU" in row.loc[4, "why"]
+    assert "on a CUDA GPU" in row.loc[4, "what answers it"]
+    assert row.loc[10, "status"] == "not" and "not in this run" in row.loc[10, "why"]
+    assert "stages=all" in row.loc[10, "what answers it"]
+    assert row.loc[23, "status"] == "partly" and "2 GPUs" in row.loc[23, "what answers it"]
+    assert row.loc[2, "status"] == "not" and row.loc[2, "stages"] == "–"
+    gpu = coverage.coverage_table("2025", declared, contexts, coverage.Machine(2, "h100-x2"))
+    assert gpu.set_index("Q").loc[4, "status"] == "answered"
+    assert gpu.set_index("Q").loc[23, "status"] == "answered"
+    # a stage's own coverage note lowers its verdict and gives the reason
+    contexts["ddp"]["coverage"] = {23: {"status": "partly", "why": "only gloo ran"}}
+    gpu = coverage.coverage_table("2025", declared, contexts, coverage.Machine(2, "h100-x2"))
+    assert tuple(gpu.set_index("Q").loc[23, ["status", "why"]]) == ("partly", "only gloo ran")
+
+
+@pytest.fixture
+def partial_run(tmp_path):
+    """A CPU run of two stages only (ceilings, benchmark)."""
+    return write_results(
+        tmp_path / "results" / "fixture-cpu",
+        benchmark=benchmark_rows(),
+        ceilings=ceilings_rows(),
+    )
+
+
+def test_report_opens_with_the_coverage_table_of_a_partial_run(partial_run):
+    text = report.render(partial_run, ["ceilings", "benchmark"])
+    head, sections = text.split('<a id="ceilings"></a>', 1)
+    assert "## Coverage" in head and "## Provenance" in head
+    rows = [
+        [c.strip() for c in line.strip("|").split("|")]
+        for line in head.split("## Coverage")[1].split("## Provenance")[0].splitlines()
+        if line.startswith("| ") and line.split("|")[1].strip().isdigit()
+    ]
+    status = {int(r[0]): r[2] for r in rows}
+    assert sorted(status) == list(range(1, 38))  # the 2026 edition by default
+    assert status[1] == "partly"  # measured, but on a CPU
+    assert status[10] == "not"  # precision is not in this run
+    assert status[28] == "not"
+    assert "snakemake --cores 1 report" in head
+    assert "questions answered" in head
+    text_2025 = report.render(partial_run, ["ceilings", "benchmark"], edition="2025")
+    assert "| 28 " not in text_2025.split('<a id="ceilings"></a>')[0]
+
+
+# ---------------------------------------------------------------------------- provenance
+
+
+def test_provenance_on_this_cpu():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("checks the CPU case")
+    row = provenance("fixture-cpu", "cpu")
+    assert row["cuda"] == "none" and row["nccl"] == "none" and row["gpu_count"] == 0
+    assert row["torch_cuda"] == (torch.version.cuda or "none")
+    assert row["driver"] == "–" and row["gpu_power_limit_w"] == "–"
+    assert row["cpu_cores"] >= 1 and row["cpu_model"]
+    assert row["nsys"]  # a version or 'absent'
+    header = report.provenance_row("benchmark", pd.DataFrame([row]).astype(str))
+    if torch.version.cuda:
+        assert header["CUDA"] == f"none (CPU run; torch built for CUDA {torch.version.cuda})"
+
+
+def test_older_rows_on_a_cpu_do_not_claim_cuda():
+    old = pd.DataFrame([{"machine": "cpu", "device_name": "AMD EPYC", "cuda": "13.0"}])
+    assert report.cuda_text(old) == "none (CPU run; torch built for CUDA 13.0)"
+    gpu = pd.DataFrame([{"machine": "h200-x2", "device_name": "NVIDIA H200", "cuda": "13.0"}])
+    assert report.cuda_text(gpu) == "13.0" and report.gpu_count(gpu) == 2
+
+
+def _git(repo, *args):
+    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+
+
+def test_dirty_tree_detection(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    _git(repo, "config", "user.email", "t@example.com")
+    _git(repo, "config", "user.name", "t")
+    (repo / "a.py").write_text("x = 1\n")
+    (repo / "b.py").write_text("y = 1\n")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "one")
+    commit, files = git_state(repo)
+    assert not commit.endswith("-dirty") and files == [] and len(commit) == 12
+    (repo / "b.py").write_text("y = 2\n")
+    (repo / "notes.txt").write_text("untracked\n")
+    commit, files = git_state(repo)
+    assert commit.endswith("-dirty") and files == ["b.py"]
+    rows = pd.DataFrame([{"git_commit": commit, "git_dirty_files": " ".join(files)}])
+    assert "dirty tree; uncommitted changes in `b.py`" in report.commit_text(rows)
+    assert git_state(tmp_path / "not-a-repo")[0] in ("unknown", os.environ.get("CS336_GIT_COMMIT"))
+
+
+def test_run_wall_time_from_the_job_files(tmp_path):
+    results = write_results(tmp_path / "r", ceilings=ceilings_rows())
+    jobs = results / "jobs"
+    jobs.mkdir()
+    now = time.time()
+    for name, seconds, end in (("a", 60.0, now - 600), ("b", 30.0, now)):
+        tsv = jobs / f"{name}.tsv"
+        tsv.write_text(f"s\th:m:s\n{seconds}\t0:00:00\n")
+        os.utime(tsv, (end, end))
+    wall = report.run_wall_time(results, pd.DataFrame())
+    assert wall["minutes"] == pytest.approx(11.0, abs=0.01)  # 660 s from first start to last end
+    assert "per-job benchmark files (2 timed jobs, 1.5 min of job time)" in wall["source"]
+    stamps = pd.DataFrame({"timestamp": ["2026-01-01T00:00:00+00:00", "2026-01-01T00:51:00+00:00"]})
+    wall = report.run_wall_time(tmp_path / "no-jobs", stamps)
+    assert wall["minutes"] == pytest.approx(51.0) and "row timestamp" in wall["source"]
+
+
+def test_header_has_one_provenance_row_per_stage(partial_run):
+    h = report.header(partial_run, ["ceilings", "benchmark", "memory"])
+    table = h["provenance_table"]
+    assert "| ceilings " in table and "| benchmark " in table and "| memory " not in table
+    assert "Fixture CPU (2 cores)" in table and h["kind"] == "CPU only"
+
+
+def test_prov_fixture_has_every_provenance_column():
+    from cs336_systems.core.results import PROVENANCE_COLUMNS
+
+    assert list(prov()) == PROVENANCE_COLUMNS

@@ -1,0 +1,247 @@
+"""Sanity flags (core/sanity.py) on fixture rows, and what the report does with a suspect point:
+shows it with its reason, and rests no sentence on it."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from fixture_rows import benchmark_rows, ceilings_rows, write_results
+
+from cs336_systems import report
+from cs336_systems.core import sanity
+from cs336_systems.core.analysis import fmt, load, ok, ran, sig
+from cs336_systems.profiling.kernel_classes import gemm_unit, kernel_label, unique_labels
+from cs336_systems.stages.benchmark import analysis as benchmark_analysis
+from cs336_systems.stages.benchmark.derived import add_mfu
+from cs336_systems.stages.profile import analysis as profile_analysis
+
+
+def reasons(df: pd.DataFrame) -> list[str]:
+    return df[sanity.COLUMN].fillna("").tolist()
+
+
+def test_std_above_mean_and_negative_values_are_suspect():
+    df = pd.DataFrame(
+        {
+            "status": ["ok", "ok", "ok", "error: x"],
+            "step_ms_mean": [10.0, 10.0, -1.0, float("nan")],
+            "step_ms_std": [1.0, 12.0, 0.1, 50.0],
+        }
+    )
+    out = sanity.flag(df, checks=sanity.checks_for("nothing-declared"))
+    r = reasons(out)
+    assert r[0] == ""
+    assert r[1].startswith("suspect: ") and "step_ms_std 12.0 above step_ms_mean 10.0" in r[1]
+    assert "step_ms_mean is -1.00" in r[2]
+    assert r[3] == ""  # a failed row has no numbers to doubt
+    assert len(ok(out)) == 1 and len(ran(out)) == 3
+
+
+def test_mfu_above_100_percent_is_suspect():
+    df = pd.DataFrame(
+        {"status": ["ok", "ok"], "mfu": [0.5, 10.505], "tflops": [1, 2.1], "peak_tflops": [2, 0.2]}
+    )
+    r = reasons(sanity.flag(df, checks=sanity.checks_for("x")))
+    assert r[0] == "" and "MFU 1050% is above 100%" in r[1]
+
+
+def test_forward_backward_slower_than_the_step_flags_both_rows():
+    df = benchmark_rows(ms={("tiny", "forward_backward", "fp32"): 50.0})
+    out = sanity.flag(df, "benchmark")  # the benchmark stage declares the check
+    flagged = out[sanity.is_suspect(out)]
+    assert set(flagged["mode"]) == {"forward_backward", "train_step"}
+    assert set(flagged["precision"]) == {"fp32"}
+    assert (
+        "forward+backward slower than the full training step: 50.0 > 35.0"
+        in (flagged[sanity.COLUMN].iloc[0])
+    )
+    # the time check doubts times: a memory sentence may still use the rows
+    assert sanity.is_suspect(out, "time").sum() == 2
+    assert sanity.is_suspect(out, "memory").sum() == 0
+
+
+def test_warmup_sweep_without_warmup_may_have_a_std_above_its_mean():
+    w = pd.DataFrame(
+        {
+            "status": ["ok", "ok"],
+            "warmup_steps": [0, 1],
+            "step_ms_mean": [100.0, 50.0],
+            "step_ms_std": [150.0, 60.0],
+        }
+    )
+    r = reasons(sanity.flag(w, "benchmark_warmup"))
+    assert r[0] == "" and r[1].startswith("suspect: ")
+
+
+def test_mfu_uses_the_model_path_ceiling():
+    df = benchmark_rows()
+    with_path = add_mfu(df, ceilings_rows(bf16=0.1, autocast=1.0))
+    bf16 = with_path[with_path["precision"] == "bf16"]
+    assert set(bf16["peak_path"]) == {"autocast_linear"} and (bf16["peak_tflops"] == 1.0).all()
+    fp32 = with_path[with_path["precision"] == "fp32"]
+    assert set(fp32["peak_path"]) == {"matmul"} and (fp32["peak_tflops"] == 0.5).all()
+    # without the model-path ceiling there is no bf16 MFU, rather than one against the wrong path
+    without = add_mfu(df, ceilings_rows(autocast=None))
+    bf16 = without[without["precision"] == "bf16"]
+    assert bf16["mfu"].isna().all() and bf16["peak_path"].str.startswith("missing").all()
+
+
+def test_an_mfu_taken_against_another_path_is_suspect():
+    df = add_mfu(benchmark_rows(), ceilings_rows()).assign(peak_path="matmul")
+    out = sanity.flag(df, "benchmark")
+    bf16 = out[out["precision"] == "bf16"]
+    assert sanity.is_suspect(bf16).all()
+    assert "measured through a plain matmul" in bf16[sanity.COLUMN].iloc[0]
+    assert not sanity.is_suspect(out[out["precision"] == "fp32"]).any()
+
+
+def test_rate_above_the_ceiling_and_greater_than():
+    flash = pd.DataFrame(
+        {"status": ["ok", "ok"], "dtype": ["bf16", "bf16"], "fwd_bwd_tflops": [0.05, 0.2]}
+    )
+    r = reasons(sanity.flag(flash, "flash", ceilings=ceilings_rows(bf16=0.1)))
+    assert r[0] == "" and "fwd_bwd_tflops 0.200 above the measured bf16 matmul peak" in r[1]
+    mem = pd.DataFrame({"status": ["ok"], "params_mb": [100.0], "peak_allocated_mb": [50.0]})
+    assert "below the parameters" in reasons(sanity.flag(mem, "memory"))[0]
+
+
+def test_recorded_reasons_are_kept_and_not_repeated():
+    df = pd.DataFrame({"status": ["ok"], "mfu": [2.0], "tflops": [2.0], "peak_tflops": [1.0]})
+    once = sanity.flag(df, "x")
+    twice = sanity.flag(once, "x")
+    assert reasons(once) == reasons(twice)
+    # a reason written by an older aggregate, without its scope, doubts every number
+    old = pd.DataFrame({"status": ["ok"], sanity.COLUMN: ["suspect: from the aggregate"]})
+    assert sanity.is_suspect(sanity.flag(old, "x"), "memory").all()
+
+
+def test_stages_declare_their_checks_as_data():
+    declared = sanity.declared()
+    assert {c["kind"] for c in declared["benchmark"]} >= {"part_slower_than_whole", "ceiling_path"}
+    assert declared["flash"][0]["kind"] == "rate_above_ceiling"
+    kinds = [c["kind"] for c in sanity.checks_for("benchmark_warmup")]
+    assert kinds.count("std_above_mean") == 1  # the declaration replaced the generic check
+
+
+def test_numbers_keep_significant_digits():
+    assert fmt(0.00087) == "0.00087" and fmt(0.1, 1) == "0.10" and fmt(722.9) == "723"
+    assert sig(0.00087) == "0.000870" and sig(52.0) == "52.0" and sig(3002.4) == "3,002"
+    assert sig(float("nan")) == "–"
+
+
+@pytest.fixture
+def suspect_run(tmp_path):
+    """A CPU run whose fp32 forward+backward is slower than its step and whose bf16 MFU would
+    be 1050% against a plain bf16 matmul."""
+    bench = benchmark_rows(ms={("tiny", "forward_backward", "fp32"): 50.0})
+    return write_results(
+        tmp_path / "results" / "fixture-cpu",
+        benchmark=bench,
+        ceilings=ceilings_rows(fp32=0.5, bf16=0.0001, autocast=0.5),
+    )
+
+
+def test_benchmark_sentences_leave_suspect_points_out(suspect_run):
+    s = benchmark_analysis.context(suspect_run)
+    assert s["n_suspect"] == 2
+    # Q1: the fp32 ratio rests on no point, and says so; bf16 keeps its point
+    assert "fp32" not in s["bwd"]
+    assert "1 suspect point excluded" not in s["bwd"]["bf16"]
+    assert "⚠ suspect" in s["latency_fp32"] and "⚠" not in s["latency_bf16"]
+    # Q4: MFU against the model path (no 1050%), suspect rows excluded and counted
+    assert "%" in s["mfu_best"] and "1050" not in s["mfu_best"]
+    assert "suspect points excluded" in s["mfu_best"]
+    assert "autocast F.linear" in " ".join(s["mfu_paths"])
+
+
+def test_report_lists_suspect_numbers_with_their_reason(suspect_run):
+    text = report.render(suspect_run, ["ceilings", "benchmark"])
+    section = text.split('<a id="benchmark"></a>')[1]
+    assert "**Suspect numbers.** 2 measured rows" in section
+    assert "forward+backward slower than the full training step: 50.0 > 35.0" in section
+    # the ceilings print by magnitude, not as 0.0
+    assert "0.000100 TFLOP/s" in text and "0.0 TFLOP/s" not in text
+
+
+def test_load_collects_the_suspect_rows_a_section_read(suspect_run):
+    with sanity.collecting() as found:
+        load(suspect_run, "benchmark")
+    assert len(sanity.owned(found, "benchmark")) == 2
+    assert sanity.owned(found, "ceilings").empty
+
+
+# ------------------------------------------------------------------------ profile (Q7, Q9)
+
+
+def _kernels() -> pd.DataFrame:
+    """Forward kernels of two points: two different elementwise kernels whose short names
+    coincide, the QK^T range holding the matmul and the 1/sqrt(d) scaling."""
+    ew = "void at::native::vectorized_elementwise_kernel<(int)4, at::native::{}, std::array<char *, (unsigned long)2>>(int, T2, T3)"
+    add, mul = (
+        ew.format("CUDAFunctor_add<float>"),
+        ew.format(
+            "AUnaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float>>"
+        ),
+    )
+    gemm = "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize64x64x8_stage3_warpsize1x4x1_ffma_aligna4_alignc4_execute_kernel__5x_cublas"
+    rows = []
+    for ctx in (128, 256):
+        for phase, kernel, cls, ms in (
+            ("forward", gemm, "gemm", 8.0),
+            ("forward", add, "elementwise", 1.0),
+            ("forward", mul, "elementwise", 1.0),
+            ("attention.qk_matmul", gemm, "gemm", 2.0),
+            ("attention.qk_matmul", mul, "elementwise", 1.0),
+            ("attention.softmax", "void softmax_warp_forward<float>()", "reduction", 1.0),
+            ("attention.pv_matmul", gemm, "gemm", 2.0),
+        ):
+            rows.append(
+                {
+                    "size": "small",
+                    "context_length": ctx,
+                    "mode": "forward",
+                    "phase": phase,
+                    "kernel": kernel,
+                    "kernel_class": cls,
+                    "calls_per_step": 12,
+                    "ms_per_step": ms,
+                    "share": ms / 10.0,
+                }
+            )
+    df = pd.DataFrame(rows)
+    return df.assign(kernel_short=df["kernel"].map(unique_labels(df["kernel"])))
+
+
+def test_kernel_labels_keep_different_kernels_apart():
+    k = _kernels()
+    labels = set(k["kernel_short"])
+    assert "vectorized_elementwise_kernel[CUDAFunctor_add]" in labels
+    assert "vectorized_elementwise_kernel[AUnaryFunctor/MulFunctor]" in labels
+    assert kernel_label("aten::mm") == "aten::mm"
+    assert gemm_unit(k["kernel"].iloc[0]) == "CUDA cores"
+    assert gemm_unit("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1") == "tensor cores"  # fmt: skip
+    assert gemm_unit("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_TNT") == "tensor cores"
+
+
+def test_non_gemm_kernels_are_counted_per_point():
+    nt = profile_analysis.nontrivial_non_gemm(_kernels(), threshold=0.05)
+    assert len(nt) == 2  # the two elementwise kernels, not merged
+    assert (nt["points_at_or_above"] <= nt["of_points"]).all()
+    assert set(nt["of_points"]) == {2}
+
+
+def test_attention_split_keeps_the_scaling_out_of_the_matmul():
+    points = pd.DataFrame(
+        [
+            {"size": "small", "context_length": c, "mode": "forward", "status": "ok",
+             "d_model": 768, "num_heads": 12, "batch_size": 4}
+            for c in (128, 256)
+        ]
+    )  # fmt: skip
+    a = profile_analysis.attention_split(points, _kernels())
+    assert (a["qk_matmul_ms"] == 2.0).all() and (a["scale_ms"] == 1.0).all()
+    units = profile_analysis.attention_matmul_units(_kernels())
+    assert set(units) == {"CUDA cores"}
+    sentence = profile_analysis._matmul_sentence(units, cpu_only=False)
+    assert "CUDA cores as FFMA" in sentence and "tensor cores" in sentence  # "no tensor cores"
+    assert "run on tensor cores" not in sentence
