@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> None:
     base = provenance(args.machine, args.preset)
     rows = []
     for name, path in matmul_paths(args.dtypes.split(",")):
-        with point("matmul", name, path, f"n={args.matmul_size}"):
+        with point("matmul", name, *([] if path == "matmul" else [path]), f"n={args.matmul_size}"):
             # two operands and the product (the autocast path adds bf16 copies of the operands)
             size = DTYPES[name].itemsize if path == "matmul" else 4 + DTYPES[name].itemsize
             need = 3 * args.matmul_size**2 * size / 2**20
