@@ -91,6 +91,8 @@ class BoundLaunch:
                 shape, strides = list(value.shape), list(value.strides)
                 desc_pos.append((i, slot, shape, strides, value.padding))
                 template[i] = None
+        if hasattr(kernel, "result"):  # an asynchronous compile's future, as the JIT unwraps it
+            kernel = kernel.result()
         grid = tuple(grid) + (1,) * (3 - len(grid))
         self.name = getattr(fn, "__name__", str(fn))
         self.kernel, self.grid, self.template = kernel, grid, template
