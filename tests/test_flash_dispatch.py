@@ -19,6 +19,15 @@ from cs336_systems.kernels.hopper import configs as hopper_configs
 F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
 
 
+@pytest.fixture(autouse=True)
+def _fresh_programs():
+    """Tests here stand fakes in for the Gluon launchers: the kept programs (which hold the
+    launchers they were built with) are forgotten around each test."""
+    fat.clear_programs()
+    yield
+    fat.clear_programs()
+
+
 def _inputs(shape, dtype, device, heads=None):
     """Q, K, V, dO of (batch, [heads,] n, d) for shape (batch, n_q, n_k, d)."""
     b, n_q, n_k, d = shape
@@ -142,18 +151,19 @@ class _FakeGluon:
     calls: list = []
 
     @classmethod
-    def forward(cls, q, k, v, is_causal, config):
+    def forward_into(cls, q, k, v, o, lse, is_causal, config):
         cls.calls.append(("forward", config))
-        return torch.zeros_like(q), torch.zeros(q.shape[:-1])
+        o.zero_(), lse.zero_()
 
     @classmethod
-    def backward_dkdv(cls, q, k, v, do, lse, delta, dk, dv, is_causal, config, dq):
+    def backward_dkdv_into(cls, q, k, v, do, lse, delta, dk, dv, is_causal, config, acc):
         cls.calls.append(("backward_dkdv", config))
-        for x in (dq, dk, dv):
-            x.zero_()
+        for x in (acc, dk, dv):
+            if x is not None:
+                x.zero_()
 
     @classmethod
-    def backward_dq(cls, q, k, v, do, lse, delta, dq, is_causal, config, o):
+    def backward_dq_into(cls, q, k, v, do, lse, delta, dq, is_causal, config, o):
         cls.calls.append(("backward_dq", config))
         dq.zero_()
 

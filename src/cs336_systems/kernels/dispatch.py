@@ -274,7 +274,7 @@ def plan(
     o_fits = o is None or not maybe or hopper_configs.tensors_fit(*tensors[:1], o)
     gluon_on = not maybe or os.environ.get("CS336_FLASH_GLUON", "1") != "0"
     args = (dtype, head_dim, target, use_gluon, blocks, use_desc, bool(fuse_dq))
-    entries = _table_entries(head_dim)
+    entries = table_entries(head_dim)
     key = (*args, fits, o_fits, gluon_on, *map(id, entries))
     try:
         return _CACHE[key][0]
@@ -290,8 +290,9 @@ def plan(
 _CACHE: dict[tuple, tuple[AttentionPlan, tuple]] = {}
 
 
-def _table_entries(head_dim: int) -> tuple:
-    """The routing-table entries a plan at this head dim reads."""
+def table_entries(head_dim: int) -> tuple:
+    """The routing-table entries a plan at this head dim reads (the kept programs of
+    `flash_triton` key on them too)."""
     return (
         hopper_configs.FORWARD_CONFIGS.get(head_dim),
         hopper_configs.DKDV_CONFIGS.get(head_dim),

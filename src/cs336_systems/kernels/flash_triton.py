@@ -19,13 +19,20 @@ interpreter on CPU tensors.
 
 from __future__ import annotations
 
+import os
+
 import torch
 
-from cs336_systems.kernels import dispatch
+from cs336_systems.kernels import bound_launch, dispatch
 from cs336_systems.kernels import flash_triton_launch as triton_launch
 from cs336_systems.kernels.flash_pytorch import check_attention_inputs
 from cs336_systems.kernels.flash_triton_common import DTYPES, INTERPRET, MAX_HEAD_DIM
 from cs336_systems.kernels.flash_triton_configs import KERNELS
+
+if INTERPRET:
+    _triton_driver = None
+else:
+    from triton.runtime.driver import driver as _triton_driver
 
 # what the last forward and the last backward call ran: per pass its configuration, and the plans
 _CHOSEN: dict[str, dict] = {}
@@ -53,11 +60,244 @@ def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise ValueError(f"Triton's interpreter runs on CPU tensors; got {q.device}")
 
 
-def _record(done: dict[str, dict], plan: dispatch.AttentionPlan, passes) -> None:
-    """Keep what ran for `chosen_configs()`, each configuration with its pass's reason."""
-    for one in passes:
-        if one.name in done:
-            _CHOSEN[one.name] = {**done[one.name], "reason": one.reason}
+# ----------------------------------------------------------------------------- programs
+#
+# A call's host work (validating the inputs, planning, choosing descriptors, autotuner and JIT
+# lookups, building TMA descriptors) depends only on its key: the tensors' shapes, strides,
+# dtypes, devices and pointer alignment, the options, and the process state a plan reads. A
+# program holds what that work decided, per key: the plan, the allocations, and one `Step` per
+# kernel launch, bound after its first launch (kernels/bound_launch.py) so that later calls of
+# the same key skip the JIT. Calls with options (tiles, descriptors or Gluon forced, fuse_dq)
+# build a program every time and launch through the JIT: they are for tests and tuning.
+
+_PROGRAMS: dict[tuple, object] = {}
+# the switches of the fast path (the GPU overhead probe compares them in one process):
+# programs kept per call key, and their launches bound (off: a program per call, as before)
+FAST = {
+    "programs": os.environ.get("CS336_FLASH_PROGRAMS", "1") != "0",
+    "bind": bound_launch.binding_supported(),
+}
+
+
+def set_fast_path(programs: bool | None = None, bind: bool | None = None) -> None:
+    """Turn the kept programs and their bound launches on or off (and forget kept programs)."""
+    if programs is not None:
+        FAST["programs"] = bool(programs)
+    if bind is not None:
+        FAST["bind"] = bool(bind) and bound_launch.binding_supported()
+    clear_programs()
+
+
+def clear_programs() -> None:
+    """Forget every kept program: after changing tile tables in place or the autotuner's
+    choices (the routing tables' entries are part of the key; replacing one needs no clear)."""
+    _PROGRAMS.clear()
+
+
+def _tensor_key(x: torch.Tensor) -> tuple:
+    return (x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16 == 0)
+
+
+def _state_key(head_dim: int, device: torch.device) -> tuple:
+    """What a plan and the launchers read besides the call: the device's target (taken again
+    each call: tests stand a Hopper plan in for CPU tensors), fp32 matmul precision,
+    CS336_FLASH_GLUON and CS336_FLASH_DESC, and the routing-table entries at this head dim (by
+    identity, as `dispatch.plan` keys them)."""
+    return (
+        dispatch.target_of(device),
+        torch.get_float32_matmul_precision(),
+        os.environ.get("CS336_FLASH_GLUON"),
+        os.environ.get("CS336_FLASH_DESC"),
+        *map(id, dispatch.table_entries(head_dim)),
+    )
+
+
+def _device_stream() -> tuple[int, int]:
+    drv = _triton_driver.active
+    device = drv.get_current_device()
+    return device, drv.get_current_stream(device)
+
+
+class _ForwardProgram:
+    """The forward of one call key: the plan's kernel into fresh O and L."""
+
+    def __init__(self, q4, k4, v4, is_causal, blocks, use_desc, use_gluon, bind: bool):
+        b, h, n_q, n_k, d, d_pad = triton_launch.problem_shape(q4, k4, v4)
+        plan = dispatch.plan(
+            q4.dtype,
+            d,
+            dispatch.target_of(q4.device),
+            use_gluon=use_gluon,
+            blocks=blocks,
+            use_desc=use_desc,
+            tensors=(q4, k4, v4),
+        )
+        self.plan, self.dtype, self.device = plan, q4.dtype, q4.device
+        self.o_shape, self.lse_shape = (b, h, n_q, d), (b, h, n_q)
+        step, causal = plan.forward, bool(is_causal)
+        self.desc = False
+        if step.gluon:
+            gluon = _gluon()
+
+            def launch(t):
+                return step.config(), gluon.forward_into(*t, causal, config=step.tiles)
+        else:
+            o = torch.empty(self.o_shape, dtype=q4.dtype, device=q4.device)
+            desc = triton_launch.use_descriptors((q4, k4, v4, o), d, d_pad, use_desc)
+            self.desc = desc
+
+            def launch(t):
+                return triton_launch.forward(*t, causal, step.tiles, desc)
+
+        self.step = bound_launch.Step("forward", launch, bind)
+        self.bind = bind
+        self.chosen: dict | None = None
+
+    def __call__(self, q4, k4, v4):
+        o = torch.empty(self.o_shape, dtype=self.dtype, device=self.device)
+        lse = torch.empty(self.lse_shape, dtype=torch.float32, device=self.device)
+        if self.desc:
+            triton_launch.set_allocator()
+        device, stream = _device_stream() if self.bind else (0, 0)
+        self.step((q4, k4, v4, o, lse), device, stream)
+        if self.chosen is None:
+            self.chosen = {"forward": {**self.step.reported, "reason": self.plan.forward.reason}}
+        _PLANS["forward"] = self.plan
+        _CHOSEN.update(self.chosen)
+        return o, lse
+
+
+# positions of the backward program's tensors in the tuple its steps get
+_Q, _K, _V, _O, _DO, _DO_GIVEN, _LSE, _DELTA, _DQ, _DK, _DV, _ACC = range(12)
+
+
+class _BackwardProgram:
+    """The backward of one call key: D (its own kernel, or inside the Gluon dQ pass), the dK/dV
+    pass (computing dQ too where the plan fuses it: into an fp32 accumulator that the D kernel
+    zeroes), the dQ pass where there is one."""
+
+    def __init__(self, q4, k4, v4, o4, do4, lse, is_causal, blocks, use_desc, fuse_dq, use_gluon,
+                 bind: bool):  # fmt: skip
+        b, h, n_q, n_k, d, d_pad = triton_launch.problem_shape(q4, k4, v4)
+        self.dtype, self.device = q4.dtype, q4.device
+        self.lse_shape, self.acc_shape = (b, h, n_q), (b, h, n_q, d)
+        dq, dk, dv = torch.empty_like(q4), torch.empty_like(k4), torch.empty_like(v4)
+        # dO as the passes read it: as given; one row (the stride-0 gradient of o.sum(), which
+        # the Gluon passes' TMA descriptors read as it is); or a dense copy for the
+        # Triton-language passes where descriptors do not take it
+        self.do_mode = "given"
+        if use_desc is not False and not triton_launch.descriptors_fit((do4,), d, d_pad):
+            broadcast = all(s == 0 for s in do4.stride()[:-1])
+            self.do_mode = "row" if broadcast else "dense"
+        do_read = self._do(do4)
+        plan = dispatch.plan(
+            q4.dtype,
+            d,
+            dispatch.target_of(q4.device),
+            use_gluon=use_gluon,
+            blocks=blocks,
+            use_desc=use_desc,
+            fuse_dq=fuse_dq,
+            tensors=(q4, k4, v4, do_read, dq, dk, dv),
+            o=o4,
+        )
+        if self.do_mode == "row" and not plan.gluon_backward:
+            self.do_mode = "dense"
+            do_read = self._do(do4)
+        desc = triton_launch.use_descriptors((q4, k4, v4, do_read, dq, dk, dv), d, d_pad, use_desc)
+        self.plan, self.desc, self.bind = plan, desc, bind
+        self.acc = plan.fused_dq  # dQ added into an fp32 accumulator by the dK/dV pass
+        causal = bool(is_causal)
+        steps = []
+        gluon = _gluon() if plan.dkdv.gluon or (plan.dq is not None and plan.dq.gluon) else None
+        if plan.dq is not None and plan.dq.gluon:  # first: it computes D
+            one = plan.dq
+
+            def dq_gluon(t):
+                out = gluon.backward_dq_into(
+                    t[_Q], t[_K], t[_V], t[_DO], t[_LSE], t[_DELTA], t[_DQ], causal,
+                    config=one.tiles, o=t[_O],
+                )  # fmt: skip
+                return one.config(), out
+
+            steps.append(bound_launch.Step(one.name, dq_gluon, bind))
+        else:
+            block = plan.delta.tiles["BLOCK_Q"]
+
+            def delta(t):
+                return None, triton_launch.preprocess(
+                    t[_O], t[_DO_GIVEN], t[_DELTA], block, t[_ACC]
+                )
+
+            steps.append(bound_launch.Step(plan.delta.name, delta, bind))
+        one = plan.dkdv
+        if one.gluon:
+
+            def dkdv_gluon(t):
+                out = gluon.backward_dkdv_into(
+                    t[_Q], t[_K], t[_V], t[_DO], t[_LSE], t[_DELTA], t[_DK], t[_DV], causal,
+                    config=one.tiles, acc=t[_ACC],
+                )  # fmt: skip
+                return one.config(), out
+
+            steps.append(bound_launch.Step(one.name, dkdv_gluon, bind))
+        else:
+            fused = one.name == "backward_fused"
+
+            def dkdv_triton(t):
+                return triton_launch.backward_dkdv(
+                    t[_Q], t[_K], t[_V], t[_DO], t[_LSE], t[_DELTA], t[_DK], t[_DV],
+                    t[_ACC] if fused else t[_DQ], causal, desc, fused, one.tiles,
+                )  # fmt: skip
+
+            steps.append(bound_launch.Step(one.name, dkdv_triton, bind))
+        if plan.dq is not None and not plan.dq.gluon:
+            tiles = plan.dq.tiles
+
+            def dq_triton(t):
+                return triton_launch.backward_dq(
+                    t[_Q], t[_K], t[_V], t[_DO], t[_LSE], t[_DELTA], t[_DQ], causal, desc, tiles
+                )
+
+            steps.append(bound_launch.Step(plan.dq.name, dq_triton, bind))
+        self.steps = tuple(steps)
+        self.chosen: dict | None = None
+
+    def _do(self, do4):
+        if self.do_mode == "row":
+            return do4[:1, :1, :1].contiguous().expand(do4.shape)
+        if self.do_mode == "dense":
+            return do4.contiguous()
+        return do4
+
+    def __call__(self, q4, k4, v4, o4, do4, lse):
+        device = self.device
+        lse = lse.reshape(self.lse_shape).contiguous()
+        delta = torch.empty(self.lse_shape, dtype=torch.float32, device=device)
+        # gradients take their input's layout where it is dense (empty_like's preserve_format)
+        dq, dk, dv = torch.empty_like(q4), torch.empty_like(k4), torch.empty_like(v4)
+        acc = torch.empty(self.acc_shape, dtype=torch.float32, device=device) if self.acc else None
+        do_read = self._do(do4)
+        tensors = (q4, k4, v4, o4, do_read, do4, lse, delta, dq, dk, dv, acc)
+        if self.desc:
+            triton_launch.set_allocator()
+        gpu, stream = _device_stream() if self.bind else (0, 0)
+        for step in self.steps:
+            step(tensors, gpu, stream)
+        if acc is not None:
+            dq.copy_(acc)
+        if self.chosen is None:
+            passes = {p.name: p for p in self.plan.backward}
+            self.chosen = {
+                s.name: {**s.reported, "reason": passes[s.name].reason}
+                for s in self.steps
+                if s.reported is not None
+            }
+        for name in KERNELS[1:]:  # chosen_configs() names the passes this call ran
+            _CHOSEN.pop(name, None)
+        _PLANS["backward"] = self.plan
+        _CHOSEN.update(self.chosen)
+        return dq, dk, dv
 
 
 def flash_forward_triton(
@@ -78,27 +318,29 @@ def flash_forward_triton(
     autotuning: (BLOCK_Q, BLOCK_K) (tests use it to exercise tile edges) or a dict that may add
     num_warps and num_stages. `use_desc` forces tensor descriptors on or off (default: on for
     16-bit inputs they fit, on Hopper or newer).
+
+    Without options, what a call decides is kept per call key (a program; its launches bound
+    after the first: see the programs above), so a repeated call pays little host time.
     """
-    check_inputs(q, k, v)
     q4, k4, v4 = triton_launch.as_4d(q), triton_launch.as_4d(k), triton_launch.as_4d(v)
-    d = q4.shape[-1]
-    plan = dispatch.plan(
-        q.dtype,
-        d,
-        dispatch.target_of(q.device),
-        use_gluon=use_gluon,
-        blocks=blocks,
-        use_desc=use_desc,
-        tensors=(q4, k4, v4),
-    )
-    _PLANS["forward"] = plan
-    step = plan.forward
-    if step.gluon:
-        o, lse = _gluon().forward(q4, k4, v4, bool(is_causal), config=step.tiles)
-        done = step.config()
-    else:
-        o, lse, done = triton_launch.forward(q4, k4, v4, bool(is_causal), step.tiles, use_desc)
-    _record({"forward": done}, plan, [step])
+    program = None
+    key = None
+    if FAST["programs"] and blocks is None and use_desc is None and use_gluon is None:
+        key = (
+            "forward",
+            bool(is_causal),
+            *map(_tensor_key, (q, k, v)),
+            *_state_key(q.shape[-1], q.device),
+        )
+        program = _PROGRAMS.get(key)
+    if program is None:
+        check_inputs(q, k, v)
+        program = _ForwardProgram(
+            q4, k4, v4, is_causal, blocks, use_desc, use_gluon, FAST["bind"] and key is not None
+        )
+        if key is not None:
+            _PROGRAMS[key] = program
+    o, lse = program(q4, k4, v4)
     if q.dim() == 3:
         return o.squeeze(1), lse.squeeze(1)
     return o, lse
@@ -128,71 +370,31 @@ def flash_backward_triton(
     (`kernels.dispatch.plan`): on Hopper the dK/dV and dQ passes are Gluon kernels where they
     are routed (as for the forward; not with `fuse_dq`, `blocks`, `use_desc=False` or
     `use_gluon=False`); a Gluon dQ pass runs first and computes D itself; a Gluon dK/dV
-    configuration may compute dQ as well (FUSE_DQ, at d = 64: after the D kernel, into an fp32
-    accumulator), and then no dQ pass runs.
+    configuration may compute dQ as well (FUSE_DQ, at d = 64: into an fp32 accumulator that the
+    D kernel zeroes), and then no dQ pass runs. Without options the call's program is kept, as
+    for the forward.
     """
     q4, k4, v4, o4, do4 = (triton_launch.as_4d(x) for x in (q, k, v, o, do))
-    b, h, n_q, n_k, d, d_pad = triton_launch.problem_shape(q4, k4, v4)
-    for name in KERNELS[1:]:  # chosen_configs() names the passes this call runs
-        _CHOSEN.pop(name, None)
-    lse = lse.reshape(b, h, n_q).contiguous()
-    delta = torch.empty((b, h, n_q), dtype=torch.float32, device=q.device)
-    # gradients take their input's layout where it is dense (empty_like's preserve_format)
-    dq, dk, dv = torch.empty_like(q4), torch.empty_like(k4), torch.empty_like(v4)
-    do_given = do4
-    broadcast = False  # dO is one row of d values repeated through zero strides
-    if use_desc is not False and not triton_launch.descriptors_fit((do4,), d, d_pad):
-        # e.g. the stride-0 gradient of o.sum(). The Gluon passes' TMA descriptors read a
-        # (0, 0, 0, 1)-strided view of one row as it is; the Triton-language passes get one
-        # dense copy (below, once the passes are planned)
-        broadcast = all(s == 0 for s in do4.stride()[:-1])
-        do4 = do4[:1, :1, :1].contiguous().expand(do4.shape) if broadcast else do4.contiguous()
-    plan = dispatch.plan(
-        q.dtype,
-        d,
-        dispatch.target_of(q.device),
-        use_gluon=use_gluon,
-        blocks=blocks,
-        use_desc=use_desc,
-        fuse_dq=fuse_dq,
-        tensors=(q4, k4, v4, do4, dq, dk, dv),
-        o=o4,
-    )
-    _PLANS["backward"] = plan
-    if broadcast and not plan.gluon_backward:
-        do4 = do_given.contiguous()
-    desc = triton_launch.use_descriptors((q4, k4, v4, do4, dq, dk, dv), d, d_pad, use_desc)
-    done = {}
-    if plan.dq is not None and plan.dq.gluon:  # first: it computes D
-        _gluon().backward_dq(
-            q4, k4, v4, do4, lse, delta, dq, bool(is_causal), config=plan.dq.tiles, o=o4
+    program = None
+    key = None
+    default = blocks is None and use_desc is None and not fuse_dq and use_gluon is None
+    if FAST["programs"] and default:
+        tensors = (q, k, v, o, do, lse)
+        key = (
+            "backward",
+            bool(is_causal),
+            *map(_tensor_key, tensors),
+            *_state_key(q.shape[-1], q.device),
         )
-        done[plan.dq.name] = plan.dq.config()
-    else:
-        triton_launch.preprocess(o4, do_given, delta, plan.delta.tiles["BLOCK_Q"])
-
-    step = plan.dkdv
-    fused = step.name == "backward_fused"
-    if step.gluon:  # dQ too where its configuration fuses it
-        _gluon().backward_dkdv(
-            q4, k4, v4, do4, lse, delta, dk, dv, bool(is_causal), config=step.tiles, dq=dq
-        )
-        done[step.name] = step.config()
-    else:
-        # dQ target: the fp32 accumulator (fused) or the output itself (its own pass)
-        dq_target = (
-            torch.zeros((b, h, n_q, d), dtype=torch.float32, device=q.device) if fused else dq
-        )
-        done[step.name] = triton_launch.backward_dkdv(
-            q4, k4, v4, do4, lse, delta, dk, dv, dq_target, is_causal, desc, fused, step.tiles
-        )
-        if fused:
-            dq.copy_(dq_target)
-    if plan.dq is not None and not plan.dq.gluon:
-        done[plan.dq.name] = triton_launch.backward_dq(
-            q4, k4, v4, do4, lse, delta, dq, is_causal, desc, plan.dq.tiles
-        )
-    _record(done, plan, plan.backward)
+        program = _PROGRAMS.get(key)
+    if program is None:
+        program = _BackwardProgram(
+            q4, k4, v4, o4, do4, lse, is_causal, blocks, use_desc, fuse_dq, use_gluon,
+            FAST["bind"] and key is not None,
+        )  # fmt: skip
+        if key is not None:
+            _PROGRAMS[key] = program
+    dq, dk, dv = program(q4, k4, v4, o4, do4, lse)
     if q.dim() == 3:
         return dq.squeeze(1), dk.squeeze(1), dv.squeeze(1)
     return dq, dk, dv

@@ -25,6 +25,7 @@ def _attn_bwd_preprocess(
     O,
     DO,
     Delta,
+    DQ_ACC,
     stride_ob,
     stride_oh,
     stride_on,
@@ -38,8 +39,11 @@ def _attn_bwd_preprocess(
     HEAD_DIM: tl.constexpr,
     D_PAD: tl.constexpr,
     BLOCK_Q: tl.constexpr,
+    ZERO_DQ: tl.constexpr,
 ):
-    """D = rowsum(O * dO) in fp32, one row per query; grid (batch x heads, query tiles)."""
+    """D = rowsum(O * dO) in fp32, one row per query; grid (batch x heads, query tiles). With
+    ZERO_DQ, also zero the same rows of DQ_ACC (fp32, contiguous (batch, heads, n_q, d)): the
+    accumulator a dK/dV pass that computes dQ adds into, without a fill launch of its own."""
     pid_bh = tl.program_id(0)
     pid_q = tl.program_id(1)
     off_b = (pid_bh // n_heads).to(tl.int64)
@@ -68,6 +72,11 @@ def _attn_bwd_preprocess(
     )
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
     tl.store(Delta + pid_bh.to(tl.int64) * n_q + offs_q, delta, mask=offs_q < n_q)
+    if ZERO_DQ:
+        rows = pid_bh.to(tl.int64) * n_q + offs_q
+        keep = (offs_q < n_q)[:, None] & (offs_d < HEAD_DIM)[None, :]
+        zeros = tl.zeros((BLOCK_Q, D_PAD), dtype=tl.float32)
+        tl.store(DQ_ACC + rows[:, None] * HEAD_DIM + offs_d[None, :], zeros, mask=keep)
 
 
 @triton.jit

@@ -11,6 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
+from cs336_systems.kernels.bound_launch import Launched
 from cs336_systems.kernels.flash_triton_backward import (
     _attn_bwd_dkdv,
     _attn_bwd_dq,
@@ -80,24 +81,33 @@ _RAW = {
 _TUNED = {} if INTERPRET else {name: _autotuned(fn, name) for name, fn in _RAW.items()}
 
 
-def launch(kernel: str, args: tuple, meta: dict, n_tiles_of, bh: int, tiles) -> dict:
+def launch(kernel: str, args: tuple, meta: dict, n_tiles_of, bh: int, tiles):
     """Launch `kernel` on a (batch x heads, tiles) grid, autotuned (`tiles` None, on a GPU) or
     with `tiles`: a (BLOCK_Q, BLOCK_K) pair, or a dict with BLOCK_Q, BLOCK_K and optionally
     num_warps, num_stages and the kernel's own compile-time switches. `n_tiles_of(BLOCK_Q,
-    BLOCK_K)` sizes the grid. Returns the configuration that ran (`chosen_configs()`' form)."""
+    BLOCK_K)` sizes the grid. Returns the configuration that ran (`chosen_configs()`' form) and
+    the launch (`bound_launch.Launched`: what a program binds to replay it)."""
     tuned = _TUNED.get(kernel)
     if tiles is None:
         if tuned is None:
             raise ValueError(f"{kernel}: no tiles given and no autotuner in the interpreter")
-        tuned[lambda c: (bh, n_tiles_of(c["BLOCK_Q"], c["BLOCK_K"]))](*args, **meta)
+        compiled = tuned[lambda c: (bh, n_tiles_of(c["BLOCK_Q"], c["BLOCK_K"]))](*args, **meta)
         best = tuned.best_config
-        return {
+        chosen = {
             **best.kwargs,
             "num_warps": best.num_warps,
             "num_stages": best.num_stages,
             "use_desc": meta["USE_DESC"],
             "autotuned": True,
         }
+        grid = (bh, n_tiles_of(best.kwargs["BLOCK_Q"], best.kwargs["BLOCK_K"]))
+        # a config's pre-hook runs at every launch: such a launch is not replayed
+        launched = (
+            None
+            if best.pre_hook
+            else (tuned.fn, compiled, grid, args, {**meta, **best.all_kwargs()})
+        )
+        return chosen, launched and Launched(*launched)
     if not isinstance(tiles, dict):
         tiles = dict(zip(("BLOCK_Q", "BLOCK_K"), tiles, strict=True))
     bq, bk = check_blocks((tiles["BLOCK_Q"], tiles["BLOCK_K"]))
@@ -105,8 +115,9 @@ def launch(kernel: str, args: tuple, meta: dict, n_tiles_of, bh: int, tiles) -> 
     # other keys are the kernel's own compile-time switches
     extra = {k: v for k, v in tiles.items() if k not in ("BLOCK_Q", "BLOCK_K", *options)}
     grid = (bh, n_tiles_of(bq, bk))
-    _RAW[kernel][grid](*args, **meta, **extra, BLOCK_Q=bq, BLOCK_K=bk, **options)
-    return {
+    kwargs = {**meta, **extra, "BLOCK_Q": bq, "BLOCK_K": bk, **options}
+    compiled = _RAW[kernel][grid](*args, **kwargs)
+    chosen = {
         "BLOCK_Q": bq,
         "BLOCK_K": bk,
         "num_warps": options.get("num_warps"),
@@ -114,6 +125,7 @@ def launch(kernel: str, args: tuple, meta: dict, n_tiles_of, bh: int, tiles) -> 
         "use_desc": meta["USE_DESC"],
         "autotuned": False,
     }
+    return chosen, Launched(_RAW[kernel], compiled, grid, args, kwargs)
 
 
 # ----------------------------------------------------------------------------- tensor descriptors
@@ -164,8 +176,14 @@ def use_descriptors(tensors, d: int, d_pad: int, use_desc: bool | None) -> bool:
             "tensor descriptors need unit feature strides, 16-byte aligned rows and d a power of two"
         )
     if use_desc:
-        triton.set_allocator(_alloc)  # a context variable: set in the thread that launches
+        set_allocator()
     return bool(use_desc)
+
+
+def set_allocator() -> None:
+    """Scratch for device-side descriptors: Triton's allocator is a context variable, so every
+    thread that launches such a kernel (autograd runs backward in its own) sets it."""
+    triton.set_allocator(_alloc)
 
 
 # ----------------------------------------------------------------------------- precompiling
@@ -176,7 +194,7 @@ _KERNEL_TENSORS = {
     "backward_dkdv": (("in", "in", "in", "in", "f32", "f32", "in", "in", "in"), 7),
     "backward_fused": (("in", "in", "in", "in", "f32", "f32", "in", "in", "f32"), 7),
     "backward_dq": (("in", "in", "in", "in", "f32", "f32", "in"), 5),
-    "preprocess": (("in", "in", "f32"), 2),
+    "preprocess": (("in", "in", "f32", "f32"), 2),
 }
 
 
@@ -192,9 +210,9 @@ def _warmup_job(job: tuple) -> str:
         strides = (n * d, n * d, d, 1) * n_stride_groups
         d_pad = max(16, triton.next_power_of_2(d))
         meta = dict(HEAD_DIM=d, D_PAD=d_pad)
-        if kernel == "preprocess":
+        if kernel == "preprocess":  # `tiles`: whether it zeroes a dQ accumulator
             sizes = (1, n)
-            meta["BLOCK_Q"] = 64
+            meta.update(BLOCK_Q=64, ZERO_DQ=bool(tiles))
         else:
             scales = (0.125,) if kernel == "forward" else (0.125, 0.125)
             sizes = (1, n, n, *scales, n, n)
@@ -236,7 +254,8 @@ def precompile(
             d_pad = max(16, triton.next_power_of_2(d))
             # what contiguous inputs of this dtype and head dim run with
             use_desc = dtype != torch.float32 and descriptors_supported() and d == d_pad
-            jobs.append(("preprocess", name, d, False, "", None, False))
+            for zero_dq in (False, True):
+                jobs.append(("preprocess", name, d, False, "", zero_dq, False))
             for is_causal in causal:
                 for kernel in (tiles or {}).keys() or KERNELS[:3]:
                     for tile in (tiles or {}).get(kernel) or tile_configs(kernel, dtype, d):
@@ -289,14 +308,12 @@ def check_blocks(blocks: tuple[int, int]) -> tuple[int, int]:
 # ----------------------------------------------------------------------------- the passes
 
 
-def forward(q4, k4, v4, is_causal: bool, tiles, use_desc: bool | None):
-    """The forward kernel on (batch, heads, n, d) inputs with `tiles` (None: autotuned):
-    (O, L fp32, the configuration that ran)."""
+def forward(q4, k4, v4, o, lse, is_causal: bool, tiles, desc: bool):
+    """The forward kernel on (batch, heads, n, d) inputs into `o` and `lse` (fp32, (batch,
+    heads, n_q)) with `tiles` (None: autotuned), through tensor descriptors where `desc`
+    (`use_descriptors`): (the configuration that ran, the launch)."""
     b, h, n_q, n_k, d, d_pad = problem_shape(q4, k4, v4)
-    o = torch.empty((b, h, n_q, d), dtype=q4.dtype, device=q4.device)
-    lse = torch.empty((b, h, n_q), dtype=torch.float32, device=q4.device)
     sm_scale = d**-0.5
-    desc = use_descriptors((q4, k4, v4, o), d, d_pad, use_desc)
     args = (
         q4,
         k4,
@@ -321,25 +338,33 @@ def forward(q4, k4, v4, is_causal: bool, tiles, use_desc: bool | None):
         PRECISION=matmul_precision(q4.dtype),
         USE_DESC=desc,
     )
-    chosen = launch("forward", args, meta, lambda bq, bk: triton.cdiv(n_q, bq), b * h, tiles)
-    return o, lse, chosen
+    return launch("forward", args, meta, lambda bq, bk: triton.cdiv(n_q, bq), b * h, tiles)
 
 
-def preprocess(o4, do4, delta, block_q: int) -> None:
-    """D = rowsum(O * dO) into `delta` ((batch, heads, n_q) fp32)."""
+def preprocess(o4, do4, delta, block_q: int, dq_acc=None):
+    """D = rowsum(O * dO) into `delta` ((batch, heads, n_q) fp32); with `dq_acc` (an fp32
+    (batch, heads, n_q, d) contiguous tensor) the same programs also zero its rows, so a dQ
+    accumulator needs no fill of its own. Returns the launch."""
     b, h, n_q, d = o4.shape
-    _attn_bwd_preprocess[(b * h, triton.cdiv(n_q, block_q))](
+    grid = (b * h, triton.cdiv(n_q, block_q))
+    args = (
         o4,
         do4,
         delta,
+        delta if dq_acc is None else dq_acc,
         *strides_of(o4),
         *strides_of(do4),
         h,
         n_q,
+    )
+    kwargs = dict(
         HEAD_DIM=d,
         D_PAD=max(16, triton.next_power_of_2(d)),
         BLOCK_Q=block_q,
+        ZERO_DQ=dq_acc is not None,
     )
+    compiled = _attn_bwd_preprocess[grid](*args, **kwargs)
+    return Launched(_attn_bwd_preprocess, compiled, grid, args, kwargs)
 
 
 def _backward_args(q4, k4, v4, do4, is_causal: bool, desc: bool):
@@ -360,7 +385,7 @@ def _backward_args(q4, k4, v4, do4, is_causal: bool, desc: bool):
 
 def backward_dkdv(q4, k4, v4, do4, lse, delta, dk, dv, dq, is_causal, desc, fuse_dq, tiles):
     """dK and dV into `dk`, `dv` (and with `fuse_dq`, dQ added into `dq`, an fp32 tensor that
-    starts at zero), with `tiles` (None: autotuned); returns the configuration that ran."""
+    starts at zero), with `tiles` (None: autotuned): (the configuration that ran, the launch)."""
     b, h, n_q, n_k, d, d_pad = problem_shape(q4, k4, v4)
     strides, scalars, meta = _backward_args(q4, k4, v4, do4, is_causal, desc)
     args = (q4, k4, v4, do4, lse, delta, dk, dv, dq, *strides)
@@ -375,7 +400,7 @@ def backward_dkdv(q4, k4, v4, do4, lse, delta, dk, dv, dq, is_causal, desc, fuse
 
 
 def backward_dq(q4, k4, v4, do4, lse, delta, dq, is_causal, desc, tiles):
-    """dQ into `dq`, with `tiles` (None: autotuned); returns the configuration that ran."""
+    """dQ into `dq`, with `tiles` (None: autotuned): (the configuration that ran, the launch)."""
     b, h, n_q, n_k, d, d_pad = problem_shape(q4, k4, v4)
     strides, scalars, meta = _backward_args(q4, k4, v4, do4, is_causal, desc)
     args = (q4, k4, v4, do4, lse, delta, dq, *strides, *strides_of(dq), *scalars)

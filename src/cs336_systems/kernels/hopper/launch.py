@@ -1,6 +1,7 @@
 """Host side of the Hopper kernels: TMA descriptors, compile-time constants and grids of each
 launch, and the calls `forward`, `backward_dkdv`, `backward_dq` on (batch, heads, n, d) tensors
-that `supported()` accepts."""
+that `supported()` accepts, with their `*_into` forms (outputs given, the launch returned) that
+the cached programs of `kernels.flash_triton` call."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import triton
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from cs336_systems.kernels.bound_launch import Launched
 from cs336_systems.kernels.hopper.backward_dkdv import _attn_bwd_dkdv_kernel
 from cs336_systems.kernels.hopper.backward_dkdv_ws import _attn_bwd_dkdv_ws_kernel
 from cs336_systems.kernels.hopper.backward_dq import _attn_bwd_dq_ws_kernel
@@ -149,6 +151,31 @@ def _dq_call(q, k, v, do, lse, delta, dq, is_causal, config=None, o=None):
     return _attn_bwd_dq_ws_kernel, grid, args, constants
 
 
+def _launch(call) -> Launched:
+    kernel, grid, args, constants = call
+    compiled = kernel[grid](**args, **constants)
+    return Launched(kernel, compiled, grid, (), {**args, **constants})
+
+
+def forward_into(q, k, v, o, lse, is_causal: bool, config=None) -> Launched:
+    """The forward into `o` and `lse` (fp32, (batch, heads, n_q)); returns the launch (what a
+    cached program binds, `kernels.bound_launch`)."""
+    return _launch(_forward_call(q, k, v, o, lse, is_causal, config))
+
+
+def backward_dkdv_into(q, k, v, do, lse, delta, dk, dv, is_causal: bool, config=None, acc=None):
+    """dK and dV into `dk`, `dv`; where the config fuses dQ, dQ added into `acc` (fp32, Q's
+    shape, contiguous, zeroed by the caller). Returns the launch."""
+    if fuses_dq(q.shape[-1], config) and acc is None:
+        raise ValueError("this dK/dV configuration computes dQ: pass its fp32 accumulator `acc`")
+    return _launch(_dkdv_call(q, k, v, do, lse, delta, dk, dv, is_causal, config, dq=acc))
+
+
+def backward_dq_into(q, k, v, do, lse, delta, dq, is_causal: bool, config=None, o=None):
+    """dQ into `dq` (and with `o`, D into `delta`). Returns the launch."""
+    return _launch(_dq_call(q, k, v, do, lse, delta, dq, is_causal, config, o))
+
+
 def forward(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, config=None
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -157,8 +184,7 @@ def forward(
     b, h, n_q, d = q.shape
     o = torch.empty((b, h, n_q, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((b, h, n_q), dtype=torch.float32, device=q.device)
-    kernel, grid, args, constants = _forward_call(q, k, v, o, lse, is_causal, config)
-    kernel[grid](**args, **constants)
+    forward_into(q, k, v, o, lse, is_causal, config)
     return o, lse
 
 
@@ -173,10 +199,7 @@ def backward_dkdv(q, k, v, do, lse, delta, dk, dv, is_causal: bool, config=None,
         if dq is None:
             raise ValueError("this dK/dV configuration computes dQ: pass `dq`")
         acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-    kernel, grid, args, constants = _dkdv_call(
-        q, k, v, do, lse, delta, dk, dv, is_causal, config, dq=acc
-    )
-    kernel[grid](**args, **constants)
+    backward_dkdv_into(q, k, v, do, lse, delta, dk, dv, is_causal, config, acc=acc)
     if acc is not None:
         dq.copy_(acc)
 
@@ -186,5 +209,4 @@ def backward_dq(q, k, v, do, lse, delta, dq, is_causal: bool, config=None, o=Non
     for `backward_dkdv`. `config` = (BLOCK_M, BLOCK_N, num_warps, STAGES) overrides DQ_CONFIGS.
     With `o` (the forward's output), D = rowsum(O * dO) is computed here and written into
     `delta` (which then need not hold anything)."""
-    kernel, grid, args, constants = _dq_call(q, k, v, do, lse, delta, dq, is_causal, config, o)
-    kernel[grid](**args, **constants)
+    backward_dq_into(q, k, v, do, lse, delta, dq, is_causal, config, o)

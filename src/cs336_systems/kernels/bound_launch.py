@@ -1,0 +1,178 @@
+"""Kernel launches bound once and replayed: the host side of a Triton or Gluon launch without the
+JIT's per-call work.
+
+A launch through `kernel[grid](*args, **kwargs)` (Triton's `JITFunction.run`, and the autotuner
+in front of it) binds every argument, specializes each one (alignment, divisibility), builds a
+cache key from them, looks the compiled kernel up, and only then calls the driver's launcher;
+a Gluon launch also builds a host-side TMA descriptor object (a layout, validation) for every
+tile stream. For our FlashAttention calls that Python is most of the call at short sequences.
+
+`Step` runs one launch of a cached program (`kernels.flash_triton`): its first call goes
+through the JIT as before (compiling, autotuning) and keeps what it launched (`Launched`);
+`BoundLaunch` then holds the compiled kernel, the grid and the full argument list with the
+positions where this call's tensors go, and later calls hand the driver's launcher the same list
+with their own tensors in those positions. Valid because a program is kept per call key (shapes,
+strides, dtypes, devices, pointer alignment and options: everything the JIT's specialization
+and our plan read), so every other argument is the same at every call of that key.
+
+Needs Triton internals (`JITFunction.device_caches` and its binder, `CompiledKernel.run`); where
+they are missing (another Triton) or in the interpreter, `Step` launches through the JIT every
+time (`binding_supported()` says which).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+import torch
+
+from cs336_systems.kernels.flash_triton_common import INTERPRET
+
+# how the launches went, for tests and the overhead probe: JIT launches, bound launches, and
+# launches that could not be bound (with why)
+STATS = {"jit": 0, "bound": 0, "unbound": 0}
+UNBOUND: dict[str, str] = {}
+
+
+class Launched(NamedTuple):
+    """One launch through the JIT: the JIT function (the autotuner's own kernel for a tuned
+    one), what it returned (the compiled kernel; None in the interpreter), the grid it ran on
+    and the arguments it got, with the chosen configuration's keywords for a tuned kernel."""
+
+    fn: object
+    kernel: object
+    grid: tuple
+    args: tuple
+    kwargs: dict
+
+
+class _Desc(NamedTuple):
+    """What the driver's launcher reads of a host-side TMA descriptor (`make_tensordesc_arg`):
+    base tensor, shape, strides, padding. The tile and swizzle come from the compiled kernel."""
+
+    base: torch.Tensor
+    shape: list
+    strides: list
+    padding: str
+
+
+def binding_supported() -> bool:
+    """Whether launches can be bound on this Triton (compiled, not the interpreter); off with
+    CS336_FLASH_BIND=0."""
+    if INTERPRET or os.environ.get("CS336_FLASH_BIND", "1") == "0":
+        return False
+    try:
+        from triton.compiler.compiler import CompiledKernel
+        from triton.runtime.jit import JITFunction
+    except ImportError:  # pragma: no cover
+        return False
+    return hasattr(CompiledKernel, "run") and hasattr(JITFunction, "create_binder")
+
+
+class BoundLaunch:
+    """One launch ready to replay: compiled kernel, grid, argument list with holes for the
+    call's tensors (`tensor_pos`) and TMA descriptors over them (`desc_pos`)."""
+
+    __slots__ = ("name", "kernel", "grid", "template", "tensor_pos", "desc_pos", "device")
+
+    def __init__(self, launched: Launched, slots: dict[int, int], device: int):
+        fn, kernel, grid, args, kwargs = launched
+        binder = fn.device_caches[device][4]
+        bound, _, _ = binder(*args, **kwargs)
+        template = list(bound.values())
+        tensor_pos, desc_pos = [], []
+        for i, value in enumerate(template):
+            if isinstance(value, torch.Tensor):
+                tensor_pos.append((i, _slot(slots, value, fn, i)))
+                template[i] = None
+            elif hasattr(value, "block_shape") and hasattr(value, "base"):
+                slot = _slot(slots, value.base, fn, i)
+                shape, strides = list(value.shape), list(value.strides)
+                desc_pos.append((i, slot, shape, strides, value.padding))
+                template[i] = None
+        if hasattr(kernel, "result"):  # an asynchronous compile's future, as the JIT unwraps it
+            kernel = kernel.result()
+        grid = tuple(grid) + (1,) * (3 - len(grid))
+        self.name = getattr(fn, "__name__", str(fn))
+        self.kernel, self.grid, self.template = kernel, grid, template
+        self.tensor_pos, self.desc_pos = tuple(tensor_pos), tuple(desc_pos)
+        self.device = device
+
+    def __call__(self, tensors, stream: int) -> None:
+        args = self.template.copy()
+        for i, slot in self.tensor_pos:
+            args[i] = tensors[slot]
+        for i, slot, shape, strides, padding in self.desc_pos:
+            args[i] = _Desc(tensors[slot], shape, strides, padding)
+        kernel = self.kernel
+        grid = self.grid
+        enter, leave = _knobs.launch_enter_hook, _knobs.launch_exit_hook
+        metadata = kernel.launch_metadata(grid, stream, *args) if enter is not None else None
+        kernel.run(
+            grid[0],
+            grid[1],
+            grid[2],
+            stream,
+            kernel.function,
+            kernel.packed_metadata,
+            metadata,
+            enter,
+            leave,
+            *args,
+        )
+
+
+def _slot(slots: dict[int, int], tensor, fn, position: int) -> int:
+    try:
+        return slots[id(tensor)]
+    except KeyError:
+        raise ValueError(
+            f"{getattr(fn, '__name__', fn)}: argument {position} is a tensor the program does not "
+            f"pass per call (made inside the launcher?); it cannot be bound"
+        ) from None
+
+
+try:
+    from triton import knobs as _triton_knobs
+
+    _knobs = _triton_knobs.runtime
+except ImportError:  # pragma: no cover
+
+    class _NoHooks:
+        launch_enter_hook = None
+        launch_exit_hook = None
+
+    _knobs = _NoHooks()
+
+
+class Step:
+    """One kernel launch of a program. `launch(tensors)` launches through the JIT (compiling and
+    autotuning where needed) and returns (what to report of it, `Launched` or None); the first
+    call runs it, and, where `bind`, keeps a `BoundLaunch` that later calls replay with their
+    tensors (the same positions of the same tuple). `reported` is what the first call said."""
+
+    __slots__ = ("name", "launch", "bind", "bound", "reported")
+
+    def __init__(self, name: str, launch, bind: bool):
+        self.name, self.launch, self.bind = name, launch, bind
+        self.bound: BoundLaunch | None = None
+        self.reported = None
+
+    def __call__(self, tensors, device: int, stream: int) -> None:
+        bound = self.bound
+        if bound is not None and bound.device == device:
+            STATS["bound"] += 1
+            bound(tensors, stream)
+            return
+        self.reported, launched = self.launch(tensors)
+        STATS["jit"] += 1
+        if not self.bind or launched is None or launched.kernel is None:
+            return
+        slots = {id(t): i for i, t in enumerate(tensors) if t is not None}
+        try:
+            self.bound = BoundLaunch(launched, slots, device)
+        except Exception as exc:  # the JIT path stays: correct, only slower
+            STATS["unbound"] += 1
+            UNBOUND[self.name] = f"{type(exc).__name__}: {exc}"
+            self.bind = False

@@ -1,0 +1,216 @@
+"""The fast path of our FlashAttention calls (`kernels.flash_triton`'s kept programs and
+`kernels.bound_launch`): a program is kept per call key and its launches replayed. Checked here
+on CPU: under Triton's interpreter, programs give the same results as the plain path (a plan and
+the JIT every call) and a change of shape, strides, dtype, alignment, causality, options or
+process state never reuses a wrong program; on the fake sm90 driver (kernels compiled for an
+H100, launches recorded: tests/fake_sm90_launches.py in a child process), the bound launches hand
+the kernels exactly the grids and arguments of the plain path, with each call's own tensors.
+The GPU tests (marked `gpu`) run both paths natively."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+# plain imports: a kernel module that fails to import fails this file, never skips it
+from cs336_systems.kernels import bound_launch
+from cs336_systems.kernels import flash_triton as fat
+from cs336_systems.kernels.flash_triton_common import INTERPRET
+
+F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
+HAS_CUDA = torch.cuda.is_available()
+DEVICE = "cuda" if HAS_CUDA and not INTERPRET else "cpu"
+
+
+@pytest.fixture(autouse=True)
+def _fast_path_restored():
+    saved = dict(fat.FAST)
+    fat.clear_programs()
+    yield
+    fat.set_fast_path(**saved)
+
+
+def _qkv(n=32, d=16, dtype=F32, heads=2, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(1, heads, n, d, generator=g).to(dtype=dtype, device=DEVICE) for _ in "qkvo"]
+
+
+def _run(q, k, v, do, causal=True, **options):
+    o, lse = fat.flash_forward_triton(q, k, v, causal, **options)
+    return (o, lse, *fat.flash_backward_triton(q, k, v, o, do, lse, causal, **options))
+
+
+def _plain(q, k, v, do, causal=True, **options):
+    fat.set_fast_path(programs=False)
+    try:
+        return _run(q, k, v, do, causal, **options)
+    finally:
+        fat.set_fast_path(programs=True)
+
+
+def _same(a, b):
+    return all(x.shape == y.shape and torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+@pytest.mark.skipif(DEVICE == "cpu" and not INTERPRET, reason="CPU tensors need TRITON_INTERPRET=1")
+@pytest.mark.parametrize("dtype", [F32, F16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+def test_program_gives_the_plain_results_and_is_kept(dtype, causal):
+    """A repeated call reuses its program (one per pass) and returns what the plain path
+    returns, bit for bit."""
+    q, k, v, do = _qkv(dtype=dtype)
+    fat.set_fast_path(programs=True)
+    first = _run(q, k, v, do, causal)
+    programs = dict(fat._PROGRAMS)
+    assert len(programs) == 2  # the forward's and the backward's
+    again = _run(q, k, v, do, causal)
+    assert fat._PROGRAMS == programs  # the same program objects, no new ones
+    assert _same(first, again) and _same(first, _plain(q, k, v, do, causal))
+
+
+def _variants():
+    """Calls that differ from the base call (n 32, d 16, fp32, causal, contiguous) in one
+    thing the plan or the JIT specializes on."""
+
+    def misaligned(x):
+        flat = torch.empty(x.numel() + 1, dtype=x.dtype, device=x.device)[1:]
+        return flat.view(x.shape).copy_(x)
+
+    def transposed(x):
+        return x.transpose(1, 2).contiguous().transpose(1, 2)
+
+    return {
+        "seq_len": lambda t: (_qkv(n=48), {}),
+        "head_dim": lambda t: (_qkv(d=32), {}),
+        "heads": lambda t: (_qkv(heads=3), {}),
+        "dtype": lambda t: (_qkv(dtype=F16), {}),
+        "strides": lambda t: ([transposed(t[0]), *t[1:]], {}),
+        "alignment": lambda t: ([misaligned(t[0]), *t[1:]], {}),
+        "dO_broadcast": lambda t: ([*t[:3], torch.ones((), device=DEVICE).expand(t[3].shape)], {}),
+        "three_d": lambda t: ([x[:, 0] for x in t], {}),
+        "full": lambda t: (t, {"causal": False}),
+        "blocks": lambda t: (t, {"blocks": (16, 16)}),
+    }
+
+
+@pytest.mark.skipif(DEVICE == "cpu" and not INTERPRET, reason="CPU tensors need TRITON_INTERPRET=1")
+@pytest.mark.parametrize("variant", list(_variants()))
+def test_a_changed_call_never_reuses_a_program(variant):
+    """After the base call's programs are kept, a call differing in one specialized thing gets
+    results equal to the plain path's for that call (a reused program would launch with the
+    base call's shapes, strides or switches) and new programs (none where options are given:
+    those calls are planned each time)."""
+    base = _qkv()
+    fat.set_fast_path(programs=True)
+    _run(*base)
+    kept = set(fat._PROGRAMS)
+    tensors, options = _variants()[variant](base)
+    fast = _run(*tensors, **options)
+    new = set(fat._PROGRAMS) - kept
+    assert set(fat._PROGRAMS) >= kept
+    # options: planned each call; a new dO layout: only the backward's program is new
+    assert len(new) == {"blocks": 0, "dO_broadcast": 1}.get(variant, 2), variant
+    assert _same(fast, _plain(*tensors, **options))  # (the plain path forgets every program)
+
+
+@pytest.mark.skipif(DEVICE == "cpu" and not INTERPRET, reason="CPU tensors need TRITON_INTERPRET=1")
+def test_process_state_is_part_of_the_key(monkeypatch):
+    """fp32 matmul precision and the environment switches a plan reads make new programs."""
+    base = _qkv()
+    fat.set_fast_path(programs=True)
+    _run(*base)
+    n = len(fat._PROGRAMS)
+    monkeypatch.setenv("CS336_FLASH_DESC", "0")
+    _run(*base)
+    assert len(fat._PROGRAMS) == n + 2
+    saved = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest" if saved != "highest" else "high")
+        fast = _run(*base)
+        assert len(fat._PROGRAMS) == n + 4
+        assert _same(fast, _plain(*base))
+    finally:
+        torch.set_float32_matmul_precision(saved)
+
+
+def test_the_interpreter_never_binds():
+    """Binding needs compiled kernels: in the interpreter (or with CS336_FLASH_BIND=0) every
+    launch goes through the JIT."""
+    if INTERPRET:
+        assert not bound_launch.binding_supported()
+    fat.set_fast_path(bind=True)
+    assert fat.FAST["bind"] == bound_launch.binding_supported()
+
+
+CASES = [
+    "bf16:64:causal",  # Gluon forward and fused dK/dV+dQ (an accumulator zeroed by the D kernel)
+    "bf16:16:causal",  # autotuned Triton-language forward and dQ, Gluon dK/dV
+    "bf16:128:full",  # Gluon forward, Gluon dK/dV, autotuned dQ
+    "bf16:32:causal:broadcast_do",  # stride-0 dO: a dense copy for the Triton passes
+    "bf16:64:causal:misaligned",  # Q off 16 bytes: no descriptors, Triton-language passes
+    "bf16:64:causal:transposed",  # (b, n, h, d) memory
+]
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="the fake sm90 driver stands in for a GPU on CPU hosts")
+def test_bound_launches_equal_the_plain_launches():
+    """On the fake sm90 driver, each case's plain launches (kernel, grid, every argument, TMA
+    descriptors as the launcher encodes them, pointers named by tensor) equal those of three
+    calls through a kept program with new input tensors each (the first through the JIT, two
+    replayed), and the replays really were bound launches. Different cases launch differently
+    (the comparison can fail)."""
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    script = Path(__file__).with_name("fake_sm90_launches.py")
+    done = subprocess.run(
+        [sys.executable, str(script), *CASES],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [r["case"] for r in results] == CASES
+    for r in results:
+        assert r["equal"], (r["case"], r["first_diff"])
+        assert r["unbound"] == {}, r
+        # 3 calls: the first launches through the JIT, the next two replay every launch
+        assert r["stats"] == {"jit": r["launches"], "bound": 2 * r["launches"], "unbound": 0}, r
+    kernels = {r["case"]: r["kernels"] for r in results}
+    assert kernels["bf16:64:causal"] != kernels["bf16:64:causal:misaligned"]
+    assert "_attn_bwd_dq" not in kernels["bf16:64:causal"]  # fused dQ: no dQ pass
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", [16, 32, 64, 128])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+def test_gpu_bound_calls_match_the_plain_path(d, causal):
+    """On the GPU: bound replays (fresh inputs each call) give the plain path's results bit for
+    bit, and every launch after the first call was bound."""
+    if not HAS_CUDA:
+        pytest.skip("needs a CUDA GPU")
+
+    def inputs(seed):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        return [torch.randn(1, 4, 512, d, generator=g, device="cuda", dtype=BF16) for _ in "qkvo"]
+
+    fat.set_fast_path(programs=True, bind=True)
+    assert fat.FAST["bind"], bound_launch.UNBOUND
+    for seed in range(3):
+        t = inputs(seed)
+        before = dict(bound_launch.STATS)
+        fast = _run(*t, causal)
+        stats = {k: bound_launch.STATS[k] - before[k] for k in before}
+        if seed:
+            assert stats["jit"] == 0 and stats["bound"] > 0, (stats, bound_launch.UNBOUND)
+        plain = _plain(*[x.clone() for x in t], causal)
+        # O and L bit for bit; gradients to rounding (a fused dQ adds tiles in any order)
+        assert _same(fast[:2], plain[:2]), seed
+        for a, b in zip(fast[2:], plain[2:], strict=True):
+            torch.testing.assert_close(a, b, atol=2e-2, rtol=2e-2)
