@@ -145,11 +145,11 @@ def case_rows(case: str, shapes, devices, splits, message_mb, c, w, source, why)
 
 
 def ring_check(df: pd.DataFrame | None, why: str, backend: str, w: float, source: str):
-    """Measured all-reduce times of `backend` against 2 (N-1)/N S / W."""
+    """Measured all-reduce times of `backend` against 2 (N-1)/N S / W; `why`: why there is no
+    W (a `skipped` row then)."""
     if df is None or math.isnan(w):
-        reason = why or f"no ok {backend} row in allreduce.csv"
         return [
-            {"problem": "ring_check", "case": f"measured-{backend}", "status": f"skipped: {reason}"}
+            {"problem": "ring_check", "case": f"measured-{backend}", "status": f"skipped: {why}"}
         ]
     rows = []
     for _, r in df[(df["backend"] == backend) & (df["status"] == "ok")].iterrows():
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> None:
         cases.append(
             (f"measured-{backend}", c, w, source, "; ".join(x for x in (c_why, w_why) if x))
         )
-        checks += ring_check(allreduce, why_w, backend, w, w_src)
+        checks += ring_check(allreduce, w_why, backend, w, w_src)
     rows = []
     for case, cc, ww, source, why in cases:
         with point(case):
