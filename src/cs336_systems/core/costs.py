@@ -6,6 +6,8 @@ forward+backward (or a training step; AdamW's elementwise work is negligible) is
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import pandas as pd
 
@@ -296,4 +298,203 @@ def checkpoint_memory(
         "blocks": _blocks(plan),
         # forward + backward ~ 3 forwards per block; each recomputed block adds one
         "compute_factor": (3 * _blocks(plan) + recomputed) / (3 * _blocks(plan)),
+    }
+
+
+# ---- communication arithmetic (2026 handout, section 8): one SwiGLU FFN ----------------------
+#
+# The handout's setting: N devices, each pair linked, each device sends W bytes/s (egress);
+# a device computes C FLOP/s; x: (B, D), W1, W2: (D, D_FF), W3: (D_FF, D); weights and
+# activations FP16 (2 bytes); only matmuls count ((A, B)(B, C) is 2ABC FLOPs). Compute and
+# communication overlap, so a pass is communication-bound when its communication time exceeds
+# its compute time. Every function returns {quantity: Quantity(value, unit, formula)}, the
+# formula being the one the value was computed from (per device, in seconds, FLOPs, bytes).
+
+FP16 = 2  # bytes per element of weights and activations in the handout's problems
+
+
+class Quantity(NamedTuple):
+    """One answer, numeric and symbolic: the value, its unit and the formula it came from."""
+
+    value: float
+    unit: str
+    formula: str
+
+
+def ring_all_gather_time(s_bytes: float, n: int, w: float) -> float:
+    """Ring all-gather (and reduce-scatter) of S bytes over N devices: (N-1)/N S/W seconds."""
+    return (n - 1) / n * s_bytes / w
+
+
+def ring_all_reduce_time(s_bytes: float, n: int, w: float) -> float:
+    """Ring all-reduce = reduce-scatter + all-gather: 2 (N-1)/N S/W seconds."""
+    return 2 * (n - 1) / n * s_bytes / w
+
+
+def alternate_ring_all_reduce(s_bytes: float, n: int, w: float) -> dict[str, Quantity]:
+    """Problem alternate_ring_all_reduce: T = (N-1) S / W.
+
+    In each of the N-1 steps every device forwards a whole tensor x of S bytes (not a chunk of
+    S/N) to its right neighbour at W bytes/s, so each step takes S/W. Against the
+    reduce-scatter + all-gather ring (2 (N-1)/N S/W) it is N/2 times slower."""
+    t = (n - 1) * s_bytes / w
+    ring = ring_all_reduce_time(s_bytes, n, w)
+    return {
+        "time": Quantity(t, "s", "(N-1) S / W"),
+        "ring_time": Quantity(ring, "s", "2 (N-1)/N S / W"),
+        "slowdown": Quantity(t / ring, "x", "N / 2"),
+    }
+
+
+def ffn_flops(b: int, d: int, d_ff: int) -> dict[str, float]:
+    """Matmul FLOPs of one SwiGLU FFN on B rows: forward three (B, D) x (D, D_FF)-sized
+    matmuls, 6 B D D_FF; backward six (dz, dx's two, dW1, dW2, dW3), 12 B D D_FF."""
+    return {"forward": 6.0 * b * d * d_ff, "backward": 12.0 * b * d * d_ff}
+
+
+def ffn_comm_volumes(
+    d: int, d_ff: int, n: int, scheme: str, elem_bytes: int = FP16, b: int = 0
+) -> dict[str, dict[str, float]]:
+    """Size S (bytes) of each collective one step of the FFN runs, per pass and kind:
+    {pass: {kind: S}} with kind all_reduce, all_gather (the gathered size) or reduce_scatter
+    (the input's size); the bytes a device sends follow from the ring times above.
+
+    dp: backward all-reduces the three weight gradients, S = 3 D D_FF b.
+    fsdp: forward all-gathers the three weights (S = 3 D D_FF b); backward gathers them again
+    and reduce-scatters their gradients (S each).
+    tp: forward all-reduces y, backward all-reduces dx: S = B D b each (B rows per device).
+    """
+    weights = 3.0 * d * d_ff * elem_bytes
+    if scheme == "dp":
+        return {"forward": {}, "backward": {"all_reduce": weights}}
+    if scheme == "fsdp":
+        return {
+            "forward": {"all_gather": weights},
+            "backward": {"all_gather": weights, "reduce_scatter": weights},
+        }
+    if scheme == "tp":
+        act = float(b) * d * elem_bytes
+        return {"forward": {"all_reduce": act}, "backward": {"all_reduce": act}}
+    raise ValueError(f"unknown scheme {scheme!r}; known: dp, fsdp, tp")
+
+
+def comm_time(volumes: dict[str, float], n: int, w: float) -> float:
+    """Seconds of a pass's collectives run one after another on the ring model."""
+    t = 0.0
+    for kind, s in volumes.items():
+        ring = ring_all_reduce_time if kind == "all_reduce" else ring_all_gather_time
+        t += ring(s, n, w)
+    return t
+
+
+def data_parallel(b: int, d: int, d_ff: int, n: int, c: float, w: float) -> dict[str, Quantity]:
+    """Problem data_parallel_calcs (FP16), per device, B the global batch (rows of x):
+
+    (a) backward FLOPs 12 B D D_FF / N_DP (six matmuls on B/N_DP rows);
+    (b) backward communication: a ring all-reduce of the three gradients, S = 6 D D_FF bytes:
+        T = 2 (N_DP-1)/N_DP 6 D D_FF / W = 12 (N_DP-1) D D_FF / (N_DP W) (~ 12 D D_FF / W);
+    (c) compute-bound while 12 B D D_FF/(N C) >= 12 (N-1) D D_FF/(N W): N_DP <= 1 + B W / C
+        (~ B W / C for large N)."""
+    flops = ffn_flops(b, d, d_ff)["backward"] / n
+    t_comm = comm_time(ffn_comm_volumes(d, d_ff, n, "dp")["backward"], n, w)
+    return {
+        "backward_flops": Quantity(flops, "FLOP", "12 B D D_FF / N_DP"),
+        "backward_compute_time": Quantity(flops / c, "s", "12 B D D_FF / (N_DP C)"),
+        "backward_comm_time": Quantity(t_comm, "s", "12 (N_DP-1) D D_FF / (N_DP W)"),
+        "max_devices": Quantity(1 + b * w / c, "devices", "N_DP <= 1 + B W / C"),
+        "max_devices_large_n": Quantity(b * w / c, "devices", "N_DP <= B W / C"),
+    }
+
+
+def fsdp(b: int, d: int, d_ff: int, n: int, c: float, w: float) -> dict[str, Quantity]:
+    """Problem fsdp_calcs (FP16), per device:
+
+    (a) FLOPs as data parallel: forward 6 B D D_FF / N_FSDP, backward 12 B D D_FF / N_FSDP;
+    (b) forward all-gathers the weights (S = 6 D D_FF bytes): (N-1)/N 6 D D_FF / W; backward
+        gathers them again and reduce-scatters the gradients: 12 (N-1) D D_FF / (N W);
+    (c) both passes: compute-bound while N_FSDP <= 1 + B W / C (~ B W / C): communication and
+        compute are both halved in forward, so the bound is the same."""
+    flops = ffn_flops(b, d, d_ff)
+    vol = ffn_comm_volumes(d, d_ff, n, "fsdp")
+    out = {}
+    for p, k in (("forward", 6), ("backward", 12)):
+        out[f"{p}_flops"] = Quantity(flops[p] / n, "FLOP", f"{k} B D D_FF / N_FSDP")
+        out[f"{p}_compute_time"] = Quantity(flops[p] / n / c, "s", f"{k} B D D_FF / (N_FSDP C)")
+        out[f"{p}_comm_time"] = Quantity(
+            comm_time(vol[p], n, w), "s", f"{k} (N_FSDP-1) D D_FF / (N_FSDP W)"
+        )
+        out[f"{p}_max_devices"] = Quantity(1 + b * w / c, "devices", "N_FSDP <= 1 + B W / C")
+    out["max_devices_large_n"] = Quantity(b * w / c, "devices", "N_FSDP <= B W / C")
+    return out
+
+
+def tensor_parallel(b: int, d: int, d_ff: int, n: int, c: float, w: float) -> dict[str, Quantity]:
+    """Problem tp_calcs (FP16; W1, W2 column-parallel, W3 row-parallel), per device:
+
+    (a) backward: dz(i) = dy W3(i)^T; dx2(i) = dz(i) * f(x1(i)); dx1(i) = dz(i) * f'(x1(i)) *
+        x2(i); dx = all-reduce_i(dx1(i) W1(i)^T + dx2(i) W2(i)^T); dW3(i) = z(i)^T dy;
+        dW2(i) = x^T dx2(i); dW1(i) = x^T dx1(i);
+    (b) forward 6 B D D_FF / N_TP, backward 12 B D D_FF / N_TP FLOPs;
+    (c) one all-reduce of a (B, D) FP16 tensor per pass (y forward, dx backward):
+        2 (N-1)/N 2 B D / W = 4 (N_TP-1) B D / (N_TP W) each;
+    (d) forward compute-bound while N_TP <= 1 + 3 D_FF W / (2 C), backward while
+        N_TP <= 1 + 3 D_FF W / C (independent of B: both sides scale with it)."""
+    flops = ffn_flops(b, d, d_ff)
+    vol = ffn_comm_volumes(d, d_ff, n, "tp", b=b)
+    out = {}
+    for p, k, bound, bound_f in (
+        ("forward", 6, 1.5, "1 + 3 D_FF W / (2 C)"),
+        ("backward", 12, 3.0, "1 + 3 D_FF W / C"),
+    ):
+        out[f"{p}_flops"] = Quantity(flops[p] / n, "FLOP", f"{k} B D D_FF / N_TP")
+        out[f"{p}_compute_time"] = Quantity(flops[p] / n / c, "s", f"{k} B D D_FF / (N_TP C)")
+        out[f"{p}_comm_time"] = Quantity(comm_time(vol[p], n, w), "s", "4 (N_TP-1) B D / (N_TP W)")
+        out[f"{p}_max_devices"] = Quantity(
+            1 + bound * d_ff * w / c, "devices", f"N_TP <= {bound_f}"
+        )
+    return out
+
+
+def fsdp_tp(
+    b: int, d: int, d_ff: int, n_fsdp: int, n_tp: int, c: float, w: float
+) -> dict[str, Quantity]:
+    """Problem fsdp_tp_calcs (FP16), forward pass, device (i, j) of N = N_FSDP N_TP:
+
+    (a) FLOPs 6 B D D_FF / (N_FSDP N_TP);
+    (b) FSDP axis: all-gather of the TP shards of three weights, S = 6 D D_FF / N_TP bytes:
+        T_FSDP = (N_FSDP-1)/N_FSDP 6 D D_FF / (N_TP W); TP axis: all-reduce of y(i,j), S =
+        2 B D / N_FSDP bytes: T_TP = 4 (N_TP-1) B D / (N_TP N_FSDP W); overlapped
+        T = max(T_FSDP, T_TP), sharing the links T_FSDP + T_TP;
+    (c) overlapped, each axis must hide behind compute on its own: N_FSDP <= 1 + B W / C and
+        N_TP <= 1 + 3 D_FF W / (2 C), so N <= (1 + B W/C)(1 + 3 D_FF W/(2C))
+        ~ 3 B D_FF W^2 / (2 C^2);
+    (d) not overlapped (large N, N-1 ~ N): 6 D D_FF/(N_TP W) + 4 B D/(N_FSDP W) <=
+        6 B D D_FF/(N C), i.e. 6 D_FF N_FSDP + 4 B N_TP <= 6 B D_FF W / C; the product N is
+        largest with the two terms equal: N_FSDP = B W/(2C), N_TP = 3 D_FF W/(4C),
+        N <= 3 B D_FF W^2 / (8 C^2), a quarter of (c)."""
+    n = n_fsdp * n_tp
+    flops = ffn_flops(b, d, d_ff)["forward"] / n
+    t_fsdp = ring_all_gather_time(3.0 * d * d_ff * FP16 / n_tp, n_fsdp, w)
+    t_tp = ring_all_reduce_time(float(b) * d * FP16 / n_fsdp, n_tp, w)
+    f_best, tp_best = 1 + b * w / c, 1 + 1.5 * d_ff * w / c
+    return {
+        "forward_flops": Quantity(flops, "FLOP", "6 B D D_FF / (N_FSDP N_TP)"),
+        "forward_compute_time": Quantity(flops / c, "s", "6 B D D_FF / (N_FSDP N_TP C)"),
+        "fsdp_comm_time": Quantity(t_fsdp, "s", "6 (N_FSDP-1) D D_FF / (N_FSDP N_TP W)"),
+        "tp_comm_time": Quantity(t_tp, "s", "4 (N_TP-1) B D / (N_TP N_FSDP W)"),
+        "comm_time_overlapped": Quantity(max(t_fsdp, t_tp), "s", "max(T_FSDP, T_TP)"),
+        "comm_time_serial": Quantity(t_fsdp + t_tp, "s", "T_FSDP + T_TP"),
+        "best_n_fsdp": Quantity(f_best, "devices", "N_FSDP = 1 + B W / C"),
+        "best_n_tp": Quantity(tp_best, "devices", "N_TP = 1 + 3 D_FF W / (2 C)"),
+        "max_devices": Quantity(
+            f_best * tp_best, "devices", "N <= (1 + B W / C)(1 + 3 D_FF W / (2 C))"
+        ),
+        "max_devices_large_n": Quantity(
+            1.5 * b * d_ff * w * w / c**2, "devices", "N <= 3 B D_FF W^2 / (2 C^2)"
+        ),
+        "serial_best_n_fsdp": Quantity(b * w / (2 * c), "devices", "N_FSDP = B W / (2 C)"),
+        "serial_best_n_tp": Quantity(0.75 * d_ff * w / c, "devices", "N_TP = 3 D_FF W / (4 C)"),
+        "serial_max_devices": Quantity(
+            0.375 * b * d_ff * w * w / c**2, "devices", "N <= 3 B D_FF W^2 / (8 C^2)"
+        ),
     }

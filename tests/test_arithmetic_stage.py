@@ -1,0 +1,219 @@
+"""The arithmetic stage on fixture CSVs: its rows against core/costs.py and hand-computed inputs,
+a missing input as `skipped` rows (the run goes on), the report section, the plan checks and
+the workflow's dry run."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+from pipeline_utils import copy_workflow, planned_jobs, snakemake
+
+from cs336_systems.core import costs
+from cs336_systems.core.config import Checker, Facts
+from cs336_systems.stages.arithmetic import analysis, plan
+from cs336_systems.stages.arithmetic.measure import main
+
+SHAPES = "s:64:16:48"  # B=64, D=16, D_FF=48
+ARGS = ["--shapes", SHAPES, "--devices", "2,4", "--splits", "2x2", "--message-mb", "2"]
+ARGS += ["--b200-tflops", "2500", "--b200-egress-gbps", "900", "--machine", "t", "--preset", "cpu"]
+
+
+def ceilings_csv(path, dtypes=("fp32", "bf16")) -> str:
+    rows = [
+        {"kind": "matmul", "dtype": d, "path": "matmul", "status": "ok", "tflops": t}
+        for d, t in (("fp32", 1.5), ("bf16", 4.0), ("fp16", 5.0))
+        if d in dtypes
+    ]
+    rows.append(
+        {
+            "kind": "matmul",
+            "dtype": "bf16",
+            "path": "autocast_linear",
+            "status": "ok",
+            "tflops": 9.0,
+        }
+    )
+    rows.append({"kind": "copy", "dtype": "fp32", "path": "copy_", "status": "ok", "gbps": 20.0})
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return str(path)
+
+
+def allreduce_csv(path, backend="gloo") -> str:
+    """Two world sizes; the best busbw is 3.0 GB/s (2 ranks, 8 MB); one failed point."""
+    rows = []
+    for n, mb, busbw in ((2, 1, 1.0), (2, 8, 3.0), (4, 8, 2.5), (4, 64, 0.0)):
+        nbytes = mb * 2**20
+        algbw = busbw / (2 * (n - 1) / n)
+        rows.append(
+            {
+                "backend": backend,
+                "buffers": "default",
+                "world_size": n,
+                "size_mb": float(mb),
+                "bytes": nbytes,
+                "status": "ok" if busbw else "oom",
+                "time_ms_median": nbytes / (algbw * 1e9) * 1e3 if busbw else math.nan,
+                "busbw_gbps": busbw if busbw else math.nan,
+            }
+        )
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return str(path)
+
+
+def run(tmp_path, *extra) -> pd.DataFrame:
+    out = tmp_path / "arithmetic.csv"
+    main([*ARGS, "--out", str(out), "--dtypes", "fp16,bf16", "--backends", "gloo", *extra])
+    return pd.read_csv(out)
+
+
+def pick(df, case, problem, quantity, devices=None):
+    r = df[(df["case"] == case) & (df["problem"] == problem) & (df["quantity"] == quantity)]
+    if devices is not None:
+        r = r[r["devices"] == devices]
+    assert len(r) == 1, (case, problem, quantity, len(r))
+    return float(r["value"].iloc[0])
+
+
+def test_rows_are_the_cost_functions_at_the_inputs_numbers(tmp_path):
+    df = run(
+        tmp_path,
+        "--ceilings",
+        ceilings_csv(tmp_path / "c.csv"),
+        "--allreduce",
+        allreduce_csv(tmp_path / "a.csv"),
+    )
+    assert (df["status"] == "ok").all()
+    # measured: C = the bf16 plain matmul (no fp16 row; not the autocast one), W = best busbw
+    c, w = 4.0e12, 3.0e9
+    assert pick(df, "measured-gloo", "data_parallel_calcs", "max_devices", 2) == pytest.approx(
+        1 + 64 * w / c
+    )
+    assert pick(df, "measured-gloo", "tp_calcs", "forward_comm_time", 4) == pytest.approx(
+        costs.tensor_parallel(64, 16, 48, 4, c, w)["forward_comm_time"].value
+    )
+    b200 = costs.fsdp_tp(64, 16, 48, 2, 2, 2.5e15, 9e11)
+    assert pick(df, "b200", "fsdp_tp_calcs", "serial_max_devices") == pytest.approx(
+        b200["serial_max_devices"].value
+    )
+    assert pick(df, "b200", "alternate_ring_all_reduce", "time", 4) == pytest.approx(
+        3 * 2 * 2**20 / 9e11
+    )
+    formulas = df[df["quantity"] == "backward_comm_time"]["formula"].drop_duplicates()
+    assert "12 (N_DP-1) D D_FF / (N_DP W)" in set(formulas)
+    # the ring check: one row per ok all-reduce point; 2 ranks at 8 MB ran at the best busbw
+    ring = df[df["problem"] == "ring_check"]
+    assert len(ring) == 3
+    best = ring[(ring["devices"] == 2) & (ring["message_mb"] == 8)]
+    assert float(best["value"].iloc[0]) == pytest.approx(1.0)
+    slow = ring[(ring["devices"] == 2) & (ring["message_mb"] == 1)]
+    assert float(slow["value"].iloc[0]) == pytest.approx(3.0)
+
+
+def test_a_missing_input_is_a_skipped_row_and_the_run_goes_on(tmp_path):
+    df = run(tmp_path, "--ceilings", ceilings_csv(tmp_path / "c.csv"))
+    b200 = df[df["case"] == "b200"]
+    assert len(b200) and (b200["status"] == "ok").all()
+    measured = df[df["case"] == "measured-gloo"]
+    assert (
+        measured["status"] == "skipped: no bus bandwidth: stage allreduce is not in this run"
+    ).all()
+    assert set(measured["problem"]) == {
+        "alternate_ring_all_reduce",
+        "data_parallel_calcs",
+        "fsdp_calcs",
+        "tp_calcs",
+        "fsdp_tp_calcs",
+        "ring_check",
+    }
+    # no NCCL row on a CPU machine
+    df = run(
+        tmp_path,
+        "--backends",
+        "nccl",
+        "--ceilings",
+        ceilings_csv(tmp_path / "c.csv"),
+        "--allreduce",
+        allreduce_csv(tmp_path / "a.csv"),
+    )
+    nccl = df[df["case"] == "measured-nccl"]
+    assert set(nccl["status"]) == {"skipped: no ok nccl row in allreduce.csv"}
+    # no 16-bit matmul: only what needs W alone runs (the alternate ring, the ring check)
+    df = run(
+        tmp_path,
+        "--ceilings",
+        ceilings_csv(tmp_path / "c32.csv", dtypes=("fp32",)),
+        "--allreduce",
+        allreduce_csv(tmp_path / "a.csv"),
+    )
+    m = df[df["case"] == "measured-gloo"]
+    ran = m[m["status"] == "ok"]
+    assert set(ran["problem"]) == {"alternate_ring_all_reduce", "ring_check"}
+    assert set(m[m["status"] != "ok"]["status"]) == {
+        "skipped: no ok fp16/bf16 matmul row in ceilings.csv"
+    }
+
+
+def test_report_section_from_the_rows(tmp_path):
+    run(
+        tmp_path,
+        "--ceilings",
+        ceilings_csv(tmp_path / "c.csv"),
+        "--allreduce",
+        allreduce_csv(tmp_path / "a.csv"),
+    )
+    ctx = analysis.context(tmp_path)
+    assert ctx["available"] and ctx["q34"] and ctx["q35"] and ctx["q36"] and ctx["ring"]
+    assert "coverage" not in ctx
+    assert ctx["q34"]["formula"] == "(N-1) S / W"
+    # B200: B W / C = 64 * 9e11 / 2.5e15 ~ 0.023: communication-bound on two devices, said so
+    b200 = [s for s in ctx["q35"]["sentences"] if s.startswith("B200")]
+    assert "communication-bound already on two devices" in b200[0]
+    assert "1.02 devices" in b200[0]
+    assert any("1.00× the model's" in s for s in ctx["ring"]["sentences"])
+    # without the allreduce CSV the measured case is skipped and the coverage says partly
+    (tmp_path / "arithmetic.csv").unlink()
+    run(tmp_path, "--ceilings", ceilings_csv(tmp_path / "c.csv"))
+    ctx = analysis.context(tmp_path)
+    assert ctx["measured_missing"] == ["measured-gloo"]
+    assert ctx["coverage"][35]["status"] == "partly"
+    assert "stage allreduce is not in this run" in ctx["skipped"]
+    assert not ctx["ring"]
+
+
+def test_plan_inputs_options_and_checks():
+    assert plan.inputs(["arithmetic", "ceilings"], "results/m") == {
+        "ceilings": "results/m/ceilings.csv"
+    }
+    assert plan.input_args({"allreduce": "r/a.csv", "ceilings": "r/c.csv"}) == (
+        "--allreduce r/a.csv --ceilings r/c.csv"
+    )
+    cfg = {
+        "shapes": [
+            {"name": "a", "tokens": 8, "d_model": 4, "d_ff": 16},
+            {"name": "a", "tokens": 8, "d_model": 4, "d_ff": 16},
+        ],
+        "devices": [2],
+        "splits": [[1, 1], [2, 2]],
+        "message_mb": 1,
+        "b200": {"tflops": 2500, "egress_gbps": 900},
+        "measured": {"dtypes": ["bf16"], "backends": ["gloo"]},
+    }
+    assert "--shapes a:8:4:16,a:8:4:16 --devices 2 --splits 1x1,2x2" in plan.options(cfg)
+    at = Checker(("arithmetic", "cpu"))
+    plan.check(cfg, at, Facts("cpu", True, "m", ("arithmetic",)))
+    where = [p.path for p in at.problems]
+    assert where == [("arithmetic", "cpu", "shapes", 1, "name"), ("arithmetic", "cpu", "splits", 0)]
+
+
+def test_dry_run_plans_the_stage_with_its_inputs(tmp_path):
+    work = copy_workflow(tmp_path / "wf")
+    cfg = ["--configfile", "tests/data/tiny_config.yaml"]
+    jobs = planned_jobs(work, *cfg, "--config", "stages=[arithmetic]")
+    assert jobs == {"arithmetic": 1, "report": 1}
+    jobs = planned_jobs(work, *cfg, "--config", "stages=[ceilings,arithmetic]")
+    assert jobs == {"ceilings": 1, "arithmetic": 1, "report": 1}
+    proc = snakemake(work, "--dry-run", "-p", *cfg, "--config", "stages=[ceilings,arithmetic]")
+    out = proc.stdout + proc.stderr
+    assert "--ceilings results/tiny-test/ceilings.csv" in out and "--allreduce" not in out

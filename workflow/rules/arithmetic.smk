@@ -1,0 +1,31 @@
+# Stage `arithmetic`: the 2026 communication arithmetic for one SwiGLU FFN, evaluated for the
+# handout's B200 and for this machine: the matmul peak from the ceilings stage's CSV and the bus
+# bandwidth from the allreduce stage's, where those stages are in the run (a missing one makes
+# the measured case's rows `skipped`). One job, pure arithmetic, seconds.
+
+from cs336_systems.stages.arithmetic import plan as arithmetic_plan
+
+ARITHMETIC = stage_config("arithmetic")
+ARITHMETIC_INPUTS = arithmetic_plan.inputs(STAGES, RESULTS)
+
+
+rule arithmetic:
+    input:
+        code=code("cs336_systems.stages.arithmetic"),
+        **ARITHMETIC_INPUTS,
+    output:
+        f"{RESULTS}/arithmetic.csv",
+    log:
+        f"{RESULTS}/logs/arithmetic.log",
+    localrule: True
+    params:
+        options=arithmetic_plan.options(ARITHMETIC),
+        inputs=arithmetic_plan.input_args(ARITHMETIC_INPUTS),
+        common=common_args(),
+    shell:
+        "python3 -m cs336_systems.stages.arithmetic {params.common} --out {output}"
+        " {params.options} {params.inputs} 2>&1 | tee {log}"
+
+
+if "arithmetic" in STAGES:
+    REPORT_INPUTS["arithmetic"] = [rules.arithmetic.output[0]]
