@@ -404,6 +404,7 @@ def run(args) -> tuple[pd.DataFrame, pd.DataFrame]:
                     "mode": mode,
                     "precision": precision,
                     "checkpoint": strategy,
+                    "checkpoint_choice": "none" if strategy == "none" else args.checkpoint,
                 }
                 analytic = activation_memory_for(
                     args.size, context, args.batch_size, precision, device.type
