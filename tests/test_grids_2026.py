@@ -245,3 +245,18 @@ def test_profile_job_probes_then_profiles_the_grid(tmp_path, monkeypatch):
     probe_rows = pd.read_csv(out)
     assert list(probe_rows["status"]) == ["ok", "ok", "ok", "oom"]
     assert set(probe_rows["grid_contexts"]) == {"8,16,32"}
+
+
+def test_profile_report_states_the_probe(tmp_path):
+    from cs336_systems.stages.profile.analysis import probe_sentences
+
+    rows = [
+        {"size": "small", "context_length": c, "status": st, "probe_mode": "forward_backward"}
+        for c, st in ((256, "ok"), (512, "ok"), (1024, "oom"))
+    ]
+    for r in rows:
+        r.update(probe_start=256, probe_cap=16384, largest_fitting=512, stopped_by="failure")
+        r["grid_contexts"] = "256,512"
+    (sentence,) = probe_sentences(pd.DataFrame(rows))
+    assert "(256 ok, 512 ok, 1024 oom); the largest that fits is 512" in sentence
+    assert sentence.endswith("the profiled contexts are 256,512.")
