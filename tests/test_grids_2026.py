@@ -260,3 +260,48 @@ def test_profile_report_states_the_probe(tmp_path):
     (sentence,) = probe_sentences(pd.DataFrame(rows))
     assert "(256 ok, 512 ok, 1024 oom); the largest that fits is 512" in sentence
     assert sentence.endswith("the profiled contexts are 256,512.")
+
+
+@pytest.mark.parametrize(
+    "override, expect",
+    [
+        (
+            {
+                "memory": {
+                    "cpu": {"checkpoint": {"contexts": [48], "modes": [], "strategy": "best"}}
+                }
+            },
+            "config: memory.cpu.checkpoint.contexts[0]: 48 — a value of memory.cpu.context_lengths",
+        ),
+        (
+            {
+                "memory": {
+                    "gpu": {"checkpoint": {"contexts": [2048], "modes": [], "strategy": "every_5"}}
+                }
+            },
+            "config: memory.gpu.checkpoint.strategy: 'every_5' — best, or every_<k> with k a divisor "
+            "of the 32 layers of 2.7B",
+        ),
+        (
+            {
+                "profile": {
+                    "cpu": {
+                        "probe": {
+                            "start": 128,
+                            "max": 64,
+                            "mode": "forward",
+                            "above": 8,
+                            "count": 3,
+                        }
+                    }
+                }
+            },
+            "config: profile.cpu.probe.start: 128 — at most profile.cpu.probe.max (64)",
+        ),
+    ],
+)
+def test_bad_grid_settings_are_refused_before_any_job(override, expect):
+    from test_config import problems
+
+    found = problems(override)
+    assert len(found) == 1 and found[0].startswith(expect), found
