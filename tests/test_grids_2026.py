@@ -305,3 +305,18 @@ def test_bad_grid_settings_are_refused_before_any_job(override, expect):
 
     found = problems(override)
     assert len(found) == 1 and found[0].startswith(expect), found
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_block_rows_on_cuda_match_the_model(precision):
+    """On CUDA (softmax in fp32 under autocast): the block's saved bytes plus its input are
+    core.costs.block_saved_bytes for cuda; gradients 4 bytes per parameter."""
+    spec = size_spec("small")
+    rows = blocks.block_rows("small", 256, 4, precision, "cuda")
+    total = rows[-1]
+    model = costs.block_saved_bytes(
+        4, 256, spec["d_model"], spec["num_heads"], spec["d_ff"], precision, "cuda"
+    )
+    assert total["bytes"] + total["input_bytes"] == model["total"]
+    assert total["grad_bytes"] == 4 * total["block_params"]

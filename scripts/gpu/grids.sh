@@ -14,6 +14,9 @@ stages=${STAGES:-memory profile}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 echo "nsys: ${NSYS:-$(command -v nsys || echo absent)}"
 common="--machine h100-80gb-hbm3 --preset gpu"
+timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_grids_2026.py \
+  > "$out/gpu_tests.txt" 2>&1
+echo "gpu tests (part (f) on CUDA vs core.costs): exit $?; $(tail -1 "$out/gpu_tests.txt")"
 if [[ " $stages " == *" memory "* ]]; then
   t0=$(date +%s)
   timeout ${MEMORY_S:-270} python3 -m cs336_systems.stages.memory run $common --size 2.7B \
