@@ -206,6 +206,10 @@ def cpu_run(tmp_path_factory):
         raw_dir=str(tmp / "raw"),
         timeline_dir=str(tmp / "timelines"),
         keep_raw=True,
+        checkpoint_contexts=[],
+        checkpoint_modes=[],
+        checkpoint="best",
+        skip_factor=1.5,
     )
     rows, allocs = mem.run(args)
     return rows, allocs

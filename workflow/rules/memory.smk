@@ -4,6 +4,8 @@
 MEMORY = stage_config("memory")
 MEMORY_POINTS = f"{RESULTS}/memory/{{size}}.csv"
 MEMORY_ALLOCATIONS = f"{RESULTS}/memory/{{size}}.allocations.csv"
+MEMORY_BLOCKS = f"{RESULTS}/memory/{{size}}.blocks.csv"
+MEMORY_CHECKPOINT = MEMORY.get("checkpoint", {"contexts": [], "modes": [], "strategy": "best"})
 MEMORY_SOURCES = code("cs336_systems.stages.memory")
 MEMORY_FIGURES = [
     f"{REPORT_DIR}/figures/memory_{name}.png"
@@ -17,6 +19,7 @@ rule memory:
     output:
         points=MEMORY_POINTS,
         allocations=MEMORY_ALLOCATIONS,
+        blocks=MEMORY_BLOCKS,
     log:
         f"{RESULTS}/logs/memory/{{size}}.log",
     benchmark:
@@ -29,6 +32,12 @@ rule memory:
         warmup=MEMORY["warmup_steps"],
         max_entries=MEMORY.get("max_entries", 200000),
         keep_raw=config["keep_raw"],
+        ck_contexts=cli_list(MEMORY_CHECKPOINT["contexts"]),
+        ck_modes=cli_list(MEMORY_CHECKPOINT["modes"]),
+        ck_strategy=MEMORY_CHECKPOINT["strategy"],
+        skip_factor=MEMORY.get("skip_factor", 1.5),
+        nsys_contexts=cli_list(MEMORY.get("nsys_contexts", [])),
+        nsys=MEMORY.get("nsys", ""),
         raw=f"{RESULTS}/memory/raw",
         timelines=f"{RESULTS}/memory/timelines",
         common=common_args(),
@@ -38,23 +47,30 @@ rule memory:
         " --batch-size {params.batch} --warmup {params.warmup}"
         " --max-entries {params.max_entries} --raw-dir {params.raw}"
         " --timeline-dir {params.timelines} --keep-raw {params.keep_raw}"
-        " --out {output.points} --allocations-out {output.allocations} 2>&1 | tee {log}"
+        " --checkpoint-contexts={params.ck_contexts} --checkpoint-modes={params.ck_modes}"
+        " --checkpoint {params.ck_strategy} --skip-factor {params.skip_factor}"
+        " --nsys-contexts={params.nsys_contexts} --nsys={params.nsys:q}"
+        " --out {output.points} --allocations-out {output.allocations}"
+        " --blocks-out {output.blocks} 2>&1 | tee {log}"
 
 
 rule memory_aggregate:
     input:
         points=expand(MEMORY_POINTS, size=MEMORY["sizes"]),
         allocations=expand(MEMORY_ALLOCATIONS, size=MEMORY["sizes"]),
+        blocks=expand(MEMORY_BLOCKS, size=MEMORY["sizes"]),
         code=code("cs336_systems.core.results"),
     output:
         points=f"{RESULTS}/memory.csv",
         allocations=f"{RESULTS}/memory_allocations.csv",
+        blocks=f"{RESULTS}/memory_blocks.csv",
     log:
         f"{RESULTS}/logs/memory_aggregate.log",
     localrule: True
     shell:
         "(python3 -m cs336_systems.core.results --out {output.points} {input.points}"
-        " && python3 -m cs336_systems.core.results --out {output.allocations} {input.allocations})"
+        " && python3 -m cs336_systems.core.results --out {output.allocations} {input.allocations}"
+        " && python3 -m cs336_systems.core.results --out {output.blocks} {input.blocks})"
         " 2>&1 | tee {log}"
 
 
@@ -80,5 +96,6 @@ if "memory" in STAGES:
     REPORT_INPUTS["memory"] = [
         rules.memory_aggregate.output.points,
         rules.memory_aggregate.output.allocations,
+        rules.memory_aggregate.output.blocks,
         *MEMORY_FIGURES,
     ]

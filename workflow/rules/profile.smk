@@ -4,6 +4,10 @@
 PROFILE = stage_config("profile")
 PROFILE_POINTS = f"{RESULTS}/profile/{{size}}.csv"
 PROFILE_KERNELS = f"{RESULTS}/profile/{{size}}.kernels.csv"
+PROFILE_PROBE = f"{RESULTS}/profile/{{size}}.probe.csv"
+PROFILE_PROBE_CFG = PROFILE.get(
+    "probe", {"start": 256, "max": 16384, "mode": "forward_backward", "above": 128, "count": 3}
+)
 PROFILE_SOURCES = code("cs336_systems.stages.profile")
 PROFILE_FIGURES = [
     f"{REPORT_DIR}/figures/profile_{name}.png"
@@ -17,12 +21,23 @@ rule profile:
     output:
         points=PROFILE_POINTS,
         kernels=PROFILE_KERNELS,
+        probe=PROFILE_PROBE,
     log:
         f"{RESULTS}/logs/profile/{{size}}.log",
     benchmark:
         f"{RESULTS}/jobs/profile/{{size}}.tsv"
     params:
-        contexts=cli_list(PROFILE["context_lengths"]),
+        # `probe`: the job finds the largest context that fits first (stages/profile/probe.py)
+        contexts=(
+            "probe"
+            if PROFILE["context_lengths"] == "probe"
+            else cli_list(PROFILE["context_lengths"])
+        ),
+        probe=(
+            f"--probe-start {PROFILE_PROBE_CFG['start']} --probe-max {PROFILE_PROBE_CFG['max']}"
+            f" --probe-mode {PROFILE_PROBE_CFG['mode']} --grid-above {PROFILE_PROBE_CFG['above']}"
+            f" --grid-count {PROFILE_PROBE_CFG['count']}"
+        ),
         modes=cli_list(PROFILE["modes"]),
         precision=PROFILE["precision"],
         batch=PROFILE["batch_size"],
@@ -40,6 +55,7 @@ rule profile:
         " --batch-size {params.batch} --warmup {params.warmup} --steps {params.steps}"
         " --profiler {params.profiler} --nsys={params.nsys:q} --timeout {params.timeout}"
         " --raw-dir {params.raw} --keep-raw {params.keep_raw}"
+        " {params.probe} --probe-out {output.probe}"
         " --out {output.points} --kernels-out {output.kernels} 2>&1 | tee {log}"
 
 
@@ -47,16 +63,19 @@ rule profile_aggregate:
     input:
         points=expand(PROFILE_POINTS, size=PROFILE["sizes"]),
         kernels=expand(PROFILE_KERNELS, size=PROFILE["sizes"]),
+        probe=expand(PROFILE_PROBE, size=PROFILE["sizes"]),
         code=code("cs336_systems.core.results"),
     output:
         points=f"{RESULTS}/profile.csv",
         kernels=f"{RESULTS}/profile_kernels.csv",
+        probe=f"{RESULTS}/profile_probe.csv",
     log:
         f"{RESULTS}/logs/profile_aggregate.log",
     localrule: True
     shell:
         "(python3 -m cs336_systems.core.results --out {output.points} {input.points}"
-        " && python3 -m cs336_systems.core.results --out {output.kernels} {input.kernels})"
+        " && python3 -m cs336_systems.core.results --out {output.kernels} {input.kernels}"
+        " && python3 -m cs336_systems.core.results --out {output.probe} {input.probe})"
         " 2>&1 | tee {log}"
 
 
@@ -82,5 +101,6 @@ if "profile" in STAGES:
     REPORT_INPUTS["profile"] = [
         rules.profile_aggregate.output.points,
         rules.profile_aggregate.output.kernels,
+        rules.profile_aggregate.output.probe,
         *PROFILE_FIGURES,
     ]

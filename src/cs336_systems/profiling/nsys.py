@@ -105,13 +105,15 @@ def run_profile(
     command: Sequence[str],
     timeout: float | None = None,
     log=None,
+    capture_range: str = "cudaProfilerApi",
+    extra: Sequence[str] = (),
 ) -> Path:
     """Profile `command`; returns the `.nsys-rep` (raises NsysError when none came out)."""
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     rep = output.with_name(output.name + ".nsys-rep")
     rep.unlink(missing_ok=True)
-    _run(profile_command(nsys, output, command), timeout, "nsys profile", log)
+    _run(profile_command(nsys, output, command, capture_range, extra), timeout, "nsys profile", log)
     if not rep.exists():
         qd = list(output.parent.glob(output.name + "*.qdstrm"))
         hint = " (only a .qdstrm: the importer failed; is libdw on LD_LIBRARY_PATH?)" if qd else ""

@@ -16,6 +16,7 @@ QUESTIONS = {
     15: {"evidence": ["precision_sentence"], "needs": "gpu"},
     16: {"evidence": ["residual_sentence", "activation_sentence"]},
     17: {"evidence": ["alloc_table"], "needs": "gpu"},
+    28: {"evidence": ["y2026.block_sentences"]},
 }
 # numbers that cannot be right (core/sanity.py): a step's peak below the parameters it holds
 SANITY = {

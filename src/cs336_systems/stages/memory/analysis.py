@@ -19,6 +19,7 @@ from cs336_systems.core.analysis import (
     save,
     sort_sizes,
 )
+from cs336_systems.stages.memory import report2026
 
 MODE_LABEL = {
     "forward": "forward",
@@ -41,8 +42,15 @@ BREAKDOWN_COLUMNS = [
 ]
 
 
+def plain(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows without checkpointing (the 2025 grid's; checkpointed ones: report2026.py)."""
+    if "checkpoint" not in df:
+        return df
+    return df[df["checkpoint"].fillna("none") == "none"].reset_index(drop=True)
+
+
 def _points(results_dir: Path) -> pd.DataFrame:
-    return load(results_dir, "memory")
+    return plain(load(results_dir, "memory"))
 
 
 def _cuda(df: pd.DataFrame) -> bool:
@@ -227,7 +235,7 @@ def context(results_dir: Path) -> dict:
     if not s["available"]:
         return s
     d = ok(df)
-    allocs = load(results_dir, "memory_allocations")
+    allocs = plain(load(results_dir, "memory_allocations"))
     s["n_points"], s["n_ok"] = len(df), len(d)
     s["statuses"] = df["status"].value_counts().to_dict()
     s["failed_table"] = (
@@ -247,6 +255,8 @@ def context(results_dir: Path) -> dict:
         s["available"] = False
         return s
     s["sizes"] = sorted(set(d["size"]))
+    # 2026: the checkpointed points beside the plain ones, part (f) (report2026.py)
+    s["y2026"] = report2026.context(load(results_dir, "memory"), load(results_dir, "memory_blocks"))
 
     # Q13: timelines
     s["timelines"] = []

@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from cs336_systems.core import checkpointing
 from cs336_systems.core import costs as flops
 from cs336_systems.core.device import pick_device
 from cs336_systems.core.harness import Stopwatch, release_memory, run_point, synchronize
@@ -48,8 +49,10 @@ from cs336_systems.profiling.memory_snapshot import (
     render_timeline,
     timeline_summary,
 )
+from cs336_systems.stages.memory import blocks
 
 MiB = 2**20
+GiB = 2**30
 MODES = ("forward", "forward_backward", "train_step")
 PRECISIONS = ("fp32", "bf16")
 
@@ -269,8 +272,19 @@ def _tensor_bytes(tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def measure_point(work: Workload, mode: str, precision: str, warmup: int, snapshot_path, args):
-    """One point: warm up, then one recorded step; returns (row values, snapshot or None)."""
+def measure_point(
+    work: Workload, mode: str, precision: str, warmup: int, snapshot_path, args, strategy="none"
+):
+    """One point (its blocks run under checkpointing `strategy`): warm up, then one recorded
+    step; returns (row values, snapshot or None)."""
+    checkpointing.apply(work.model, strategy)
+    try:
+        return _measure_point(work, mode, precision, warmup, snapshot_path, args)
+    finally:
+        checkpointing.apply(work.model, "none")
+
+
+def _measure_point(work: Workload, mode: str, precision: str, warmup: int, snapshot_path, args):
     device = work.device
     cuda = device.type == "cuda"
     step, cleanup = work.step(mode, precision, False)
@@ -357,8 +371,9 @@ def measure_point(work: Workload, mode: str, precision: str, warmup: int, snapsh
         cleanup()
 
 
-def point_name(size: str, context: int, mode: str, precision: str) -> str:
-    return f"{size}_{context}_{mode}_{precision}"
+def point_name(size: str, context: int, mode: str, precision: str, strategy: str = "none") -> str:
+    tail = "" if strategy == "none" else f"_{strategy}"
+    return f"{size}_{context}_{mode}_{precision}{tail}"
 
 
 def run(args) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -374,69 +389,98 @@ def run(args) -> tuple[pd.DataFrame, pd.DataFrame]:
     raw_dir, tl_dir = Path(args.raw_dir), Path(args.timeline_dir)
     rows, allocs = [], []
     skip_cuda = "skipped: CUDA memory snapshots need a CUDA device"
+    have = torch.cuda.get_device_properties(device).total_memory if cuda else None
     for context in args.contexts:
         with point(args.size, f"ctx{context}", "build"):
             built = run_point(
                 lambda c=context: Workload.build(args.size, c, args.batch_size, device)
             )
-        for precision in args.precisions:
-            for mode in args.modes:
-                with point(args.size, f"ctx{context}", mode, precision):
-                    name = point_name(args.size, context, mode, precision)
-                    row = {**base, "context_length": context, "mode": mode, "precision": precision}
-                    analytic = activation_memory_for(
-                        args.size, context, args.batch_size, precision, device.type
+        for precision, mode, strategy in blocks.grid(args, context, device.type):
+            with point(args.size, f"ctx{context}", mode, precision, strategy):
+                name = point_name(args.size, context, mode, precision, strategy)
+                row = {
+                    **base,
+                    "context_length": context,
+                    "mode": mode,
+                    "precision": precision,
+                    "checkpoint": strategy,
+                    "checkpoint_choice": "none" if strategy == "none" else args.checkpoint,
+                }
+                analytic = activation_memory_for(
+                    args.size, context, args.batch_size, precision, device.type
+                )
+                row["analytic_activations_mb"] = analytic["total"] / MiB
+                row["analytic_residual_stream_mb"] = analytic["residual_stream"] / MiB
+                row["analytic_scores_per_layer_mb"] = analytic["attention_scores_per_layer"] / MiB
+                row["analytic_weight_casts_mb"] = analytic["weight_casts"] / MiB
+                need = blocks.step_need_bytes(
+                    args.size, context, args.batch_size, mode, precision, device.type,
+                    strategy, analytic["total"],
+                )  # fmt: skip
+                row["analytic_need_gib"] = need / GiB
+                if strategy != "none":
+                    row["analytic_checkpoint_peak_mb"] = (
+                        blocks.checkpoint_peak(
+                            strategy,
+                            args.size,
+                            context,
+                            args.batch_size,
+                            precision,
+                            device.type,
+                        )  # fmt: skip
+                        / MiB
                     )
-                    row["analytic_activations_mb"] = analytic["total"] / MiB
-                    row["analytic_residual_stream_mb"] = analytic["residual_stream"] / MiB
-                    row["analytic_scores_per_layer_mb"] = (
-                        analytic["attention_scores_per_layer"] / MiB
+                key = {"context_length": context, "mode": mode, "precision": precision}
+                key["checkpoint"] = strategy
+                if built.status != "ok":
+                    rows.append({**row, "status": built.status})
+                    continue
+                if have and need > args.skip_factor * have:
+                    row["status"] = (
+                        f"skipped: needs {need / GiB:.0f} GiB, have {have / GiB:.0f} GiB"
                     )
-                    row["analytic_weight_casts_mb"] = analytic["weight_casts"] / MiB
-                    if built.status != "ok":
-                        rows.append({**row, "status": built.status})
-                        continue
-                    snap_path = raw_dir / f"{name}.pickle" if cuda else None
-                    res = run_point(
-                        lambda w=built.value, m=mode, p=precision, s=snap_path: measure_point(
-                            w, m, p, args.warmup, s, args
-                        )
-                    )
-                    row["status"] = res.status
-                    key = {"context_length": context, "mode": mode, "precision": precision}
-                    if res.status == "ok":
-                        values, snapshot = res.value
-                        row.update(values)
-                        if cuda:
-                            tl = active_timeline(snapshot)
-                            row.update(timeline_summary(tl))
-                            png = render_timeline(
-                                tl,
-                                tl_dir / f"memory_timeline_{name}.png",
-                                f"{args.size}, context {context}, {mode}, {precision}",
-                            )
-                            row["timeline_png"] = png.name
-                            row["snapshot"] = str(snap_path) if args.keep_raw else "dropped"
-                            row["trace_events"] = len(tl)
-                            top = largest_allocations(snapshot)
-                            known = known_tensor_sizes(
-                                args.size, context, args.batch_size, precision
-                            )
-                            for r in top.to_dict("records"):
-                                r["likely_tensor"] = likely_tensor(r["size_bytes"], known)
-                                allocs.append({**base, **key, "status": "ok", **r})
-                            if not args.keep_raw:
-                                snap_path.unlink(missing_ok=True)
-                        else:
-                            row["timeline_png"] = row["snapshot"] = skip_cuda
-                            allocs.append({**base, **key, "status": skip_cuda})
-                        snapshot = None
-                    else:
-                        allocs.append({**base, **key, "status": res.status})
                     rows.append(row)
-                    peak = row.get("peak_allocated_mb", row.get("peak_rss_mb", np.nan))
-                    shown = f" peak {peak:.0f} MiB" if res.status == "ok" else ""
-                    log.log(status_level(res.status), "%s%s", res.status, shown)
+                    allocs.append({**base, **key, "status": row["status"]})
+                    log.info("%s", row["status"])
+                    continue
+                snap_path = raw_dir / f"{name}.pickle" if cuda else None
+                res = run_point(
+                    lambda w=built.value, m=mode, p=precision, s=snap_path, c=strategy: (
+                        measure_point(w, m, p, args.warmup, s, args, c)
+                    )
+                )
+                row["status"] = res.status
+                if res.status == "ok":
+                    values, snapshot = res.value
+                    row.update(values)
+                    if cuda:
+                        tl = active_timeline(snapshot)
+                        row.update(timeline_summary(tl))
+                        png = render_timeline(
+                            tl,
+                            tl_dir / f"memory_timeline_{name}.png",
+                            f"{args.size}, context {context}, {mode}, {precision}",
+                        )
+                        row["timeline_png"] = png.name
+                        row["snapshot"] = str(snap_path) if args.keep_raw else "dropped"
+                        row["trace_events"] = len(tl)
+                        top = largest_allocations(snapshot)
+                        known = known_tensor_sizes(args.size, context, args.batch_size, precision)
+                        for r in top.to_dict("records"):
+                            r["likely_tensor"] = likely_tensor(r["size_bytes"], known)
+                            allocs.append({**base, **key, "status": "ok", **r})
+                        if not args.keep_raw:
+                            snap_path.unlink(missing_ok=True)
+                    else:
+                        row["timeline_png"] = row["snapshot"] = skip_cuda
+                        allocs.append({**base, **key, "status": skip_cuda})
+                    snapshot = None
+                else:
+                    allocs.append({**base, **key, "status": res.status})
+                rows.append(row)
+                peak = row.get("peak_allocated_mb", row.get("peak_rss_mb", np.nan))
+                shown = f" peak {peak:.0f} MiB" if res.status == "ok" else ""
+                log.log(status_level(res.status), "%s%s", res.status, shown)
         built = None
         release_memory()
     return pd.DataFrame(rows), pd.DataFrame(allocs)
@@ -469,6 +513,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--keep-raw", type=_bool, default=True)
     p.add_argument("--out", required=True)
     p.add_argument("--allocations-out", required=True)
+    p.add_argument("--blocks-out", default="", help="part (f) rows (blocks.py); empty: none")
+    p.add_argument("--checkpoint-contexts", type=lambda s: _csv_list(s, int), default=[])
+    p.add_argument("--checkpoint-modes", type=_csv_list, default=["train_step"])
+    p.add_argument("--checkpoint", default="best", help="best (analytic) or a strategy name")
+    p.add_argument("--skip-factor", type=float, default=1.5, help="skip needs > this x GPU")
+    p.add_argument("--nsys-contexts", type=lambda s: _csv_list(s, int), default=[])
+    p.add_argument("--nsys", default="", help="path to nsys (else $NSYS, else PATH)")
+    p.add_argument("--nsys-timeout", type=float, default=600)
     args = ap.parse_args(argv)
     configure("memory")
     for m in args.modes:
@@ -481,6 +533,8 @@ def main(argv: list[str] | None = None) -> None:
         rows, allocs = run(args)
     write_csv(rows, args.out)
     write_csv(allocs, args.allocations_out)
+    if args.blocks_out:
+        write_csv(pd.DataFrame(blocks.block_grid(args, pick_device(args.device))), args.blocks_out)
     log.info(
         "wrote %s (%d points) and %s in %.1f s; %s",
         args.out,

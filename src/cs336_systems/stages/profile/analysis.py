@@ -311,6 +311,28 @@ def _fmt_ms(x: float) -> str:
     return "–" if pd.isna(x) else f"{x:.3g} ms"
 
 
+def probe_sentences(probe: pd.DataFrame) -> list[str]:
+    """Per size: the contexts the probe tried with their status, its result and the grid."""
+    out = []
+    if probe.empty or "context_length" not in probe:
+        return out
+    for size, g in probe.groupby("size", sort=False):
+        g = g.dropna(subset=["context_length"]).sort_values("context_length")
+        if g.empty:
+            continue
+        tried = ", ".join(f"{int(r['context_length'])} {r['status']}" for _, r in g.iterrows())
+        r = g.iloc[-1]
+        largest = r["largest_fitting"]
+        found = f"the largest that fits is {int(largest)}" if pd.notna(largest) else "none fits"
+        why = "the cap" if r["stopped_by"] == "cap" else "the first failure"
+        out.append(
+            f"{size}: one {r['probe_mode']} step per context, doubling from "
+            f"{int(r['probe_start'])} up to {int(r['probe_cap'])} ({tried}); {found} (stopped by "
+            f"{why}), so the profiled contexts are {r['grid_contexts']}."
+        )
+    return out
+
+
 def context(results_dir: Path) -> dict:
     points, kernels = _points(results_dir), _kernels(results_dir)
     s: dict = {"available": len(points) > 0}
@@ -336,6 +358,7 @@ def context(results_dir: Path) -> dict:
     s["batch_size"] = int(first["batch_size"])
     s["warmup_steps"] = int(first["warmup_steps"])
     s["measure_steps"] = int(first["measure_steps"])
+    s["probe_sentences"] = probe_sentences(load(results_dir, "profile_probe"))
     if good.empty or kernels.empty:
         s["available"] = False
         return s

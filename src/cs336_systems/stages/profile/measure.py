@@ -63,6 +63,7 @@ from cs336_systems.profiling.attribution import (
     summarize_point,
     summary_from_kern_sum,
 )
+from cs336_systems.stages.profile import probe
 from cs336_systems.stages.profile.plan import nsys_problem
 
 MODES = ("forward", "forward_backward", "train_step")
@@ -432,9 +433,42 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true/false, got {text!r}")
 
 
+def _cli(values) -> str:
+    return ",".join(map(str, values))
+
+
+def _contexts(text: str) -> list[int] | str:
+    return "probe" if text == "probe" else _csv_list(text, int)
+
+
+def run_probe(args) -> None:
+    """`--contexts probe`: find the largest context that fits (probe.py), write the probe's
+    rows, and set `args.contexts` to the grid ending there (the start, to record its failure,
+    when nothing fits)."""
+    device = pick_device(args.device)
+    rows, largest = probe.probe(
+        args.size,
+        args.batch_size,
+        args.precision,
+        args.probe_mode,
+        args.probe_start,
+        args.probe_max,
+        device,
+    )
+    args.contexts = probe.grid_contexts(largest, args.grid_above, args.grid_count) or [
+        args.probe_start
+    ]
+    base = {**provenance(args.machine, args.preset), "size": args.size}
+    base.update(batch_size=args.batch_size, precision=args.precision, device=device.type)
+    grid = _cli(args.contexts)
+    write_csv(pd.DataFrame([{**base, **r, "grid_contexts": grid} for r in rows]), args.probe_out)
+    log.info("probe: largest context that fits %s; profiling contexts %s", largest, grid)
+    release_memory()
+
+
 def _add_point_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--size", required=True)
-    p.add_argument("--contexts", type=lambda s: _csv_list(s, int), required=True)
+    p.add_argument("--contexts", type=_contexts, required=True, help="a list, or `probe`")
     p.add_argument("--modes", type=_csv_list, default=list(MODES))
     p.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
     p.add_argument("--batch-size", type=int, default=BATCH_SIZE)
@@ -457,6 +491,12 @@ def main(argv: list[str] | None = None) -> None:
     run_p.add_argument("--keep-raw", type=_bool, default=True)
     run_p.add_argument("--out", required=True)
     run_p.add_argument("--kernels-out", required=True)
+    run_p.add_argument("--probe-out", default="", help="the probe's rows (`--contexts probe`)")
+    run_p.add_argument("--probe-start", type=int, default=256)
+    run_p.add_argument("--probe-max", type=int, default=16384, help="largest context tried")
+    run_p.add_argument("--probe-mode", choices=MODES, default="forward_backward")
+    run_p.add_argument("--grid-above", type=int, default=128, help="grid contexts exceed this")
+    run_p.add_argument("--grid-count", type=int, default=3)
     cap = sub.add_parser("capture", help="(internal) the measurement nsys profiles")
     _add_point_args(cap)
     cap.add_argument("--points-out", required=True)
@@ -467,12 +507,24 @@ def main(argv: list[str] | None = None) -> None:
 
     configure("profile")
     if args.cmd == "capture":
+        if args.contexts == "probe":
+            ap.error("capture: --contexts must list context lengths")
         control = _CudaProfilerControl()
         rows = run_points(args, control)
         control.stop()
         Path(args.points_out).write_text(json.dumps(rows))
         return
 
+    if args.contexts == "probe":
+        if not args.probe_out:
+            ap.error("--contexts probe needs --probe-out")
+        run_probe(args)
+    elif not args.contexts:
+        ap.error("--contexts: at least one context length, or `probe`")
+    elif args.probe_out:  # the grid was given: a row that says so
+        row = {**provenance(args.machine, args.preset), "size": args.size}
+        row.update(status="skipped: context lengths given", grid_contexts=_cli(args.contexts))
+        write_csv(pd.DataFrame([row]), args.probe_out)
     with Stopwatch() as job:
         points, kernels = run(args)
     write_csv(points, args.out)

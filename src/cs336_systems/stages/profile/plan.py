@@ -21,6 +21,11 @@ def nsys_problem(setting: str) -> str | None:
 
 def check(cfg: dict, at: Checker, facts: Facts) -> None:
     at.sizes("sizes", cfg["sizes"], facts)
+    probe = cfg.get("probe")
+    if cfg["context_lengths"] == "probe" and not probe:
+        at.fail("probe", None, "a probe block (start, max, mode, above, count) for `probe`")
+    if probe:
+        at.at("probe").at_most("start", probe["start"], "max", probe["max"])
     nsys = cfg.get("nsys", "")
     if any(c in nsys for c in "\n\r\0"):
         at.fail("nsys", nsys, "a path on one line")

@@ -1,0 +1,276 @@
+"""Part (f) of the 2026 memory questions: what one TransformerBlock saves for backward, by op,
+and the bytes of one block's parameter gradients; the checkpointing choice of the 2026 grid.
+
+    python -m cs336_systems.stages.memory block --size 2.7B --context 2048 --precision fp32
+
+- ``block_saved_by_op``: one block of the model (its own input, shape (b, n, d_model), needs
+  grad) runs forward under ``profiling.saved_tensors.SavedTensorLog``; each distinct storage it
+  saved (parameters, buffers and the input excluded) is counted once, under the op(s) that saved
+  it (``MmBackward0.self``, ``SoftmaxBackward0.result``; a storage saved by two ops is one group
+  named by both). Rows: the ops ranked by bytes with their share of the block's total.
+- ``block_grad_bytes``: backward of that block's output; a post-accumulate-grad hook on each of
+  its parameters adds up the gradient bytes as backward makes them (fp32 parameters: 4 bytes
+  per parameter, under autocast too).
+- ``best_block_size``: the k of ``every_<k>`` checkpointing (core/checkpointing.py) that
+  minimizes the peak saved bytes of ``core.costs.checkpoint_memory`` for this model, context and
+  precision (ties: the larger k, fewer checkpoint calls).
+- ``step_need_bytes``: parameters, gradients and AdamW state a mode holds plus the analytic
+  saved activations: what decides a `skipped: needs X GiB, have Y GiB` row before allocating.
+- ``nsys_capture``: the `block` command above under ``nsys profile --cuda-memory-usage true``,
+  kept as a raw capture (a row `skipped: nsys absent` without nsys or CUDA).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from cs336_systems.core import costs
+from cs336_systems.core.checkpointing import plan_for, strategy_name
+from cs336_systems.core.device import autocast
+from cs336_systems.core.harness import release_memory, run_point, synchronize
+from cs336_systems.core.log import configure, get_logger, point
+from cs336_systems.core.results import provenance
+from cs336_systems.model import VOCAB_SIZE, RotaryEmbedding, TransformerBlock, size_spec
+from cs336_systems.profiling import nsys as nsys_tools
+from cs336_systems.profiling.saved_tensors import SavedTensorLog
+
+TOP = 5
+GiB = 2**30
+# bytes per parameter a mode holds besides activations: weights; + gradients; + AdamW's moments
+STATE_BYTES = {"forward": 4, "forward_backward": 8, "train_step": 16}
+
+log = get_logger(__name__)
+
+
+def build_block(size: str, context: int, device) -> TransformerBlock:
+    s = size_spec(size)
+    with torch.device(device):
+        rope = RotaryEmbedding(s["d_model"] // s["num_heads"], context)
+        return TransformerBlock(s["d_model"], s["num_heads"], s["d_ff"], rope)
+
+
+def block_saved_by_op(
+    block: torch.nn.Module, x: torch.Tensor, precision: str
+) -> tuple[dict[str, int], dict[str, float], torch.Tensor]:
+    """(bytes per op label, the log's totals, the block's output) for one forward of `block`."""
+    saved = SavedTensorLog()
+    with saved.recording(block, inputs=[x]), autocast(precision, x.device):
+        out = block(x)
+    saved.attribute(out)
+    by_op: dict[str, int] = {}
+    for s in saved.saved:
+        if s.kind == "activation" and s.first:
+            by_op[s.op] = by_op.get(s.op, 0) + s.storage_bytes
+    return dict(sorted(by_op.items(), key=lambda kv: -kv[1])), saved.totals(), out
+
+
+def top_ops(by_op: dict[str, int], top: int = TOP) -> list[dict]:
+    """The `top` largest groups with their share of all the block's saved activation bytes."""
+    total = sum(by_op.values())
+    return [
+        {"rank": i + 1, "op": op, "bytes": b, "share": b / total if total else float("nan")}
+        for i, (op, b) in enumerate(list(by_op.items())[:top])
+    ]
+
+
+def block_grad_bytes(block: torch.nn.Module, out: torch.Tensor) -> int:
+    """Bytes of the block's parameter gradients made by backward of `out`, counted by hooks."""
+    made = {"bytes": 0}
+
+    def hook(p: torch.Tensor) -> None:
+        made["bytes"] += p.grad.numel() * p.grad.element_size()
+
+    handles = [p.register_post_accumulate_grad_hook(hook) for p in block.parameters()]
+    try:
+        out.float().sum().backward()
+    finally:
+        for h in handles:
+            h.remove()
+    return made["bytes"]
+
+
+def block_rows(size: str, context: int, batch: int, precision: str, device) -> list[dict]:
+    """Part (f) rows of one (context, precision): the top ops, then a `block_total` row."""
+    device = torch.device(device)
+    s = size_spec(size)
+    torch.manual_seed(0)
+    block = build_block(size, context, device)
+    x = torch.randn(batch, context, s["d_model"], device=device, requires_grad=True)
+    by_op, totals, out = block_saved_by_op(block, x, precision)
+    params = sum(p.numel() for p in block.parameters())
+    grads = block_grad_bytes(block, out)
+    synchronize(device)
+    model = costs.block_saved_bytes(
+        batch, context, s["d_model"], s["num_heads"], s["d_ff"], precision, device.type
+    )
+    key = {"context_length": context, "precision": precision, "device": device.type}
+    rows = [{**key, "part": "saved_by_op", **r} for r in top_ops(by_op)]
+    rows.append(
+        {
+            **key,
+            "part": "block_total",
+            "bytes": totals["activation_bytes_unique"],
+            "input_bytes": totals["input_bytes"],
+            "analytic_bytes": model["total"],
+            "ops": len(by_op),
+            "top_share": sum(r["share"] for r in rows),
+            "block_params": params,
+            "grad_bytes": grads,
+        }
+    )
+    return rows
+
+
+# ---- the 2026 grid's checkpointing choice and the skip decision --------------------------------
+
+
+def _analytic(size: str, context: int, batch: int, precision: str, device_type: str):
+    s = size_spec(size)
+    blk = costs.block_saved_bytes(
+        batch, context, s["d_model"], s["num_heads"], s["d_ff"], precision, device_type
+    )
+    head = costs.head_saved_bytes(batch, context, s["d_model"], VOCAB_SIZE, precision)
+    return s["num_layers"], blk, head
+
+
+def checkpoint_peak(
+    strategy: str, size: str, context: int, batch: int, precision: str, device_type: str
+) -> float:
+    """Analytic peak saved bytes of a training step under `strategy` (core.costs)."""
+    n, blk, head = _analytic(size, context, batch, precision, device_type)
+    plan = plan_for(strategy, n)
+    return costs.checkpoint_memory(plan, blk["total"], blk["input"], head, blk["weight_casts"])[
+        "peak_bytes"
+    ]
+
+
+def best_block_size(size: str, context: int, batch: int, precision: str, device_type: str) -> int:
+    """The divisor k of the layer count whose `every_<k>` has the least analytic peak."""
+    n = size_spec(size)["num_layers"]
+    ks = [k for k in range(1, n + 1) if n % k == 0]
+    peaks = {
+        k: checkpoint_peak(strategy_name(k), size, context, batch, precision, device_type)
+        for k in ks
+    }
+    return min(ks, key=lambda k: (peaks[k], -k))
+
+
+def step_need_bytes(
+    size: str,
+    context: int,
+    batch: int,
+    mode: str,
+    precision: str,
+    device_type: str,
+    strategy: str,
+    activations: float,
+) -> float:
+    """Bytes a point needs: the state its mode holds plus its saved activations (`activations`:
+    the whole-model analytic count; a checkpointed point: the strategy's analytic peak)."""
+    s = size_spec(size)
+    params = costs.param_count(VOCAB_SIZE, s["d_model"], s["num_layers"], s["d_ff"])
+    if strategy != "none":
+        activations = checkpoint_peak(strategy, size, context, batch, precision, device_type)
+    return STATE_BYTES[mode] * params + activations
+
+
+# ---- the grid of the measure job
+
+
+def grid(args, context: int, device_type: str) -> list[tuple[str, str, str]]:
+    """(precision, mode, checkpointing strategy) of each point at `context`: every mode without
+    checkpointing; at `--checkpoint-contexts`, the `--checkpoint-modes` again with `every_<k>`,
+    k the analytic best (blocks.best_block_size) or the given strategy."""
+    out = []
+    for precision in args.precisions:
+        for mode in args.modes:
+            out.append((precision, mode, "none"))
+            if context in args.checkpoint_contexts and mode in args.checkpoint_modes:
+                strategy = args.checkpoint
+                if strategy == "best":
+                    k = best_block_size(args.size, context, args.batch_size, precision, device_type)
+                    strategy = strategy_name(k)
+                out.append((precision, mode, strategy))
+    return out
+
+
+def block_grid(args, device: torch.device) -> list[dict]:
+    """Part (f) rows for every (context, precision), and Nsight's capture where it can run."""
+    out = []
+    for context in args.contexts:
+        for precision in args.precisions:
+            with point(args.size, f"ctx{context}", "block", precision):
+                res = run_point(
+                    lambda c=context, p=precision: block_rows(
+                        args.size, c, args.batch_size, p, device
+                    )
+                )
+            key = {"context_length": context, "precision": precision}
+            if res.status != "ok":
+                out.append({**key, "part": "block_total", "status": res.status})
+            else:
+                out += [{**r, "status": "ok"} for r in res.value]
+            release_memory()
+    if args.nsys_contexts:
+        for context in args.nsys_contexts:
+            for precision in args.precisions:
+                out.append(nsys_capture(args, Path(args.raw_dir), context, precision, args.nsys))
+    base = {**provenance(args.machine, args.preset), "size": args.size}
+    base["batch_size"] = args.batch_size
+    return [{**base, **r} for r in out]
+
+
+# ---- Nsight's view of the same block ------------------------------------------------------------
+
+
+def nsys_capture(args, raw_dir: Path, context: int, precision: str, nsys_setting: str) -> dict:
+    """A raw `nsys profile --cuda-memory-usage true` capture of one block's forward+backward."""
+    key = {"context_length": context, "precision": precision, "part": "nsys_capture"}
+    path = nsys_tools.find_nsys(nsys_setting or None)
+    if path is None or not torch.cuda.is_available():
+        why = "nsys absent" if path is None else "no CUDA device"
+        return {**key, "status": f"skipped: {why}"}
+    out = raw_dir / f"{args.size}_block_{context}_{precision}_cuda_memory"
+    cmd = [
+        sys.executable,
+        "-m",
+        "cs336_systems.stages.memory.blocks",
+        f"--size={args.size}",
+        f"--context={context}",
+        f"--batch-size={args.batch_size}",
+        f"--precision={precision}",
+    ]
+    try:
+        rep = nsys_tools.run_profile(
+            path, out, cmd, args.nsys_timeout, None, "none", ["--cuda-memory-usage=true"]
+        )
+    except (nsys_tools.NsysError, OSError) as exc:
+        return {**key, "status": f"error: {str(exc)[:160]}"}
+    return {**key, "status": "ok", "capture": str(rep)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """One block's forward and backward on CUDA (what `nsys_capture` profiles)."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--size", required=True)
+    ap.add_argument("--context", type=int, required=True)
+    ap.add_argument("--batch-size", type=int, default=4)
+    ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
+    ap.add_argument("--device", default="cuda")
+    args = ap.parse_args(argv)
+    configure("memory")
+    rows = block_rows(args.size, args.context, args.batch_size, args.precision, args.device)
+    total = rows[-1]
+    log.info(
+        "block saved %.1f MiB, gradients %.1f MiB",
+        total["bytes"] / 2**20,
+        total["grad_bytes"] / 2**20,
+    )
+
+
+if __name__ == "__main__":
+    main()
