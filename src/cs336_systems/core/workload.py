@@ -8,10 +8,30 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from cs336_systems.core.costs import param_count
 from cs336_systems.core.device import autocast
-from cs336_systems.model import BATCH_SIZE, VOCAB_SIZE, build_model, make_optimizer
+from cs336_systems.model import (
+    BATCH_SIZE,
+    VOCAB_SIZE,
+    build_model,
+    edition_of,
+    make_optimizer,
+    size_spec,
+)
 
 MODES = ("forward", "forward_backward", "train_step")
+
+
+def model_columns(size: str, edition: int | str | None, vocab_size: int = VOCAB_SIZE) -> dict:
+    """What a row says of its model: the edition, the size name and its resolved dimensions
+    (d_model, d_ff, num_layers, num_heads) and exact parameter count (core/costs.py)."""
+    spec = size_spec(size, edition)
+    return {
+        "edition": edition_of(edition),
+        "size": size,
+        **spec,
+        "params": param_count(vocab_size, spec["d_model"], spec["num_layers"], spec["d_ff"]),
+    }
 
 
 @dataclass
@@ -35,11 +55,12 @@ class Workload:
         attention: str | Callable = "naive",
         seed: int = 0,
         compile_mode: str = "default",
+        edition: int | str | None = None,
     ) -> Workload:
         device = torch.device(device)
         torch.manual_seed(seed)
         with device:
-            model = build_model(size, context_length).set_attention(attention)
+            model = build_model(size, context_length, edition=edition).set_attention(attention)
         shape = (batch_size, context_length)
         tokens = torch.randint(0, VOCAB_SIZE, shape, device=device)
         targets = torch.randint(0, VOCAB_SIZE, shape, device=device)

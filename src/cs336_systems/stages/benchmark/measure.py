@@ -18,6 +18,7 @@ import pandas as pd
 import torch
 
 from cs336_systems.core import costs as flops
+from cs336_systems.core.config import add_edition_argument
 from cs336_systems.core.device import pick_device
 from cs336_systems.core.harness import (
     peak_memory_mb,
@@ -218,6 +219,7 @@ def main(argv: list[str] | None = None) -> None:
         p.add_argument("--steps", type=int, default=10)
         p.add_argument("--device", default="auto")
         p.add_argument("--machine", required=True)
+        add_edition_argument(p)
         p.add_argument("--preset", required=True)
         p.add_argument("--out", required=True)
     run = sub.choices["run"]
@@ -260,7 +262,7 @@ def main(argv: list[str] | None = None) -> None:
         return
 
     device = pick_device(args.device)
-    base = {**provenance(args.machine, args.preset), "device": device.type}
+    base = {**provenance(args.machine, args.preset, args.edition), "device": device.type}
     if args.cmd == "run":
         job = f"{args.size} ctx{args.context_length} {args.attention}"
     else:

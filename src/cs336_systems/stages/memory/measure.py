@@ -1,6 +1,6 @@
 """Stage `memory`: what holds memory during a forward pass and a training step, and when.
 
-    python -m cs336_systems.stages.memory.measure run --size 2.7B --contexts 128,256,512 --modes forward,train_step \
+    python -m cs336_systems.stages.memory.measure run --size xl --contexts 128,256,512 --modes forward,train_step \
         --precisions fp32,bf16 --machine M --preset P --out S.csv --allocations-out S.alloc.csv \
         --raw-dir raw/ --timeline-dir timelines/
 
@@ -35,6 +35,7 @@ import pandas as pd
 import torch
 
 from cs336_systems.core import costs as flops
+from cs336_systems.core.config import add_edition_argument
 from cs336_systems.core.device import pick_device
 from cs336_systems.core.harness import Stopwatch, release_memory, run_point, synchronize
 from cs336_systems.core.log import configure, get_logger, point, status_level
@@ -124,9 +125,9 @@ def activation_memory(
 
 
 def activation_memory_for(
-    size: str, context: int, batch: int, precision: str, device_type: str
+    size: str, context: int, batch: int, precision: str, device_type: str, edition=None
 ) -> dict[str, int]:
-    s = size_spec(size)
+    s = size_spec(size, edition)
     return activation_memory(
         batch,
         context,
@@ -144,10 +145,12 @@ def activation_memory_for(
 # Snapshot -> timeline, phases, largest allocations
 
 
-def known_tensor_sizes(size: str, context: int, batch: int, precision: str) -> dict[str, list[int]]:
+def known_tensor_sizes(
+    size: str, context: int, batch: int, precision: str, edition=None
+) -> dict[str, list[int]]:
     """Block sizes (bytes, rounded up to the allocator's 512) of the tensors a step of this
     model allocates, by name, in fp32 and (under bf16 autocast) bf16."""
-    s = size_spec(size)
+    s = size_spec(size, edition)
     b, n, d, f, h, V = batch, context, s["d_model"], s["d_ff"], s["num_heads"], VOCAB_SIZE
     widths = (4, 2) if precision == "bf16" else (4,)
     shapes = {
@@ -365,7 +368,7 @@ def run(args) -> tuple[pd.DataFrame, pd.DataFrame]:
     device = pick_device(args.device)
     cuda = device.type == "cuda"
     base = {
-        **provenance(args.machine, args.preset),
+        **provenance(args.machine, args.preset, args.edition),
         "size": args.size,
         "batch_size": args.batch_size,
         "device": device.type,
@@ -377,7 +380,9 @@ def run(args) -> tuple[pd.DataFrame, pd.DataFrame]:
     for context in args.contexts:
         with point(args.size, f"ctx{context}", "build"):
             built = run_point(
-                lambda c=context: Workload.build(args.size, c, args.batch_size, device)
+                lambda c=context: Workload.build(
+                    args.size, c, args.batch_size, device, edition=args.edition
+                )
             )
         for precision in args.precisions:
             for mode in args.modes:
@@ -385,7 +390,7 @@ def run(args) -> tuple[pd.DataFrame, pd.DataFrame]:
                     name = point_name(args.size, context, mode, precision)
                     row = {**base, "context_length": context, "mode": mode, "precision": precision}
                     analytic = activation_memory_for(
-                        args.size, context, args.batch_size, precision, device.type
+                        args.size, context, args.batch_size, precision, device.type, args.edition
                     )
                     row["analytic_activations_mb"] = analytic["total"] / MiB
                     row["analytic_residual_stream_mb"] = analytic["residual_stream"] / MiB
@@ -420,7 +425,7 @@ def run(args) -> tuple[pd.DataFrame, pd.DataFrame]:
                             row["trace_events"] = len(tl)
                             top = largest_allocations(snapshot)
                             known = known_tensor_sizes(
-                                args.size, context, args.batch_size, precision
+                                args.size, context, args.batch_size, precision, args.edition
                             )
                             for r in top.to_dict("records"):
                                 r["likely_tensor"] = likely_tensor(r["size_bytes"], known)
@@ -463,6 +468,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-entries", type=int, default=200_000)
     p.add_argument("--device", default="auto")
     p.add_argument("--machine", required=True)
+    add_edition_argument(p)
     p.add_argument("--preset", required=True)
     p.add_argument("--raw-dir", required=True)
     p.add_argument("--timeline-dir", required=True)
