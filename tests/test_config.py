@@ -161,7 +161,7 @@ CASES = {
     ),
     "an edition override for an unknown edition": (
         {"benchmark": cpu(editions={2024: {"sizes": ["tiny"]}})},
-        "config: benchmark.cpu.editions[2024]: {\"sizes\": [\"tiny\"]} — a mapping of an "
+        'config: benchmark.cpu.editions[2024]: {"sizes": ["tiny"]} — a mapping of an '
         "edition (2026, 2025)",
     ),
     "ddp model size": ({"ddp": cpu(size="xxl")}, "config: ddp.cpu.size: 'xxl' — a model size"),
