@@ -20,6 +20,16 @@ from cs336_systems.model import (
 )
 
 MODES = ("forward", "forward_backward", "train_step")
+# the phases of a step (`step(clock)`'s marks) each mode has: name -> (mark, mark)
+PHASE_SPANS = {
+    "forward": {"fwd": ("start", "forward")},
+    "forward_backward": {"fwd": ("start", "forward"), "bwd": ("forward", "backward")},
+    "train_step": {
+        "fwd": ("start", "forward"),
+        "bwd": ("forward", "backward"),
+        "opt": ("backward", "optimizer"),
+    },
+}
 
 
 def model_columns(size: str, edition: int | str | None, vocab_size: int = VOCAB_SIZE) -> dict:
@@ -75,8 +85,11 @@ class Workload:
 
     def step(
         self, mode: str, precision: str, compiled: bool
-    ) -> tuple[Callable[[], None], Callable]:
-        """(step, cleanup): one call of `step` is one measured unit of `mode`."""
+    ) -> tuple[Callable[..., None], Callable]:
+        """(step, cleanup): one call of `step` is one measured unit of `mode`. `step(clock)`
+        marks its phases on a harness StepClock: `start` (after zeroing the gradients),
+        `forward` (the loss computed), `backward`, `optimizer` (the AdamW step), as far as the
+        mode goes (PHASE_SPANS names the spans between them)."""
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; known: {MODES}")
         net = self.forward_module(compiled)
@@ -87,15 +100,20 @@ class Workload:
                 logits = net(self.tokens)
                 return F.cross_entropy(logits.flatten(0, 1).float(), self.targets.flatten())
 
-        def step() -> None:
-            if mode == "forward":
-                loss()
-                return
+        def step(clock=None) -> None:
+            mark = clock.mark if clock is not None else (lambda _name: None)
             if optimizer is not None:
                 optimizer.zero_grad(set_to_none=True)
-            loss().backward()
+            mark("start")
+            value = loss()
+            mark("forward")
+            if mode == "forward":
+                return
+            value.backward()
+            mark("backward")
             if optimizer is not None:
                 optimizer.step()
+                mark("optimizer")
 
         def cleanup() -> None:
             nonlocal optimizer
