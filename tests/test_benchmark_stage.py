@@ -112,3 +112,58 @@ def test_a_point_that_cannot_fit_is_skipped_before_allocating(monkeypatch):
     rows = grid(["forward", "train_step"], steps=1)
     assert [r["status"].split(":")[0] for r in rows] == ["ok", "skipped"]
     assert len(built) == 1
+
+
+def test_the_report_answers_with_the_three_phases_for_every_size_of_the_edition(
+    tmp_path, monkeypatch
+):
+    from fixture_rows import prov
+
+    from cs336_systems import report
+    from cs336_systems.core.results import write_csv
+
+    # tiny runs; small's training step cannot fit 60 MiB: a skipped row the table shows
+    monkeypatch.setattr(bench, "free_memory_mib", lambda device: 60.0)
+    rows = []
+    for size in ("tiny", "small"):
+        rows += bench.run_grid(
+            size,
+            32,
+            ["train_step"],
+            ["fp32"],
+            ["eager"],
+            "naive",
+            2,
+            2,
+            5,
+            CPU,
+            prov(),
+            edition=2026,
+        )
+    results = tmp_path / "results" / "fixture-cpu"
+    write_csv(rows, results / "benchmark.csv")
+    text = report.render(results, ["benchmark"])
+
+    section = text.split('<a id="benchmark"></a>', 1)[1]
+    assert "_Answers the 2026 edition (its rows' `edition`)._" in section
+    assert "Forward, backward and optimizer step (2026 edition)" in section
+    assert "(no point ran at context 512: the nearest context)" in section
+    table = section.split("fp32:", 1)[1].split("- fp32:", 1)[0]
+    lines = [line for line in table.splitlines() if line.startswith("| ")][1:]
+    assert [line.split("|")[1].strip() for line in lines] == [
+        "tiny",
+        "small",
+        "medium",
+        "large",
+        "xl",
+        "10B",
+    ]
+    tiny = next(r for r in rows if r["size"] == "tiny")
+    # the tiny row's medians, unless a noisy shared CPU made the sanity checks drop it
+    if "suspect" not in lines[0]:
+        cells = [c.strip() for c in lines[0].split("|")[2:6]]
+        assert cells == [
+            report.fmt(tiny[f"{p}_ms_median"], 2) for p in ("fwd", "bwd", "opt", "step")
+        ]
+        assert "- fp32: the optimizer step takes" in section
+    assert "skipped: small train step in fp32" in lines[1] and "not run" in lines[5]

@@ -420,10 +420,11 @@ def test_auto_machine_tag_is_checked_like_a_given_one():
 
 def test_model_size_names_match_the_model():
     from cs336_systems import model
+    from cs336_systems.core import edition as ed
 
-    assert cfg.EDITIONS == model.EDITIONS and cfg.DEFAULT_EDITION == model.DEFAULT_EDITION
-    for edition in cfg.EDITIONS:
-        assert set(cfg.MODEL_SIZE_NAMES[edition]) == set(model.size_names(edition))
+    assert ed.EDITIONS == model.EDITIONS and ed.DEFAULT_EDITION == model.DEFAULT_EDITION
+    for edition in ed.EDITIONS:
+        assert set(ed.MODEL_SIZE_NAMES[edition]) == set(model.size_names(edition))
 
 
 def test_the_edition_picks_the_size_table_and_the_overrides():

@@ -34,33 +34,16 @@ from typing import Any
 
 import yaml
 
+from cs336_systems.core.edition import (
+    DEFAULT_EDITION,
+    MODEL_SIZE_NAMES,
+    edition_overrides,
+)
 from cs336_systems.core.machine import Gpu, check_tag, tag_for
 
 DASH = " — "
 GLOBAL_KEYS = ("preset", "machine", "stages", "keep_raw", "compare", "edition")
 PRESETS = ("cpu", "gpu")
-# the course's editions (model.py: EDITIONS, DEFAULT_EDITION)
-EDITIONS = (2026, 2025)
-DEFAULT_EDITION = 2026
-# model size names per edition (model.py: SIZE_TABLES and EXTRA_SIZES; tests/test_config.py
-# keeps them equal)
-MODEL_SIZE_NAMES = {
-    2026: ("tiny", "small", "medium", "large", "xl", "10B"),
-    2025: ("tiny", "small", "medium", "large", "xl", "2.7B"),
-}
-# a preset block's per-edition overrides (see the module docstring)
-EDITION_OVERRIDES = "editions"
-
-
-def add_edition_argument(parser) -> None:
-    """`--edition` of a stage's CLI (the workflow passes the run's; default the current one)."""
-    parser.add_argument(
-        "--edition",
-        type=int,
-        choices=EDITIONS,
-        default=DEFAULT_EDITION,
-        help="the course's edition: its model table (size names) and grids",
-    )
 
 
 class ConfigError(ValueError):
@@ -549,7 +532,7 @@ def check_run(
     edition = DEFAULT_EDITION
     if not any(p.path == ("edition",) for p in problems):
         edition = int(config.get("edition", DEFAULT_EDITION))
-    problems += apply_edition(config, stage_names, edition)
+    problems += [Problem(*p) for p in edition_overrides(config, stage_names, edition)]
     if problems:  # the stages' checks need valid globals
         raise ConfigError(problems + _stage_schema_problems(config, schemas, stage_names)[0])
 
@@ -570,34 +553,6 @@ def check_run(
     if problems:
         raise ConfigError(problems)
     return Run(preset=preset, machine=machine, stages=list(stages), notes=notes, edition=edition)
-
-
-def apply_edition(config: dict, stage_names: Iterable[str], edition: int) -> list[Problem]:
-    """Replace, in place, each preset block's keys by its `editions` entry for `edition` (and
-    drop the `editions` key); the problems of a malformed `editions` mapping."""
-    problems = []
-    allowed = f"a mapping of an edition ({names(EDITIONS)}) to the keys that edition changes"
-    for stage in stage_names:
-        block = config.get(stage)
-        if not isinstance(block, dict):
-            continue
-        for name, cfg in block.items():
-            if not isinstance(cfg, dict) or EDITION_OVERRIDES not in cfg:
-                continue
-            overrides = cfg.pop(EDITION_OVERRIDES)
-            path = (stage, name, EDITION_OVERRIDES)
-            if not isinstance(overrides, dict):
-                problems.append(Problem(path, overrides, allowed))
-                continue
-            for key, keys in overrides.items():
-                if str(key) not in {str(e) for e in EDITIONS}:
-                    problems.append(Problem(path + (key,), keys, allowed))
-                elif not isinstance(keys, dict):
-                    problems.append(Problem(path + (key,), keys, "a mapping of keys to values"))
-            chosen = {str(k): v for k, v in overrides.items()}.get(str(edition))
-            if isinstance(chosen, dict):
-                cfg.update(chosen)
-    return problems
 
 
 def _stage_schema_problems(config, schemas, stage_names):

@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from cs336_systems.core import sanity
-from cs336_systems.core.config import DEFAULT_EDITION
+from cs336_systems.core.edition import DEFAULT_EDITION
 from cs336_systems.core.log import configure, get_logger
 from cs336_systems.core.machine import tag_for
 

@@ -23,7 +23,7 @@ import argparse
 import math
 from pathlib import Path
 
-from cs336_systems.core.config import add_edition_argument
+from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import StepClock, summarize, synchronize
 from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.parallel.launch import feasibility

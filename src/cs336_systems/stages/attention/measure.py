@@ -17,8 +17,8 @@ import argparse
 
 import torch
 
-from cs336_systems.core.config import add_edition_argument
 from cs336_systems.core.device import allow_recompiles
+from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import (
     Stopwatch,
     is_oom,

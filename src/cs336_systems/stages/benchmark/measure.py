@@ -21,8 +21,8 @@ import pandas as pd
 import torch
 
 from cs336_systems.core import costs as flops
-from cs336_systems.core.config import add_edition_argument
 from cs336_systems.core.device import free_memory_mib, memory_shortfall, pick_device
+from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import (
     peak_memory_mb,
     release_memory,

@@ -15,8 +15,8 @@ import argparse
 import torch
 import torch.nn.functional as F
 
-from cs336_systems.core.config import add_edition_argument
 from cs336_systems.core.device import autocast, memory_shortfall
+from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import PointResult, device_time, run_point
 from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.core.results import provenance, write_csv

@@ -32,8 +32,8 @@ import torch
 import torch.nn.functional as F
 
 from cs336_systems.core import checkpointing, costs
-from cs336_systems.core.config import add_edition_argument
 from cs336_systems.core.device import autocast, pick_device
+from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import (
     Stopwatch,
     release_memory,

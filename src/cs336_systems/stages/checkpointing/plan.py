@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-from cs336_systems.core.config import DEFAULT_EDITION
+from cs336_systems.core.edition import DEFAULT_EDITION
 from cs336_systems.core.imports import module_literal
 
 SRC = Path(__file__).resolve().parents[3]

@@ -28,7 +28,7 @@ import os
 import torch
 
 from cs336_systems.core import costs as flops
-from cs336_systems.core.config import add_edition_argument
+from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import device_time, is_oom, release_memory, short_reason, timer_name
 from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.core.results import provenance, write_csv

@@ -36,7 +36,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from cs336_systems.core.config import add_edition_argument
+from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import StepClock, Stopwatch, synchronize, time_marked_steps
 from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.parallel.launch import summarize_slowest

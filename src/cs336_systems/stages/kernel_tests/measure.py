@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cs336_systems.core.config import add_edition_argument
+from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import Stopwatch
 from cs336_systems.core.log import configure, get_logger
 from cs336_systems.core.results import provenance, verdicts, write_csv

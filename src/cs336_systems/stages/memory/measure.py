@@ -35,8 +35,8 @@ import pandas as pd
 import torch
 
 from cs336_systems.core import costs as flops
-from cs336_systems.core.config import add_edition_argument
 from cs336_systems.core.device import pick_device
+from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import Stopwatch, release_memory, run_point, synchronize
 from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.core.phases import phase_hooks

@@ -24,7 +24,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from cs336_systems.core.config import add_edition_argument
+from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import Stopwatch
 from cs336_systems.core.log import configure, get_logger
 from cs336_systems.core.results import provenance, write_csv

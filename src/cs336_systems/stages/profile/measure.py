@@ -37,8 +37,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from cs336_systems.core.config import add_edition_argument
 from cs336_systems.core.device import pick_device
+from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import (
     Stopwatch,
     release_memory,
