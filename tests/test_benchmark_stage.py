@@ -167,3 +167,28 @@ def test_the_report_answers_with_the_three_phases_for_every_size_of_the_edition(
         ]
         assert "- fp32: the optimizer step takes" in section
     assert "skipped: small train step in fp32" in lines[1] and "not run" in lines[5]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_phases_on_cuda_add_up_to_the_step():
+    """On a GPU the phases are CUDA events between marks inside the synchronized step."""
+    rows = bench.run_grid(
+        "small",
+        128,
+        ["train_step"],
+        ["fp32"],
+        ["eager"],
+        "naive",
+        4,
+        2,
+        5,
+        torch.device("cuda"),
+        {},
+        edition=2026,
+    )
+    (row,) = rows
+    assert row["status"] == "ok", row["status"]
+    total = row["fwd_ms_mean"] + row["bwd_ms_mean"] + row["opt_ms_mean"]
+    assert 0.8 * row["step_ms_mean"] <= total <= 1.01 * row["step_ms_mean"]
+    assert row["opt_ms_median"] > 0 and row["bwd_ms_median"] > row["fwd_ms_median"]
