@@ -13,6 +13,7 @@ def prov(machine: str = "fixture-cpu", device: str = "Fixture CPU", gpus: int = 
     return {
         "machine": machine,
         "preset": "cpu" if gpus == 0 else "gpu",
+        "edition": 2026,
         "device_name": device,
         "torch": "2.11.0",
         "triton": "3.6.0",

@@ -11,6 +11,7 @@ from pipeline_utils import copy_workflow, snakemake
 from cs336_systems.core import checkpointing as ck
 from cs336_systems.core import config as config_check
 from cs336_systems.core import costs
+from cs336_systems.core import edition as edition_sizes
 from cs336_systems.core.device import autocast
 from cs336_systems.model import RMSNorm, RotaryEmbedding, TransformerBlock, TransformerLM
 from cs336_systems.profiling.saved_tensors import LiveTensorBytes, SavedTensorLog
@@ -234,17 +235,22 @@ def test_plan_check_names_the_key_and_the_divisors():
     assert plan_problems(block["gpu"]) == []
     block["gpu"]["block_sizes"] = [1, 3, 32]
     assert plan_problems(block["gpu"]) == [
-        "config: checkpointing.gpu.block_sizes[1]: 3 — a divisor of the 32 layers of 2.7B: "
+        "config: checkpointing.gpu.block_sizes[1]: 3 — a divisor of the 32 layers of xl: "
         "1, 2, 4, 8, 16, 32"
     ]
     assert ckpt_plan.num_layers({"size": "tiny", "num_layers": 6}) == 6
-    assert ckpt_plan.size_table()["2.7B"]["num_layers"] == 32
+    assert edition_sizes.size_table()["xl"]["num_layers"] == 32
+    # 2025: xl has 48 layers (its 32-layer model is 2.7B), and no 10B
+    assert edition_sizes.size_table(2025)["xl"]["num_layers"] == 48
+    assert edition_sizes.size_table(2025)["2.7B"]["num_layers"] == 32
+    assert "10B" not in edition_sizes.size_table(2025)
 
 
 def test_plan_reads_the_size_table_without_torch():
-    from cs336_systems.model import EXTRA_SIZES, MODEL_SIZES
+    from cs336_systems.model import EXTRA_SIZES, MODEL_SIZES, SIZE_TABLES
 
-    assert ckpt_plan.size_table() == {**MODEL_SIZES, **EXTRA_SIZES}
+    assert edition_sizes.size_table() == {**MODEL_SIZES, **EXTRA_SIZES}
+    assert edition_sizes.size_table(2025) == {**SIZE_TABLES[2025], **EXTRA_SIZES}
 
 
 def test_bad_block_size_stops_the_workflow_before_any_job(tmp_path):

@@ -147,7 +147,22 @@ CASES = {
     ),
     "model size": (
         {"benchmark": cpu(sizes=["tiny", "huge"])},
-        "config: benchmark.cpu.sizes[1]: 'huge' — a model size: one of tiny, small, medium,",
+        "config: benchmark.cpu.sizes[1]: 'huge' — a model size of the 2026 edition: one of "
+        "tiny, small, medium,",
+    ),
+    "edition": (
+        {"edition": 2024},
+        "config: edition: 2024 — 2026 (the current course, the default) or 2025",
+    ),
+    "a 2025 size in the 2026 edition": (
+        {"benchmark": cpu(sizes=["tiny", "2.7B"])},
+        "config: benchmark.cpu.sizes[1]: '2.7B' — a model size of the 2026 edition: one of "
+        "tiny, small, medium, large, xl, 10B",
+    ),
+    "an edition override for an unknown edition": (
+        {"benchmark": cpu(editions={2024: {"sizes": ["tiny"]}})},
+        'config: benchmark.cpu.editions[2024]: {"sizes": ["tiny"]} — a mapping of an '
+        "edition (2026, 2025)",
     ),
     "ddp model size": ({"ddp": cpu(size="xxl")}, "config: ddp.cpu.size: 'xxl' — a model size"),
     "stage name": (
@@ -404,9 +419,31 @@ def test_auto_machine_tag_is_checked_like_a_given_one():
 
 
 def test_model_size_names_match_the_model():
-    from cs336_systems.model import EXTRA_SIZES, MODEL_SIZES
+    from cs336_systems import model
+    from cs336_systems.core import edition as ed
 
-    assert set(cfg.MODEL_SIZE_NAMES) == set(MODEL_SIZES) | set(EXTRA_SIZES)
+    assert ed.EDITIONS == model.EDITIONS and ed.DEFAULT_EDITION == model.DEFAULT_EDITION
+    for edition in ed.EDITIONS:
+        assert set(ed.MODEL_SIZE_NAMES[edition]) == set(model.size_names(edition))
+
+
+def test_the_edition_picks_the_size_table_and_the_overrides():
+    run, user = check({}, preset="gpu")
+    assert run.edition == 2026
+    assert user["benchmark"]["gpu"]["sizes"] == ["small", "medium", "large", "xl", "10B"]
+    assert "editions" not in user["benchmark"]["gpu"]
+    run, user = check({}, preset="gpu", edition=2025)
+    assert run.edition == 2025
+    assert user["benchmark"]["gpu"]["sizes"] == ["small", "medium", "large", "xl", "2.7B"]
+    assert user["checkpointing"]["gpu"]["size"] == "2.7B"
+    # written as a string (--config edition="2025"), read the same
+    assert check({}, edition="2025")[0].edition == 2025
+    # 10B is a 2026 name only; a 2.7B in a 2026 run is refused (above), a 10B in a 2025 one too
+    line = one({"benchmark": cpu(sizes=["tiny", "10B"])}, edition=2025)
+    assert line == (
+        "config: benchmark.cpu.sizes[1]: '10B' — a model size of the 2025 edition: one of "
+        "tiny, small, medium, large, xl, 2.7B"
+    )
 
 
 def test_kernel_limits_match_the_kernels():

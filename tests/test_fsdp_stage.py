@@ -29,13 +29,13 @@ def test_too_few_gpus_gives_skipped_rows_with_the_command(tmp_path, monkeypatch)
     import cs336_systems.parallel.launch as launch
 
     monkeypatch.setattr(launch, "gpu_count", lambda: 1)
-    argv = f"--backend nccl --world-size 2 --size 2.7B --out {tmp_path / 'runs.csv'}".split()
+    argv = f"--backend nccl --world-size 2 --size xl --out {tmp_path / 'runs.csv'}".split()
     rows = stage.run(stage.parse_args(argv), argv)
     assert [r["variant"] for r in rows] == list(stage.VARIANTS)
     assert {r["status"] for r in rows} == {"skipped: needs 2 GPUs, found 1"}
     command = rows[0]["command"]
     assert command.startswith("python3 -m cs336_systems.stages.fsdp ")
-    assert "--backend nccl" in command and "--size 2.7B" in command
+    assert "--backend nccl" in command and "--size xl" in command
     write_csv([{**provenance("m", "gpu"), **r} for r in rows], tmp_path / "fsdp.csv")
     ctx = analysis.context(tmp_path)
     assert "needs 2 GPUs, found 1" in ctx["skipped"] and ctx["commands"] == [command]

@@ -195,7 +195,7 @@ def test_memory_report_section_from_fixture_rows(tmp_path, monkeypatch):
 def test_probe_stops_at_the_first_oom(monkeypatch):
     tried = []
 
-    def fake(size, context, batch, precision, mode, device):
+    def fake(size, context, batch, precision, mode, device, edition=None):
         tried.append(context)
         if context >= 1024:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 GiB")
@@ -221,7 +221,7 @@ def test_probe_stops_at_the_cap_on_a_real_cpu_step():
 def test_profile_job_probes_then_profiles_the_grid(tmp_path, monkeypatch):
     from cs336_systems.stages.profile import measure as prof
 
-    def fake(size, context, batch, precision, mode, device):
+    def fake(size, context, batch, precision, mode, device, edition=None):
         if context > 32:
             raise torch.OutOfMemoryError("out of memory")
         return {"peak_allocated_mb": float("nan")}

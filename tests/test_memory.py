@@ -24,7 +24,7 @@ SNAPSHOT_FIXTURE = GPU / "memory_snapshot.pickle"  # from scripts/gpu_capture_fi
 
 def test_residual_stream_of_2p7b():
     # one (batch 4, context 128, d_model 2560) fp32 tensor: 4*128*2560*4 bytes = 5 MiB
-    a = mem.activation_memory_for("2.7B", 128, 4, "fp32", "cuda")
+    a = mem.activation_memory_for("xl", 128, 4, "fp32", "cuda")
     assert a["residual_stream"] == 5_242_880
     assert a["residual_stream"] / mem.MiB == 5.0
 
@@ -257,14 +257,14 @@ def test_memory_analysis_of_a_cuda_run(tmp_path):
     from cs336_systems.report import render
     from cs336_systems.stages.memory import analysis as analysis
 
-    base = {"size": "2.7B", "batch_size": 4, "device": "cuda", "warmup_steps": 2}
+    base = {"size": "xl", "batch_size": 4, "device": "cuda", "warmup_steps": 2}
     rows, allocs = [], []
     for ctx in (128, 256):
         for mode in ("forward", "train_step"):
             for prec, scale in (("fp32", 1.0), ("bf16", 0.8)):
-                a = mem.activation_memory_for("2.7B", ctx, 4, prec, "cuda")
+                a = mem.activation_memory_for("xl", ctx, 4, prec, "cuda")
                 train = mode == "train_step"
-                name = mem.point_name("2.7B", ctx, mode, prec)
+                name = mem.point_name("xl", ctx, mode, prec)
                 rows.append(
                     {
                         **base,
@@ -320,7 +320,7 @@ def test_memory_analysis_of_a_cuda_run(tmp_path):
     s = analysis.context(results)
     assert s["cuda"] and len(s["timelines"]) == 8
     assert "peak allocated memory is 0.80×" in s["precision_sentence"]
-    assert s["alloc_point"] == "2.7B, context 256, train step, fp32"
+    assert s["alloc_point"] == "xl, context 256, train step, fp32"
     text = render(results, ["memory"])
     assert "falls in backward" in text and "model.py:42 forward" in text
 

@@ -8,7 +8,11 @@ import torch.nn.functional as F
 
 from cs336_systems.core import costs as flops
 from cs336_systems.model import (
+    DEFAULT_EDITION,
+    EDITIONS,
+    EXTRA_SIZES,
     MODEL_SIZES,
+    SIZE_TABLES,
     RMSNorm,
     RotaryEmbedding,
     SwiGLU,
@@ -16,24 +20,71 @@ from cs336_systems.model import (
     build_model,
     naive_attention,
     sdpa_attention,
+    size_names,
+    size_spec,
 )
 
+# hand-computed (untied embedding and LM head, SwiGLU, no biases, vocab 10000): V d + L (4 d^2
+# + 3 d f + 2 d) + d + d V; 10B: 46,080,000 + 50 * 254,813,184 + 4,608 + 46,080,000
 EXPECTED_PARAMS = {
-    "small": 128_625_408,
-    "medium": 423_183_360,
-    "large": 969_411_840,
-    "xl": 1_998_235_200,
-    "2.7B": 3_406_809_600,
+    2026: {
+        "small": 128_625_408,
+        "medium": 423_183_360,
+        "large": 969_411_840,
+        "xl": 3_406_809_600,
+        "10B": 12_832_823_808,
+    },
+    2025: {
+        "small": 128_625_408,
+        "medium": 423_183_360,
+        "large": 969_411_840,
+        "xl": 1_998_235_200,
+        "2.7B": 3_406_809_600,
+    },
 }
+POINTS = [(e, s) for e, table in EXPECTED_PARAMS.items() for s in table]
 
 
-@pytest.mark.parametrize("size", list(EXPECTED_PARAMS))
-def test_parameter_count_formula(size):
-    spec = MODEL_SIZES[size]
+@pytest.mark.parametrize(("edition", "size"), POINTS)
+def test_parameter_count_formula(edition, size):
+    spec = size_spec(size, edition)
     assert (
         flops.param_count(10_000, spec["d_model"], spec["num_layers"], spec["d_ff"])
-        == EXPECTED_PARAMS[size]
+        == EXPECTED_PARAMS[edition][size]
     )
+
+
+def test_editions_resolve_xl_differently():
+    assert DEFAULT_EDITION == 2026 and set(EDITIONS) == {2025, 2026}
+    assert size_spec("xl") == size_spec("xl", 2026) == size_spec("xl", "2026")
+    assert size_spec("xl", 2026) == {
+        "d_model": 2560,
+        "d_ff": 10240,
+        "num_layers": 32,
+        "num_heads": 32,
+    }
+    assert size_spec("xl", 2025) == {
+        "d_model": 1600,
+        "d_ff": 6400,
+        "num_layers": 48,
+        "num_heads": 25,
+    }
+    assert size_spec("10B", 2026) == {
+        "d_model": 4608,
+        "d_ff": 12288,
+        "num_layers": 50,
+        "num_heads": 36,
+    }
+    assert size_spec("2.7B", 2025) == size_spec("xl", 2026)
+    assert size_spec("tiny", 2025) == size_spec("tiny", 2026) == EXTRA_SIZES["tiny"]
+    assert MODEL_SIZES == SIZE_TABLES[2026]
+    assert size_names(2026) == ["small", "medium", "large", "xl", "10B", "tiny"]
+    with pytest.raises(ValueError, match="'2.7B' in the 2026 edition"):
+        size_spec("2.7B", 2026)
+    with pytest.raises(ValueError, match="'10B' in the 2025 edition"):
+        size_spec("10B", 2025)
+    with pytest.raises(ValueError, match="unknown edition 2024"):
+        size_spec("small", 2024)
 
 
 @pytest.mark.parametrize("size", ["small", "medium"])
@@ -41,14 +92,14 @@ def test_parameter_count_of_built_model(size):
     # built on the meta device: counts without allocating gigabytes
     with torch.device("meta"):
         model = build_model(size, context_length=128)
-    assert sum(p.numel() for p in model.parameters()) == EXPECTED_PARAMS[size]
+    assert sum(p.numel() for p in model.parameters()) == EXPECTED_PARAMS[2026][size]
 
 
 def test_all_sizes_count_on_meta_device():
-    for size, expected in EXPECTED_PARAMS.items():
+    for edition, size in POINTS:
         with torch.device("meta"):
-            model = build_model(size, context_length=16)
-        assert sum(p.numel() for p in model.parameters()) == expected, size
+            model = build_model(size, context_length=16, edition=edition)
+        assert sum(p.numel() for p in model.parameters()) == EXPECTED_PARAMS[edition][size], size
 
 
 def test_staff_keyword_interface_and_shapes():

@@ -172,6 +172,12 @@ def bare_copy(tmp_path_factory):
         ({"ddp": {"cpu": {"env": {"NCCL_DEBUG": "INFO,WARN"}}}}, "ddp.cpu.env.NCCL_DEBUG"),
         ({"kernel_tests": {"cpu": {"select": "not (fp16"}}}, "kernel_tests.cpu.select"),
         ({"benchmark": {"cpu": {"warmup_sweep": {"sizes": []}}}}, "warmup_sweep.sizes: []"),
+        # the edition: unknown, and a size its model table lacks (10B is 2026's only)
+        ({"edition": 2024}, "config: edition: 2024 — 2026 (the current course, the default) or"),
+        (
+            {"edition": 2025, "benchmark": {"cpu": {"sizes": ["tiny", "10B"]}}},
+            "config: benchmark.cpu.sizes[1]: '10B' — a model size of the 2025 edition: one of",
+        ),
     ],
 )
 def test_bad_config_stops_before_any_job(bare_copy, tmp_path, override, expected):

@@ -16,15 +16,31 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-# size name -> (d_model, d_ff, num_layers, num_heads); vocab 10000 and batch 4 throughout the study
-MODEL_SIZES: dict[str, dict[str, int]] = {
-    "small": {"d_model": 768, "d_ff": 3072, "num_layers": 12, "num_heads": 12},
-    "medium": {"d_model": 1024, "d_ff": 4096, "num_layers": 24, "num_heads": 16},
-    "large": {"d_model": 1280, "d_ff": 5120, "num_layers": 36, "num_heads": 20},
-    "xl": {"d_model": 1600, "d_ff": 6400, "num_layers": 48, "num_heads": 25},
-    "2.7B": {"d_model": 2560, "d_ff": 10240, "num_layers": 32, "num_heads": 32},
+# The course's editions: the model table (and the grids) differ; 2026 is the current one.
+EDITIONS = (2026, 2025)
+DEFAULT_EDITION = 2026
+# edition -> size name -> (d_model, d_ff, num_layers, num_heads); vocab 10000 and batch 4
+# throughout the study. 2026's xl is 2025's "2.7B"; 2025's xl (1600/6400/48/25) is gone.
+# Planning reads this literal without torch (core.imports.module_literal).
+SIZE_TABLES: dict[int, dict[str, dict[str, int]]] = {
+    2026: {
+        "small": {"d_model": 768, "d_ff": 3072, "num_layers": 12, "num_heads": 12},
+        "medium": {"d_model": 1024, "d_ff": 4096, "num_layers": 24, "num_heads": 16},
+        "large": {"d_model": 1280, "d_ff": 5120, "num_layers": 36, "num_heads": 20},
+        "xl": {"d_model": 2560, "d_ff": 10240, "num_layers": 32, "num_heads": 32},
+        "10B": {"d_model": 4608, "d_ff": 12288, "num_layers": 50, "num_heads": 36},
+    },
+    2025: {
+        "small": {"d_model": 768, "d_ff": 3072, "num_layers": 12, "num_heads": 12},
+        "medium": {"d_model": 1024, "d_ff": 4096, "num_layers": 24, "num_heads": 16},
+        "large": {"d_model": 1280, "d_ff": 5120, "num_layers": 36, "num_heads": 20},
+        "xl": {"d_model": 1600, "d_ff": 6400, "num_layers": 48, "num_heads": 25},
+        "2.7B": {"d_model": 2560, "d_ff": 10240, "num_layers": 32, "num_heads": 32},
+    },
 }
-# A model small enough for a laptop CPU run of the whole pipeline in minutes.
+# the default edition's table (public: the course adapters and older callers read it)
+MODEL_SIZES: dict[str, dict[str, int]] = SIZE_TABLES[DEFAULT_EDITION]
+# A model small enough for a laptop CPU run of the whole pipeline in minutes (every edition).
 EXTRA_SIZES: dict[str, dict[str, int]] = {
     "tiny": {"d_model": 128, "d_ff": 512, "num_layers": 2, "num_heads": 4},
 }
@@ -37,13 +53,34 @@ AttentionFn = Callable[..., torch.Tensor]
 BlocksFn = Callable[[nn.ModuleList, torch.Tensor], torch.Tensor]
 
 
-def size_spec(name: str) -> dict[str, int]:
-    if name in MODEL_SIZES:
-        return MODEL_SIZES[name]
+def edition_of(edition: int | str | None) -> int:
+    """An edition as an int (2026, 2025); None is the default edition."""
+    if edition is None:
+        return DEFAULT_EDITION
+    try:
+        value = int(edition)
+    except (TypeError, ValueError):
+        value = None
+    if value not in EDITIONS:
+        raise ValueError(f"unknown edition {edition!r}; known: {', '.join(map(str, EDITIONS))}")
+    return value
+
+
+def size_names(edition: int | str | None = None) -> list[str]:
+    """The size names of `edition` (its table, then the extra sizes)."""
+    return [*SIZE_TABLES[edition_of(edition)], *EXTRA_SIZES]
+
+
+def size_spec(name: str, edition: int | str | None = None) -> dict[str, int]:
+    """d_model, d_ff, num_layers, num_heads of size `name` in `edition` (default: 2026)."""
+    table = SIZE_TABLES[edition_of(edition)]
+    if name in table:
+        return table[name]
     if name in EXTRA_SIZES:
         return EXTRA_SIZES[name]
     raise ValueError(
-        f"unknown model size {name!r}; known: {sorted({**MODEL_SIZES, **EXTRA_SIZES})}"
+        f"unknown model size {name!r} in the {edition_of(edition)} edition; "
+        f"known: {', '.join(size_names(edition))}"
     )
 
 
@@ -223,8 +260,15 @@ class TransformerLM(nn.Module):
         return self.lm_head(self.ln_final(x))
 
 
-def build_model(size: str, context_length: int, vocab_size: int = VOCAB_SIZE) -> TransformerLM:
-    return TransformerLM(vocab_size=vocab_size, context_length=context_length, **size_spec(size))
+def build_model(
+    size: str,
+    context_length: int,
+    vocab_size: int = VOCAB_SIZE,
+    edition: int | str | None = None,
+) -> TransformerLM:
+    return TransformerLM(
+        vocab_size=vocab_size, context_length=context_length, **size_spec(size, edition)
+    )
 
 
 def make_optimizer(model: nn.Module, lr: float = 1e-4) -> torch.optim.Optimizer:

@@ -229,9 +229,19 @@ def edition_of(results_dir: Path) -> str:
     return eds[0] if len(eds) == 1 else DEFAULT_EDITION
 
 
-def read_provenance_edition(results_dir: Path) -> pd.DataFrame:
+def section_edition(results_dir: Path, stage: str, report_edition: str) -> str:
+    """Which edition a section answers, in words, from its rows' `edition`."""
+    eds = _values(read_provenance_edition(results_dir, stage_csvs(results_dir, stage)), "edition")
+    if len(eds) == 1:
+        return f"the {eds[0]} edition (its rows' `edition`)"
+    if eds:
+        return f"a mix of editions ({', '.join(eds)}): rerun the stage under one"
+    return f"the {report_edition} edition (the report's: its rows do not record one)"
+
+
+def read_provenance_edition(results_dir: Path, csvs: list[Path] | None = None) -> pd.DataFrame:
     frames = []
-    for csv in sorted(Path(results_dir).glob("*.csv")):
+    for csv in csvs if csvs is not None else sorted(Path(results_dir).glob("*.csv")):
         try:
             frames.append(pd.read_csv(csv, usecols=lambda c: c == "edition"))
         except (pd.errors.EmptyDataError, ValueError):
@@ -309,6 +319,8 @@ def render(
         )
     h = header(results_dir, list(contexts))
     edition = edition or edition_of(results_dir)
+    for sec in sections:
+        sec["edition"] = section_edition(results_dir, sec["stage"], edition)
     cov = coverage_of(
         results_dir,
         contexts,

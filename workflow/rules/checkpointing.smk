@@ -44,7 +44,7 @@ rule checkpointing:
         strategies=lambda wc: cli_list(
             checkpointing_plan.strategies(stage_config("checkpointing"))
         ),
-        layers=lambda wc: checkpointing_plan.num_layers(stage_config("checkpointing")),
+        layers=lambda wc: checkpointing_plan.num_layers(stage_config("checkpointing"), EDITION),
         vocab=lambda wc: checkpointing_plan.vocab_arg(stage_config("checkpointing")),
         common=common_args(),
     shell:

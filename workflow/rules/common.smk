@@ -51,6 +51,8 @@ for _note in _RUN.notes:
 PRESET = _RUN.preset
 MACHINE = _RUN.machine
 STAGES = _RUN.stages
+# the course's edition every stage answers (its model table and grids): 2026 or 2025
+EDITION = _RUN.edition
 RESULTS = f"results/{MACHINE}"
 REPORT_DIR = f"report/{MACHINE}"
 
@@ -85,8 +87,9 @@ def code_stamp(name, *modules, files=()):
 
 
 def common_args():
-    """CLI arguments every stage takes: where its rows say they come from."""
-    return f"--machine {MACHINE} --preset {PRESET}"
+    """CLI arguments every stage takes: where its rows say they come from, and the edition
+    whose model table its size names resolve in."""
+    return f"--machine {MACHINE} --preset {PRESET} --edition {EDITION}"
 
 
 def cli_list(values):
@@ -99,7 +102,7 @@ def parent(path):
 
 
 print(
-    f"[cs336] machine={MACHINE} preset={PRESET} stages={','.join(STAGES)}",
+    f"[cs336] machine={MACHINE} preset={PRESET} edition={EDITION} stages={','.join(STAGES)}",
     file=sys.stderr,
 )
 

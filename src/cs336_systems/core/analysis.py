@@ -17,7 +17,7 @@ from cs336_systems.core.log import configure, get_logger  # noqa: E402
 
 log = get_logger(__name__)
 
-SIZE_ORDER = ["tiny", "small", "medium", "large", "xl", "2.7B"]
+SIZE_ORDER = ["tiny", "small", "medium", "large", "xl", "2.7B", "10B"]
 
 
 def load(results_dir: Path, name: str, derive=None) -> pd.DataFrame:

@@ -16,10 +16,11 @@ and all of them are reported together (`ConfigError`). Three layers of checks:
    sweep, min <= max), what the launcher and the kernels accept, sizes that fit memory. `at`
    (a `Checker`) collects the problems under the block's path.
 
-A global key with consequences for several stages (say an `edition` that decides which model
+A global key with consequences for several stages (the `edition`, which decides which model
 sizes exist) goes into `config.schema.yaml` and becomes a field of `Facts` derived in
-`facts_for`; stage checks read facts (`facts.sizes`), never the global config, so they need no
-change. Standard library, yaml and jsonschema only: the workflow runs this while planning.
+`facts_for`; stage checks read facts (`facts.sizes`, `facts.edition`), never the global config.
+A preset block may hold `editions: {2025: {key: value, ...}}`: for the chosen edition those keys
+replace the block's own before the block is checked (a grid that differs per edition). Standard library, yaml and jsonschema only: the workflow runs this while planning.
 """
 
 from __future__ import annotations
@@ -33,13 +34,16 @@ from typing import Any
 
 import yaml
 
+from cs336_systems.core.edition import (
+    DEFAULT_EDITION,
+    MODEL_SIZE_NAMES,
+    edition_overrides,
+)
 from cs336_systems.core.machine import Gpu, check_tag, tag_for
 
 DASH = " — "
-GLOBAL_KEYS = ("preset", "machine", "stages", "keep_raw", "compare")
+GLOBAL_KEYS = ("preset", "machine", "stages", "keep_raw", "compare", "edition")
 PRESETS = ("cpu", "gpu")
-# model size names (model.py: MODEL_SIZES and EXTRA_SIZES; tests/test_config.py keeps them equal)
-MODEL_SIZE_NAMES = ("tiny", "small", "medium", "large", "xl", "2.7B")
 
 
 class ConfigError(ValueError):
@@ -107,7 +111,8 @@ class Facts:
     running: bool  # this block is the preset this run uses
     machine: str
     stages: tuple[str, ...]
-    sizes: tuple[str, ...] = MODEL_SIZE_NAMES
+    sizes: tuple[str, ...] = MODEL_SIZE_NAMES[DEFAULT_EDITION]
+    edition: int = DEFAULT_EDITION
     # where knowable (the preset this run uses, run on this machine): MiB, None unknown
     host_memory_mib: float | None = None
     gpu_memory_mib: float | None = None
@@ -144,14 +149,15 @@ class Checker:
                 )
 
     def sizes(self, key: str, values: Iterable | str, facts: Facts) -> None:
-        """Model size names of this run's model table (`facts.sizes`)."""
+        """Model size names of this run's model table (`facts.sizes`, the edition's)."""
+        allowed = f"a model size of the {facts.edition} edition: one of {names(facts.sizes)}"
         if isinstance(values, str):
             if values not in facts.sizes:
-                self.fail(key, values, f"a model size: one of {names(facts.sizes)}")
+                self.fail(key, values, allowed)
             return
         for i, v in enumerate(values):
             if v not in facts.sizes:
-                self.fail((key, i), v, f"a model size: one of {names(facts.sizes)}")
+                self.fail((key, i), v, allowed)
 
     def at_most(self, lo_key: str, lo: float, hi_key: str, hi: float) -> None:
         if lo > hi:
@@ -450,6 +456,7 @@ class Run:
     machine: str
     stages: list[str]
     notes: list[Problem]
+    edition: int = DEFAULT_EDITION
 
 
 def facts_for(
@@ -460,6 +467,7 @@ def facts_for(
     gpus: list[Gpu],
     here: bool,
     host_memory_mib: float | None,
+    edition: int = DEFAULT_EDITION,
 ) -> Facts:
     running = preset == run_preset
     knowable = running and here
@@ -469,7 +477,8 @@ def facts_for(
         running=running,
         machine=machine,
         stages=tuple(stages),
-        sizes=MODEL_SIZE_NAMES,
+        sizes=MODEL_SIZE_NAMES[edition],
+        edition=edition,
         host_memory_mib=host_memory_mib if knowable else None,
         gpu_memory_mib=min(gpu_mem) if knowable and gpu_mem else None,
         gpus=len(gpus) if knowable else 0,
@@ -520,6 +529,10 @@ def check_run(
     # memory is knowable when the run is tagged as this host (planned here for a cluster
     # under another machine's tag, it is not)
     here = machine == tag_for([g.name for g in gpus])
+    edition = DEFAULT_EDITION
+    if not any(p.path == ("edition",) for p in problems):
+        edition = int(config.get("edition", DEFAULT_EDITION))
+    problems += [Problem(*p) for p in edition_overrides(config, stage_names, edition)]
     if problems:  # the stages' checks need valid globals
         raise ConfigError(problems + _stage_schema_problems(config, schemas, stage_names)[0])
 
@@ -535,11 +548,11 @@ def check_run(
         for name, cfg in block.items():
             if name in bad or not isinstance(cfg, dict):
                 continue
-            facts = facts_for(name, preset, machine, stages, gpus, here, host_memory_mib)
+            facts = facts_for(name, preset, machine, stages, gpus, here, host_memory_mib, edition)
             check(cfg, Checker((stage, name), problems), facts)
     if problems:
         raise ConfigError(problems)
-    return Run(preset=preset, machine=machine, stages=list(stages), notes=notes)
+    return Run(preset=preset, machine=machine, stages=list(stages), notes=notes, edition=edition)
 
 
 def _stage_schema_problems(config, schemas, stage_names):

@@ -498,3 +498,39 @@ def fsdp_tp(
             0.375 * b * d_ff * w * w / c**2, "devices", "N <= 3 B D_FF W^2 / (8 C^2)"
         ),
     }
+
+
+def step_memory_bytes(
+    vocab_size: int,
+    d_model: int,
+    num_layers: int,
+    num_heads: int,
+    d_ff: int,
+    batch: int,
+    seq: int,
+    mode: str,
+    precision: str = "fp32",
+    device_type: str = "cuda",
+) -> dict[str, float]:
+    """Bytes one step of `mode` needs on one device, before it runs: the fp32 training state
+    (``training_state_bytes`` on one rank: parameters 4 B each; with backward their gradients,
+    4 B; a train step AdamW's two moments, 8 B: 16 B per parameter) plus the activations saved
+    for backward (``num_layers`` x ``block_saved_bytes`` + ``head_saved_bytes``; a forward
+    with autograd on saves them too). Transient buffers (the logits' gradient, backward's
+    scratch, the allocator's rounding) are not counted: a lower bound, so a point it admits may
+    still end as an `oom` row, and one it refuses cannot run."""
+    if mode not in MODE_MULTIPLIER:
+        raise ValueError(f"unknown mode {mode!r}; known: {sorted(MODE_MULTIPLIER)}")
+    n = param_count(vocab_size, d_model, num_layers, d_ff)
+    grads = 4 if mode != "forward" else 0
+    moments = 8 if mode == "train_step" else 0
+    state = training_state_bytes(n, 0, 1, "ddp", 4, grads, moments)
+    block = block_saved_bytes(batch, seq, d_model, num_heads, d_ff, precision, device_type)
+    acts = num_layers * block["total"] + head_saved_bytes(
+        batch, seq, d_model, vocab_size, precision
+    )
+    return {
+        "state_bytes": float(state),
+        "activation_bytes": float(acts),
+        "total_bytes": float(state + acts),
+    }

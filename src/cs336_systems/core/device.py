@@ -41,9 +41,12 @@ def free_memory_mib(device: torch.device) -> float | None:
     return host_memory_mib("MemAvailable")
 
 
-def memory_shortfall(need_mib: float, device: torch.device, what: str) -> str | None:
-    """A `skipped:` status when `what` needs more memory than `device` has free, else None."""
-    free = free_memory_mib(device)
+def memory_shortfall(
+    need_mib: float, device: torch.device, what: str, free_mib: float | None = None
+) -> str | None:
+    """A `skipped:` status when `what` needs more memory than `device` has free (`free_mib`,
+    read now when not given), else None."""
+    free = free_mib if free_mib is not None else free_memory_mib(device)
     if free is None or need_mib <= free:
         return None
     return f"skipped: {what} needs {need_mib:,.0f} MiB; {free:,.0f} MiB free on {device.type}"

@@ -172,14 +172,16 @@ def time_marked_steps(
     steps: int,
     device: torch.device | str,
     spans: dict[str, tuple[str, str]],
+    with_warmup: bool = False,
 ) -> dict[str, list[float]]:
     """``time_steps`` for a step with parts: `step(clock)` marks its parts on a fresh StepClock.
 
     Returns, per measured step, ``step`` (the whole step, host clock, synchronized at both
-    ends) and each span ``name: (mark_a, mark_b)`` in ms.
+    ends) and each span ``name: (mark_a, mark_b)`` in ms; `with_warmup`: ``warmup`` too, the
+    warm-up steps' whole times.
     """
     clocks: list[StepClock] = []
-    _, totals = time_steps(
+    warm, totals = time_steps(
         lambda: step(clocks[-1]),
         warmup,
         steps,
@@ -187,7 +189,7 @@ def time_marked_steps(
         on_step=lambda _phase, _i: clocks.append(StepClock(device)),
     )
     measured = clocks[warmup:]
-    out = {"step": totals}
+    out = {"step": totals, **({"warmup": warm} if with_warmup else {})}
     for name, (a, b) in spans.items():
         out[name] = [c.ms(a, b) for c in measured]
     return out

@@ -1,7 +1,7 @@
 """Tidy results: provenance columns, atomic CSV writes, the machine tag.
 
-Every row carries `provenance(machine, preset)`: the machine and its software as the job saw
-them. `cuda` is the CUDA this machine runs (`none` without a GPU), `torch_cuda` the CUDA torch
+Every row carries `provenance(machine, preset, edition)`: the course's edition it answers, the
+machine and its software as the job saw them. `cuda` is the CUDA this machine runs (`none` without a GPU), `torch_cuda` the CUDA torch
 was built for; driver, GPU clock and power limit come from `nvidia-smi` (absent: `–`); the git
 commit is suffixed `-dirty` when tracked files differ from it, and `git_dirty_files` names them.
 """
@@ -22,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from cs336_systems.core import sanity
+from cs336_systems.core.edition import DEFAULT_EDITION
 from cs336_systems.core.log import configure, get_logger
 from cs336_systems.core.machine import tag_for
 
@@ -30,6 +31,7 @@ log = get_logger(__name__)
 PROVENANCE_COLUMNS = [
     "machine",
     "preset",
+    "edition",
     "device_name",
     "torch",
     "triton",
@@ -171,8 +173,9 @@ def machine_provenance() -> dict:
     }
 
 
-def provenance(machine: str, preset: str) -> dict:
-    """The columns every row carries."""
+def provenance(machine: str, preset: str, edition: int = DEFAULT_EDITION) -> dict:
+    """The columns every row carries (`edition`: the course's, whose size table the row's
+    size names resolve in)."""
     import torch
 
     try:
@@ -184,6 +187,7 @@ def provenance(machine: str, preset: str) -> dict:
     row = {
         "machine": machine,
         "preset": preset,
+        "edition": int(edition),
         "device_name": device_name(),
         "torch": torch.__version__,
         "triton": triton_version,

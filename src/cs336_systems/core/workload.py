@@ -8,10 +8,40 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from cs336_systems.core.costs import param_count
 from cs336_systems.core.device import autocast
-from cs336_systems.model import BATCH_SIZE, VOCAB_SIZE, build_model, make_optimizer
+from cs336_systems.model import (
+    BATCH_SIZE,
+    VOCAB_SIZE,
+    build_model,
+    edition_of,
+    make_optimizer,
+    size_spec,
+)
 
 MODES = ("forward", "forward_backward", "train_step")
+# the phases of a step (`step(clock)`'s marks) each mode has: name -> (mark, mark)
+PHASE_SPANS = {
+    "forward": {"fwd": ("start", "forward")},
+    "forward_backward": {"fwd": ("start", "forward"), "bwd": ("forward", "backward")},
+    "train_step": {
+        "fwd": ("start", "forward"),
+        "bwd": ("forward", "backward"),
+        "opt": ("backward", "optimizer"),
+    },
+}
+
+
+def model_columns(size: str, edition: int | str | None, vocab_size: int = VOCAB_SIZE) -> dict:
+    """What a row says of its model: the edition, the size name and its resolved dimensions
+    (d_model, d_ff, num_layers, num_heads) and exact parameter count (core/costs.py)."""
+    spec = size_spec(size, edition)
+    return {
+        "edition": edition_of(edition),
+        "size": size,
+        **spec,
+        "params": param_count(vocab_size, spec["d_model"], spec["num_layers"], spec["d_ff"]),
+    }
 
 
 @dataclass
@@ -35,11 +65,12 @@ class Workload:
         attention: str | Callable = "naive",
         seed: int = 0,
         compile_mode: str = "default",
+        edition: int | str | None = None,
     ) -> Workload:
         device = torch.device(device)
         torch.manual_seed(seed)
         with device:
-            model = build_model(size, context_length).set_attention(attention)
+            model = build_model(size, context_length, edition=edition).set_attention(attention)
         shape = (batch_size, context_length)
         tokens = torch.randint(0, VOCAB_SIZE, shape, device=device)
         targets = torch.randint(0, VOCAB_SIZE, shape, device=device)
@@ -54,8 +85,11 @@ class Workload:
 
     def step(
         self, mode: str, precision: str, compiled: bool
-    ) -> tuple[Callable[[], None], Callable]:
-        """(step, cleanup): one call of `step` is one measured unit of `mode`."""
+    ) -> tuple[Callable[..., None], Callable]:
+        """(step, cleanup): one call of `step` is one measured unit of `mode`. `step(clock)`
+        marks its phases on a harness StepClock: `start` (after zeroing the gradients),
+        `forward` (the loss computed), `backward`, `optimizer` (the AdamW step), as far as the
+        mode goes (PHASE_SPANS names the spans between them)."""
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; known: {MODES}")
         net = self.forward_module(compiled)
@@ -66,15 +100,20 @@ class Workload:
                 logits = net(self.tokens)
                 return F.cross_entropy(logits.flatten(0, 1).float(), self.targets.flatten())
 
-        def step() -> None:
-            if mode == "forward":
-                loss()
-                return
+        def step(clock=None) -> None:
+            mark = clock.mark if clock is not None else (lambda _name: None)
             if optimizer is not None:
                 optimizer.zero_grad(set_to_none=True)
-            loss().backward()
+            mark("start")
+            value = loss()
+            mark("forward")
+            if mode == "forward":
+                return
+            value.backward()
+            mark("backward")
             if optimizer is not None:
                 optimizer.step()
+                mark("optimizer")
 
         def cleanup() -> None:
             nonlocal optimizer

@@ -23,6 +23,7 @@ import argparse
 import math
 from pathlib import Path
 
+from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import StepClock, summarize, synchronize
 from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.parallel.launch import feasibility
@@ -214,6 +215,7 @@ def _env_pairs(text: str) -> dict[str, str]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--machine", default="local")
+    add_edition_argument(ap)
     ap.add_argument("--preset", default="cpu")
     ap.add_argument("--backend", choices=BACKENDS, required=True)
     ap.add_argument("--world-sizes", type=_ints, help="comma list (required)")
@@ -352,7 +354,7 @@ def main(argv: list[str] | None = None) -> None:
     from cs336_systems.core.results import provenance, with_columns_first, write_csv
 
     rows = [
-        {**provenance(args.machine, args.preset), **r}
+        {**provenance(args.machine, args.preset, args.edition), **r}
         for n in args.world_sizes
         for r in run_world_size(args, n)
     ]

@@ -18,6 +18,7 @@ import argparse
 import torch
 
 from cs336_systems.core.device import allow_recompiles
+from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import (
     Stopwatch,
     is_oom,
@@ -205,6 +206,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--bwd-steps", type=int, default=100)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--machine", required=True)
+    add_edition_argument(ap)
     ap.add_argument("--preset", required=True)
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
@@ -215,7 +217,7 @@ def main(argv: list[str] | None = None) -> None:
     if device_name == "auto":
         device_name = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(device_name)
-    base = {**provenance(args.machine, args.preset), "device": device.type}
+    base = {**provenance(args.machine, args.preset, args.edition), "device": device.type}
     if device.type == "cuda":
         base["device_memory_mb"] = torch.cuda.get_device_properties(device).total_memory / 2**20
     rows = run(

@@ -73,6 +73,63 @@ def _eager_naive(df: pd.DataFrame) -> pd.DataFrame:
     return df[(df["compile"] == "eager") & (df["attention"] == "naive")]
 
 
+PHASE_CONTEXT = 512  # the 2026 handout: "use context length 512 unless otherwise specified"
+
+
+def phase_summary(df: pd.DataFrame, d: pd.DataFrame) -> dict:
+    """2026's benchmarking question: forward, backward and optimizer step of a training step
+    (eager, naive attention), for every size of the rows' edition at context 512 (the context
+    nearest 512 where none ran at 512); a size without a measured step says why."""
+    t_all = _eager_naive(df[df["mode"] == "train_step"])
+    if "fwd_ms_median" not in df or not len(t_all):
+        return {}
+    contexts = sorted(set(t_all["context_length"]))
+    ctx = min(contexts, key=lambda c: (abs(c - PHASE_CONTEXT), c))
+    editions = sorted({int(e) for e in df.get("edition", pd.Series(dtype=float)).dropna()})
+    from cs336_systems.model import size_names
+
+    names = size_names(editions[0]) if len(editions) == 1 else sorted(set(df["size"]))
+    t = _eager_naive(d[(d["mode"] == "train_step") & (d["context_length"] == ctx)])
+    out = {"context": ctx, "edition": editions[0] if len(editions) == 1 else None, "tables": {}}
+    out["sentences"] = []
+    for prec in [p for p in ("fp32", "bf16") if p in set(t_all["precision"])]:
+        rows = []
+        g = t[t["precision"] == prec].set_index("size")
+        every = t_all[(t_all["precision"] == prec) & (t_all["context_length"] == ctx)]
+        every = every.set_index("size")
+        for size in ordered_sizes([n for n in names if n != "tiny" or n in set(df["size"])]):
+            if size in g.index:
+                r = g.loc[size]
+                rows.append(
+                    {
+                        "size": size,
+                        "forward (ms)": fmt(r.fwd_ms_median, 2),
+                        "backward (ms)": fmt(r.bwd_ms_median, 2),
+                        "optimizer (ms)": fmt(r.opt_ms_median, 2),
+                        "step (ms)": fmt(r.step_ms_median, 2),
+                        "optimizer share": pct(r.opt_ms_median / r.step_ms_median),
+                    }
+                )
+            else:
+                why = str(every.loc[size, "status"]) if size in every.index else "not run"
+                if why == "ok":  # ran, but failed a sanity check
+                    why = "⚠ suspect (see Suspect numbers): left out"
+                rows.append({"size": size, "forward (ms)": why})
+        out["tables"][prec] = md_table(pd.DataFrame(rows).fillna("–"))
+        if len(g):
+            share = g["opt_ms_median"] / g["step_ms_median"]
+            ratio = g["bwd_ms_median"] / g["fwd_ms_median"]
+            parts = g["fwd_ms_median"] + g["bwd_ms_median"] + g["opt_ms_median"]
+            out["sentences"].append(
+                f"{prec}: the optimizer step takes {_spread(share, pct)} of the training step, "
+                f"backward {_spread(ratio, lambda v: f'{v:.2f}×')} the forward time, and the "
+                f"three phases add up to {_spread(parts / g['step_ms_median'], pct)} of the "
+                "whole step (medians; the rest is zeroing the gradients and the synchronization "
+                "around the step)"
+            )
+    return out
+
+
 def backward_ratios(df: pd.DataFrame) -> pd.DataFrame:
     """backward time (forward+backward minus forward) over forward time, per point (of `df`'s
     rows that ran: pass `ok(df)` to leave suspect ones out)."""
@@ -262,6 +319,16 @@ def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
     return out
 
 
+def _spread(values: pd.Series, show) -> str:
+    """The median of `values` per size, with its range where there are several."""
+    if len(values) == 1:
+        return f"{show(values.iloc[0])} (`{values.index[0]}`)"
+    return (
+        f"{show(values.median())} (median; {show(values.min())} at `{values.idxmin()}` to "
+        f"{show(values.max())} at `{values.idxmax()}`)"
+    )
+
+
 def _range_sentence(values: pd.Series, what: str) -> str:
     return f"{values.median():.2f}× ({values.min():.2f}–{values.max():.2f}× across {len(values)} {what})"
 
@@ -295,6 +362,7 @@ def context(results_dir: Path) -> dict:
     s["measure_steps"] = int(df["measure_steps"].iloc[0])
     s["latency_fp32"] = _latency_table(df, "fp32")
     s["latency_bf16"] = _latency_table(df, "bf16")
+    s["phases"] = phase_summary(df, d)
 
     # Q1: backward vs forward (a point whose forward or forward+backward is suspect drops out)
     r = backward_ratios(_eager_naive(d))

@@ -1,4 +1,6 @@
-"""Stage `benchmark`: end-to-end latency of the model (forward, forward+backward, training step).
+"""Stage `benchmark`: end-to-end latency of the model (forward, forward+backward, training step),
+and within each step its phases (forward, backward, optimizer step: `fwd_ms_*`, `bwd_ms_*`,
+`opt_ms_*`, timed between marks on the device, beside the whole step's `step_ms_*`).
 
     python -m cs336_systems.stages.benchmark.measure run --size small --context-length 128 ... --out X.csv
     python -m cs336_systems.stages.benchmark.measure warmup --size small --context-length 128 --warmups 0,1,2,5 ...
@@ -6,7 +8,8 @@
 
 Each (size, context length, attention) job builds the model once and times every mode x
 precision x compile point on it through the harness; a point that runs out of memory or fails
-is a row with its status.
+is a row with its status, and one the memory model (core/costs.py: step_memory_bytes) says
+cannot fit the device's free memory is a `skipped: ...` row, decided before allocating.
 """
 
 from __future__ import annotations
@@ -18,18 +21,19 @@ import pandas as pd
 import torch
 
 from cs336_systems.core import costs as flops
-from cs336_systems.core.device import pick_device
+from cs336_systems.core.device import free_memory_mib, memory_shortfall, pick_device
+from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import (
     peak_memory_mb,
     release_memory,
     run_point,
     summarize,
-    time_steps,
+    time_marked_steps,
 )
 from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.core.results import concat_csvs, provenance, write_csv
 from cs336_systems.core.sanity import flag
-from cs336_systems.core.workload import Workload
+from cs336_systems.core.workload import PHASE_SPANS, Workload, model_columns
 from cs336_systems.kernels.attention import attention_function
 from cs336_systems.model import BATCH_SIZE, VOCAB_SIZE, size_spec
 from cs336_systems.stages.benchmark.derived import add_mfu
@@ -38,22 +42,55 @@ MODES = ("forward", "forward_backward", "train_step")
 PRECISIONS = ("fp32", "bf16")
 COMPILE = ("eager", "compiled")
 
+MODE_WHAT = {
+    "forward": "forward",
+    "forward_backward": "forward+backward",
+    "train_step": "train step",
+}
+
 log = get_logger(__name__)
 
 
-def model_row(size: str, context_length: int, batch_size: int) -> dict:
-    spec = size_spec(size)
+PHASES = ("fwd", "bwd", "opt")
+MiB = 2**20
+
+
+def model_row(size: str, context_length: int, batch_size: int, edition=None) -> dict:
     return {
-        "size": size,
-        **spec,
-        "params": flops.param_count(VOCAB_SIZE, spec["d_model"], spec["num_layers"], spec["d_ff"]),
+        **model_columns(size, edition),
         "context_length": context_length,
         "batch_size": batch_size,
     }
 
 
-def step_flops(size: str, context_length: int, batch_size: int, mode: str) -> float:
-    spec = size_spec(size)
+def step_memory_mib(
+    size: str,
+    context_length: int,
+    batch_size: int,
+    mode: str,
+    precision: str,
+    device_type: str,
+    edition=None,
+) -> float:
+    """What the memory model says one step needs (MiB): training state + saved activations."""
+    s = size_spec(size, edition)
+    need = flops.step_memory_bytes(
+        VOCAB_SIZE,
+        s["d_model"],
+        s["num_layers"],
+        s["num_heads"],
+        s["d_ff"],
+        batch_size,
+        context_length,
+        mode,
+        precision,
+        device_type,
+    )
+    return need["total_bytes"] / MiB
+
+
+def step_flops(size: str, context_length: int, batch_size: int, mode: str, edition=None) -> float:
+    spec = size_spec(size, edition)
     return flops.model_flops(
         VOCAB_SIZE,
         spec["d_model"],
@@ -68,14 +105,24 @@ def step_flops(size: str, context_length: int, batch_size: int, mode: str) -> fl
 def measure(
     work: Workload, mode: str, precision: str, compiled: bool, warmup: int, steps: int
 ) -> dict:
-    """Time one point; returns the stats columns (raises on OOM/failure: run_point catches)."""
+    """Time one point; returns the stats columns (raises on OOM/failure: run_point catches):
+    the whole step's (`step_ms_*`, host clock, synchronized) and each phase's (`fwd_ms_*`,
+    `bwd_ms_*`, `opt_ms_*`, between the step's marks: CUDA events, or the host clock on a
+    CPU); a phase the mode lacks is NaN."""
     step, cleanup = work.step(mode, precision, compiled)
     try:
         if work.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(work.device)
-        warm, times = time_steps(step, warmup, steps, work.device)
+        out = time_marked_steps(
+            step, warmup, steps, work.device, PHASE_SPANS[mode], with_warmup=True
+        )
+        warm, times = out["warmup"], out["step"]
+        phases = {}
+        for name in PHASES:
+            phases.update(summarize(out.get(name, []), name))
         return {
             **summarize(times, "step"),
+            **phases,
             "first_step_ms": (warm or times)[0],
             "warmup_times_ms": json.dumps([round(t, 4) for t in warm]),
             "step_times_ms": json.dumps([round(t, 4) for t in times]),
@@ -100,24 +147,40 @@ def run_grid(
     compile_modes: list[str] | None = None,
     compile_precisions: list[str] | None = None,
     compile_mode: str = "default",
+    edition=None,
 ) -> list[dict]:
     rows: list[dict] = []
     fixed = {
         **base,
-        **model_row(size, context_length, batch_size),
+        **model_row(size, context_length, batch_size, edition),
         "attention": attention,
         "compile_mode": compile_mode,
     }
-    built = run_point(
-        lambda: Workload.build(
-            size,
-            context_length,
-            batch_size,
-            device,
-            attention_function(attention),
-            compile_mode=compile_mode,
+    # before allocating anything: the points the memory model says cannot fit what is free
+    free = free_memory_mib(device)
+    skipped = {}
+    for prec in precisions:
+        for mode in modes:
+            need = step_memory_mib(
+                size, context_length, batch_size, mode, prec, device.type, edition
+            )
+            what = f"{size} {MODE_WHAT[mode]} in {prec} (state + saved activations)"
+            if why := memory_shortfall(need, device, what, free):
+                skipped[mode, prec] = (why, need)
+    if len(skipped) == len(precisions) * len(modes):
+        built = None
+    else:
+        built = run_point(
+            lambda: Workload.build(
+                size,
+                context_length,
+                batch_size,
+                device,
+                attention_function(attention),
+                compile_mode=compile_mode,
+                edition=edition,
+            )
         )
-    )
     compile_modes = compile_modes if compile_modes is not None else modes
     compile_precisions = compile_precisions if compile_precisions is not None else precisions
     points = [
@@ -136,6 +199,11 @@ def run_grid(
             "warmup_steps": warmup,
             "measure_steps": steps,
         }
+        if (mode, prec) in skipped:
+            why, need = skipped[mode, prec]
+            rows.append({**row, "status": why, "needed_memory_mb": need, "free_memory_mb": free})
+            log.log(status_level(why), "%d/%d %s", n, len(points), why)
+            continue
         if built.status != "ok":
             rows.append({**row, "status": built.status})
             continue
@@ -149,7 +217,7 @@ def run_grid(
             row["status"] = res.status
             if res.status == "ok":
                 row.update(res.value)
-                f = step_flops(size, context_length, batch_size, mode)
+                f = step_flops(size, context_length, batch_size, mode, edition)
                 ms = row["step_ms_mean"]
                 row["flops_per_step"] = f
                 row["tflops"] = flops.tflops(f, ms)
@@ -172,6 +240,7 @@ def run_warmup_sweep(
     batch_size: int,
     device: torch.device,
     base: dict,
+    edition=None,
 ) -> list[dict]:
     """The same point measured after 0, 1, 2, ... warm-up steps, each on a freshly built model,
     so the first steps' costs (allocator growth, kernel selection, caches) show again each time."""
@@ -179,14 +248,14 @@ def run_warmup_sweep(
     for w in warmups:
 
         def measure_fresh(w=w):
-            work = Workload.build(size, context_length, batch_size, device)
+            work = Workload.build(size, context_length, batch_size, device, edition=edition)
             return measure(work, mode, precision, False, w, steps)
 
         with point(f"warmup={w}"):
             res = run_point(measure_fresh)
         row = {
             **base,
-            **model_row(size, context_length, batch_size),
+            **model_row(size, context_length, batch_size, edition),
             "attention": "naive",
             "mode": mode,
             "precision": precision,
@@ -218,6 +287,7 @@ def main(argv: list[str] | None = None) -> None:
         p.add_argument("--steps", type=int, default=10)
         p.add_argument("--device", default="auto")
         p.add_argument("--machine", required=True)
+        add_edition_argument(p)
         p.add_argument("--preset", required=True)
         p.add_argument("--out", required=True)
     run = sub.choices["run"]
@@ -260,7 +330,7 @@ def main(argv: list[str] | None = None) -> None:
         return
 
     device = pick_device(args.device)
-    base = {**provenance(args.machine, args.preset), "device": device.type}
+    base = {**provenance(args.machine, args.preset, args.edition), "device": device.type}
     if args.cmd == "run":
         job = f"{args.size} ctx{args.context_length} {args.attention}"
     else:
@@ -282,6 +352,7 @@ def main(argv: list[str] | None = None) -> None:
                 _csv_list(args.compile_modes) if args.compile_modes else None,
                 _csv_list(args.compile_precisions) if args.compile_precisions else None,
                 args.compile_mode,
+                args.edition,
             )
         else:
             rows = run_warmup_sweep(
@@ -294,6 +365,7 @@ def main(argv: list[str] | None = None) -> None:
                 args.batch_size,
                 device,
                 base,
+                args.edition,
             )
     write_csv(rows, args.out)
     log.info("wrote %s: %d rows", args.out, len(rows))

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from cs336_systems.core.device import autocast, memory_shortfall
+from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import PointResult, device_time, run_point
 from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.core.results import provenance, write_csv
@@ -121,12 +122,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--copy-mb", type=int, default=1024)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--machine", required=True)
+    add_edition_argument(ap)
     ap.add_argument("--preset", required=True)
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     configure("ceilings")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    base = provenance(args.machine, args.preset)
+    base = provenance(args.machine, args.preset, args.edition)
     rows = []
     for name, path in matmul_paths(args.dtypes.split(",")):
         with point("matmul", name, *([] if path == "matmul" else [path]), f"n={args.matmul_size}"):

@@ -124,7 +124,7 @@ def accounting_context(acc: pd.DataFrame) -> dict:
     first = acc.iloc[0]
     b, n, d = int(first["batch_size"]), int(first["context_length"]), int(first["d_model"])
     h, f = int(first["num_heads"]), int(first["d_ff"])
-    layers = int(checkpointing_size_layers(first["size"]))
+    layers = int(checkpointing_size_layers(first["size"], first.get("edition")))
     model = costs.block_saved_bytes(b, n, d, h, f, "fp32", "cuda")
     failed = acc[acc["status"] != "ok"][["module_kind", "compile", "status"]]
     out = {
@@ -183,10 +183,11 @@ def accounting_context(acc: pd.DataFrame) -> dict:
     return out
 
 
-def checkpointing_size_layers(size: str) -> int:
+def checkpointing_size_layers(size: str, edition=None) -> int:
     from cs336_systems.model import size_spec
 
-    return size_spec(size)["num_layers"]
+    edition = None if pd.isna(edition) else int(edition)
+    return size_spec(size, edition)["num_layers"]
 
 
 # ---- Q30-31: strategies ----------------------------------------------------------------------

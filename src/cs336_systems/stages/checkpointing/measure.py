@@ -1,8 +1,8 @@
 """Stage `checkpointing`: what autograd saves for backward, and what activation checkpointing buys.
 
-    python -m cs336_systems.stages.checkpointing accounting --size 2.7B --batch-size 4 \\
+    python -m cs336_systems.stages.checkpointing accounting --size xl --batch-size 4 \\
         --context-length 2048 --device meta --compile-backend partition --out saved.csv ...
-    python -m cs336_systems.stages.checkpointing strategies --size 2.7B --precision fp32 \\
+    python -m cs336_systems.stages.checkpointing strategies --size xl --precision fp32 \\
         --strategies none,every_1,every_2,halving --batch-size 4 --context-length 2048 --out S.csv
 
 `accounting`: one RMSNorm and one TransformerBlock of the size's dimensions on (batch, context,
@@ -33,6 +33,7 @@ import torch.nn.functional as F
 
 from cs336_systems.core import checkpointing, costs
 from cs336_systems.core.device import autocast, pick_device
+from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import (
     Stopwatch,
     release_memory,
@@ -59,8 +60,8 @@ GiB = 2**30
 log = get_logger(__name__)
 
 
-def dims(size: str, num_layers: int | None = None) -> dict[str, int]:
-    spec = dict(size_spec(size))
+def dims(size: str, num_layers: int | None = None, edition=None) -> dict[str, int]:
+    spec = dict(size_spec(size, edition))
     if num_layers:
         spec["num_layers"] = num_layers
     return spec
@@ -86,11 +87,11 @@ def account(module: torch.nn.Module, x: torch.Tensor, compiled: bool, backend: s
 
 def accounting(args) -> list[dict]:
     device = torch.device(args.device) if args.device == "meta" else pick_device(args.device)
-    s = dims(args.size)
+    s = dims(args.size, edition=args.edition)
     d, h, f = s["d_model"], s["num_heads"], s["d_ff"]
     b, n = args.batch_size, args.context_length
     base = {
-        **provenance(args.machine, args.preset),
+        **provenance(args.machine, args.preset, args.edition),
         "size": args.size,
         "d_model": d,
         "num_heads": h,
@@ -229,9 +230,9 @@ def measure_strategy(trainer: Trainer, args) -> dict:
 def strategies(args) -> list[dict]:
     device = pick_device(args.device)
     cuda = device.type == "cuda"
-    spec = dims(args.size, args.num_layers)
+    spec = dims(args.size, args.num_layers, args.edition)
     base = {
-        **provenance(args.machine, args.preset),
+        **provenance(args.machine, args.preset, args.edition),
         "size": args.size,
         **spec,
         "vocab_size": args.vocab_size,
@@ -314,6 +315,7 @@ def main(argv: list[str] | None = None) -> None:
         p.add_argument("--context-length", type=int, required=True)
         p.add_argument("--device", default="auto")
         p.add_argument("--machine", required=True)
+        add_edition_argument(p)
         p.add_argument("--preset", required=True)
         p.add_argument("--out", required=True)
     acc = sub.choices["accounting"]
@@ -330,7 +332,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     configure("checkpointing")
     if args.cmd == "strategies":
-        n = dims(args.size, args.num_layers)["num_layers"]
+        n = dims(args.size, args.num_layers, args.edition)["num_layers"]
         for name in args.strategies:
             try:
                 checkpointing.plan_for(name, n)

@@ -1,35 +1,22 @@
 """What the workflow needs to plan (and check) the checkpointing stage, from its config block.
 
 Pure functions of the preset block (no torch): the model's size table is read from model.py's
-source (``core.imports.module_literal``), so a block size that does not divide the layer count
+source (``core.edition.size_table``), so a block size that does not divide the layer count
 is refused while planning, before any job, in the run's one-line form (core/config.py).
 """
 
 from __future__ import annotations
 
-from functools import cache
-from pathlib import Path
+from cs336_systems.core.edition import DEFAULT_EDITION, size_table
 
-from cs336_systems.core.imports import module_literal
-
-SRC = Path(__file__).resolve().parents[3]
 NESTED = ("sqrt", "halving", "chain")
 
 
-@cache
-def size_table() -> dict[str, dict[str, int]]:
-    """model.py's MODEL_SIZES and EXTRA_SIZES (name -> d_model, d_ff, num_layers, num_heads)."""
-    return {
-        **module_literal(SRC, "cs336_systems.model", "MODEL_SIZES"),
-        **module_literal(SRC, "cs336_systems.model", "EXTRA_SIZES"),
-    }
-
-
-def num_layers(cfg: dict) -> int | None:
+def num_layers(cfg: dict, edition: int = DEFAULT_EDITION) -> int | None:
     """The layer count the strategies run over: `num_layers` if set, else the size's own."""
     if "num_layers" in cfg:
         return cfg["num_layers"]
-    spec = size_table().get(cfg["size"])
+    spec = size_table(edition).get(cfg["size"])
     return spec["num_layers"] if spec else None
 
 
@@ -47,16 +34,18 @@ def strategies(cfg: dict) -> list[str]:
     return ["none", *(f"every_{k}" for k in cfg["block_sizes"]), *cfg["nested"]]
 
 
-def problems(cfg: dict) -> list[tuple[tuple, object, str]]:
+def problems(cfg: dict, edition: int = DEFAULT_EDITION) -> list[tuple[tuple, object, str]]:
     """(key path inside the preset block, value, what is allowed) for each problem the schema
     cannot see: sizes of the model table, block sizes that divide the layer count, a compiled
     accounting on the meta device through the real compiler."""
     out = []
-    sizes = size_table()
+    sizes = size_table(edition)
     for key, size in (("size",), cfg["size"]), (("accounting", "size"), cfg["accounting"]["size"]):
         if size not in sizes:
-            out.append((key, size, f"a model size: one of {', '.join(sizes)}"))
-    n = num_layers(cfg)
+            out.append(
+                (key, size, f"a model size of the {edition} edition: one of {', '.join(sizes)}")
+            )
+    n = num_layers(cfg, edition)
     if n is not None:
         allowed = ", ".join(map(str, divisors(n)))
         for i, k in enumerate(cfg["block_sizes"]):
@@ -83,5 +72,6 @@ def problems(cfg: dict) -> list[tuple[tuple, object, str]]:
 def check(cfg: dict, at, facts=None) -> None:
     """The stage's checks for core/config.py's check_run (`at` collects problems under the
     block's path)."""
-    for path, value, allowed in problems(cfg):
+    edition = facts.edition if facts is not None else DEFAULT_EDITION
+    for path, value, allowed in problems(cfg, edition):
         at.fail(path, value, allowed)

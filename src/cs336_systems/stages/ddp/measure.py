@@ -32,6 +32,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import StepClock, synchronize, time_marked_steps
 from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.parallel.launch import summarize_slowest
@@ -72,7 +73,7 @@ def build(args, device):
 
     torch.manual_seed(args.seed)
     with device:  # initialize on the device: an xl model built on the host takes minutes
-        return build_model(args.size, args.context_length)
+        return build_model(args.size, args.context_length, edition=args.edition)
 
 
 def timed_steps(
@@ -435,6 +436,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("kind", choices=("variants", "sharding"))
     ap.add_argument("--machine", default="local")
+    add_edition_argument(ap)
     ap.add_argument("--preset", default="cpu")
     ap.add_argument("--backend", choices=("gloo", "nccl"), required=True)
     ap.add_argument("--world-size", type=int, default=2)
@@ -474,6 +476,7 @@ def worker_argv(args) -> list[str]:
         "--worker",
         f"--backend={args.backend}",
         f"--size={args.size}",
+        f"--edition={args.edition}",
         f"--context-length={args.context_length}",
         f"--batch-per-rank={args.batch_per_rank}",
         "--variants=" + ",".join(args.variants),
@@ -537,7 +540,7 @@ def run(args) -> list[dict]:
     from cs336_systems.core.costs import param_count
     from cs336_systems.model import VOCAB_SIZE, size_spec
 
-    spec = size_spec(args.size)
+    spec = size_spec(args.size, args.edition)
     for row in rows:
         row.update(
             {
@@ -584,7 +587,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     from cs336_systems.core.results import provenance, with_columns_first, write_csv
 
-    rows = [{**provenance(args.machine, args.preset), **r} for r in run(args)]
+    rows = [{**provenance(args.machine, args.preset, args.edition), **r} for r in run(args)]
     df = with_columns_first(rows, COLUMNS_FIRST)
     write_csv(df, args.out)
     log.info("wrote %s: %d rows", args.out, len(df))

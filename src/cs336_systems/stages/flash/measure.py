@@ -28,6 +28,7 @@ import os
 import torch
 
 from cs336_systems.core import costs as flops
+from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import device_time, is_oom, release_memory, short_reason, timer_name
 from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.core.results import provenance, write_csv
@@ -436,6 +437,7 @@ def main(argv: list[str] | None = None) -> None:
         p.add_argument("--kernel-tests", default="")
         p.add_argument("--device", default="auto")
         p.add_argument("--machine", required=True)
+        add_edition_argument(p)
         p.add_argument("--preset", required=True)
         p.add_argument("--out", required=True)
     sweep = sub.choices["sweep"]
@@ -464,7 +466,7 @@ def main(argv: list[str] | None = None) -> None:
     if len(args.flash_tiles) != 2:
         ap.error("--flash-tiles takes two numbers: tile_q,tile_k")
     timer = Timer(device, args.warmup_ms, args.rep_ms, args.warmup_steps, args.steps)
-    base = {**provenance(args.machine, args.preset), "device": device.type}
+    base = {**provenance(args.machine, args.preset, args.edition), "device": device.type}
     if args.cmd == "sweep":
         dims, lens, grid = args.head_dims, args.seq_lens, "sweep"
     else:

@@ -1,7 +1,7 @@
 """Stage `fsdp`: one training step of the same model under DDP, optimizer-state sharding and FSDP
 (fp32 and bf16 compute), measured on every rank.
 
-    python -m cs336_systems.stages.fsdp --backend nccl --world-size 2 --size 2.7B --out F.csv
+    python -m cs336_systems.stages.fsdp --backend nccl --world-size 2 --size xl --out F.csv
 
 One torchrun launch runs the variants one after the other, each on a freshly built model (rank
 0's, broadcast by the wrapper) with AdamW:
@@ -36,6 +36,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import StepClock, Stopwatch, synchronize, time_marked_steps
 from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.parallel.launch import summarize_slowest
@@ -94,7 +95,7 @@ def build_variant(variant: str, args, ctx):
 
     torch.manual_seed(args.seed)
     with ctx.device:  # initialize on the device: a 2.7B model built on the host takes minutes
-        model = build_model(args.size, args.context_length)
+        model = build_model(args.size, args.context_length, edition=args.edition)
     split = param_split(model)  # before FSDP replaces the weights by their shards
     adamw = {"lr": args.lr, "weight_decay": 0.01}
     if variant in ("ddp", "sharded_optimizer"):
@@ -318,6 +319,7 @@ def _env_pairs(text: str) -> dict[str, str]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--machine", default="local")
+    add_edition_argument(ap)
     ap.add_argument("--preset", default="cpu")
     ap.add_argument("--backend", choices=("gloo", "nccl"), required=True)
     ap.add_argument("--world-size", type=int, default=2)
@@ -350,6 +352,7 @@ def worker_argv(args) -> list[str]:
         "--worker",
         f"--backend={args.backend}",
         f"--size={args.size}",
+        f"--edition={args.edition}",
         f"--context-length={args.context_length}",
         f"--batch-per-rank={args.batch_per_rank}",
         "--variants=" + ",".join(args.variants),
@@ -395,7 +398,7 @@ def run(args, argv: list[str] | None = None) -> list[dict]:
     else:
         rows = [{**p, "status": reason} for p in planned]
         log.warning("%s; the command that runs it: %s", reason, this_command(argv))
-    spec = size_spec(args.size)
+    spec = size_spec(args.size, args.edition)
     for row in rows:
         row.update(
             {
@@ -441,7 +444,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     from cs336_systems.core.results import provenance, with_columns_first, write_csv
 
-    rows = [{**provenance(args.machine, args.preset), **r} for r in run(args, argv)]
+    rows = [{**provenance(args.machine, args.preset, args.edition), **r} for r in run(args, argv)]
     df = with_columns_first(rows, COLUMNS_FIRST)
     write_csv(df, args.out)
     log.info("wrote %s: %d rows", args.out, len(df))

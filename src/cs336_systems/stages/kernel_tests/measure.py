@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import Stopwatch
 from cs336_systems.core.log import configure, get_logger
 from cs336_systems.core.results import provenance, verdicts, write_csv
@@ -142,6 +143,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--timeout", type=int, default=1800)
     ap.add_argument("--junit", required=True)
     ap.add_argument("--machine", required=True)
+    add_edition_argument(ap)
     ap.add_argument("--preset", required=True)
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
@@ -166,7 +168,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import torch
 
-    base = {**provenance(args.machine, args.preset), "files": ",".join(files)}
+    base = {**provenance(args.machine, args.preset, args.edition), "files": ",".join(files)}
     base["cuda_available"] = torch.cuda.is_available()
     base.update(select=args.select, marker=args.marker, pytest_exit_code=code, suite_s=seconds)
     if code == 5:

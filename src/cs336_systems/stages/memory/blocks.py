@@ -46,8 +46,8 @@ STATE_BYTES = {"forward": 4, "forward_backward": 8, "train_step": 16}
 log = get_logger(__name__)
 
 
-def build_block(size: str, context: int, device) -> TransformerBlock:
-    s = size_spec(size)
+def build_block(size: str, context: int, device, edition: str | None = None) -> TransformerBlock:
+    s = size_spec(size, edition)
     with torch.device(device):
         rope = RotaryEmbedding(s["d_model"] // s["num_heads"], context)
         return TransformerBlock(s["d_model"], s["num_heads"], s["d_ff"], rope)
@@ -93,12 +93,14 @@ def block_grad_bytes(block: torch.nn.Module, out: torch.Tensor) -> int:
     return made["bytes"]
 
 
-def block_rows(size: str, context: int, batch: int, precision: str, device) -> list[dict]:
+def block_rows(
+    size: str, context: int, batch: int, precision: str, device, edition: str | None = None
+) -> list[dict]:
     """Part (f) rows of one (context, precision): the top ops, then a `block_total` row."""
     device = torch.device(device)
-    s = size_spec(size)
+    s = size_spec(size, edition)
     torch.manual_seed(0)
-    block = build_block(size, context, device)
+    block = build_block(size, context, device, edition)
     x = torch.randn(batch, context, s["d_model"], device=device, requires_grad=True)
     by_op, totals, out = block_saved_by_op(block, x, precision)
     params = sum(p.numel() for p in block.parameters())
@@ -128,8 +130,8 @@ def block_rows(size: str, context: int, batch: int, precision: str, device) -> l
 # ---- the 2026 grid's checkpointing choice and the skip decision --------------------------------
 
 
-def _analytic(size: str, context: int, batch: int, precision: str, device_type: str):
-    s = size_spec(size)
+def _analytic(size: str, context: int, batch: int, precision: str, device_type: str, edition=None):
+    s = size_spec(size, edition)
     blk = costs.block_saved_bytes(
         batch, context, s["d_model"], s["num_heads"], s["d_ff"], precision, device_type
     )
@@ -138,22 +140,30 @@ def _analytic(size: str, context: int, batch: int, precision: str, device_type: 
 
 
 def checkpoint_peak(
-    strategy: str, size: str, context: int, batch: int, precision: str, device_type: str
+    strategy: str,
+    size: str,
+    context: int,
+    batch: int,
+    precision: str,
+    device_type: str,
+    edition: str | None = None,
 ) -> float:
     """Analytic peak saved bytes of a training step under `strategy` (core.costs)."""
-    n, blk, head = _analytic(size, context, batch, precision, device_type)
+    n, blk, head = _analytic(size, context, batch, precision, device_type, edition)
     plan = plan_for(strategy, n)
     return costs.checkpoint_memory(plan, blk["total"], blk["input"], head, blk["weight_casts"])[
         "peak_bytes"
     ]
 
 
-def best_block_size(size: str, context: int, batch: int, precision: str, device_type: str) -> int:
+def best_block_size(
+    size: str, context: int, batch: int, precision: str, device_type: str, edition=None
+) -> int:
     """The divisor k of the layer count whose `every_<k>` has the least analytic peak."""
-    n = size_spec(size)["num_layers"]
+    n = size_spec(size, edition)["num_layers"]
     ks = [k for k in range(1, n + 1) if n % k == 0]
     peaks = {
-        k: checkpoint_peak(strategy_name(k), size, context, batch, precision, device_type)
+        k: checkpoint_peak(strategy_name(k), size, context, batch, precision, device_type, edition)
         for k in ks
     }
     return min(ks, key=lambda k: (peaks[k], -k))
@@ -168,13 +178,16 @@ def step_need_bytes(
     device_type: str,
     strategy: str,
     activations: float,
+    edition: str | None = None,
 ) -> float:
     """Bytes a point needs: the state its mode holds plus its saved activations (`activations`:
     the whole-model analytic count; a checkpointed point: the strategy's analytic peak)."""
-    s = size_spec(size)
+    s = size_spec(size, edition)
     params = costs.param_count(VOCAB_SIZE, s["d_model"], s["num_layers"], s["d_ff"])
     if strategy != "none":
-        activations = checkpoint_peak(strategy, size, context, batch, precision, device_type)
+        activations = checkpoint_peak(
+            strategy, size, context, batch, precision, device_type, edition
+        )
     return STATE_BYTES[mode] * params + activations
 
 
@@ -192,7 +205,9 @@ def grid(args, context: int, device_type: str) -> list[tuple[str, str, str]]:
             if context in args.checkpoint_contexts and mode in args.checkpoint_modes:
                 strategy = args.checkpoint
                 if strategy == "best":
-                    k = best_block_size(args.size, context, args.batch_size, precision, device_type)
+                    k = best_block_size(
+                        args.size, context, args.batch_size, precision, device_type, args.edition
+                    )
                     strategy = strategy_name(k)
                 out.append((precision, mode, strategy))
     return out
@@ -206,7 +221,7 @@ def block_grid(args, device: torch.device) -> list[dict]:
             with point(args.size, f"ctx{context}", "block", precision):
                 res = run_point(
                     lambda c=context, p=precision: block_rows(
-                        args.size, c, args.batch_size, p, device
+                        args.size, c, args.batch_size, p, device, args.edition
                     )
                 )
             key = {"context_length": context, "precision": precision}
@@ -243,6 +258,7 @@ def nsys_capture(args, raw_dir: Path, context: int, precision: str, nsys_setting
         f"--context={context}",
         f"--batch-size={args.batch_size}",
         f"--precision={precision}",
+        f"--edition={args.edition}",
     ]
     try:
         rep = nsys_tools.run_profile(
@@ -261,9 +277,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch-size", type=int, default=4)
     ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--edition", default=None)
     args = ap.parse_args(argv)
     configure("memory")
-    rows = block_rows(args.size, args.context, args.batch_size, args.precision, args.device)
+    rows = block_rows(
+        args.size, args.context, args.batch_size, args.precision, args.device, args.edition
+    )
     total = rows[-1]
     log.info(
         "block saved %.1f MiB, gradients %.1f MiB",

@@ -1,6 +1,6 @@
 """Stage `memory`: what holds memory during a forward pass and a training step, and when.
 
-    python -m cs336_systems.stages.memory.measure run --size 2.7B --contexts 128,256,512 --modes forward,train_step \
+    python -m cs336_systems.stages.memory.measure run --size xl --contexts 128,256,512 --modes forward,train_step \
         --precisions fp32,bf16 --machine M --preset P --out S.csv --allocations-out S.alloc.csv \
         --raw-dir raw/ --timeline-dir timelines/
 
@@ -37,6 +37,7 @@ import torch
 from cs336_systems.core import checkpointing
 from cs336_systems.core import costs as flops
 from cs336_systems.core.device import pick_device
+from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import Stopwatch, release_memory, run_point, synchronize
 from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.core.phases import phase_hooks
@@ -127,9 +128,9 @@ def activation_memory(
 
 
 def activation_memory_for(
-    size: str, context: int, batch: int, precision: str, device_type: str
+    size: str, context: int, batch: int, precision: str, device_type: str, edition=None
 ) -> dict[str, int]:
-    s = size_spec(size)
+    s = size_spec(size, edition)
     return activation_memory(
         batch,
         context,
@@ -147,10 +148,12 @@ def activation_memory_for(
 # Snapshot -> timeline, phases, largest allocations
 
 
-def known_tensor_sizes(size: str, context: int, batch: int, precision: str) -> dict[str, list[int]]:
+def known_tensor_sizes(
+    size: str, context: int, batch: int, precision: str, edition=None
+) -> dict[str, list[int]]:
     """Block sizes (bytes, rounded up to the allocator's 512) of the tensors a step of this
     model allocates, by name, in fp32 and (under bf16 autocast) bf16."""
-    s = size_spec(size)
+    s = size_spec(size, edition)
     b, n, d, f, h, V = batch, context, s["d_model"], s["d_ff"], s["num_heads"], VOCAB_SIZE
     widths = (4, 2) if precision == "bf16" else (4,)
     shapes = {
@@ -380,7 +383,7 @@ def run(args) -> tuple[pd.DataFrame, pd.DataFrame]:
     device = pick_device(args.device)
     cuda = device.type == "cuda"
     base = {
-        **provenance(args.machine, args.preset),
+        **provenance(args.machine, args.preset, args.edition),
         "size": args.size,
         "batch_size": args.batch_size,
         "device": device.type,
@@ -393,7 +396,9 @@ def run(args) -> tuple[pd.DataFrame, pd.DataFrame]:
     for context in args.contexts:
         with point(args.size, f"ctx{context}", "build"):
             built = run_point(
-                lambda c=context: Workload.build(args.size, c, args.batch_size, device)
+                lambda c=context: Workload.build(
+                    args.size, c, args.batch_size, device, edition=args.edition
+                )
             )
         for precision, mode, strategy in blocks.grid(args, context, device.type):
             with point(args.size, f"ctx{context}", mode, precision, strategy):
@@ -407,7 +412,7 @@ def run(args) -> tuple[pd.DataFrame, pd.DataFrame]:
                     "checkpoint_choice": "none" if strategy == "none" else args.checkpoint,
                 }
                 analytic = activation_memory_for(
-                    args.size, context, args.batch_size, precision, device.type
+                    args.size, context, args.batch_size, precision, device.type, args.edition
                 )
                 row["analytic_activations_mb"] = analytic["total"] / MiB
                 row["analytic_residual_stream_mb"] = analytic["residual_stream"] / MiB
@@ -415,7 +420,7 @@ def run(args) -> tuple[pd.DataFrame, pd.DataFrame]:
                 row["analytic_weight_casts_mb"] = analytic["weight_casts"] / MiB
                 need = blocks.step_need_bytes(
                     args.size, context, args.batch_size, mode, precision, device.type,
-                    strategy, analytic["total"],
+                    strategy, analytic["total"], args.edition,
                 )  # fmt: skip
                 row["analytic_need_gib"] = need / GiB
                 if strategy != "none":
@@ -427,6 +432,7 @@ def run(args) -> tuple[pd.DataFrame, pd.DataFrame]:
                             args.batch_size,
                             precision,
                             device.type,
+                            args.edition,
                         )  # fmt: skip
                         / MiB
                     )
@@ -465,7 +471,9 @@ def run(args) -> tuple[pd.DataFrame, pd.DataFrame]:
                         row["snapshot"] = str(snap_path) if args.keep_raw else "dropped"
                         row["trace_events"] = len(tl)
                         top = largest_allocations(snapshot)
-                        known = known_tensor_sizes(args.size, context, args.batch_size, precision)
+                        known = known_tensor_sizes(
+                            args.size, context, args.batch_size, precision, args.edition
+                        )
                         for r in top.to_dict("records"):
                             r["likely_tensor"] = likely_tensor(r["size_bytes"], known)
                             allocs.append({**base, **key, "status": "ok", **r})
@@ -507,6 +515,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-entries", type=int, default=200_000)
     p.add_argument("--device", default="auto")
     p.add_argument("--machine", required=True)
+    add_edition_argument(p)
     p.add_argument("--preset", required=True)
     p.add_argument("--raw-dir", required=True)
     p.add_argument("--timeline-dir", required=True)

@@ -3,21 +3,14 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from cs336_systems.core.config import Checker, Facts
-from cs336_systems.core.imports import module_literal
-
-SRC = Path(__file__).resolve().parents[3]
+from cs336_systems.core.edition import size_table
 
 
-def layer_counts() -> dict[str, int]:
-    """Layers per size name of model.py's tables (read from its source, no torch)."""
-    table = {
-        **module_literal(SRC, "cs336_systems.model", "MODEL_SIZES"),
-        **module_literal(SRC, "cs336_systems.model", "EXTRA_SIZES"),
-    }
-    return {name: spec["num_layers"] for name, spec in table.items()}
+def layer_counts(edition: int) -> dict[str, int]:
+    """Layers per size name of the edition's table (read from model.py's source, no torch)."""
+    return {name: spec["num_layers"] for name, spec in size_table(edition).items()}
 
 
 def check(cfg: dict, at: Checker, facts: Facts) -> None:
@@ -29,7 +22,7 @@ def check(cfg: dict, at: Checker, facts: Facts) -> None:
         )
         at.within(("checkpoint", "modes"), ck["modes"], cfg["modes"], "modes")
         m = re.match(r"^every_(\d+)$", ck["strategy"])
-        layers = layer_counts()
+        layers = layer_counts(facts.edition)
         for size in cfg["sizes"]:
             n = layers.get(size)
             if m and n and n % int(m.group(1)):

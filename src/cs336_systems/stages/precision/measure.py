@@ -24,6 +24,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import Stopwatch
 from cs336_systems.core.log import configure, get_logger
 from cs336_systems.core.results import provenance, write_csv
@@ -228,7 +229,7 @@ def layernorm_rows(device: str) -> list[dict]:
 
 
 def run(args) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    base = provenance(args.machine, args.preset)
+    base = provenance(args.machine, args.preset, args.edition)
     acc, dts, ln = [], [], []
     for device in getattr(args, "devices", None) or devices():
         if device == "cuda" and not torch.cuda.is_available():
@@ -252,6 +253,7 @@ def main(argv: list[str] | None = None) -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("run")
     p.add_argument("--machine", required=True)
+    add_edition_argument(p)
     p.add_argument("--preset", required=True)
     p.add_argument("--devices", type=lambda t: [d for d in t.split(",") if d], default=None)
     p.add_argument("--out", required=True, help="accumulation CSV")

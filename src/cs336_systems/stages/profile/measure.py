@@ -38,6 +38,7 @@ import pandas as pd
 import torch
 
 from cs336_systems.core.device import pick_device
+from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import (
     Stopwatch,
     release_memory,
@@ -49,8 +50,8 @@ from cs336_systems.core.harness import (
 from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.core.phases import PhaseRanges, phase_hooks
 from cs336_systems.core.results import provenance, write_csv
-from cs336_systems.core.workload import Workload
-from cs336_systems.model import BATCH_SIZE, size_spec
+from cs336_systems.core.workload import Workload, model_columns
+from cs336_systems.model import BATCH_SIZE
 from cs336_systems.profiling import nsys as nsys_tools
 from cs336_systems.profiling.annotated_attention import annotate, annotated_naive_attention
 from cs336_systems.profiling.attribution import (
@@ -211,7 +212,12 @@ def run_points(args, control) -> list[dict]:
         with point(args.size, f"ctx{context}", "build"):
             built = run_point(
                 lambda c=context: Workload.build(
-                    args.size, c, args.batch_size, device, attention=annotated_naive_attention
+                    args.size,
+                    c,
+                    args.batch_size,
+                    device,
+                    attention=annotated_naive_attention,
+                    edition=args.edition,
                 )
             )
         for mode in args.modes:
@@ -378,13 +384,9 @@ def run(args) -> tuple[pd.DataFrame, pd.DataFrame]:
     if capture is None:
         capture = profile_with_torch(args, raw_dir / f"{args.size}_traces")
 
-    spec = size_spec(args.size)
     base = {
-        **provenance(args.machine, args.preset),
-        "size": args.size,
-        "d_model": spec["d_model"],
-        "num_heads": spec["num_heads"],
-        "num_layers": spec["num_layers"],
+        **provenance(args.machine, args.preset, args.edition),
+        **model_columns(args.size, args.edition),
         "precision": args.precision,
         "attention": "naive_annotated",
         "batch_size": args.batch_size,
@@ -454,6 +456,7 @@ def run_probe(args) -> None:
         args.probe_start,
         args.probe_max,
         device,
+        args.edition,
     )
     args.contexts = probe.grid_contexts(largest, args.grid_above, args.grid_count) or [
         args.probe_start
@@ -483,6 +486,7 @@ def main(argv: list[str] | None = None) -> None:
     run_p = sub.add_parser("run", help="profile one model size (the rule's job)")
     _add_point_args(run_p)
     run_p.add_argument("--machine", required=True)
+    add_edition_argument(run_p)
     run_p.add_argument("--preset", required=True)
     run_p.add_argument("--profiler", choices=("auto", "nsys", "torch"), default="auto")
     run_p.add_argument("--nsys", default="", help="path to nsys (else $NSYS, else PATH)")

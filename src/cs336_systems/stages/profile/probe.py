@@ -24,13 +24,19 @@ log = get_logger(__name__)
 
 
 def try_context(
-    size: str, context: int, batch: int, precision: str, mode: str, device: torch.device
+    size: str,
+    context: int,
+    batch: int,
+    precision: str,
+    mode: str,
+    device: torch.device,
+    edition: str | None = None,
 ) -> dict:
     """Build the model at `context` and run one `mode` step; the peak memory it took."""
     cuda = device.type == "cuda"
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
-    work = Workload.build(size, context, batch, device)
+    work = Workload.build(size, context, batch, device, edition=edition)
     step, cleanup = work.step(mode, precision, False)
     try:
         step()
@@ -49,6 +55,7 @@ def probe(
     start: int,
     cap: int,
     device: torch.device,
+    edition: str | None = None,
 ) -> tuple[list[dict], int | None]:
     """(one row per tried context, the largest context whose step ran or None)."""
     rows: list[dict] = []
@@ -56,7 +63,9 @@ def probe(
     context = start
     while context <= cap:
         with point(size, f"ctx{context}", "probe", mode):
-            res = run_point(lambda c=context: try_context(size, c, batch, precision, mode, device))
+            res = run_point(
+                lambda c=context: try_context(size, c, batch, precision, mode, device, edition)
+            )
             log.log(status_level(res.status), "probe %s", res.status)
         rows.append({"context_length": context, "status": res.status, **(res.value or {})})
         if res.status != "ok":

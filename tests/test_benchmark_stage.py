@@ -1,0 +1,194 @@
+"""The benchmark stage on CPU: per-phase timings within a step, the edition's model columns on
+every row, and a point the memory model says cannot fit is a `skipped` row decided before
+anything is allocated."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from cs336_systems.core import costs
+from cs336_systems.stages.benchmark import measure as bench
+
+CPU = torch.device("cpu")
+
+
+def grid(modes, precisions=("fp32",), edition=2026, size="tiny", steps=4, **kw):
+    return bench.run_grid(
+        size,
+        32,
+        list(modes),
+        list(precisions),
+        ["eager"],
+        "naive",
+        2,
+        1,
+        steps,
+        CPU,
+        {"machine": "test", "edition": edition},
+        edition=edition,
+        **kw,
+    )
+
+
+def test_phases_of_a_training_step_add_up_to_the_step():
+    rows = grid(["forward", "forward_backward", "train_step"])
+    by_mode = {r["mode"]: r for r in rows}
+    assert all(r["status"] == "ok" for r in rows), [r["status"] for r in rows]
+    step = by_mode["train_step"]
+    for phase in ("fwd", "bwd", "opt"):
+        assert step[f"{phase}_ms_median"] > 0, phase
+    # the marks lie inside the synchronized step: the phases' means sum to at most the step's
+    # mean (host clock on a CPU), and to most of it (only zero_grad and the clock are outside)
+    total = step["fwd_ms_mean"] + step["bwd_ms_mean"] + step["opt_ms_mean"]
+    assert total <= step["step_ms_mean"] * 1.0001
+    assert total >= 0.7 * step["step_ms_mean"], (total, step["step_ms_mean"])
+    # a mode's missing phases are NaN, not zero
+    assert math.isnan(by_mode["forward"]["bwd_ms_median"])
+    assert math.isnan(by_mode["forward"]["opt_ms_median"])
+    assert math.isnan(by_mode["forward_backward"]["opt_ms_median"])
+    fb = by_mode["forward_backward"]
+    assert fb["fwd_ms_mean"] + fb["bwd_ms_mean"] <= fb["step_ms_mean"] * 1.0001
+    assert len(json.loads(step["step_times_ms"])) == 4
+
+
+def test_rows_carry_the_edition_and_the_resolved_model():
+    (row,) = grid(["forward"], steps=1)
+    assert row["edition"] == 2026 and row["size"] == "tiny"
+    assert (row["d_model"], row["d_ff"], row["num_layers"], row["num_heads"]) == (128, 512, 2, 4)
+    assert row["params"] == costs.param_count(10_000, 128, 2, 512)
+    # the same name resolves per edition: 2026 xl is 2025's 2.7B
+    xl26 = bench.model_row("xl", 512, 4, 2026)
+    xl25 = bench.model_row("xl", 512, 4, 2025)
+    assert xl26["params"] == 3_406_809_600 == bench.model_row("2.7B", 512, 4, 2025)["params"]
+    assert xl25["params"] == 1_998_235_200 and xl25["num_layers"] == 48
+    assert bench.model_row("10B", 512, 4, 2026)["params"] == 12_832_823_808
+
+
+def test_the_memory_model_counts_16_bytes_a_parameter_for_a_train_step():
+    s = {"d_model": 4608, "d_ff": 12288, "num_layers": 50, "num_heads": 36}
+    n = 12_832_823_808
+    need = {
+        m: costs.step_memory_bytes(
+            10_000, s["d_model"], s["num_layers"], s["num_heads"], s["d_ff"], 4, 512, m
+        )
+        for m in ("forward", "forward_backward", "train_step")
+    }
+    assert need["train_step"]["state_bytes"] == 16 * n  # ~205 GB: no 80 GB GPU holds it
+    assert need["forward_backward"]["state_bytes"] == 8 * n
+    assert need["forward"]["state_bytes"] == 4 * n
+    acts = need["train_step"]["activation_bytes"]
+    assert acts == need["forward"]["activation_bytes"] > 0
+    block = costs.block_saved_bytes(4, 512, 4608, 36, 12288)["total"]
+    assert acts == 50 * block + costs.head_saved_bytes(4, 512, 4608, 10_000)
+    assert need["train_step"]["total_bytes"] > 80e9
+
+
+def test_a_point_that_cannot_fit_is_skipped_before_allocating(monkeypatch):
+    # a device with 300 MiB free: the tiny model's forward fits, small's training step
+    # (128.6 M parameters x 16 B = 1.9 GiB) does not
+    monkeypatch.setattr(bench, "free_memory_mib", lambda device: 300.0)
+    built = []
+    real_build = bench.Workload.build
+    monkeypatch.setattr(
+        bench.Workload, "build", lambda *a, **k: built.append(a) or real_build(*a, **k)
+    )
+    rows = grid(["forward", "train_step"], size="small", steps=1)
+    assert [r["status"].split(":")[0] for r in rows] == ["skipped", "skipped"]
+    assert not built  # nothing allocated: no point could fit
+    need = bench.step_memory_mib("small", 32, 2, "train_step", "fp32", "cpu", 2026)
+    assert need > 16 * 128_625_408 / 2**20
+    step = rows[1]
+    assert step["status"] == (
+        f"skipped: small train step in fp32 (state + saved activations) needs {need:,.0f} MiB; "
+        "300 MiB free on cpu"
+    )
+    assert step["needed_memory_mb"] == pytest.approx(need) and step["free_memory_mb"] == 300.0
+    # a point that fits beside one that does not: the model is built for the one that fits
+    monkeypatch.setattr(bench, "free_memory_mib", lambda device: 40.0)
+    rows = grid(["forward", "train_step"], steps=1)
+    assert [r["status"].split(":")[0] for r in rows] == ["ok", "skipped"]
+    assert len(built) == 1
+
+
+def test_the_report_answers_with_the_three_phases_for_every_size_of_the_edition(
+    tmp_path, monkeypatch
+):
+    from fixture_rows import prov
+
+    from cs336_systems import report
+    from cs336_systems.core.results import write_csv
+
+    # tiny runs; small's training step cannot fit 60 MiB: a skipped row the table shows
+    monkeypatch.setattr(bench, "free_memory_mib", lambda device: 60.0)
+    rows = []
+    for size in ("tiny", "small"):
+        rows += bench.run_grid(
+            size,
+            32,
+            ["train_step"],
+            ["fp32"],
+            ["eager"],
+            "naive",
+            2,
+            2,
+            5,
+            CPU,
+            prov(),
+            edition=2026,
+        )
+    results = tmp_path / "results" / "fixture-cpu"
+    write_csv(rows, results / "benchmark.csv")
+    text = report.render(results, ["benchmark"])
+
+    section = text.split('<a id="benchmark"></a>', 1)[1]
+    assert "_Answers the 2026 edition (its rows' `edition`)._" in section
+    assert "Forward, backward and optimizer step (2026 edition)" in section
+    assert "(no point ran at context 512: the nearest context)" in section
+    table = section.split("fp32:", 1)[1].split("- fp32:", 1)[0]
+    lines = [line for line in table.splitlines() if line.startswith("| ")][1:]
+    assert [line.split("|")[1].strip() for line in lines] == [
+        "tiny",
+        "small",
+        "medium",
+        "large",
+        "xl",
+        "10B",
+    ]
+    tiny = next(r for r in rows if r["size"] == "tiny")
+    # the tiny row's medians, unless a noisy shared CPU made the sanity checks drop it
+    if "suspect" not in lines[0]:
+        cells = [c.strip() for c in lines[0].split("|")[2:6]]
+        assert cells == [
+            report.fmt(tiny[f"{p}_ms_median"], 2) for p in ("fwd", "bwd", "opt", "step")
+        ]
+        assert "- fp32: the optimizer step takes" in section
+    assert "skipped: small train step in fp32" in lines[1] and "not run" in lines[5]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_phases_on_cuda_add_up_to_the_step():
+    """On a GPU the phases are CUDA events between marks inside the synchronized step."""
+    rows = bench.run_grid(
+        "small",
+        128,
+        ["train_step"],
+        ["fp32"],
+        ["eager"],
+        "naive",
+        4,
+        2,
+        5,
+        torch.device("cuda"),
+        {},
+        edition=2026,
+    )
+    (row,) = rows
+    assert row["status"] == "ok", row["status"]
+    total = row["fwd_ms_mean"] + row["bwd_ms_mean"] + row["opt_ms_mean"]
+    assert 0.8 * row["step_ms_mean"] <= total <= 1.01 * row["step_ms_mean"]
+    assert row["opt_ms_median"] > 0 and row["bwd_ms_median"] > row["fwd_ms_median"]
