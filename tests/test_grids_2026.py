@@ -73,28 +73,29 @@ def test_block_gradient_bytes_are_four_per_parameter(precision):
 
 
 def test_best_block_size_is_the_analytic_minimum():
-    n = size_spec("2.7B")["num_layers"]
-    k = blocks.best_block_size("2.7B", 2048, 4, "fp32", "cuda")
+    n = size_spec("xl")["num_layers"]
+    k = blocks.best_block_size("xl", 2048, 4, "fp32", "cuda")
     assert n % k == 0
     peaks = {
-        j: blocks.checkpoint_peak(f"every_{j}", "2.7B", 2048, 4, "fp32", "cuda")
+        j: blocks.checkpoint_peak(f"every_{j}", "xl", 2048, 4, "fp32", "cuda")
         for j in range(1, n + 1)
         if n % j == 0
     }
     assert peaks[k] == min(peaks.values())
     # no checkpointing does not fit 80 GB: state and activations far above it
-    act = mem.activation_memory_for("2.7B", 2048, 4, "fp32", "cuda")["total"]
-    need = blocks.step_need_bytes("2.7B", 2048, 4, "train_step", "fp32", "cuda", "none", act)
+    act = mem.activation_memory_for("xl", 2048, 4, "fp32", "cuda")["total"]
+    need = blocks.step_need_bytes("xl", 2048, 4, "train_step", "fp32", "cuda", "none", act)
     assert need > 1.5 * 80e9
     params = costs.param_count(10_000, 2560, 32, 10240)
     assert need == 16 * params + act
-    ck = blocks.step_need_bytes("2.7B", 2048, 4, "train_step", "fp32", "cuda", f"every_{k}", act)
+    ck = blocks.step_need_bytes("xl", 2048, 4, "train_step", "fp32", "cuda", f"every_{k}", act)
     assert ck == 16 * params + peaks[k] < 80e9
 
 
 def _args(tmp_path, **kw) -> argparse.Namespace:
     base = dict(
         size="tiny",
+        edition=2026,
         contexts=[16, 32],
         modes=["forward", "train_step"],
         precisions=["fp32"],
@@ -280,7 +281,7 @@ def test_profile_report_states_the_probe(tmp_path):
                 }
             },
             "config: memory.gpu.checkpoint.strategy: 'every_5' — best, or every_<k> with k a divisor "
-            "of the 32 layers of 2.7B",
+            "of the 32 layers of xl",
         ),
         (
             {

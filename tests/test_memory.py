@@ -194,6 +194,7 @@ def cpu_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("memory")
     args = argparse.Namespace(
         size="tiny",
+        edition=2026,
         contexts=[16],
         modes=["forward", "train_step"],
         precisions=["fp32", "bf16"],

@@ -318,6 +318,7 @@ def test_captured_export_attributes_phases():
 def _args(tmp_path: Path, **over) -> argparse.Namespace:
     a = dict(
         size="tiny",
+        edition=2026,
         contexts=[16],
         modes=["forward", "train_step"],
         precision="fp32",
