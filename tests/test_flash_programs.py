@@ -139,6 +139,46 @@ def test_process_state_is_part_of_the_key(monkeypatch):
         torch.set_float32_matmul_precision(saved)
 
 
+def _autograd(q, k, v, do, causal=True):
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    o = fat.FlashAttentionTriton.apply(*leaves, causal)
+    o.backward(do)
+    return (o.detach(), *(x.grad for x in leaves))
+
+
+@pytest.mark.skipif(DEVICE == "cpu" and not INTERPRET, reason="CPU tensors need TRITON_INTERPRET=1")
+def test_an_autograd_backward_uses_its_forward_programs():
+    """Through FlashAttentionTriton, the backward's program is kept under the forward's (found
+    by dO's layout and the process state): repeated calls reuse it, a new dO layout gets a new
+    one, and results equal the plain path's; a backward after clear_programs() takes the
+    general path (no program added under the stale forward)."""
+    q, k, v, do = _qkv()
+    fat.set_fast_path(programs=True)
+    first = _autograd(q, k, v, do)
+    assert len(fat._PROGRAMS) == 1  # the forward's; the backward's is under it
+    (forward,) = fat._PROGRAMS.values()
+    assert len(forward.backward_programs) == 1
+    backward = next(iter(forward.backward_programs.values()))
+    again = _autograd(q, k, v, do)
+    assert list(fat._PROGRAMS.values()) == [forward]
+    assert list(forward.backward_programs.values()) == [backward]
+    ones = torch.ones((), device=DEVICE).expand(do.shape)  # stride-0 dO: another layout
+    broadcast = _autograd(q, k, v, ones)
+    assert len(forward.backward_programs) == 2
+    assert _same(first, again)
+    fat.set_fast_path(programs=False)
+    assert _same(first, _autograd(q, k, v, do))
+    assert _same(broadcast, _autograd(q, k, v, ones))
+    fat.set_fast_path(programs=True)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    o = fat.FlashAttentionTriton.apply(*leaves, True)
+    (stale,) = fat._PROGRAMS.values()
+    fat.clear_programs()
+    o.backward(do)
+    assert stale.backward_programs == {}
+    assert _same(first, (o.detach(), *(x.grad for x in leaves)))
+
+
 def test_the_interpreter_never_binds():
     """Binding needs compiled kernels: in the interpreter (or with CS336_FLASH_BIND=0) every
     launch goes through the JIT."""
