@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The fixed host cost of our FlashAttention (issue 21 item 2), one device call, <= 6 minutes on
-# one H100 from empty caches (tests <= 110 + 50 s, sweeps <= 2 x 70 s, probe <= 60 s). Writes
+# one H100 from empty caches (tests <= 110 + 40 s, sweeps <= 2 x 70 s, probe <= 70 s). Writes
 # under $OUT:
 #  - gpu_programs.txt: tests/test_flash_programs.py -m gpu, in one process (no xdist, no
 #    pytest-benchmark): kept programs' bound replays == the plain path, every replayed launch bound;
@@ -27,7 +27,7 @@ timeout ${PROGRAMS_S:-110} python3 -m pytest -q -m gpu -p no:cacheprovider -p no
   -p no:xdist tests/test_flash_programs.py > "$out/gpu_programs.txt" 2>&1
 echo "gpu programs tests: exit $? in $(( $(date +%s) - t0 )) s; $(tail -1 "$out/gpu_programs.txt")"
 t0=$(date +%s)
-timeout ${TESTS_S:-50} python3 -m pytest -q -m gpu -p no:cacheprovider -p no:benchmark \
+timeout ${TESTS_S:-40} python3 -m pytest -q -m gpu -p no:cacheprovider -p no:benchmark \
   -p no:xdist tests/test_flash_attention.py \
   -k "${TESTS_K:-bf16 and causal and (64 or 128) and not 4096}" > "$out/gpu_tests.txt" 2>&1
 echo "gpu tests (sample): exit $? in $(( $(date +%s) - t0 )) s; $(tail -1 "$out/gpu_tests.txt")"
@@ -42,7 +42,7 @@ for mode in fast plain; do
   echo "sweep ($mode path): exit $? in $(( $(date +%s) - t0 )) s"
 done
 t0=$(date +%s)
-timeout ${PROBE_S:-60} python3 scripts/gpu/flash_overhead.py "$out/probe.csv" "$out" > "$out/probe.log" 2>&1
+timeout ${PROBE_S:-70} python3 scripts/gpu/flash_overhead.py "$out/probe.csv" "$out" > "$out/probe.log" 2>&1
 echo "host probe: exit $? in $(( $(date +%s) - t0 )) s"
 python3 - "$out" <<'PY'
 import sys, pandas as pd
