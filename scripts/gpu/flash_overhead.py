@@ -108,6 +108,14 @@ def probe(d: int, n: int, fast: bool, reps: int = 30, profile_to: str | None = N
     return row
 
 
+def _write(path: str, rows: list[dict]) -> None:
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fields)
+        w.writeheader()
+        w.writerows(rows)
+
+
 def main(path: str, profile_dir: str | None = None) -> None:
     rows = []
     for d in (16, 32, 64, 128):
@@ -121,13 +129,8 @@ def main(path: str, profile_dir: str | None = None) -> None:
                 except Exception as exc:  # a failing point is a row, the probe goes on
                     rows.append({"head_dim": d, "seq_len": n, "fast_path": int(fast),
                                  "unbound": f"error: {type(exc).__name__}: {exc}"[:300]})  # fmt: skip
-    fields = list(dict.fromkeys(k for r in rows for k in r))
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fields)
-        w.writeheader()
-        w.writerows(rows)
-    for r in rows:
-        sys.stdout.write(",".join(str(r.get(k, "")) for k in fields) + "\n")
+                _write(path, rows)  # after every point: a timeout keeps what was measured
+                sys.stdout.write(",".join(f"{k}={v}" for k, v in rows[-1].items()) + "\n")
 
 
 if __name__ == "__main__":
