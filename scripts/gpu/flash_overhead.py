@@ -1,30 +1,51 @@
 """Host-time probe of our FlashAttention forward+backward (scripts/gpu/flash_overhead.sh): per
 point, the wall time of the Python calls without synchronizing (what the host spends issuing
 them) against the kernels' time (CUDA events around many calls), with the fast path (kept
-programs, bound launches) on and off, in one process. Writes a CSV; prints a compact table.
+programs, bound launches) on and off, in one process; per fast point also the pieces (forward
+and backward launchers called directly, the autograd Function's forward alone), the launches
+per call (JIT, bound, unbound: from `bound_launch.STATS`) and SDPA cuDNN's host time for the
+same call. Writes a CSV, and cProfile listings of the fast path's calls (PROFILE_DIR); prints a
+compact table.
 
-    python3 scripts/gpu/flash_overhead.py OUT.csv
+    python3 scripts/gpu/flash_overhead.py OUT.csv [PROFILE_DIR]
 """
 
 from __future__ import annotations
 
+import cProfile
 import csv
+import pstats
 import sys
 import time
 
 import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from cs336_systems.kernels import bound_launch
 from cs336_systems.kernels import flash_triton as fat
 
 
-def probe(d: int, n: int, fast: bool, reps: int = 30) -> dict:
+def _host_ms(fn, reps: int) -> float:
+    """Median issue time of `fn` after the GPU went idle (no sync inside the timing)."""
+    times = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    times.sort()
+    return round(times[len(times) // 2], 4)
+
+
+def probe(d: int, n: int, fast: bool, reps: int = 30, profile_to: str | None = None) -> dict:
     fat.set_fast_path(programs=fast, bind=fast)
     q, k, v = (
         torch.randn(1, 16, n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         for _ in range(3)
     )
     do = torch.randn(1, 16, n, d, device="cuda", dtype=torch.bfloat16)
+    qd, kd, vd = q.detach(), k.detach(), v.detach()
 
     def step():
         o = fat.FlashAttentionTriton.apply(q, k, v, True)
@@ -33,12 +54,9 @@ def probe(d: int, n: int, fast: bool, reps: int = 30) -> dict:
     for _ in range(3):
         step()
     torch.cuda.synchronize()
-    host = []
-    for _ in range(reps):  # host: issue time of one call, the GPU idle before it
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        step()
-        host.append((time.perf_counter() - t0) * 1e3)
+    before = dict(bound_launch.STATS)
+    host = _host_ms(step, reps)
+    per_call = {key: (bound_launch.STATS[key] - before[key]) / reps for key in before}
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
@@ -46,36 +64,74 @@ def probe(d: int, n: int, fast: bool, reps: int = 30) -> dict:
         step()
     end.record()
     torch.cuda.synchronize()
-    host.sort()
-    return {
+    row = {
         "head_dim": d,
         "seq_len": n,
         "fast_path": int(fast),
-        "host_ms_median": round(host[len(host) // 2], 4),
+        "host_ms_median": host,
         "back_to_back_ms": round(start.elapsed_time(end) / reps, 4),
         "bind": int(fat.FAST["bind"]),
-        "unbound": ";".join(f"{k}: {v}" for k, v in bound_launch.UNBOUND.items()),
+        "jit_per_call": per_call["jit"],
+        "bound_per_call": per_call["bound"],
+        "unbound_per_call": per_call["unbound"],
     }
+    if fast:
+        o, lse = fat.flash_forward_triton(qd, kd, vd, True)
+        row["host_forward_ms"] = _host_ms(lambda: fat.flash_forward_triton(qd, kd, vd, True), reps)
+        row["host_backward_ms"] = _host_ms(
+            lambda: fat.flash_backward_triton(qd, kd, vd, o, do, lse, True), reps
+        )
+        row["host_apply_ms"] = _host_ms(lambda: fat.FlashAttentionTriton.apply(q, k, v, True), reps)
+
+        def cudnn():
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(do)
+
+        try:
+            cudnn()
+            row["host_cudnn_ms"] = _host_ms(cudnn, reps)
+        except Exception as exc:  # no cuDNN attention here: the row says so
+            row["host_cudnn_ms"] = f"error: {type(exc).__name__}"
+        if profile_to:
+            prof = cProfile.Profile()
+            torch.cuda.synchronize()
+            prof.enable()
+            for _ in range(reps):
+                step()
+            prof.disable()
+            torch.cuda.synchronize()
+            with open(profile_to, "w") as f:
+                f.write(f"d={d} n={n}: {reps} fast forward+backward calls\n")
+                pstats.Stats(prof, stream=f).sort_stats("tottime").print_stats(40)
+                pstats.Stats(prof, stream=f).sort_stats("cumulative").print_stats(40)
+    row["unbound"] = ";".join(f"{k}: {v}" for k, v in bound_launch.UNBOUND.items())
+    return row
 
 
-def main(path: str) -> None:
-    rows = []
-    for d in (16, 32, 64, 128):
-        for n in (1024, 4096, 16384):
-            for fast in (True, False):
-                try:
-                    rows.append(probe(d, n, fast))
-                except Exception as exc:  # a failing point is a row, the probe goes on
-                    rows.append({"head_dim": d, "seq_len": n, "fast_path": int(fast),
-                                 "unbound": f"error: {type(exc).__name__}: {exc}"[:300]})  # fmt: skip
-    fields = sorted({k for r in rows for k in r}, key=list(rows[0]).index)
+def _write(path: str, rows: list[dict]) -> None:
+    fields = list(dict.fromkeys(k for r in rows for k in r))
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fields)
         w.writeheader()
         w.writerows(rows)
-    for r in rows:
-        sys.stdout.write(",".join(str(r.get(k, "")) for k in fields) + "\n")
+
+
+def main(path: str, profile_dir: str | None = None) -> None:
+    rows = []
+    for d in (16, 32, 64, 128):
+        for n in (1024, 4096, 16384):
+            for fast in (True, False):
+                profile_to = None
+                if profile_dir and fast and n == 1024:
+                    profile_to = f"{profile_dir}/profile_d{d}_n{n}.txt"
+                try:
+                    rows.append(probe(d, n, fast, profile_to=profile_to))
+                except Exception as exc:  # a failing point is a row, the probe goes on
+                    rows.append({"head_dim": d, "seq_len": n, "fast_path": int(fast),
+                                 "unbound": f"error: {type(exc).__name__}: {exc}"[:300]})  # fmt: skip
+                _write(path, rows)  # after every point: a timeout keeps what was measured
+                sys.stdout.write(",".join(f"{k}={v}" for k, v in rows[-1].items()) + "\n")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:3])

@@ -1,30 +1,40 @@
 #!/usr/bin/env bash
 # The fixed host cost of our FlashAttention (issue 21 item 2), one device call, <= 6 minutes on
-# one H100 from empty caches (tests <= 150 s, sweeps <= 2 x 75 s, probe <= 60 s). Writes under $OUT:
-#  - gpu_tests.txt: the flash GPU tests, a -k subset (programs / bound launches, plus a sample);
+# one H100 from empty caches (tests <= 110 + 40 s, sweeps <= 2 x 70 s, probe <= 70 s). Writes
+# under $OUT:
+#  - gpu_programs.txt: tests/test_flash_programs.py -m gpu, in one process (no xdist, no
+#    pytest-benchmark): kept programs' bound replays == the plain path, every replayed launch bound;
+#  - gpu_tests.txt: then a sample of the flash GPU tests (bf16 causal d 64/128);
 #  - short_fast.csv, short_plain.csv: the short-sequence sweep (d 16,32,64,128 x n 1024,4096,16384;
 #    ours vs sdpa_cudnn vs sdpa_flash, bf16 causal B1 H16), fast path on (CS336_FLASH_PROGRAMS=1)
 #    and off (=0: a plan, allocations and JIT launches every call, as before);
-#  - probe.csv: per point the host time of one forward+backward call (no sync) and the back-to-
-#    back time per call, fast path on and off.
+#  - probe.csv: per point the host time of one forward+backward call (no sync), the back-to-back
+#    time per call, launches per call (jit / bound / unbound), with the fast path on: the host time
+#    of the forward and backward launchers alone, of the autograd forward alone, and of SDPA
+#    cuDNN's forward+backward; profile_d*_n1024.txt: cProfile of 30 fast calls per head dim.
 #   bash scripts/gpu/flash_overhead.sh   (on a GPU host, from the project root)
-# Look for: gpu tests all passed; in the summary, flash_triton fwd_bwd <= sdpa_cudnn at n >= 4096
-# and <= 1.5x at n = 1024 with the fast path on; probe host_ms (fast) well under kernel time.
+# Look for: gpu_programs all passed; probe bound_per_call = launches, jit/unbound_per_call 0 with
+# the fast path; host_ms (fast) near host_cudnn_ms; in the summary, flash_triton fwd_bwd <=
+# sdpa_cudnn at n >= 4096 and <= 1.5x at n = 1024 with the fast path on; the profiles' top
+# entries name what is left of the host time.
 set -uo pipefail
 source scripts/gpu/env.sh
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv | tee "$out/gpu.txt"
 common="--machine h100-80gb-hbm3 --preset gpu"
 t0=$(date +%s)
-timeout ${TESTS_S:-150} python3 -m pytest -q -m gpu -n ${WORKERS:-14} -p no:cacheprovider \
-  tests/test_flash_programs.py tests/test_flash_attention.py \
-  -k "${TESTS_K:-programs or bound or (bf16 and causal and (64 or 128) and not 4096)}" \
-  > "$out/gpu_tests.txt" 2>&1
-echo "gpu tests: exit $? in $(( $(date +%s) - t0 )) s; $(tail -1 "$out/gpu_tests.txt")"
+timeout ${PROGRAMS_S:-110} python3 -m pytest -q -m gpu -p no:cacheprovider -p no:benchmark \
+  -p no:xdist tests/test_flash_programs.py > "$out/gpu_programs.txt" 2>&1
+echo "gpu programs tests: exit $? in $(( $(date +%s) - t0 )) s; $(tail -1 "$out/gpu_programs.txt")"
+t0=$(date +%s)
+timeout ${TESTS_S:-40} python3 -m pytest -q -m gpu -p no:cacheprovider -p no:benchmark \
+  -p no:xdist tests/test_flash_attention.py \
+  -k "${TESTS_K:-bf16 and causal and (64 or 128) and not 4096}" > "$out/gpu_tests.txt" 2>&1
+echo "gpu tests (sample): exit $? in $(( $(date +%s) - t0 )) s; $(tail -1 "$out/gpu_tests.txt")"
 for mode in fast plain; do
   t0=$(date +%s)
   [ "$mode" = fast ] && on=1 || on=0
-  CS336_FLASH_PROGRAMS=$on CS336_FLASH_BIND=$on timeout ${SWEEP_S:-75} \
+  CS336_FLASH_PROGRAMS=$on CS336_FLASH_BIND=$on timeout ${SWEEP_S:-70} \
     python3 -m cs336_systems.stages.flash sweep $common --out "$out/short_$mode.csv" \
     --impls flash_triton,sdpa_cudnn,sdpa_flash --dtype bf16 --batch-size 1 --heads 16 \
     --head-dims 16,32,64,128 --seq-lens 1024,4096,16384 --warmup-ms 25 --rep-ms 100 \
@@ -32,7 +42,7 @@ for mode in fast plain; do
   echo "sweep ($mode path): exit $? in $(( $(date +%s) - t0 )) s"
 done
 t0=$(date +%s)
-timeout ${PROBE_S:-60} python3 scripts/gpu/flash_overhead.py "$out/probe.csv" > "$out/probe.log" 2>&1
+timeout ${PROBE_S:-70} python3 scripts/gpu/flash_overhead.py "$out/probe.csv" "$out" > "$out/probe.log" 2>&1
 echo "host probe: exit $? in $(( $(date +%s) - t0 )) s"
 python3 - "$out" <<'PY'
 import sys, pandas as pd

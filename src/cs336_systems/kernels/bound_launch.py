@@ -107,8 +107,13 @@ class BoundLaunch:
             args[i] = _Desc(tensors[slot], shape, strides, padding)
         kernel = self.kernel
         grid = self.grid
-        enter, leave = _knobs.launch_enter_hook, _knobs.launch_exit_hook
-        metadata = kernel.launch_metadata(grid, stream, *args) if enter is not None else None
+        # Triton 3.6's hooks are chains, never None: an empty one is passed as None (the C
+        # launcher then skips it, as it skips an empty chain), and the launch metadata, which
+        # only hooks read, is built only where one has hooks (the JIT builds it every launch)
+        enter, leave = _hook(_knobs.launch_enter_hook), _hook(_knobs.launch_exit_hook)
+        metadata = None
+        if enter is not None or leave is not None:
+            metadata = kernel.launch_metadata(grid, stream, *args)
         kernel.run(
             grid[0],
             grid[1],
@@ -121,6 +126,13 @@ class BoundLaunch:
             leave,
             *args,
         )
+
+
+def _hook(hook):
+    """A launch hook as the C launcher should get it: None for no hook or an empty chain."""
+    if hook is None or not getattr(hook, "calls", True):
+        return None
+    return hook
 
 
 def _slot(slots: dict[int, int], tensor, fn, position: int) -> int:
@@ -150,14 +162,19 @@ class Step:
     """One kernel launch of a program. `launch(tensors)` launches through the JIT (compiling and
     autotuning where needed) and returns (what to report of it, `Launched` or None); the first
     call runs it, and, where `bind`, keeps a `BoundLaunch` that later calls replay with their
-    tensors (the same positions of the same tuple). `reported` is what the first call said."""
+    tensors (the same positions of the same tuple). `reported` is what the first call said.
 
-    __slots__ = ("name", "launch", "bind", "bound", "reported")
+    A launch that should be bound and is not is never silent: where binding fails (nothing to
+    bind, or `BoundLaunch` refuses), `why` says why, `UNBOUND[name]` too, and that launch and
+    every later one of this step count in `STATS["unbound"]` (and in "jit": they run there)."""
+
+    __slots__ = ("name", "launch", "bind", "bound", "reported", "why")
 
     def __init__(self, name: str, launch, bind: bool):
         self.name, self.launch, self.bind = name, launch, bind
         self.bound: BoundLaunch | None = None
         self.reported = None
+        self.why: str | None = None
 
     def __call__(self, tensors, device: int, stream: int) -> None:
         bound = self.bound
@@ -167,12 +184,22 @@ class Step:
             return
         self.reported, launched = self.launch(tensors)
         STATS["jit"] += 1
-        if not self.bind or launched is None or launched.kernel is None:
-            return
-        slots = {id(t): i for i, t in enumerate(tensors) if t is not None}
-        try:
-            self.bound = BoundLaunch(launched, slots, device)
-        except Exception as exc:  # the JIT path stays: correct, only slower
+        if self.why is not None:
             STATS["unbound"] += 1
-            UNBOUND[self.name] = f"{type(exc).__name__}: {exc}"
-            self.bind = False
+            return
+        if not self.bind:
+            return
+        if launched is None:
+            why = "the launcher returned no launch (a tuned configuration with a pre-hook runs it)"
+        elif launched.kernel is None:
+            why = "the JIT returned no compiled kernel (the interpreter, or a warmup)"
+        else:
+            slots = {id(t): i for i, t in enumerate(tensors) if t is not None}
+            try:
+                self.bound = BoundLaunch(launched, slots, device)
+                return
+            except Exception as exc:  # the JIT path stays: correct, only slower
+                why = f"{type(exc).__name__}: {exc}"
+        self.why = why
+        STATS["unbound"] += 1
+        UNBOUND[self.name] = why

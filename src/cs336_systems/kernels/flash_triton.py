@@ -88,10 +88,16 @@ def set_fast_path(programs: bool | None = None, bind: bool | None = None) -> Non
     clear_programs()
 
 
+# bumped by clear_programs: an autograd backward reuses its forward program's backward
+# programs only while no clear happened since that forward
+_GENERATION = [0]
+
+
 def clear_programs() -> None:
     """Forget every kept program: after changing tile tables in place or the autotuner's
     choices (the routing tables' entries are part of the key; replacing one needs no clear)."""
     _PROGRAMS.clear()
+    _GENERATION[0] += 1
 
 
 def _tensor_key(x: torch.Tensor) -> tuple:
@@ -152,6 +158,10 @@ class _ForwardProgram:
         self.step = bound_launch.Step("forward", launch, bind)
         self.bind = bind
         self.chosen: dict | None = None
+        # the backward programs of this forward's outputs, keyed by dO's layout and the process
+        # state (`backward_after`): Q, K, V, O and L are fixed by this program's key
+        self.backward_programs: dict[tuple, _BackwardProgram] = {}
+        self.generation = _GENERATION[0]
 
     def __call__(self, q4, k4, v4):
         o = torch.empty(self.o_shape, dtype=self.dtype, device=self.device)
@@ -322,6 +332,12 @@ def flash_forward_triton(
     Without options, what a call decides is kept per call key (a program; its launches bound
     after the first: see the programs above), so a repeated call pays little host time.
     """
+    o, lse, _ = _forward(q, k, v, is_causal, blocks, use_desc, use_gluon)
+    return o, lse
+
+
+def _forward(q, k, v, is_causal, blocks=None, use_desc=None, use_gluon=None):
+    """flash_forward_triton's work; also returns the kept program (None where none is kept)."""
     q4, k4, v4 = triton_launch.as_4d(q), triton_launch.as_4d(k), triton_launch.as_4d(v)
     program = None
     key = None
@@ -342,8 +358,30 @@ def flash_forward_triton(
             _PROGRAMS[key] = program
     o, lse = program(q4, k4, v4)
     if q.dim() == 3:
-        return o.squeeze(1), lse.squeeze(1)
-    return o, lse
+        return o.squeeze(1), lse.squeeze(1), program if key is not None else None
+    return o, lse, program if key is not None else None
+
+
+def _backward_after(forward, q, k, v, o, do, lse, is_causal):
+    """The backward of an autograd call whose forward ran kept program `forward`: Q, K, V, O
+    and L are that call's (their shapes, strides, dtypes and alignment are the forward's key
+    and its allocations), so the backward's program is found by dO's layout and the process
+    state alone, among the forward program's own. Where programs were turned off or cleared
+    since the forward, the general `flash_backward_triton`."""
+    if not FAST["programs"] or forward.generation != _GENERATION[0]:
+        return flash_backward_triton(q, k, v, o, do, lse, is_causal)
+    key = (_tensor_key(do), *_state_key(q.shape[-1], q.device))
+    program = forward.backward_programs.get(key)
+    q4, k4, v4, o4, do4 = (triton_launch.as_4d(x) for x in (q, k, v, o, do))
+    if program is None:
+        program = _BackwardProgram(
+            q4, k4, v4, o4, do4, lse, is_causal, None, None, False, None, forward.bind
+        )
+        forward.backward_programs[key] = program
+    dq, dk, dv = program(q4, k4, v4, o4, do4, lse)
+    if q.dim() == 3:
+        return dq.squeeze(1), dk.squeeze(1), dv.squeeze(1)
+    return dq, dk, dv
 
 
 def flash_backward_triton(
@@ -452,12 +490,14 @@ class FlashAttentionTriton(torch.autograd.Function):
     def forward(ctx, Q, K, V, is_causal=False):
         # the custom op under torch.compile; eager calls skip its dispatch (~80 us per call
         # measured on an H100, as much as the launch itself)
+        program = None
         if torch.compiler.is_compiling():
             O, L = _forward_op(Q, K, V, bool(is_causal))
         else:
-            O, L = flash_forward_triton(Q, K, V, bool(is_causal))
+            O, L, program = _forward(Q, K, V, bool(is_causal))
         ctx.save_for_backward(Q, K, V, O, L)
         ctx.is_causal = bool(is_causal)
+        ctx.program = program  # its backward programs serve this call's backward
         return O
 
     @staticmethod
@@ -465,6 +505,8 @@ class FlashAttentionTriton(torch.autograd.Function):
         Q, K, V, O, L = ctx.saved_tensors
         if torch.compiler.is_compiling():
             dQ, dK, dV = _backward_op(Q, K, V, O, dO, L, ctx.is_causal)
+        elif ctx.program is not None:
+            dQ, dK, dV = _backward_after(ctx.program, Q, K, V, O, dO, L, ctx.is_causal)
         else:
             dQ, dK, dV = flash_backward_triton(Q, K, V, O, dO, L, ctx.is_causal)
         return dQ, dK, dV, None
