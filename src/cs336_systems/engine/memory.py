@@ -120,8 +120,35 @@ def shortfall(choice: dict, world: int) -> str | None:
     """`skipped: needs X GB per rank, have Y` when even the leanest plan does not fit."""
     if choice["fits"]:
         return None
-    need = choice["total"] / (1 - MARGIN) / 1e9
+    free = choice["budget"] / (1 - MARGIN)
+    return need_message(choice["total"], free, f"world {world}, checkpointing {choice['strategy']}")
+
+
+def plain_bytes(s: StepShape) -> dict[str, float]:
+    """Peak bytes per rank of the plain model's step (naive attention, no checkpointing, full
+    logits and their log-softmax, every weight, gradient and AdamW state on every rank)."""
+    naive = StepShape(**{**s.__dict__, "attention": "naive", "scheme": "single"})
+    blk = costs.block_saved_bytes(
+        s.batch, s.seq, s.d_model, s.num_heads, s.d_ff, s.precision, s.device_type
+    )
+    head = costs.head_saved_bytes(s.batch, s.seq, s.d_model, s.vocab_size, s.precision)
+    head += (2 if s.precision == "bf16" else 0) * s.batch * s.seq * s.vocab_size  # bf16 logits
+    act = costs.checkpoint_memory(
+        plan_for("none", s.num_layers), blk["total"], blk["input"], head, blk["weight_casts"]
+    )
+    state = state_bytes(naive)
+    total = act["peak_bytes"] + state
+    return {
+        "strategy": "none",
+        "activations": act["peak_bytes"],
+        "state": state,
+        "total": total,
+        "fits": None,
+    }
+
+
+def need_message(total_bytes: float, free_bytes: float, what: str) -> str:
     return (
-        f"skipped: needs {need:.1f} GB per rank, have {choice['budget'] / (1 - MARGIN) / 1e9:.1f}"
-        f" (world {world}, checkpointing {choice['strategy']})"
+        f"skipped: needs {total_bytes / (1 - MARGIN) / 1e9:.1f} GB per rank, "
+        f"have {free_bytes / 1e9:.1f} ({what})"
     )
