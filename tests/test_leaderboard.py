@@ -53,3 +53,66 @@ def test_the_8b_step_count():
     attention = 34 * 2 * 3.5 * 4 * 32_768**2 * 4096 / 2
     assert flops == pytest.approx(6 * n * 65_536 + attention)
     assert 4.9e15 < flops < 5.1e15
+
+
+def test_a_missing_world_size_is_skipped_rows_with_the_command(monkeypatch):
+    from cs336_systems.stages.leaderboard import measure
+
+    monkeypatch.setattr("cs336_systems.core.device.gpu_count", lambda: 0)
+    argv = ["--backend", "nccl", "--world-size", "2", "--out", "/tmp/never.csv"]
+    args = measure.parse_args(argv)
+    rows = measure.run(args, argv)
+    assert [(r["config"], r["variant"]) for r in rows] == [("full", "engine"), ("full", "plain")]
+    for r in rows:
+        assert r["status"].startswith("skipped:")
+        assert r["command"].startswith("python3 -m cs336_systems.stages.leaderboard --backend nccl")
+        assert r["d_model"] == 4096 and r["num_layers"] == 34
+
+
+def test_the_memory_model_skips_before_allocating():
+    from types import SimpleNamespace
+
+    import torch
+
+    from cs336_systems.stages.leaderboard import measure
+
+    dims = dict(
+        vocab=151_936,
+        d_model=4096,
+        d_ff=11_008,
+        num_layers=34,
+        num_heads=32,
+        context_length=32_768,
+        batch=2,
+    )
+    ctx = SimpleNamespace(device=torch.device("cpu"))
+    for variant in ("engine", "plain"):
+        reason, need = measure.memory_check(variant, dims, 34, ctx, 1)
+        assert reason.startswith("skipped: needs ") and " GB per rank, have " in reason
+        assert need["need_gb"] > need["free_gb"] * 0.85
+    # a tiny model fits
+    tiny = {**dims, "vocab": 100, "d_model": 32, "d_ff": 64, "num_heads": 4, "context_length": 16}
+    assert measure.memory_check("engine", tiny, 2, ctx, 1)[0] is None
+
+
+def test_peak_tflops_reads_the_bf16_matmul_row(tmp_path):
+    import pandas as pd
+
+    from cs336_systems.stages.leaderboard.measure import peak_tflops
+
+    path = tmp_path / "ceilings.csv"
+    pd.DataFrame(
+        [
+            {"kind": "matmul", "dtype": "bf16", "path": "matmul", "status": "ok", "tflops": 700.0},
+            {
+                "kind": "matmul",
+                "dtype": "bf16",
+                "path": "autocast_linear",
+                "status": "ok",
+                "tflops": 650.0,
+            },
+            {"kind": "matmul", "dtype": "fp32", "path": "matmul", "status": "ok", "tflops": 50.0},
+        ]
+    ).to_csv(path, index=False)
+    assert peak_tflops(str(path)) == 700.0
+    assert peak_tflops(str(tmp_path / "absent.csv")) != peak_tflops(str(tmp_path / "absent.csv"))
