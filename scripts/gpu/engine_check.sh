@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One device call (budget: 5 min on one H100: tests 40 s, xl step 150 s, ceilings 30 s,
-# leaderboard 75 s, each bounded by its timeout): the engine's GPU-marked tests, the 2026 xl
+# One device call (budget: 5 min on one H100: tests 35 s, xl step 140 s, ceilings 25 s,
+# leaderboard 100 s, each bounded by its timeout): the engine's GPU-marked tests, the 2026 xl
 # (2560/10240/32/32) context 512 batch 4 bf16 train step plain vs engine vs a compiled HF GPT-2
 # peer with MFU against a bf16 matmul ceiling measured in the same script, and the leaderboard
 # stage's reduced one-GPU configuration (its world-2 run becomes `skipped` rows with the command).
@@ -11,19 +11,19 @@ source scripts/gpu/env.sh
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv | tee "$out/gpu.txt"
 t0=$(date +%s)
-timeout ${TESTS_S:-40} python3 -m pytest -q -m gpu -p no:cacheprovider \
+timeout ${TESTS_S:-35} python3 -m pytest -q -m gpu -p no:cacheprovider \
   tests/test_fused_ce.py tests/test_engine.py > "$out/gpu_tests.txt" 2>&1
 echo "engine gpu tests: exit $? in $(( $(date +%s) - t0 )) s; $(tail -1 "$out/gpu_tests.txt")"
 t0=$(date +%s)
-timeout ${STEP_S:-150} python3 scripts/gpu/engine_step_bench.py "$out" > "$out/engine_step.log" 2>&1
+timeout ${STEP_S:-140} python3 scripts/gpu/engine_step_bench.py "$out" > "$out/engine_step.log" 2>&1
 echo "xl step: exit $? in $(( $(date +%s) - t0 )) s"
 grep -E "ceiling|target|ms  |skipped|oom|error" "$out/engine_step.log" | tail -12
 t0=$(date +%s)
-timeout ${CEIL_S:-30} python3 -m cs336_systems.stages.ceilings --machine h100-80gb-hbm3 --preset gpu \
+timeout ${CEIL_S:-25} python3 -m cs336_systems.stages.ceilings --machine h100-80gb-hbm3 --preset gpu \
   --out "$out/ceilings.csv" --dtypes bf16 > "$out/ceilings.log" 2>&1
-timeout ${LB_S:-75} python3 -m cs336_systems.stages.leaderboard --machine h100-80gb-hbm3 \
-  --preset gpu --backend nccl --world-size 2 --warmup 1 --steps 2 --compile \
-  --peak-csv "$out/ceilings.csv" --timeout-s 70 --out "$out/leaderboard.csv" \
+timeout ${LB_S:-100} python3 -m cs336_systems.stages.leaderboard --machine h100-80gb-hbm3 \
+  --preset gpu --backend nccl --world-size 2 --warmup 1 --steps 1 --compile \
+  --peak-csv "$out/ceilings.csv" --timeout-s 95 --out "$out/leaderboard.csv" \
   > "$out/leaderboard.log" 2>&1
 echo "leaderboard (reduced, 1 GPU): exit $? in $(( $(date +%s) - t0 )) s"
 python3 - "$out" <<'PY'
