@@ -72,8 +72,17 @@ def engine(compiled: bool):
 def hf_peer():
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    cfg = GPT2Config(vocab_size=V, n_positions=N, n_embd=D, n_layer=L, n_head=H, n_inner=DFF)
-    cfg._attn_implementation = "sdpa"
+    cfg = GPT2Config(
+        vocab_size=V,
+        n_positions=N,
+        n_embd=D,
+        n_layer=L,
+        n_head=H,
+        n_inner=DFF,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )  # no dropout, as ours
     torch.manual_seed(0)
     model = GPT2LMHeadModel(cfg).cuda()
     net = torch.compile(model)

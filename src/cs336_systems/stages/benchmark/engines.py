@@ -58,6 +58,9 @@ def hf_step(size, context_length, batch_size, device, precision, compiled):
         n_layer=s["num_layers"],
         n_head=s["num_heads"],
         n_inner=s["d_ff"],
+        resid_pdrop=0.0,  # no dropout, as our model
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
     )
     torch.manual_seed(0)
     model = GPT2LMHeadModel(cfg).to(device)
