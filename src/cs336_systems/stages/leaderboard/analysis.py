@@ -15,12 +15,14 @@ from cs336_systems.core.analysis import (
     failed_points,
     fmt,
     load,
+    mark_suspect,
     md_table,
-    ok,
     pct,
     plot_main,
+    ran,
     save,
 )
+from cs336_systems.core.sanity import is_suspect
 
 PARTS = ("attention", "matmul", "loss", "optimizer", "communication", "other")
 
@@ -30,8 +32,10 @@ def _label(r) -> str:
 
 
 def results_table(d: pd.DataFrame) -> pd.DataFrame:
+    """Every run that ran; a rate the sanity checks doubt (core/sanity.py) carries the flag."""
     rows = []
-    for _, r in d.iterrows():
+    doubted = is_suspect(d, "rate")
+    for i, r in d.iterrows():
         rows.append(
             {
                 "run": _label(r),
@@ -39,7 +43,9 @@ def results_table(d: pd.DataFrame) -> pd.DataFrame:
                 "step (s)": fmt(r["step_ms_median"] / 1e3, 3),
                 "tokens/s": fmt(r["tokens_per_s"], 0),
                 "TFLOP/s": fmt(r["tflops"], 1),
-                "MFU": pct(r["mfu"]) if pd.notna(r["mfu"]) else "n/a (no bf16 ceiling)",
+                "MFU": mark_suspect(pct(r["mfu"]), bool(doubted[i]))
+                if pd.notna(r["mfu"])
+                else "n/a (no bf16 ceiling)",
                 "peak GB/rank": fmt(r["peak_mem_gb_per_rank"], 1),
                 "setup (s)": fmt(r["setup_s"], 1),
                 "benchmark (s)": fmt(r["benchmark_s"], 0),
@@ -61,7 +67,7 @@ def breakdown_table(d: pd.DataFrame) -> pd.DataFrame:
 
 
 def q37(df: pd.DataFrame) -> str:
-    d = ok(df)
+    d = ran(df)
     full = d[(d["config"] == "full") & (d["variant"] == "engine")]
     if not len(full):
         why = df[(df["config"] == "full") & (df["variant"] == "engine")]["status"]
@@ -69,6 +75,8 @@ def q37(df: pd.DataFrame) -> str:
         return f"The full configuration's engine step was not measured here ({reason})."
     r = full.iloc[0]
     mfu = f", {pct(r['mfu'])} MFU" if pd.notna(r["mfu"]) else ""
+    if bool(is_suspect(full, "rate").iloc[0]):
+        mfu = f"; its MFU is left out: {r['sanity']}"
     rule = "within" if bool(r["fits_10_min"]) else "over"
     return (
         f"The engine's step takes {fmt(r['step_ms_median'] / 1e3, 3)} s on "
@@ -81,7 +89,7 @@ def context(results_dir: Path) -> dict:
     df = load(results_dir, "leaderboard")
     if len(df) == 0:
         return {"available": False}
-    d = ok(df)
+    d = ran(df)
     first = df.iloc[0]
     skipped = df[df["status"].astype(str).str.startswith("skipped")]
     ctx: dict = {
@@ -111,7 +119,7 @@ def context(results_dir: Path) -> dict:
 def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
     df = load(results_dir, "leaderboard")
     path = Path(fig_dir) / "leaderboard_breakdown.png"
-    d = ok(df) if len(df) else pd.DataFrame()
+    d = ran(df) if len(df) else pd.DataFrame()
     cols = [f"breakdown_{p}_ms" for p in PARTS]
     if len(d) == 0 or not all(c in d for c in cols):
         why = "no profiled leaderboard step" + (

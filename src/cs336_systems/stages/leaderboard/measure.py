@@ -279,6 +279,8 @@ def run(args, argv: list[str] | None = None) -> list[dict]:
                     "world_size": world,
                     "backend": args.backend,
                     "peak_tflops_per_gpu": args.peak_tflops,
+                    # MFU's denominator: every rank's GPU
+                    "peak_tflops": args.peak_tflops * world,
                     "command": this_command(argv),
                 }
             )
