@@ -257,6 +257,22 @@ CASES = {
         {"fsdp": cpu(env={"NCCL_ALGO": "Ring,Tree"})},
         "config: fsdp.cpu.env.NCCL_ALGO: 'Ring,Tree' — a value without ','",
     ),
+    "leaderboard stage heads": (
+        {"leaderboard": cpu(num_heads=5)},
+        "config: leaderboard.cpu.num_heads: 5 — a divisor of d_model (64)",
+    ),
+    "leaderboard stage head dim": (
+        {"leaderboard": cpu(d_model=48, num_heads=12)},
+        "config: leaderboard.cpu.num_heads: 12 — a head dimension d_model / num_heads",
+    ),
+    "leaderboard stage batch": (
+        {"leaderboard": cpu(batch=3)},
+        "config: leaderboard.cpu.batch: 3 — a multiple of world_size (2)",
+    ),
+    "leaderboard stage checkpoint": (
+        {"leaderboard": cpu(checkpoint="every_0")},
+        "config: leaderboard.cpu.checkpoint: 'every_0' — auto (by memory), none",
+    ),
     "env value with a newline": (
         {"allreduce": cpu(env={"X": "a\nb"})},
         "config: allreduce.cpu.env.X: 'a\\nb' — a value without ','",

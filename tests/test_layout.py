@@ -1,6 +1,6 @@
 """The package's layers and the workflow's code inputs: what the tree promises a newcomer.
 
-- imports go one way: model < core < kernels < parallel, profiling < stages < adapters, report
+- imports go one way: model < core < kernels < parallel, profiling < engine < stages < adapters, report
   < compare;
   a stage never imports another stage;
 - no file outside kernels/ is longer than 600 lines;
@@ -31,6 +31,7 @@ LAYERS = {
     "kernels": 2,
     "parallel": 3,
     "profiling": 3,
+    "engine": 3.5,  # builds on parallel/ (FSDP, DDP), below the stages
     "stages": 4,
     "adapters": 5,
     "report": 5,

@@ -29,11 +29,14 @@ rule benchmark:
         compile=lambda wc: benchmark_plan.compile_arg(BENCHMARK, wc.size, int(wc.ctx)),
         # modes, precisions, compile filters and mode, batch size, warm-up and measured steps
         shared=benchmark_plan.shared_args(BENCHMARK),
+        # plain; fast (engine/step.py) and hf_gpt2 in the first attention's job
+        engines=lambda wc: benchmark_plan.engines_arg(BENCHMARK, wc.attention),
         common=common_args(),
     shell:
         "python3 -m cs336_systems.stages.benchmark run {params.common} --out {output}"
         " --size {wildcards.size} --context-length {wildcards.ctx}"
         " --attention {wildcards.attention} --compile {params.compile} {params.shared}"
+        " --engines {params.engines}"
         " 2>&1 | tee {log}"
 
 

@@ -534,3 +534,17 @@ def step_memory_bytes(
         "activation_bytes": float(acts),
         "total_bytes": float(state + acts),
     }
+
+
+# ---- the 2026 full-step leaderboard -----------------------------------------------------------
+
+
+def train_step_flops(
+    vocab_size: int, d_model: int, num_layers: int, d_ff: int, batch: int, seq: int
+) -> float:
+    """The leaderboard's count of one causal training step: 6 N tokens over the matmul
+    parameters, plus causal attention 3.5 (4 n^2 d_model / 2) per layer and sequence (forward
+    4 n^2 d halved by the mask, forward + backward 3.5x forward: attention_flops)."""
+    n = matmul_param_count(vocab_size, d_model, num_layers, d_ff)
+    attention = num_layers * batch * 3.5 * (4.0 * seq * seq * d_model / 2)
+    return 6.0 * n * batch * seq + attention

@@ -37,6 +37,7 @@ from cs336_systems.core.workload import PHASE_SPANS, Workload, model_columns
 from cs336_systems.kernels.attention import attention_function
 from cs336_systems.model import BATCH_SIZE, VOCAB_SIZE, size_spec
 from cs336_systems.stages.benchmark.derived import add_mfu
+from cs336_systems.stages.benchmark.engines import engine_rows
 
 MODES = ("forward", "forward_backward", "train_step")
 PRECISIONS = ("fp32", "bf16")
@@ -305,6 +306,7 @@ def main(argv: list[str] | None = None) -> None:
         choices=["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"],
     )
     run.add_argument("--warmup", type=int, default=5)
+    run.add_argument("--engines", default="plain", help="plain, fast, hf_gpt2 (engines.py)")
     warm = sub.choices["warmup"]
     warm.add_argument("--warmups", default="0,1,2,5")
     warm.add_argument("--mode", default="train_step")
@@ -354,6 +356,43 @@ def main(argv: list[str] | None = None) -> None:
                 args.compile_mode,
                 args.edition,
             )
+            for row in rows:
+                row["engine"] = "plain"
+            rows += engine_rows(
+                _csv_list(args.engines),
+                args.size,
+                args.context_length,
+                _csv_list(args.precisions),
+                _csv_list(args.compile),
+                args.batch_size,
+                args.warmup,
+                args.steps,
+                device,
+                {
+                    **base,
+                    **model_row(args.size, args.context_length, args.batch_size),
+                    "attention": "engine",
+                },
+            )
+            for row in rows:
+                if row["engine"] != "plain" and row.get("status") == "ok":
+                    f = step_flops(args.size, args.context_length, args.batch_size, "train_step")
+                    if row["engine"] == "hf_gpt2":  # GPT-2's MLP: 2 d d_ff, not SwiGLU's 3
+                        s = size_spec(args.size)
+                        f = flops.model_flops(
+                            VOCAB_SIZE,
+                            s["d_model"],
+                            s["num_layers"],
+                            s["d_ff"] * 2 / 3,
+                            args.batch_size,
+                            args.context_length,
+                            "train_step",
+                        )
+                    row["flops_per_step"] = f
+                    row["tflops"] = flops.tflops(f, row["step_ms_mean"])
+                    row["tokens_per_s"] = (
+                        args.batch_size * args.context_length / (row["step_ms_mean"] * 1e-3)
+                    )
         else:
             rows = run_warmup_sweep(
                 args.size,

@@ -60,6 +60,13 @@ def shared_args(cfg: dict) -> str:
     )
 
 
+def engines_arg(cfg: dict, attention: str) -> str:
+    """The engines a job runs beside the plain grid: in the first attention's job only (the
+    engine picks its own attention), `plain` elsewhere."""
+    engines = cfg.get("engines", ["plain"])
+    return ",".join(engines) if attention == cfg["attentions"][0] else "plain"
+
+
 def check(cfg: dict, at: Checker, facts: Facts) -> None:
     """What the schema cannot say: size names of this run's model table, and filters that name
     only values of the sweep."""

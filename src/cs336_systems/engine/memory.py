@@ -1,0 +1,154 @@
+"""What a training step of the engine holds per rank, by the memory model of core/costs.py, and
+the activation checkpointing it therefore picks, computed before anything is allocated.
+
+Saved activations: core.costs.block_saved_bytes counts an eager block with naive attention; a
+fused attention (flash_triton, sdpa's flash/efficient backends) saves no (seq x seq) scores or
+mask but its output O (2 b n d under bf16, 4 under fp32) and the per-row logsumexp L (4 b h n).
+Under FSDP the block's weights are gathered in the compute dtype and freed after the block (no
+autocast weight casts saved). The head with the fused loss saves the final norm's tensors, the
+hidden states in the compute dtype, the head weight's cast and a logsumexp per token (no b n V
+logits), plus one chunk's logits (compute dtype and fp32) while it runs.
+Training state: core.costs.training_state_bytes (fp32 master weights, fp32 grads, AdamW's two
+fp32 moments) for the scheme. What this omits (allocator fragmentation, backward's transient
+buffers, the optimizer's foreach temporaries) is the `margin` fraction left free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cs336_systems.core import costs
+from cs336_systems.core.checkpointing import plan_for
+
+FUSED_ATTENTIONS = ("flash_triton", "sdpa")
+MARGIN = 0.15  # fraction of free memory kept for what the model omits
+
+
+@dataclass(frozen=True)
+class StepShape:
+    vocab_size: int
+    d_model: int
+    d_ff: int
+    num_layers: int
+    num_heads: int
+    batch: int  # per rank
+    seq: int
+    precision: str = "bf16"
+    attention: str = "flash_triton"
+    device_type: str = "cuda"
+    world: int = 1
+    scheme: str = "single"  # single | fsdp | sharded_optimizer
+
+    @property
+    def params(self) -> tuple[int, int]:
+        """(sharded, replicated) parameter counts: 2-D weights, norm gains."""
+        d, f, v, n = self.d_model, self.d_ff, self.vocab_size, self.num_layers
+        sharded = 2 * v * d + n * (4 * d * d + 3 * d * f)
+        return sharded, n * 2 * d + d
+
+
+def block_bytes(s: StepShape) -> dict[str, int]:
+    """Saved bytes of one block (input, total) for this engine (module doc)."""
+    base = costs.block_saved_bytes(
+        s.batch, s.seq, s.d_model, s.num_heads, s.d_ff, s.precision, s.device_type
+    )
+    total = base["total"]
+    b, n, d, h = s.batch, s.seq, s.d_model, s.num_heads
+    if s.attention in FUSED_ATTENTIONS:
+        per_score = 4 if s.precision == "fp32" else (6 if s.device_type == "cuda" else 2)
+        total -= per_score * b * h * n * n + n * n
+        total += (4 if s.precision == "fp32" else 2) * b * n * d + 4 * b * h * n
+    if s.scheme == "fsdp":
+        total -= base["weight_casts"]
+    return {"input": base["input"], "total": total, "weight_casts": base["weight_casts"]}
+
+
+def head_bytes(s: StepShape, chunk: int) -> int:
+    b, n, d, v = s.batch, s.seq, s.d_model, s.vocab_size
+    elt = 4 if s.precision == "fp32" else 2
+    norm = 4 * (2 * b * n * d + b * n)
+    cast = 0 if s.precision == "fp32" else elt * (b * n * d + d * v)
+    return norm + cast + 4 * b * n + min(chunk, b * n) * v * (4 + elt)
+
+
+def state_bytes(s: StepShape) -> float:
+    sharded, replicated = s.params
+    scheme = "ddp" if s.scheme == "single" else s.scheme
+    return costs.training_state_bytes(sharded, replicated, s.world, scheme)
+
+
+def candidates(num_layers: int) -> list[str]:
+    """Strategies by recomputation: none, one level (every_k, k | N; sqrt), nested."""
+    every = [f"every_{k}" for k in range(1, num_layers + 1) if num_layers % k == 0]
+    return ["none", *every, "sqrt", "halving", "chain"]
+
+
+def step_bytes(s: StepShape, strategy: str, chunk: int) -> dict[str, float]:
+    """Peak bytes per rank of one step under `strategy`, with its parts."""
+    blk = block_bytes(s)
+    cached = 0 if s.scheme == "fsdp" else blk["weight_casts"]
+    act = costs.checkpoint_memory(
+        plan_for(strategy, s.num_layers),
+        blk["total"],
+        blk["input"],
+        head_bytes(s, chunk),
+        cached,
+    )
+    state = state_bytes(s)
+    return {
+        "strategy": strategy,
+        "activations": act["peak_bytes"],
+        "state": state,
+        "total": act["peak_bytes"] + state,
+        "compute_factor": act["compute_factor"],
+    }
+
+
+def choose_checkpointing(s: StepShape, free_bytes: float, chunk: int) -> dict[str, float]:
+    """The strategy with the least recomputation whose step fits (1 - MARGIN) of `free_bytes`
+    (ties: the least memory); the least memory of all when none fits (``fits`` False)."""
+    budget = free_bytes * (1 - MARGIN)
+    rows = [step_bytes(s, name, chunk) for name in candidates(s.num_layers)]
+    fitting = [r for r in rows if r["total"] <= budget]
+    if fitting:
+        best = min(fitting, key=lambda r: (round(r["compute_factor"], 9), r["total"]))
+        return {**best, "fits": True, "budget": budget}
+    return {**min(rows, key=lambda r: r["total"]), "fits": False, "budget": budget}
+
+
+def shortfall(choice: dict, world: int) -> str | None:
+    """`skipped: needs X GB per rank, have Y` when even the leanest plan does not fit."""
+    if choice["fits"]:
+        return None
+    free = choice["budget"] / (1 - MARGIN)
+    return need_message(choice["total"], free, f"world {world}, checkpointing {choice['strategy']}")
+
+
+def plain_bytes(s: StepShape) -> dict[str, float]:
+    """Peak bytes per rank of the plain model's step (naive attention, no checkpointing, full
+    logits and their log-softmax, every weight, gradient and AdamW state on every rank)."""
+    naive = StepShape(**{**s.__dict__, "attention": "naive", "scheme": "single"})
+    blk = costs.block_saved_bytes(
+        s.batch, s.seq, s.d_model, s.num_heads, s.d_ff, s.precision, s.device_type
+    )
+    head = costs.head_saved_bytes(s.batch, s.seq, s.d_model, s.vocab_size, s.precision)
+    head += (2 if s.precision == "bf16" else 0) * s.batch * s.seq * s.vocab_size  # bf16 logits
+    act = costs.checkpoint_memory(
+        plan_for("none", s.num_layers), blk["total"], blk["input"], head, blk["weight_casts"]
+    )
+    state = state_bytes(naive)
+    total = act["peak_bytes"] + state
+    return {
+        "strategy": "none",
+        "activations": act["peak_bytes"],
+        "state": state,
+        "total": total,
+        "fits": None,
+    }
+
+
+def need_message(total_bytes: float, free_bytes: float, what: str) -> str:
+    return (
+        f"skipped: needs {total_bytes / (1 - MARGIN) / 1e9:.1f} GB per rank, "
+        f"have {free_bytes / 1e9:.1f} ({what})"
+    )

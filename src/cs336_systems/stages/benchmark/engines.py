@@ -1,0 +1,127 @@
+"""The benchmark's `engines` axis: the training step of each (size, context) point through the
+engine (`fast`: engine/step.py) beside the plain model's rows, and a compiled HuggingFace GPT-2
+of the same width and depth (`hf_gpt2`) where `transformers` is importable (a `skipped` row
+otherwise). Train steps only: the engine changes the step (loss, optimizer, checkpointing), and
+its forward is the plain model's but for the attention.
+
+Rows carry `engine` (the plain grid's rows: `plain`) and are timed by the same harness.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+import torch.nn.functional as F
+
+from cs336_systems.core.device import autocast
+from cs336_systems.core.harness import (
+    peak_memory_mb,
+    release_memory,
+    run_point,
+    summarize,
+    time_steps,
+)
+from cs336_systems.core.log import get_logger, point, status_level
+from cs336_systems.model import VOCAB_SIZE, build_model, size_spec
+
+ENGINES = ("plain", "fast", "hf_gpt2")
+log = get_logger(__name__)
+
+
+def _batch(context_length: int, batch_size: int, device):
+    g = torch.Generator(device=device).manual_seed(0)
+    shape = (batch_size, context_length)
+    x = torch.randint(0, VOCAB_SIZE, shape, device=device, generator=g)
+    return x, torch.randint(0, VOCAB_SIZE, shape, device=device, generator=g)
+
+
+def fast_step(size, context_length, batch_size, device, precision, compiled):
+    from cs336_systems.engine.step import Engine, EngineOptions
+
+    torch.manual_seed(0)
+    with device:
+        lm = build_model(size, context_length)
+    x, y = _batch(context_length, batch_size, device)
+    engine = Engine.build(lm, x, y, EngineOptions(precision=precision, compile=compiled))
+    return engine.step
+
+
+def hf_step(size, context_length, batch_size, device, precision, compiled):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    s = size_spec(size)
+    cfg = GPT2Config(
+        vocab_size=VOCAB_SIZE,
+        n_positions=context_length,
+        n_embd=s["d_model"],
+        n_layer=s["num_layers"],
+        n_head=s["num_heads"],
+        n_inner=s["d_ff"],
+        resid_pdrop=0.0,  # no dropout, as our model
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(cfg).to(device)
+    net = torch.compile(model) if compiled else model
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=1e-4, weight_decay=0.01, fused=device.type == "cuda"
+    )
+    x, y = _batch(context_length, batch_size, device)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with autocast(precision, device):
+            logits = net(input_ids=x).logits
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
+        loss.backward()
+        opt.step()
+
+    return step
+
+
+def engine_rows(
+    engines, size, context_length, precisions, compiles, batch_size, warmup, steps, device, fixed
+) -> list[dict]:
+    """Rows of the train step through each engine other than `plain` (the grid's own rows)."""
+    rows = []
+    for engine in [e for e in engines if e != "plain"]:
+        points = [(p, c) for p in precisions for c in compiles]
+        if engine == "hf_gpt2":  # the compiled bf16 peer only, as the issue names it
+            points = [("bf16", "compiled")]
+        for prec, comp in points:
+            row = {
+                **fixed,
+                "engine": engine,
+                "mode": "train_step",
+                "precision": prec,
+                "compile": comp,
+                "warmup_steps": warmup,
+                "measure_steps": steps,
+            }
+            with point(engine, prec, comp):
+                if engine == "hf_gpt2" and importlib.util.find_spec("transformers") is None:
+                    row["status"] = "skipped: transformers not installed"
+                else:
+                    make = fast_step if engine == "fast" else hf_step
+
+                    def run(make=make, prec=prec, comp=comp):
+                        step = make(
+                            size, context_length, batch_size, device, prec, comp == "compiled"
+                        )
+                        if device.type == "cuda":
+                            torch.cuda.reset_peak_memory_stats(device)
+                        warm, times = time_steps(step, warmup, steps, device)
+                        return {
+                            **summarize(times, "step"),
+                            "first_step_ms": (warm or times)[0],
+                            "peak_memory_mb": peak_memory_mb(device),
+                        }
+
+                    res = run_point(run)
+                    row.update({"status": res.status, **(res.value or {})})
+                    release_memory()
+                log.log(status_level(row["status"]), "%s", row["status"])
+            rows.append(row)
+    return rows

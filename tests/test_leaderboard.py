@@ -1,0 +1,118 @@
+"""The leaderboard's rules: the 10-minute budget, the breakdown's classes, the FLOP count."""
+
+from __future__ import annotations
+
+import pytest
+
+from cs336_systems.core.costs import matmul_param_count, train_step_flops
+from cs336_systems.engine.budget import benchmark_seconds, breakdown, classify, fits_budget
+
+
+def test_budget_counts_setup_and_do_bench_phases():
+    assert benchmark_seconds(100.0, 5.0) == pytest.approx(140.0)
+    assert fits_budget(559.0, 4000.0)  # 559 + 10 + 30 = 599 s
+    assert not fits_budget(561.0, 4000.0)
+
+
+def test_a_step_longer_than_do_bench_phases_counts_whole_steps():
+    # an 8B step of 40 s: do_bench still runs one warm-up and one measured step
+    assert benchmark_seconds(0.0, 40_000.0) == pytest.approx(80.0)
+    with pytest.raises(ValueError):
+        benchmark_seconds(1.0, 0.0)
+
+
+@pytest.mark.parametrize(
+    "name, part",
+    [
+        ("aten::mm", "matmul"),
+        ("sm90_xmma_gemm_bf16bf16_bf16f32", "matmul"),
+        ("_attn_fwd_kernel", "attention"),
+        ("aten::_softmax", "attention"),
+        ("_LinearCrossEntropyBackward", "loss"),
+        ("aten::logsumexp", "loss"),
+        ("aten::_fused_adamw_", "optimizer"),
+        ("ncclDevKernel_ReduceScatter_Sum_bf16", "communication"),
+        ("gloo:all_gather", "communication"),
+        ("aten::add_", "other"),
+    ],
+)
+def test_classify(name, part):
+    assert classify(name) == part
+
+
+def test_breakdown_sums_per_part():
+    out = breakdown([("aten::mm", 2.0), ("aten::addmm", 1.0), ("aten::add", 0.5)])
+    assert out["matmul"] == 3.0 and out["other"] == 0.5 and out["loss"] == 0.0
+
+
+def test_the_8b_step_count():
+    """7.5 B matmul parameters; 6 N x 65,536 tokens plus causal attention over 34 layers."""
+    n = matmul_param_count(151_936, 4096, 34, 11_008)
+    assert n == pytest.approx(7.5e9, rel=0.01)
+    flops = train_step_flops(151_936, 4096, 34, 11_008, 2, 32_768)
+    attention = 34 * 2 * 3.5 * 4 * 32_768**2 * 4096 / 2
+    assert flops == pytest.approx(6 * n * 65_536 + attention)
+    assert 4.9e15 < flops < 5.1e15
+
+
+def test_a_missing_world_size_is_skipped_rows_with_the_command(monkeypatch):
+    from cs336_systems.stages.leaderboard import measure
+
+    monkeypatch.setattr("cs336_systems.core.device.gpu_count", lambda: 0)
+    argv = ["--backend", "nccl", "--world-size", "2", "--out", "/tmp/never.csv"]
+    args = measure.parse_args(argv)
+    rows = measure.run(args, argv)
+    assert [(r["config"], r["variant"]) for r in rows] == [("full", "engine"), ("full", "plain")]
+    for r in rows:
+        assert r["status"].startswith("skipped:")
+        assert r["command"].startswith("python3 -m cs336_systems.stages.leaderboard --backend nccl")
+        assert r["d_model"] == 4096 and r["num_layers"] == 34
+
+
+def test_the_memory_model_skips_before_allocating():
+    from types import SimpleNamespace
+
+    import torch
+
+    from cs336_systems.stages.leaderboard import measure
+
+    dims = dict(
+        vocab=151_936,
+        d_model=4096,
+        d_ff=11_008,
+        num_layers=34,
+        num_heads=32,
+        context_length=32_768,
+        batch=2,
+    )
+    ctx = SimpleNamespace(device=torch.device("cpu"))
+    for variant in ("engine", "plain"):
+        reason, need = measure.memory_check(variant, dims, 34, ctx, 1)
+        assert reason.startswith("skipped: needs ") and " GB per rank, have " in reason
+        assert need["need_gb"] > need["free_gb"] * 0.85
+    # a tiny model fits
+    tiny = {**dims, "vocab": 100, "d_model": 32, "d_ff": 64, "num_heads": 4, "context_length": 16}
+    assert measure.memory_check("engine", tiny, 2, ctx, 1)[0] is None
+
+
+def test_peak_tflops_reads_the_bf16_matmul_row(tmp_path):
+    import pandas as pd
+
+    from cs336_systems.stages.leaderboard.measure import peak_tflops
+
+    path = tmp_path / "ceilings.csv"
+    pd.DataFrame(
+        [
+            {"kind": "matmul", "dtype": "bf16", "path": "matmul", "status": "ok", "tflops": 700.0},
+            {
+                "kind": "matmul",
+                "dtype": "bf16",
+                "path": "autocast_linear",
+                "status": "ok",
+                "tflops": 650.0,
+            },
+            {"kind": "matmul", "dtype": "fp32", "path": "matmul", "status": "ok", "tflops": 50.0},
+        ]
+    ).to_csv(path, index=False)
+    assert peak_tflops(str(path)) == 700.0
+    assert peak_tflops(str(tmp_path / "absent.csv")) != peak_tflops(str(tmp_path / "absent.csv"))
