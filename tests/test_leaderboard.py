@@ -69,6 +69,30 @@ def test_a_missing_world_size_is_skipped_rows_with_the_command(monkeypatch):
         assert r["d_model"] == 4096 and r["num_layers"] == 34
 
 
+def test_one_gpu_runs_the_reduced_configuration_on_one_process(monkeypatch):
+    from cs336_systems.parallel import launch as launcher
+    from cs336_systems.stages.leaderboard import measure
+
+    monkeypatch.setattr("cs336_systems.core.device.gpu_count", lambda: 1)
+    monkeypatch.setattr(launcher, "gpu_count", lambda: 1)
+    launched = []
+
+    def fake_launch(module, argv, topology, **kw):
+        launched.append((argv, topology))
+        row = {"config": "reduced", "variant": "engine", "status": "ok"}
+        return launcher.LaunchResult("ok", 0, 1.0, [row])
+
+    monkeypatch.setattr(launcher, "launch", fake_launch)
+    argv = ["--backend", "nccl", "--world-size", "2", "--out", "/tmp/never.csv"]
+    rows = measure.run(measure.parse_args(argv), argv)
+    by = {(r["config"], r["variant"]): r for r in rows}
+    assert by[("full", "engine")]["status"].startswith("skipped: needs 2 GPUs")
+    assert by[("reduced", "engine")]["status"] == "ok"
+    assert by[("reduced", "engine")]["world_size"] == 1
+    assert by[("reduced", "plain")]["status"].startswith("error")  # no row from the workers
+    assert [t for _, t in launched] == [launcher.Topology(1)]
+
+
 def test_the_memory_model_skips_before_allocating():
     from types import SimpleNamespace
 
