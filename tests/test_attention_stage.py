@@ -256,6 +256,68 @@ def test_flash_triton_point_on_cpu(tmp_path):
     assert row["triton_fwd_config"] == "16x16" and row["grid"] == "sweep"
 
 
+def test_flash_sweep_writes_rows_as_it_goes_and_resumes(tmp_path, monkeypatch):
+    """Interrupted after two points, the partial CSV holds their rows; the rerun measures only
+    the rest (an error row is measured again), then writes the output and drops the partial."""
+    out, partial = tmp_path / "f.csv", tmp_path / "partial.csv"
+    argv = ["sweep", *COMMON, "--impls", "naive_eager,flash_pytorch", "--dtype", "fp32",
+            "--head-dims", "16", "--seq-lens", "16,32", "--warmup-steps", "0", "--steps", "1",
+            "--out", str(out), "--partial", str(partial)]  # fmt: skip
+    real = flash_benchmark.measure
+    measured, first_run = [], [True]
+
+    def interrupted(impl, *args, **kwargs):
+        if first_run[0] and len(measured) == 3:
+            raise KeyboardInterrupt  # the job is stopped in its fourth point
+        measured.append((impl, args[3]))
+        if first_run[0] and len(measured) == 2:
+            return {"status": "error: injected"}
+        return real(impl, *args, **kwargs)
+
+    monkeypatch.setattr(flash_benchmark, "measure", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        flash_benchmark.main(argv)
+    assert not out.exists()
+    first = pd.read_csv(partial)
+    assert list(first["status"]) == ["ok", "error: injected", "ok"]
+    assert list(zip(first["impl"], first["seq_len"])) == measured
+
+    measured.clear()
+    first_run[0] = False
+    flash_benchmark.main(argv)
+    # the two ok rows were kept, the error row and the fourth point measured
+    assert measured == [("flash_pytorch", 16), ("flash_pytorch", 32)]
+    df = pd.read_csv(out)
+    assert list(zip(df["impl"], df["seq_len"])) == [
+        ("naive_eager", 16), ("flash_pytorch", 16), ("naive_eager", 32), ("flash_pytorch", 32)
+    ]  # fmt: skip
+    assert set(df["status"]) == {"ok"}
+    kept = df[df["impl"] == "naive_eager"].reset_index(drop=True)
+    assert (
+        kept["fwd_bwd_ms_median"].tolist()
+        == first.loc[first["impl"] == "naive_eager", "fwd_bwd_ms_median"].tolist()
+    )
+    assert not partial.exists()
+
+
+def test_flash_resume_ignores_rows_timed_differently(tmp_path, monkeypatch):
+    """A partial row of another timing (or commit, kernel verdict, ...) is not reused."""
+    out, partial = tmp_path / "f.csv", tmp_path / "partial.csv"
+    argv = ["sweep", *COMMON, "--impls", "naive_eager", "--dtype", "fp32", "--head-dims", "16",
+            "--seq-lens", "16", "--warmup-steps", "0", "--out", str(out), "--partial",
+            str(partial)]  # fmt: skip
+    flash_benchmark.main([*argv, "--steps", "1"])
+    pd.read_csv(out).to_csv(partial, index=False)  # as if interrupted before the final write
+    assert len(flash_benchmark.finished_rows(partial)) == 1
+    real, calls = flash_benchmark.measure, []
+    monkeypatch.setattr(
+        flash_benchmark, "measure", lambda *a, **k: calls.append(a[0]) or real(*a, **k)
+    )
+    flash_benchmark.main([*argv, "--steps", "2"])
+    assert calls == ["naive_eager"]
+    assert pd.read_csv(out)["timing"].str.endswith(" steps=2").all()
+
+
 def test_flash_reference_is_top_left_causal():
     q, k, v = (torch.randn(1, 1, 40, 16) for _ in range(3))
     ref = flash_benchmark.reference_output(q, k, v, chunk=16)
