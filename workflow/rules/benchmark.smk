@@ -18,7 +18,9 @@ wildcard_constraints:
 
 rule benchmark:
     input:
-        BENCHMARK_CODE,
+        code=BENCHMARK_CODE,
+        # the measured matmul rates: a point too slow at them is a `skipped:` row (max_point_s)
+        ceilings=f"{RESULTS}/ceilings.csv",
     output:
         BENCHMARK_POINTS,
     log:
@@ -34,6 +36,7 @@ rule benchmark:
         "python3 -m cs336_systems.stages.benchmark run {params.common} --out {output}"
         " --size {wildcards.size} --context-length {wildcards.ctx}"
         " --attention {wildcards.attention} --compile {params.compile} {params.shared}"
+        " --ceilings {input.ceilings}"
         " 2>&1 | tee {log}"
 
 

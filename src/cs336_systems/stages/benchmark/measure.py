@@ -32,7 +32,7 @@ from cs336_systems.core.sanity import flag
 from cs336_systems.core.workload import Workload
 from cs336_systems.kernels.attention import attention_function
 from cs336_systems.model import BATCH_SIZE, VOCAB_SIZE, size_spec
-from cs336_systems.stages.benchmark.derived import add_mfu
+from cs336_systems.stages.benchmark.derived import add_mfu, model_rates, too_costly
 
 MODES = ("forward", "forward_backward", "train_step")
 PRECISIONS = ("fp32", "bf16")
@@ -100,7 +100,12 @@ def run_grid(
     compile_modes: list[str] | None = None,
     compile_precisions: list[str] | None = None,
     compile_mode: str = "default",
+    rates: dict[str, tuple[float, str]] | None = None,
+    max_point_s: float | None = None,
 ) -> list[dict]:
+    """Every mode x precision x compile point of one model shape, on one model built once (its
+    compiled module shared by the compiled points). A point estimated above `max_point_s` at
+    the measured `rates` (derived.too_costly) is a `skipped:` row."""
     rows: list[dict] = []
     fixed = {
         **base,
@@ -108,6 +113,28 @@ def run_grid(
         "attention": attention,
         "compile_mode": compile_mode,
     }
+    compile_modes = compile_modes if compile_modes is not None else modes
+    compile_precisions = compile_precisions if compile_precisions is not None else precisions
+    points = [
+        (c, p, m)
+        for c in compiles
+        for p in precisions
+        for m in modes
+        if c == "eager" or (m in compile_modes and p in compile_precisions)
+    ]
+    skip = {
+        (c, p, m): too_costly(
+            step_flops(size, context_length, batch_size, m), warmup + steps, p, rates or {},
+            max_point_s,
+        )
+        for c, p, m in points
+    }  # fmt: skip
+    if all(skip.values()):  # nothing runs: no model to build
+        return [
+            {**fixed, "mode": m, "precision": p, "compile": c, "warmup_steps": warmup,
+             "measure_steps": steps, "status": skip[(c, p, m)]}
+            for c, p, m in points
+        ]  # fmt: skip
     built = run_point(
         lambda: Workload.build(
             size,
@@ -118,15 +145,6 @@ def run_grid(
             compile_mode=compile_mode,
         )
     )
-    compile_modes = compile_modes if compile_modes is not None else modes
-    compile_precisions = compile_precisions if compile_precisions is not None else precisions
-    points = [
-        (c, p, m)
-        for c in compiles
-        for p in precisions
-        for m in modes
-        if c == "eager" or (m in compile_modes and p in compile_precisions)
-    ]
     for n, (comp, prec, mode) in enumerate(points, 1):
         row = {
             **fixed,
@@ -136,6 +154,11 @@ def run_grid(
             "warmup_steps": warmup,
             "measure_steps": steps,
         }
+        if skip[(comp, prec, mode)]:
+            rows.append({**row, "status": skip[(comp, prec, mode)]})
+            with point(mode, prec, comp):
+                log.info("%d/%d %s", n, len(points), skip[(comp, prec, mode)])
+            continue
         if built.status != "ok":
             rows.append({**row, "status": built.status})
             continue
@@ -235,6 +258,15 @@ def main(argv: list[str] | None = None) -> None:
         choices=["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"],
     )
     run.add_argument("--warmup", type=int, default=5)
+    run.add_argument(
+        "--ceilings", default="", help="the ceilings CSV: measured matmul rates per precision"
+    )
+    run.add_argument(
+        "--max-point-s",
+        type=float,
+        default=None,
+        help="skip a point estimated above this many seconds at the measured rates",
+    )
     warm = sub.choices["warmup"]
     warm.add_argument("--warmups", default="0,1,2,5")
     warm.add_argument("--mode", default="train_step")
@@ -282,6 +314,8 @@ def main(argv: list[str] | None = None) -> None:
                 _csv_list(args.compile_modes) if args.compile_modes else None,
                 _csv_list(args.compile_precisions) if args.compile_precisions else None,
                 args.compile_mode,
+                model_rates(pd.read_csv(args.ceilings)) if args.ceilings else {},
+                args.max_point_s,
             )
         else:
             rows = run_warmup_sweep(

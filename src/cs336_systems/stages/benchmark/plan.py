@@ -56,6 +56,7 @@ def shared_args(cfg: dict) -> str:
             f"--batch-size {cfg['batch_size']}",
             f"--warmup {cfg['warmup_steps']}",
             f"--steps {cfg['measure_steps']}",
+            *([f"--max-point-s {cfg['max_point_s']}"] if "max_point_s" in cfg else []),
         ]
     )
 
