@@ -150,6 +150,36 @@ def test_kernel_tests_rows_and_verdicts(results):
     }
 
 
+def test_kernel_tests_in_xdist_workers_give_the_same_rows(results, tmp_path):
+    """Two pytest-xdist workers: the same tests, outcomes and verdicts as one process."""
+    test_file = tmp_path / "test_synthetic.py"
+    test_file.write_text(SYNTHETIC_TESTS)
+    out = tmp_path / "kt.csv"
+    kernel_tests_stage.main(
+        [*COMMON, "--files", str(test_file), "--kernel=flash_pytorch=^test_pytorch_",
+         "--kernel=flash_triton=^test_triton_", "--workers", "2", "--junit",
+         str(tmp_path / "j.xml"), "--out", str(out)]
+    )  # fmt: skip
+    df, one = pd.read_csv(out), pd.read_csv(results / "kernel_tests.csv")
+    assert set(df["pytest_workers"]) == {2} and set(one["pytest_workers"]) == {1}
+    cols = ["name", "outcome", "kernel", "status"]
+    assert (
+        df[cols].sort_values("name").values.tolist()
+        == one[cols].sort_values("name").values.tolist()
+    )
+    assert kernel_results.verdicts(out) == kernel_results.verdicts(results / "kernel_tests.csv")
+
+
+def test_kernel_tests_worker_count():
+    cores = len(os.sched_getaffinity(0))
+    assert kernel_tests_stage.worker_count("auto") == min(
+        kernel_tests_stage.MAX_AUTO_WORKERS, cores
+    )
+    assert kernel_tests_stage.worker_count("3") == 3
+    assert kernel_tests_stage.xdist_args(1) == []
+    assert kernel_tests_stage.xdist_args(4) == ["-n", "4"]
+
+
 def test_kernel_tests_when_pytest_cannot_collect(tmp_path):
     bad = tmp_path / "test_bad.py"
     bad.write_text("import does_not_exist\n")
