@@ -28,7 +28,9 @@ rule benchmark:
     benchmark:
         f"{RESULTS}/jobs/benchmark/{{size}}_ctx{{ctx}}_{{attention}}.tsv"
     params:
-        compile=lambda wc: benchmark_plan.compile_arg(BENCHMARK, wc.size, int(wc.ctx)),
+        compile=lambda wc: benchmark_plan.compile_arg(
+            BENCHMARK, wc.size, int(wc.ctx), wc.attention
+        ),
         # modes, precisions, compile filters and mode, batch size, warm-up and measured steps
         shared=benchmark_plan.shared_args(BENCHMARK),
         common=common_args(),
