@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections import Counter
 from pathlib import Path
@@ -239,3 +240,19 @@ def test_every_job_shares_one_compile_cache_under_results(tmp_path):
     }
     failed = snakemake(work, "probe/fail.txt", *TINY, *STAGES, check=False)
     assert failed.returncode != 0 and not (work / "probe/fail.txt").exists()
+
+
+def test_a_copied_run_continues_without_rerunning_finished_jobs(tiny_run, tmp_path):
+    """A run copied elsewhere and back (every file with a new mtime, sources newest, as a device
+    call's tree arrives) has nothing to do while Snakemake's records (.snakemake/metadata, which
+    scripts/gpu/reference_run.sh packs) come with it: they hold the inputs' checksums. Without
+    them every job reruns."""
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_run, copy, copy_function=shutil.copy)  # contents, not times
+    later = time.time() + 5
+    for path in [*(copy / "src").rglob("*.py"), *(copy / "workflow").rglob("*")]:
+        os.utime(path, (later, later))
+    proc = snakemake(copy, "--dry-run", *TINY, *STAGES)
+    assert "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout[-3000:]
+    shutil.rmtree(copy / ".snakemake" / "metadata")
+    assert planned_jobs(copy, *TINY, *STAGES)["benchmark"] > 0
