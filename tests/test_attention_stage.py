@@ -150,6 +150,36 @@ def test_kernel_tests_rows_and_verdicts(results):
     }
 
 
+def test_kernel_tests_in_xdist_workers_give_the_same_rows(results, tmp_path):
+    """Two pytest-xdist workers: the same tests, outcomes and verdicts as one process."""
+    test_file = tmp_path / "test_synthetic.py"
+    test_file.write_text(SYNTHETIC_TESTS)
+    out = tmp_path / "kt.csv"
+    kernel_tests_stage.main(
+        [*COMMON, "--files", str(test_file), "--kernel=flash_pytorch=^test_pytorch_",
+         "--kernel=flash_triton=^test_triton_", "--workers", "2", "--junit",
+         str(tmp_path / "j.xml"), "--out", str(out)]
+    )  # fmt: skip
+    df, one = pd.read_csv(out), pd.read_csv(results / "kernel_tests.csv")
+    assert set(df["pytest_workers"]) == {2} and set(one["pytest_workers"]) == {1}
+    cols = ["name", "outcome", "kernel", "status"]
+    assert (
+        df[cols].sort_values("name").values.tolist()
+        == one[cols].sort_values("name").values.tolist()
+    )
+    assert kernel_results.verdicts(out) == kernel_results.verdicts(results / "kernel_tests.csv")
+
+
+def test_kernel_tests_worker_count():
+    cores = len(os.sched_getaffinity(0))
+    assert kernel_tests_stage.worker_count("auto") == min(
+        kernel_tests_stage.MAX_AUTO_WORKERS, cores
+    )
+    assert kernel_tests_stage.worker_count("3") == 3
+    assert kernel_tests_stage.xdist_args(1) == []
+    assert kernel_tests_stage.xdist_args(4) == ["-n", "4"]
+
+
 def test_kernel_tests_when_pytest_cannot_collect(tmp_path):
     bad = tmp_path / "test_bad.py"
     bad.write_text("import does_not_exist\n")
@@ -254,6 +284,68 @@ def test_flash_triton_point_on_cpu(tmp_path):
     row = pd.read_csv(out).iloc[0]
     assert row["status"] == "ok" and row["fwd_bwd_ms_median"] > 0
     assert row["triton_fwd_config"] == "16x16" and row["grid"] == "sweep"
+
+
+def test_flash_sweep_writes_rows_as_it_goes_and_resumes(tmp_path, monkeypatch):
+    """Interrupted after two points, the partial CSV holds their rows; the rerun measures only
+    the rest (an error row is measured again), then writes the output and drops the partial."""
+    out, partial = tmp_path / "f.csv", tmp_path / "partial.csv"
+    argv = ["sweep", *COMMON, "--impls", "naive_eager,flash_pytorch", "--dtype", "fp32",
+            "--head-dims", "16", "--seq-lens", "16,32", "--warmup-steps", "0", "--steps", "1",
+            "--out", str(out), "--partial", str(partial)]  # fmt: skip
+    real = flash_benchmark.measure
+    measured, first_run = [], [True]
+
+    def interrupted(impl, *args, **kwargs):
+        if first_run[0] and len(measured) == 3:
+            raise KeyboardInterrupt  # the job is stopped in its fourth point
+        measured.append((impl, args[3]))
+        if first_run[0] and len(measured) == 2:
+            return {"status": "error: injected"}
+        return real(impl, *args, **kwargs)
+
+    monkeypatch.setattr(flash_benchmark, "measure", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        flash_benchmark.main(argv)
+    assert not out.exists()
+    first = pd.read_csv(partial)
+    assert list(first["status"]) == ["ok", "error: injected", "ok"]
+    assert list(zip(first["impl"], first["seq_len"])) == measured
+
+    measured.clear()
+    first_run[0] = False
+    flash_benchmark.main(argv)
+    # the two ok rows were kept, the error row and the fourth point measured
+    assert measured == [("flash_pytorch", 16), ("flash_pytorch", 32)]
+    df = pd.read_csv(out)
+    assert list(zip(df["impl"], df["seq_len"])) == [
+        ("naive_eager", 16), ("flash_pytorch", 16), ("naive_eager", 32), ("flash_pytorch", 32)
+    ]  # fmt: skip
+    assert set(df["status"]) == {"ok"}
+    kept = df[df["impl"] == "naive_eager"].reset_index(drop=True)
+    assert (
+        kept["fwd_bwd_ms_median"].tolist()
+        == first.loc[first["impl"] == "naive_eager", "fwd_bwd_ms_median"].tolist()
+    )
+    assert not partial.exists()
+
+
+def test_flash_resume_ignores_rows_timed_differently(tmp_path, monkeypatch):
+    """A partial row of another timing (or commit, kernel verdict, ...) is not reused."""
+    out, partial = tmp_path / "f.csv", tmp_path / "partial.csv"
+    argv = ["sweep", *COMMON, "--impls", "naive_eager", "--dtype", "fp32", "--head-dims", "16",
+            "--seq-lens", "16", "--warmup-steps", "0", "--out", str(out), "--partial",
+            str(partial)]  # fmt: skip
+    flash_benchmark.main([*argv, "--steps", "1"])
+    pd.read_csv(out).to_csv(partial, index=False)  # as if interrupted before the final write
+    assert len(flash_benchmark.finished_rows(partial)) == 1
+    real, calls = flash_benchmark.measure, []
+    monkeypatch.setattr(
+        flash_benchmark, "measure", lambda *a, **k: calls.append(a[0]) or real(*a, **k)
+    )
+    flash_benchmark.main([*argv, "--steps", "2"])
+    assert calls == ["naive_eager"]
+    assert pd.read_csv(out)["timing"].str.endswith(" steps=2").all()
 
 
 def test_flash_reference_is_top_left_causal():

@@ -394,6 +394,32 @@ def test_the_other_preset_is_checked_too():
     assert line.startswith("config: benchmark.gpu.measure_steps: 0")
 
 
+def test_every_preset_block_is_checked_and_full_runs_the_whole_grid():
+    assert cfg.PRESETS == ("cpu", "gpu", "full")
+    h100 = [Gpu("NVIDIA H100 80GB HBM3", "GPU-1", 81559.0)]
+    run, user = check({}, gpus=h100, host_memory_mib=64 * GB, preset="full")
+    assert run.preset == "full"
+    # full is the handout's grid: it holds at least every point of gpu along each sweep axis
+    for stage, axis in [("benchmark", "sizes"), ("benchmark", "context_lengths"),
+                        ("flash", "seq_lens"), ("attention", "seq_lens")]:  # fmt: skip
+        assert set(user[stage]["gpu"][axis]) <= set(user[stage]["full"][axis]), (stage, axis)
+    line = one({"flash": {"full": {"head_dims": [12]}}})
+    assert line.startswith("config: flash.full.head_dims[0]: 12")
+
+
+def test_a_stage_without_a_block_for_each_preset_stops_the_run():
+    stages, schemas, checks = setup()
+    user = cfg.merge(copy.deepcopy(DEFAULTS), {"preset": "cpu", "machine": "auto"})
+    cfg.with_stage_defaults(user, ROOT / "config" / "stages")
+    del user["precision"]["full"]
+    with pytest.raises(cfg.ConfigError) as err:
+        cfg.check_run(user, schemas, checks, [])
+    assert str(err.value).splitlines()[1:] == [
+        "config: precision.full: (missing) — every stage has a block for each preset "
+        "(cpu, gpu, full)"
+    ]
+
+
 # 14. sizes that cannot fit, where this machine is the one that runs them
 
 

@@ -8,7 +8,11 @@ the complete GPU check.
 
 from __future__ import annotations
 
+import fcntl
 import math
+import os
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -98,8 +102,14 @@ def precompiled_triton_kernels(request):
         if params.get("device") == "cuda" and {"dtype", "shape"} <= set(params):
             dtypes.add(params["dtype"])
             head_dims.add(params["shape"][3])
-    done = triton_launch.precompile(dtypes=sorted(dtypes, key=str), head_dims=sorted(head_dims),
-                          causal=(False, True))  # fmt: skip
+    # under pytest-xdist every worker gets here: one compiles at a time, and the others then
+    # find its kernels in the shared Triton cache instead of all compiling the same variants
+    lock_dir = Path(os.environ.get("TRITON_CACHE_DIR") or tempfile.gettempdir())
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with open(lock_dir / ".cs336-precompile.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = triton_launch.precompile(dtypes=sorted(dtypes, key=str),
+                                        head_dims=sorted(head_dims), causal=(False, True))  # fmt: skip
     print(f"precompiled {done['jobs']} Triton kernels in {done['seconds']:.1f} s", done["errors"])
 
 

@@ -35,6 +35,7 @@ LAYERS = {
     "stages": 4,
     "adapters": 5,
     "report": 5,
+    "budget": 5,
     "compare": 6,
 }
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections import Counter
 from pathlib import Path
@@ -222,3 +223,42 @@ def test_nothing_to_do_is_decided_in_seconds(tiny_run):
     proc, wall, cpu = timed_snakemake(tiny_run, *TINY, *STAGES)
     assert "Nothing to be done" in proc.stdout + proc.stderr
     assert cpu < 5.0, f"a no-op rerun took {cpu:.1f} CPU s ({wall:.1f} s wall)"
+
+
+def test_every_job_shares_one_compile_cache_under_results(tmp_path):
+    """The rules' shell prefix gives each job the run's Inductor and Triton caches
+    (results/<machine>/.cache/), and keeps `pipefail`, so a failing command piped through `tee`
+    still fails its job. Probed by a job of the real workflow (an appended rule)."""
+    work = copy_workflow(tmp_path / "wf")
+    with (work / "Snakefile").open("a") as f:
+        f.write(
+            '\n\nrule env_probe:\n    output:\n        "probe/env.txt",\n'
+            '    shell:\n        "env | grep _CACHE_DIR= | sort > {output}"\n'
+            '\n\nrule fail_probe:\n    output:\n        "probe/fail.txt",\n'
+            '    shell:\n        "false | tee {output}"\n'
+        )
+    snakemake(work, "probe/env.txt", *TINY, *STAGES)
+    env = dict(line.split("=", 1) for line in (work / "probe/env.txt").read_text().split())
+    cache = work.resolve() / "results" / MACHINE / ".cache"
+    assert env == {
+        "TORCHINDUCTOR_CACHE_DIR": f"{cache}/inductor",
+        "TRITON_CACHE_DIR": f"{cache}/triton",
+    }
+    failed = snakemake(work, "probe/fail.txt", *TINY, *STAGES, check=False)
+    assert failed.returncode != 0 and not (work / "probe/fail.txt").exists()
+
+
+def test_a_copied_run_continues_without_rerunning_finished_jobs(tiny_run, tmp_path):
+    """A run copied elsewhere and back (every file with a new mtime, sources newest, as a device
+    call's tree arrives) has nothing to do while Snakemake's records (.snakemake/metadata, which
+    scripts/gpu/reference_run.sh packs) come with it: they hold the inputs' checksums. Without
+    them every job reruns."""
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_run, copy, copy_function=shutil.copy)  # contents, not times
+    later = time.time() + 5
+    for path in [*(copy / "src").rglob("*.py"), *(copy / "workflow").rglob("*")]:
+        os.utime(path, (later, later))
+    proc = snakemake(copy, "--dry-run", *TINY, *STAGES)
+    assert "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout[-3000:]
+    shutil.rmtree(copy / ".snakemake" / "metadata")
+    assert planned_jobs(copy, *TINY, *STAGES)["benchmark"] > 0

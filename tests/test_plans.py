@@ -32,6 +32,10 @@ def test_benchmark_points_run_later_attentions_only_where_admitted():
 def test_benchmark_compile_only_where_admitted():
     assert benchmark_plan.compile_arg(BENCH, "small", 128) == "eager,compiled"
     assert benchmark_plan.compile_arg(BENCH, "xl", 512) == "eager"
+    naive_only = {**BENCH, "compile_only": {"attentions": ["naive"], "context_lengths": [512]}}
+    assert benchmark_plan.compile_arg(naive_only, "xl", 512, "naive") == "eager,compiled"
+    assert benchmark_plan.compile_arg(naive_only, "xl", 512, "sdpa") == "eager"
+    assert benchmark_plan.compile_arg(naive_only, "xl", 128, "naive") == "eager"
     assert benchmark_plan.compile_filter(BENCH, "precisions") == "bf16"
     assert benchmark_plan.compile_filter(BENCH, "modes") == "forward,train_step"
 

@@ -80,9 +80,7 @@ def test_stage_run_analysis_and_section(tmp_path):
     from cs336_systems.report import render
     from cs336_systems.stages.precision import analysis as analysis
 
-    args = argparse.Namespace(
-        machine="test", preset="cpu", edition=2026, devices=["cpu", "cuda"]
-    )
+    args = argparse.Namespace(machine="test", preset="cpu", edition=2026, devices=["cpu", "cuda"])
     acc, dtypes, ln = prec.run(args)
     assert {"machine", "git_commit", "variant", "value", "status"} <= set(acc.columns)
     ran = acc[acc["status"] == "ok"]

@@ -18,7 +18,9 @@ wildcard_constraints:
 
 rule benchmark:
     input:
-        BENCHMARK_CODE,
+        code=BENCHMARK_CODE,
+        # the measured matmul rates: a point too slow at them is a `skipped:` row (max_point_s)
+        ceilings=f"{RESULTS}/ceilings.csv",
     output:
         BENCHMARK_POINTS,
     log:
@@ -26,7 +28,9 @@ rule benchmark:
     benchmark:
         f"{RESULTS}/jobs/benchmark/{{size}}_ctx{{ctx}}_{{attention}}.tsv"
     params:
-        compile=lambda wc: benchmark_plan.compile_arg(BENCHMARK, wc.size, int(wc.ctx)),
+        compile=lambda wc: benchmark_plan.compile_arg(
+            BENCHMARK, wc.size, int(wc.ctx), wc.attention
+        ),
         # modes, precisions, compile filters and mode, batch size, warm-up and measured steps
         shared=benchmark_plan.shared_args(BENCHMARK),
         # plain; fast (engine/step.py) and hf_gpt2 in the first attention's job
@@ -37,6 +41,7 @@ rule benchmark:
         " --size {wildcards.size} --context-length {wildcards.ctx}"
         " --attention {wildcards.attention} --compile {params.compile} {params.shared}"
         " --engines {params.engines}"
+        " --ceilings {input.ceilings}"
         " 2>&1 | tee {log}"
 
 

@@ -56,6 +56,19 @@ EDITION = _RUN.edition
 RESULTS = f"results/{MACHINE}"
 REPORT_DIR = f"report/{MACHINE}"
 
+# One torch.compile / Inductor / Triton cache for the whole run, under the results folder: every
+# job (and a rerun, or a second machine call with results/ carried back) reuses what an earlier
+# job compiled, instead of each process starting from empty caches in /tmp. `$PWD` is the
+# working directory when the job starts, so the results folder may be moved with its cache.
+COMPILE_CACHE = f"{RESULTS}/.cache"
+# (the prefix replaces Snakemake's own, so it keeps `set -euo pipefail`: a failing stage piped
+# through `tee` still fails its job)
+shell.prefix(
+    "set -euo pipefail; "
+    f'export TORCHINDUCTOR_CACHE_DIR="$PWD/{COMPILE_CACHE}/inductor"'
+    f' TRITON_CACHE_DIR="$PWD/{COMPILE_CACHE}/triton"; '
+)
+
 # Each stage's rules file registers what the report needs from it: {stage: [files]}.
 REPORT_INPUTS = {}
 

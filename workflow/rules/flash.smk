@@ -30,9 +30,12 @@ rule flash:
         options=flash_plan.options(FLASH),
         gate=lambda wc, input: flash_plan.gate_arg(input.gate),
         common=common_args(),
+        # rows so far, rewritten after each point (not an output: Snakemake would delete it
+        # with an interrupted job); a rerun keeps its ok rows and measures the rest
+        partial=lambda wc: f"{RESULTS}/flash/partial/{wc.dtype}.csv",
     shell:
         "python3 -m cs336_systems.stages.flash sweep {params.common} --out {output}"
-        " --dtype {wildcards.dtype} --impls {params.impls} --batch-size {params.batch}"
+        " --partial {params.partial} --dtype {wildcards.dtype} --impls {params.impls} --batch-size {params.batch}"
         " --head-dims {params.head_dims} --seq-lens {params.seq_lens} {params.options}"
         " {params.gate} 2>&1 | tee {log}"
 
@@ -54,8 +57,10 @@ rule flash_leaderboard:
         timing=lambda wc: flash_plan.leaderboard_timing(FLASH),
         gate=lambda wc, input: flash_plan.gate_arg(input.gate),
         common=common_args(),
+        partial=f"{RESULTS}/flash/partial/leaderboard.csv",
     shell:
         "python3 -m cs336_systems.stages.flash leaderboard {params.common} --out {output}"
+        " --partial {params.partial}"
         " --impls {params.impls} --dtype {params.board[dtype]}"
         " --batch-size {params.board[batch_size]} --heads {params.board[heads]}"
         " --seq-len {params.board[seq_len]} --head-dim {params.board[head_dim]}"

@@ -27,11 +27,12 @@ rule kernel_tests:
         select=kernel_tests_plan.option(KERNEL_TESTS, "select"),
         marker=kernel_tests_plan.option(KERNEL_TESTS, "marker"),
         timeout=KERNEL_TESTS["timeout_s"],
+        workers=KERNEL_TESTS.get("workers", 1),
         common=common_args(),
     shell:
         "python3 -m cs336_systems.stages.kernel_tests {params.common} --files {params.files}"
         " {params.kernels} --select {params.select} --marker {params.marker}"
-        " --timeout {params.timeout} --junit {output.junit} --out {output.csv} 2>&1 | tee {log}"
+        " --timeout {params.timeout} --workers {params.workers} --junit {output.junit} --out {output.csv} 2>&1 | tee {log}"
 
 
 rule kernel_tests_plots:

@@ -43,7 +43,10 @@ from cs336_systems.core.machine import Gpu, check_tag, tag_for
 
 DASH = " — "
 GLOBAL_KEYS = ("preset", "machine", "stages", "keep_raw", "compare", "edition")
-PRESETS = ("cpu", "gpu")
+# every stage's config has one block per preset: cpu (a CPU run of the whole pipeline in
+# minutes), gpu (every single-GPU question within its time budget, docs/budgets.md) and full
+# (the handout's whole grid)
+PRESETS = ("cpu", "gpu", "full")
 
 
 class ConfigError(ValueError):
@@ -541,6 +544,13 @@ def check_run(
         found, stage_notes = schema_problems(block, schemas[stage], (stage,))
         problems += found
         notes += stage_notes
+        if isinstance(block, dict):
+            for name in PRESETS:
+                if name not in block:
+                    problems.append(
+                        Problem((stage, name), MISSING, f"every stage has a block for each "
+                                f"preset ({names(list(PRESETS))})")
+                    )  # fmt: skip
         check = stage_checks.get(stage)
         if check is None or not isinstance(block, dict):
             continue

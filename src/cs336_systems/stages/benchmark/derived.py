@@ -11,6 +11,40 @@ import pandas as pd
 from cs336_systems.core.sanity import MODEL_PATH, PATH_LABEL, matmul_peaks
 
 
+def model_rates(ceilings: pd.DataFrame | None) -> dict[str, tuple[float, str]]:
+    """{precision: (measured TFLOP/s, path)} through the path each precision's matmuls take in
+    the model; a precision without such a ceiling is absent."""
+    out = {}
+    for precision, path in MODEL_PATH.items():
+        peak = matmul_peaks(ceilings, path).get(precision)
+        if peak is not None and peak > 0:
+            out[precision] = (peak, path)
+    return out
+
+
+def too_costly(
+    flops_per_step: float,
+    steps: int,
+    precision: str,
+    rates: dict[str, tuple[float, str]],
+    max_seconds: float | None,
+) -> str:
+    """`skipped: <why>` when `steps` steps of `flops_per_step` would take more than
+    `max_seconds` at the measured rate of the precision's path (a lower bound: the model reaches
+    at most that rate), else empty. Unknown rate or no limit: empty (the point runs)."""
+    if not max_seconds or precision not in rates:
+        return ""
+    tflops, path = rates[precision]
+    seconds = steps * flops_per_step / (tflops * 1e12)
+    if seconds <= max_seconds:
+        return ""
+    return (
+        f"skipped: at least {seconds:.0f} s ({steps} steps of {flops_per_step / 1e9:.1f} GFLOP at "
+        f"this machine's measured {precision} rate of {tflops:.3g} TFLOP/s through "
+        f"{PATH_LABEL.get(path, path)}), above the preset's max_point_s of {max_seconds:g} s"
+    )
+
+
 def add_mfu(df: pd.DataFrame, ceilings: pd.DataFrame | None) -> pd.DataFrame:
     """MFU = achieved TFLOP/s over the measured matmul peak of the path the point's precision
     takes in the model (fp32: a plain fp32 matmul; bf16: autocast F.linear on fp32 weights and

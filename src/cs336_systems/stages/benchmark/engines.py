@@ -14,7 +14,8 @@ import importlib.util
 import torch
 import torch.nn.functional as F
 
-from cs336_systems.core.device import autocast
+from cs336_systems.core import costs
+from cs336_systems.core.device import autocast, memory_shortfall
 from cs336_systems.core.harness import (
     peak_memory_mb,
     release_memory,
@@ -36,21 +37,21 @@ def _batch(context_length: int, batch_size: int, device):
     return x, torch.randint(0, VOCAB_SIZE, shape, device=device, generator=g)
 
 
-def fast_step(size, context_length, batch_size, device, precision, compiled):
+def fast_step(size, context_length, batch_size, device, precision, compiled, edition=None):
     from cs336_systems.engine.step import Engine, EngineOptions
 
     torch.manual_seed(0)
     with device:
-        lm = build_model(size, context_length)
+        lm = build_model(size, context_length, edition=edition)
     x, y = _batch(context_length, batch_size, device)
     engine = Engine.build(lm, x, y, EngineOptions(precision=precision, compile=compiled))
     return engine.step
 
 
-def hf_step(size, context_length, batch_size, device, precision, compiled):
+def hf_step(size, context_length, batch_size, device, precision, compiled, edition=None):
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    s = size_spec(size)
+    s = size_spec(size, edition)
     cfg = GPT2Config(
         vocab_size=VOCAB_SIZE,
         n_positions=context_length,
@@ -81,15 +82,42 @@ def hf_step(size, context_length, batch_size, device, precision, compiled):
     return step
 
 
+def state_shortfall(size: str, device, edition=None) -> str | None:
+    """A `skipped:` status, before building anything, when the fp32 training state alone
+    (weights, gradients, AdamW's two moments: 16 bytes per parameter) exceeds free memory."""
+    s = size_spec(size, edition)
+    need = 16 * costs.param_count(VOCAB_SIZE, s["d_model"], s["num_layers"], s["d_ff"])
+    return memory_shortfall(need / 2**20, device, f"{size}'s fp32 training state")
+
+
+def engine_points(engine: str, precisions, compiles) -> list[tuple[str, str]]:
+    """(precision, compile) of the engine's rows in a job: the engine is a bf16 engine (fp32
+    master weights, bf16 autocast compute), so bf16 where the job runs it; compiled where the
+    job's compile filter admits it. The HuggingFace peer: compiled bf16 only, as the issue
+    names it, and only where the job compiles."""
+    if engine == "hf_gpt2":
+        return [("bf16", "compiled")] if "compiled" in compiles else []
+    precs = ["bf16"] if "bf16" in precisions else list(precisions)
+    return [(p, c) for p in precs for c in compiles]
+
+
 def engine_rows(
-    engines, size, context_length, precisions, compiles, batch_size, warmup, steps, device, fixed
+    engines,
+    size,
+    context_length,
+    precisions,
+    compiles,
+    batch_size,
+    warmup,
+    steps,
+    device,
+    fixed,
+    edition=None,
 ) -> list[dict]:
     """Rows of the train step through each engine other than `plain` (the grid's own rows)."""
     rows = []
     for engine in [e for e in engines if e != "plain"]:
-        points = [(p, c) for p in precisions for c in compiles]
-        if engine == "hf_gpt2":  # the compiled bf16 peer only, as the issue names it
-            points = [("bf16", "compiled")]
+        points = engine_points(engine, precisions, compiles)
         for prec, comp in points:
             row = {
                 **fixed,
@@ -103,12 +131,20 @@ def engine_rows(
             with point(engine, prec, comp):
                 if engine == "hf_gpt2" and importlib.util.find_spec("transformers") is None:
                     row["status"] = "skipped: transformers not installed"
+                elif why := state_shortfall(size, device, edition):
+                    row["status"] = why
                 else:
                     make = fast_step if engine == "fast" else hf_step
 
                     def run(make=make, prec=prec, comp=comp):
                         step = make(
-                            size, context_length, batch_size, device, prec, comp == "compiled"
+                            size,
+                            context_length,
+                            batch_size,
+                            device,
+                            prec,
+                            comp == "compiled",
+                            edition,
                         )
                         if device.type == "cuda":
                             torch.cuda.reset_peak_memory_stats(device)

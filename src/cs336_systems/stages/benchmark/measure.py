@@ -36,7 +36,7 @@ from cs336_systems.core.sanity import flag
 from cs336_systems.core.workload import PHASE_SPANS, Workload, model_columns
 from cs336_systems.kernels.attention import attention_function
 from cs336_systems.model import BATCH_SIZE, VOCAB_SIZE, size_spec
-from cs336_systems.stages.benchmark.derived import add_mfu
+from cs336_systems.stages.benchmark.derived import add_mfu, model_rates, too_costly
 from cs336_systems.stages.benchmark.engines import engine_rows
 
 MODES = ("forward", "forward_backward", "train_step")
@@ -149,7 +149,12 @@ def run_grid(
     compile_precisions: list[str] | None = None,
     compile_mode: str = "default",
     edition=None,
+    rates: dict[str, tuple[float, str]] | None = None,
+    max_point_s: float | None = None,
 ) -> list[dict]:
+    """Every mode x precision x compile point of one model shape, on one model built once (its
+    compiled module shared by the compiled points). A point estimated above `max_point_s` at
+    the measured `rates` (derived.too_costly) is a `skipped:` row."""
     rows: list[dict] = []
     fixed = {
         **base,
@@ -157,7 +162,17 @@ def run_grid(
         "attention": attention,
         "compile_mode": compile_mode,
     }
-    # before allocating anything: the points the memory model says cannot fit what is free
+    compile_modes = compile_modes if compile_modes is not None else modes
+    compile_precisions = compile_precisions if compile_precisions is not None else precisions
+    points = [
+        (c, p, m)
+        for c in compiles
+        for p in precisions
+        for m in modes
+        if c == "eager" or (m in compile_modes and p in compile_precisions)
+    ]
+    # before allocating anything: the points the memory model says cannot fit what is free,
+    # and those the measured matmul rates say would take longer than max_point_s
     free = free_memory_mib(device)
     skipped = {}
     for prec in precisions:
@@ -168,8 +183,15 @@ def run_grid(
             what = f"{size} {MODE_WHAT[mode]} in {prec} (state + saved activations)"
             if why := memory_shortfall(need, device, what, free):
                 skipped[mode, prec] = (why, need)
-    if len(skipped) == len(precisions) * len(modes):
-        built = None
+    costly = {
+        (c, p, m): too_costly(
+            step_flops(size, context_length, batch_size, m, edition), warmup + steps, p,
+            rates or {}, max_point_s,
+        )
+        for c, p, m in points
+    }  # fmt: skip
+    if all((m, p) in skipped or costly[(c, p, m)] for c, p, m in points):
+        built = None  # nothing runs: no model to build
     else:
         built = run_point(
             lambda: Workload.build(
@@ -182,15 +204,6 @@ def run_grid(
                 edition=edition,
             )
         )
-    compile_modes = compile_modes if compile_modes is not None else modes
-    compile_precisions = compile_precisions if compile_precisions is not None else precisions
-    points = [
-        (c, p, m)
-        for c in compiles
-        for p in precisions
-        for m in modes
-        if c == "eager" or (m in compile_modes and p in compile_precisions)
-    ]
     for n, (comp, prec, mode) in enumerate(points, 1):
         row = {
             **fixed,
@@ -204,6 +217,11 @@ def run_grid(
             why, need = skipped[mode, prec]
             rows.append({**row, "status": why, "needed_memory_mb": need, "free_memory_mb": free})
             log.log(status_level(why), "%d/%d %s", n, len(points), why)
+            continue
+        if costly[(comp, prec, mode)]:
+            rows.append({**row, "status": costly[(comp, prec, mode)]})
+            with point(mode, prec, comp):
+                log.info("%d/%d %s", n, len(points), costly[(comp, prec, mode)])
             continue
         if built.status != "ok":
             rows.append({**row, "status": built.status})
@@ -307,6 +325,15 @@ def main(argv: list[str] | None = None) -> None:
     )
     run.add_argument("--warmup", type=int, default=5)
     run.add_argument("--engines", default="plain", help="plain, fast, hf_gpt2 (engines.py)")
+    run.add_argument(
+        "--ceilings", default="", help="the ceilings CSV: measured matmul rates per precision"
+    )
+    run.add_argument(
+        "--max-point-s",
+        type=float,
+        default=None,
+        help="skip a point estimated above this many seconds at the measured rates",
+    )
     warm = sub.choices["warmup"]
     warm.add_argument("--warmups", default="0,1,2,5")
     warm.add_argument("--mode", default="train_step")
@@ -355,6 +382,8 @@ def main(argv: list[str] | None = None) -> None:
                 _csv_list(args.compile_precisions) if args.compile_precisions else None,
                 args.compile_mode,
                 args.edition,
+                model_rates(pd.read_csv(args.ceilings)) if args.ceilings else {},
+                args.max_point_s,
             )
             for row in rows:
                 row["engine"] = "plain"
@@ -370,15 +399,18 @@ def main(argv: list[str] | None = None) -> None:
                 device,
                 {
                     **base,
-                    **model_row(args.size, args.context_length, args.batch_size),
+                    **model_row(args.size, args.context_length, args.batch_size, args.edition),
                     "attention": "engine",
                 },
+                args.edition,
             )
             for row in rows:
                 if row["engine"] != "plain" and row.get("status") == "ok":
-                    f = step_flops(args.size, args.context_length, args.batch_size, "train_step")
+                    f = step_flops(
+                        args.size, args.context_length, args.batch_size, "train_step", args.edition
+                    )
                     if row["engine"] == "hf_gpt2":  # GPT-2's MLP: 2 d d_ff, not SwiGLU's 3
-                        s = size_spec(args.size)
+                        s = size_spec(args.size, args.edition)
                         f = flops.model_flops(
                             VOCAB_SIZE,
                             s["d_model"],

@@ -11,7 +11,7 @@ from cs336_systems.core.config import Checker, Facts
 
 # the sweep axes a filter (`compile_only`, `attention_only`) may narrow
 FILTERED = {
-    "compile_only": ("sizes", "context_lengths", "modes", "precisions"),
+    "compile_only": ("sizes", "context_lengths", "attentions", "modes", "precisions"),
     "attention_only": ("sizes", "context_lengths"),
 }
 
@@ -30,11 +30,14 @@ def points(cfg: dict) -> list[dict]:
     ]
 
 
-def compile_arg(cfg: dict, size: str, context_length: int) -> str:
-    """The job's `--compile` list: eager everywhere, compiled where `compile_only` admits it."""
+def compile_arg(cfg: dict, size: str, context_length: int, attention: str | None = None) -> str:
+    """The job's `--compile` list: eager everywhere, compiled where `compile_only` admits its
+    size, context length and attention (each torch.compile of a model costs about a minute)."""
     only = cfg.get("compile_only", {})
-    admitted = size in only.get("sizes", [size]) and context_length in only.get(
-        "context_lengths", [context_length]
+    admitted = (
+        size in only.get("sizes", [size])
+        and context_length in only.get("context_lengths", [context_length])
+        and (attention is None or attention in only.get("attentions", [attention]))
     )
     return ",".join(c for c in cfg["compile"] if c == "eager" or admitted)
 
@@ -56,6 +59,7 @@ def shared_args(cfg: dict) -> str:
             f"--batch-size {cfg['batch_size']}",
             f"--warmup {cfg['warmup_steps']}",
             f"--steps {cfg['measure_steps']}",
+            *([f"--max-point-s {cfg['max_point_s']}"] if "max_point_s" in cfg else []),
         ]
     )
 

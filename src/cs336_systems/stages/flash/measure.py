@@ -24,7 +24,9 @@ import contextlib
 import json
 import math
 import os
+from pathlib import Path
 
+import pandas as pd
 import torch
 
 from cs336_systems.core import costs as flops
@@ -137,6 +139,13 @@ class Timer:
     @property
     def name(self) -> str:
         return timer_name(self.device)
+
+    @property
+    def settings(self) -> str:
+        return (
+            f"warmup_ms={self.warmup_ms:g} rep_ms={self.rep_ms:g}"
+            f" warmup_steps={self.warmup_steps} steps={self.steps}"
+        )
 
     def __call__(self, fn, prefix: str, grads: list[torch.Tensor]) -> dict:
         return device_time(
@@ -320,6 +329,53 @@ def skip_reason(
     return ""
 
 
+# what makes a finished row reusable by a resumed job: the point, how it was timed, what gated
+# it, and the code and libraries that measured it
+RESUME_KEY = (
+    "grid",
+    "impl",
+    "dtype",
+    "batch_size",
+    "heads",
+    "seq_len",
+    "d_head",
+    "causal",
+    "flash_tiles",
+    "timer",
+    "timing",
+    "fp32_matmul_precision",
+    "kernel_tests",
+    "git_commit",
+    "torch",
+    "triton",
+)
+
+
+def _key_text(value) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return ""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value)
+
+
+def resume_key(row: dict) -> tuple[str, ...]:
+    return tuple(_key_text(row.get(k)) for k in RESUME_KEY)
+
+
+def finished_rows(partial: str | os.PathLike | None) -> dict[tuple[str, ...], dict]:
+    """The rows with status ok of an interrupted job's partial CSV, by `resume_key`."""
+    if not partial or not Path(partial).exists() or Path(partial).stat().st_size == 0:
+        return {}
+    df = pd.read_csv(partial)
+    rows = [
+        {k: v for k, v in r.items() if _key_text(v) != ""}
+        for r in df.to_dict("records")
+        if r.get("status") == "ok"
+    ]
+    return {resume_key(r): r for r in rows}
+
+
 def run(
     impls: list[str],
     batch: int,
@@ -334,8 +390,15 @@ def run(
     flash_tiles: tuple[int, int],
     grid: str,
     base: dict,
+    partial: str | os.PathLike | None = None,
 ) -> list[dict]:
+    """Every point's row. With `partial`, the rows so far are rewritten there (atomically) after
+    each point, and a point whose row is already there with status ok (an interrupted job's) is
+    taken from it instead of measured again."""
     dtype = DTYPES[dtype_name]
+    done = finished_rows(partial)
+    if done:
+        log.info("resuming: %d finished rows in %s", len(done), partial)
     fns: dict = {}
     extra: dict = {}
     if (
@@ -366,6 +429,7 @@ def run(
                     "d_head": d,
                     "causal": True,
                     "timer": timer.name,
+                    "timing": timer.settings,
                     "fp32_matmul_precision": torch.get_float32_matmul_precision(),
                     "kernel_tests": verdicts.get(GATED_BY.get(impl, ""), ""),
                 }
@@ -375,6 +439,10 @@ def run(
                     row.update(extra)
                 reason = skip_reason(impl, n, dtype_name, device, max_seq_len, verdicts)
                 with point(grid, impl, dtype_name, f"d={d}", f"n={n}"):
+                    if resume_key(row) in done:
+                        rows.append(done[resume_key(row)])
+                        log.info("ok (kept from %s)", partial)
+                        continue
                     if reason:
                         row["status"] = reason
                     else:
@@ -396,6 +464,8 @@ def run(
                             )
                         )
                     rows.append(row)
+                    if partial:
+                        write_csv(rows, partial)
                     shown = row.get("fwd_bwd_ms_median", float("nan"))
                     log.log(
                         status_level(row["status"]),
@@ -440,6 +510,11 @@ def main(argv: list[str] | None = None) -> None:
         add_edition_argument(p)
         p.add_argument("--preset", required=True)
         p.add_argument("--out", required=True)
+        p.add_argument(
+            "--partial",
+            default="",
+            help="rows so far, rewritten after each point; a rerun keeps its ok rows (resume)",
+        )
     sweep = sub.choices["sweep"]
     sweep.add_argument("--heads", type=int, default=1)
     sweep.add_argument("--head-dims", type=_ints, required=True)
@@ -485,6 +560,7 @@ def main(argv: list[str] | None = None) -> None:
         tuple(args.flash_tiles),
         grid,
         base,
+        args.partial or None,
     )
     for row in rows:
         for key in (
@@ -495,6 +571,8 @@ def main(argv: list[str] | None = None) -> None:
         ):
             row.setdefault(key, "")
     write_csv(rows, args.out)
+    if args.partial:  # complete: a later run (code or config changed) measures afresh
+        Path(args.partial).unlink(missing_ok=True)
     log.info("wrote %s: %d rows; %s", args.out, len(rows), json.dumps(_status_counts(rows)))
 
 

@@ -14,6 +14,7 @@ CUDA the Triton tests run in Triton's interpreter (tests/conftest.py) and GPU te
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import re
 import subprocess
@@ -73,11 +74,39 @@ def status_of(outcome: str, message: str) -> str:
     return f"error: test {outcome}: {reason}"
 
 
+# the most xdist workers `auto` starts: more compete for one GPU and its compiler threads
+MAX_AUTO_WORKERS = 8
+
+
+def worker_count(requested: str) -> int:
+    """pytest-xdist workers: `auto` is this process's CPU cores (at most MAX_AUTO_WORKERS)."""
+    if requested == "auto":
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        return max(1, min(MAX_AUTO_WORKERS, cores or 1))
+    return max(1, int(requested))
+
+
+def xdist_args(workers: int) -> list[str]:
+    """`-n N` where it helps and pytest-xdist is installed; [] runs the tests in one process."""
+    if workers < 2:
+        return []
+    if importlib.util.find_spec("xdist") is None:
+        log.warning("pytest-xdist is not installed: the tests run in one process, not %d", workers)
+        return []
+    return ["-n", str(workers)]
+
+
 def run_pytest(
-    files: list[str], junit: Path, select: str, marker: str, timeout_s: int
+    files: list[str],
+    junit: Path,
+    select: str,
+    marker: str,
+    timeout_s: int,
+    parallel: list[str] = (),
 ) -> tuple[int | None, float, str]:
-    """(exit code or None on timeout, wall seconds, last lines of output)."""
-    cmd = [sys.executable, "-m", "pytest", *files, "-q", "-p", "no:cacheprovider"]
+    """(exit code or None on timeout, wall seconds, last lines of output); `parallel`: the
+    xdist options (xdist_args)."""
+    cmd = [sys.executable, "-m", "pytest", *files, "-q", "-p", "no:cacheprovider", *parallel]
     cmd += [f"--junitxml={junit}", "-o", "junit_family=xunit2"]
     if select:
         cmd += ["-k", select]
@@ -141,6 +170,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--select", default="", help="pytest -k expression")
     ap.add_argument("--marker", default="", help="pytest -m expression")
     ap.add_argument("--timeout", type=int, default=1800)
+    ap.add_argument("--workers", default="1", help="pytest-xdist workers: a number or auto")
     ap.add_argument("--junit", required=True)
     ap.add_argument("--machine", required=True)
     add_edition_argument(ap)
@@ -160,17 +190,21 @@ def main(argv: list[str] | None = None) -> None:
     junit.parent.mkdir(parents=True, exist_ok=True)
     junit.unlink(missing_ok=True)
     # what cannot run is said before anything runs: a status row per kernel, no pytest
+    parallel = xdist_args(worker_count(args.workers))
     why = argument_problem(files, args.select, args.marker, args.timeout)
     if why:
         code, seconds, tail = None, 0.0, why
     else:
-        code, seconds, tail = run_pytest(files, junit, args.select, args.marker, args.timeout)
+        code, seconds, tail = run_pytest(
+            files, junit, args.select, args.marker, args.timeout, parallel
+        )
 
     import torch
 
     base = {**provenance(args.machine, args.preset, args.edition), "files": ",".join(files)}
     base["cuda_available"] = torch.cuda.is_available()
     base.update(select=args.select, marker=args.marker, pytest_exit_code=code, suite_s=seconds)
+    base["pytest_workers"] = int(parallel[1]) if parallel else 1
     if code == 5:
         # pytest collected the files and selected nothing: no kernel is tested
         message = f"no test of {','.join(files)} selected by {selection(args.select, args.marker)}"
