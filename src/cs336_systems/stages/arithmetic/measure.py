@@ -26,6 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from cs336_systems.core import costs
+from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.log import configure, get_logger, point
 from cs336_systems.core.results import provenance, write_csv
 
@@ -200,6 +201,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--machine", required=True)
     ap.add_argument("--preset", required=True)
     ap.add_argument("--out", required=True)
+    add_edition_argument(ap)
     args = ap.parse_args(argv)
     configure("arithmetic")
     shapes = parse_shapes(args.shapes)
@@ -233,7 +235,7 @@ def main(argv: list[str] | None = None) -> None:
             )
             rows += got
     rows += checks
-    base = provenance(args.machine, args.preset)
+    base = provenance(args.machine, args.preset, args.edition)
     write_csv([{**base, **r} for r in rows], args.out)
     log.info("wrote %s: %d rows", args.out, len(rows))
 

@@ -24,6 +24,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.log import configure, get_logger, point, status_level
 
 log = get_logger(__name__)
@@ -234,6 +235,7 @@ def this_command(argv: list[str] | None) -> str:
 
 def worker_argv(args, config: str) -> list[str]:
     out = ["--worker", f"--backend={args.backend}", f"--config={config}"]
+    out += [f"--edition={args.edition}"]
     out += [f"--{k.replace('_', '-')}={getattr(args, k)}" for k in DIMS]
     out += [
         f"--variants={','.join(args.variants)}",
@@ -304,6 +306,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--preset", default="cpu")
     ap.add_argument("--backend", choices=("gloo", "nccl"), required=True)
     ap.add_argument("--world-size", type=int, default=2)
+    add_edition_argument(ap)
     ap.add_argument("--config", default="full", help=argparse.SUPPRESS)
     for k, v in (
         ("vocab", 151_936),
@@ -350,7 +353,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     from cs336_systems.core.results import provenance, with_columns_first, write_csv
 
-    rows = [{**provenance(args.machine, args.preset), **r} for r in run(args, argv)]
+    rows = [{**provenance(args.machine, args.preset, args.edition), **r} for r in run(args, argv)]
     df = with_columns_first(rows, COLUMNS_FIRST)
     write_csv(df, args.out)
     log.info("wrote %s: %d rows", args.out, len(df))

@@ -267,6 +267,7 @@ def _inner_command(args, points_json: Path) -> list[str]:
         "cs336_systems.stages.profile.measure",
         "capture",
         f"--size={args.size}",
+        f"--edition={args.edition}",
         f"--contexts={','.join(map(str, args.contexts))}",
         f"--modes={','.join(args.modes)}",
         f"--precision={args.precision}",
@@ -503,6 +504,7 @@ def main(argv: list[str] | None = None) -> None:
     run_p.add_argument("--grid-count", type=int, default=3)
     cap = sub.add_parser("capture", help="(internal) the measurement nsys profiles")
     _add_point_args(cap)
+    add_edition_argument(cap)
     cap.add_argument("--points-out", required=True)
     args = ap.parse_args(argv)
     for mode in args.modes:
