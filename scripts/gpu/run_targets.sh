@@ -18,7 +18,7 @@ for target in "$@"; do
   if [ "$left" -le 15 ]; then echo "not started (deadline): $target"; continue; fi
   t0=$(date +%s)
   timeout --signal=INT --kill-after=20 "$left" snakemake --cores 1 --rerun-triggers input \
-    "${extra[@]}" "$target" >> "$out/snakemake.log" 2>&1
+    "$target" "${extra[@]}" >> "$out/snakemake.log" 2>&1
   echo "exit $? after $(( $(date +%s) - t0 )) s: $target"
 done
 tar -czf "$out/run.tgz" --exclude "results/*/.cache" results report/h100-80gb-hbm3 2>/dev/null
