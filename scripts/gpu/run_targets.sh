@@ -17,7 +17,7 @@ for target in "$@"; do
   left=$(( end - $(date +%s) ))
   if [ "$left" -le 15 ]; then echo "not started (deadline): $target"; continue; fi
   t0=$(date +%s)
-  timeout --signal=INT --kill-after=20 "$left" snakemake --cores 1 --rerun-triggers input \
+  timeout --signal=INT --kill-after=20 "$left" snakemake --cores 1 --rerun-triggers=input \
     "$target" "${extra[@]}" >> "$out/snakemake.log" 2>&1
   echo "exit $? after $(( $(date +%s) - t0 )) s: $target"
 done
