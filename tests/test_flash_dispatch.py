@@ -189,6 +189,24 @@ def test_triton_function_follows_a_hopper_plan(monkeypatch):
 
 
 @pytest.mark.skipif(not INTERPRET, reason="the launchers on CPU tensors")
+@pytest.mark.parametrize("d", [16, 32, 128])
+def test_two_pass_gluon_backward_launches_each_pass_with_its_own_tiles(monkeypatch, d):
+    """Where the dK/dV pass does not compute dQ (d = 16, 32, 128 with use_gluon), the dQ pass gets
+    the dQ tiles and the dK/dV pass its own: a closure reading the pass late once handed the dQ
+    kernel the dK/dV tiles (six Hopper tests failed on an H100)."""
+    monkeypatch.setattr(dispatch, "target_of", lambda device: dispatch.HOPPER)
+    monkeypatch.setattr(fat, "_gluon", lambda: _FakeGluon)
+    monkeypatch.setattr(_FakeGluon, "calls", [])
+    q, k, v, do = _inputs((1, 32, 32, d), F16, "cpu", heads=2)
+    o, lse = fat.flash_forward_triton(q, k, v, True, use_gluon=True)
+    fat.flash_backward_triton(q, k, v, o, do, lse, True, use_gluon=True)
+    calls = dict(_FakeGluon.calls)
+    assert calls["backward_dq"] == hopper_configs.config_for("backward_dq", d)
+    assert calls["backward_dkdv"] == hopper_configs.config_for("backward_dkdv", d)
+    assert calls["backward_dq"][4]["WS"]
+
+
+@pytest.mark.skipif(not INTERPRET, reason="the launchers on CPU tensors")
 def test_hopper_plan_with_broken_gluon_kernels_raises(monkeypatch):
     """Where the plan routes a pass to Gluon, the launcher imports the Gluon kernels plainly:
     one that fails to import is an error, never a silent fallback to the Triton-language

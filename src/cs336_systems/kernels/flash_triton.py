@@ -221,16 +221,16 @@ class _BackwardProgram:
         steps = []
         gluon = _gluon() if plan.dkdv.gluon or (plan.dq is not None and plan.dq.gluon) else None
         if plan.dq is not None and plan.dq.gluon:  # first: it computes D
-            one = plan.dq
-
-            def dq_gluon(t):
+            # each closure binds its own pass (a default argument): `one` is reassigned below,
+            # and a closure reading it late launched the dQ pass with the dK/dV pass's tiles
+            def dq_gluon(t, one=plan.dq):
                 out = gluon.backward_dq_into(
                     t[_Q], t[_K], t[_V], t[_DO], t[_LSE], t[_DELTA], t[_DQ], causal,
                     config=one.tiles, o=t[_O],
                 )  # fmt: skip
                 return one.config(), out
 
-            steps.append(bound_launch.Step(one.name, dq_gluon, bind))
+            steps.append(bound_launch.Step(plan.dq.name, dq_gluon, bind))
         else:
             block = plan.delta.tiles["BLOCK_Q"]
 
@@ -243,7 +243,7 @@ class _BackwardProgram:
         one = plan.dkdv
         if one.gluon:
 
-            def dkdv_gluon(t):
+            def dkdv_gluon(t, one=one):
                 out = gluon.backward_dkdv_into(
                     t[_Q], t[_K], t[_V], t[_DO], t[_LSE], t[_DELTA], t[_DK], t[_DV], causal,
                     config=one.tiles, acc=t[_ACC],
@@ -254,7 +254,7 @@ class _BackwardProgram:
         else:
             fused = one.name == "backward_fused"
 
-            def dkdv_triton(t):
+            def dkdv_triton(t, one=one):
                 return triton_launch.backward_dkdv(
                     t[_Q], t[_K], t[_V], t[_DO], t[_LSE], t[_DELTA], t[_DK], t[_DV],
                     t[_ACC] if fused else t[_DQ], causal, desc, fused, one.tiles,
