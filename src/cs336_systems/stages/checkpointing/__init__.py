@@ -11,3 +11,10 @@ file free of heavy imports: the workflow reads it while planning.
 TITLE = "Activation checkpointing"
 # where the section sits in the report (ascending)
 ORDER = 65
+
+# the questions of QUESTIONS.md this stage answers and how the report tells (core/coverage.py)
+QUESTIONS = {
+    29: {"evidence": ["accounting.shape"]},
+    30: {"evidence": ["sketch", "nested"]},
+    31: {"evidence": ["best"], "needs": "gpu"},
+}
