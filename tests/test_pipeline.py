@@ -138,7 +138,7 @@ def test_editing_a_file_two_imports_deep_reruns_the_job(tiny_run):
     jobs = edited_plan(tiny_run, "src/cs336_systems/core/workload.py")
     assert jobs == BENCHMARK_RERUN
     # and a file nothing in these stages imports reruns nothing
-    assert edited_plan(tiny_run, "src/cs336_systems/parallel/ddp.py") == Counter()
+    assert edited_plan(tiny_run, "src/cs336_systems/stages/allreduce/measure.py") == Counter()
 
 
 def test_editing_report_template_reruns_only_the_report(tiny_run):

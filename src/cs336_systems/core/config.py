@@ -16,11 +16,10 @@ and all of them are reported together (`ConfigError`). Three layers of checks:
    sweep, min <= max), what the launcher and the kernels accept, sizes that fit memory. `at`
    (a `Checker`) collects the problems under the block's path.
 
-A global key with consequences for several stages (the `edition`, which decides which model
-sizes exist) goes into `config.schema.yaml` and becomes a field of `Facts` derived in
-`facts_for`; stage checks read facts (`facts.sizes`, `facts.edition`), never the global config.
-A preset block may hold `editions: {2025: {key: value, ...}}`: for the chosen edition those keys
-replace the block's own before the block is checked (a grid that differs per edition). Standard library, yaml and jsonschema only: the workflow runs this while planning.
+A global key that decides things for several stages (the `edition`: which model sizes exist)
+becomes a field of `Facts` (`facts_for`); stage checks read facts, never the global config. A
+preset block's `editions: {2025: {...}}` replaces its keys for that edition before the check.
+Standard library, yaml and jsonschema only: the workflow runs this while planning.
 """
 
 from __future__ import annotations
@@ -34,18 +33,13 @@ from typing import Any
 
 import yaml
 
-from cs336_systems.core.edition import (
-    DEFAULT_EDITION,
-    MODEL_SIZE_NAMES,
-    edition_overrides,
-)
+from cs336_systems.core.edition import DEFAULT_EDITION, MODEL_SIZE_NAMES, edition_overrides
 from cs336_systems.core.machine import Gpu, check_tag, tag_for
 
 DASH = " — "
 GLOBAL_KEYS = ("preset", "machine", "stages", "keep_raw", "compare", "edition")
-# every stage's config has one block per preset: cpu (a CPU run of the whole pipeline in
-# minutes), gpu (every single-GPU question within its time budget, docs/budgets.md) and full
-# (the handout's whole grid)
+# one block per preset in every stage: cpu (the whole pipeline on a CPU in minutes), gpu (every
+# single-GPU question within its budget, docs/budgets.md), full (the handout's whole grid)
 PRESETS = ("cpu", "gpu", "full")
 
 
@@ -224,10 +218,6 @@ def head_dim_problem(d: int, largest: int) -> str | None:
     if d % 8 or not 8 <= d <= largest:
         return f"a head dim the attention kernels take: a multiple of 8 from 8 to {largest}"
     return None
-
-
-def power_of_two(n: int) -> bool:
-    return n >= 1 and (n & (n - 1)) == 0
 
 
 # ---- JSON schemas --------------------------------------------------------------------------
