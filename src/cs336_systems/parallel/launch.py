@@ -397,3 +397,20 @@ def summarize_slowest(times: dict[str, list[float]], ctx) -> dict:
         row.update(summarize(values, name))
     row["comm_share"] = row["comm_ms_mean"] / row["step_ms_mean"]
     return row
+
+
+def stage_main(stage: str, args, worker, rows, columns_first: list[str]) -> None:
+    """The entry point of a stage that launches its own workers (ddp, fsdp, leaderboard): a
+    worker process (`--worker`) runs `worker(args)`; the launching process writes the rows
+    `rows()` returns, each with the run's provenance, to `args.out`."""
+    from cs336_systems.core.log import configure, get_logger
+    from cs336_systems.core.results import provenance, with_columns_first, write_csv
+
+    configure(stage)
+    if args.worker:
+        worker(args)
+        return
+    base = provenance(args.machine, args.preset, args.edition)
+    df = with_columns_first([{**base, **r} for r in rows()], columns_first)
+    write_csv(df, args.out)
+    get_logger(f"cs336_systems.stages.{stage}").info("wrote %s: %d rows", args.out, len(df))

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import StepClock, synchronize, time_marked_steps
-from cs336_systems.core.log import configure, get_logger, point, status_level
+from cs336_systems.core.log import get_logger, point, status_level
 from cs336_systems.parallel.launch import summarize_slowest
 from cs336_systems.profiling.overlap import profile_step
 
@@ -580,17 +580,10 @@ COLUMNS_FIRST = [
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    configure("ddp")
-    if args.worker:
-        worker(args)
-        return
-    from cs336_systems.core.results import provenance, with_columns_first, write_csv
+    from cs336_systems.parallel.launch import stage_main
 
-    rows = [{**provenance(args.machine, args.preset, args.edition), **r} for r in run(args)]
-    df = with_columns_first(rows, COLUMNS_FIRST)
-    write_csv(df, args.out)
-    log.info("wrote %s: %d rows", args.out, len(df))
+    args = parse_args(argv)
+    stage_main("ddp", args, worker, lambda: run(args), COLUMNS_FIRST)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from cs336_systems.core.edition import add_edition_argument
-from cs336_systems.core.log import configure, get_logger, point, status_level
+from cs336_systems.core.log import get_logger, point, status_level
 
 log = get_logger(__name__)
 VARIANTS = ("engine", "plain")
@@ -346,17 +346,10 @@ COLUMNS_FIRST = ["backend", "world_size", "config", "variant", "num_layers", "st
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    configure("leaderboard")
-    if args.worker:
-        worker(args)
-        return
-    from cs336_systems.core.results import provenance, with_columns_first, write_csv
+    from cs336_systems.parallel.launch import stage_main
 
-    rows = [{**provenance(args.machine, args.preset, args.edition), **r} for r in run(args, argv)]
-    df = with_columns_first(rows, COLUMNS_FIRST)
-    write_csv(df, args.out)
-    log.info("wrote %s: %d rows", args.out, len(df))
+    args = parse_args(argv)
+    stage_main("leaderboard", args, worker, lambda: run(args, argv), COLUMNS_FIRST)
 
 
 if __name__ == "__main__":
