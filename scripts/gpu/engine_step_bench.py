@@ -9,6 +9,7 @@ depth, timed with triton.testing.do_bench, MFU against a bf16 matmul ceiling mea
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -20,10 +21,53 @@ from triton.testing import do_bench
 from cs336_systems.core.costs import train_step_flops
 from cs336_systems.core.harness import is_oom, short_reason
 from cs336_systems.engine.step import Engine, EngineOptions
-from cs336_systems.model import TransformerLM
+from cs336_systems.model import TransformerLM, size_spec
 
-D, DFF, L, H, V, N, B = 2560, 10240, 32, 32, 10_000, 512, 4
+# the 2026 size (ENGINE_SIZE, default xl) at context 512, batch 4
+_SPEC = size_spec(os.environ.get("ENGINE_SIZE", "xl"), 2026)
+D, DFF, L, H = (_SPEC[k] for k in ("d_model", "d_ff", "num_layers", "num_heads"))
+V, N, B = 10_000, 512, 4
 WARMUP_MS, REP_MS = 500, 2000
+# which runs (comma-separated names of `runs` in main; all by default) and whether to profile one
+# step of each with torch.profiler (top kernels by GPU time, written as <run>_kernels.txt)
+RUNS = os.environ.get("ENGINE_RUNS", "")
+PROFILE = os.environ.get("ENGINE_PROFILE", "0") == "1"
+
+
+def kernel_table(step, out: Path, name: str) -> None:
+    """One profiled step: GPU time by kernel (top 25) and by family, printed and written."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    events = [e for e in prof.key_averages() if e.device_type.name == "CUDA"]
+    events.sort(key=lambda e: -e.self_device_time_total)
+    total = sum(e.self_device_time_total for e in events) / 1e3
+    families: dict[str, float] = {}
+    for e in events:
+        k = e.key.lower()
+        fam = next((f for f, pats in FAMILIES.items() if any(p in k for p in pats)), "other")
+        families[fam] = families.get(fam, 0.0) + e.self_device_time_total / 1e3
+    lines = [f"{name}: GPU busy {total:.1f} ms in one step"]
+    lines += [f"  {f:12s} {ms:8.2f} ms" for f, ms in sorted(families.items(), key=lambda x: -x[1])]
+    for e in events[:25]:
+        lines.append(f"  {e.self_device_time_total / 1e3:8.2f} ms x{e.count:4d}  {e.key[:110]}")
+    text = "\n".join(lines)
+    print(text, flush=True)
+    (out / f"{name}_kernels.txt").write_text(text + "\n")
+
+
+FAMILIES = {
+    "gemm": ("gemm", "sm90_xmma", "cutlass", "nvjet", "matmul", "mm_"),
+    "flash": ("_attn", "flash", "fwd_kernel", "bwd_", "dkdv", "_dq"),
+    "adam": ("adam",),
+    "triton_fused": ("triton_",),
+    "copy_cast": ("copy", "convert", "cast", "to_copy"),
+    "reduce": ("reduce", "softmax", "logsumexp"),
+    "elementwise": ("elementwise", "vectorized"),
+}
 
 
 def ceiling() -> float:
@@ -100,6 +144,19 @@ def hf_peer():
     return step, "none"
 
 
+def host_time(step, n: int = 5) -> float:
+    """The host's time to issue one step (ms, median of n, the GPU drained before each): near
+    the step time, the step is host-bound."""
+    times = []
+    for _ in range(n):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - t0) * 1e3)
+    torch.cuda.synchronize()
+    return sorted(times)[n // 2]
+
+
 def hf_flops() -> float:
     """GPT-2's own count: 4 d^2 attention + 2 d d_ff MLP per layer, the tied head d V."""
     n = L * (4 * D * D + 2 * D * DFF) + D * V
@@ -107,7 +164,7 @@ def hf_flops() -> float:
 
 
 def main() -> None:
-    out = Path(sys.argv[1])
+    out = Path(sys.argv[1]) / os.environ.get("ENGINE_SIZE", "xl")
     out.mkdir(parents=True, exist_ok=True)
     peak = ceiling()
     print(f"bf16 matmul ceiling (8192^3, do_bench): {peak:.0f} TFLOP/s", flush=True)
@@ -118,6 +175,8 @@ def main() -> None:
         "engine_compiled": lambda: engine(True),
         "hf_gpt2_compiled": hf_peer,
     }
+    if RUNS:
+        runs = {k: v for k, v in runs.items() if k in RUNS.split(",")}
     rows = []
     for name, make in runs.items():
         row = {"run": name, "peak_tflops": peak}
@@ -134,12 +193,16 @@ def main() -> None:
             torch.cuda.synchronize()
             setup_s = time.perf_counter() - t0
             ms = do_bench(step, warmup=WARMUP_MS, rep=REP_MS)
+            host_ms = host_time(step)
+            if PROFILE:
+                kernel_table(step, out, name)
             flops = hf_flops() if name.startswith("hf") else ours
             row.update(
                 status="ok",
                 checkpointing=strategy,
                 step_ms=ms,
                 setup_s=setup_s,
+                host_ms=host_ms,
                 tflops=flops / (ms * 1e-3) / 1e12,
                 mfu=flops / (ms * 1e-3) / 1e12 / peak,
                 peak_gb=torch.cuda.max_memory_allocated() / 1e9,
@@ -158,7 +221,7 @@ def main() -> None:
         if r["status"] == "ok":
             print(
                 f"{r['run']:18s} {r['step_ms']:8.1f} ms  {r['tflops']:6.0f} TFLOP/s  "
-                f"MFU {r['mfu']:.1%}  peak {r['peak_gb']:.1f} GB  setup {r['setup_s']:.0f} s  "
+                f"MFU {r['mfu']:.1%}  host {r['host_ms']:.1f} ms  peak {r['peak_gb']:.1f} GB  setup {r['setup_s']:.0f} s  "
                 f"ckpt {r['checkpointing']}"
             )
         else:

@@ -75,7 +75,7 @@ def status_of(outcome: str, message: str) -> str:
 
 
 # the most xdist workers `auto` starts: more compete for one GPU and its compiler threads
-MAX_AUTO_WORKERS = 8
+MAX_AUTO_WORKERS = 16
 
 
 def worker_count(requested: str) -> int:
