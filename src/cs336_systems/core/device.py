@@ -32,10 +32,12 @@ def available_cores() -> int:
 
 
 def free_memory_mib(device: torch.device) -> float | None:
-    """Memory free for new tensors on `device` now (MiB): the GPU's, or the host's available
-    memory for a CPU; None when unknown."""
+    """Memory free for new tensors on `device` now (MiB): the GPU's (with the caching
+    allocator's unused blocks), or the host's available memory for a CPU; None when unknown."""
     if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0] / 2**20
+        # the driver's free memory plus the blocks PyTorch's caching allocator holds unused
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return (torch.cuda.mem_get_info(device)[0] + cached) / 2**20
     from cs336_systems.core.machine import host_memory_mib
 
     return host_memory_mib("MemAvailable")
