@@ -31,6 +31,12 @@ MEASURED_H100 = {
     ("fsdp", "runs"): 6.54,
 }
 MEASURED_WITHOUT = {"flash": "flash_triton"}
+# the gpu blocks' keys as that run had them, where the preset has trimmed them since
+RUN_KEYS = {
+    "benchmark": {"warmup_steps": 5, "measure_steps": 10},
+    "attention": {"warmup_steps": 5, "fwd_steps": 100, "bwd_steps": 100},
+    "flash": {"leaderboard": {"warmup_ms": 500, "rep_ms": 2000}},
+}
 
 
 def calibration(config: dict, preset: str = "gpu", dev: Device | None = None) -> list[tuple]:
@@ -38,6 +44,11 @@ def calibration(config: dict, preset: str = "gpu", dev: Device | None = None) ->
     `config`'s `preset` block as that run had it (MEASURED_WITHOUT's implementations left out)."""
     dev = dev or H100
     config = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
+    for stage, keys in RUN_KEYS.items():
+        block = dict(config[stage][preset])
+        for key, value in keys.items():
+            block[key] = {**block[key], **value} if isinstance(value, dict) else value
+        config[stage][preset] = block
     for stage, impl in MEASURED_WITHOUT.items():
         block = dict(config[stage][preset])
         block["impls"] = [i for i in block["impls"] if i != impl]
