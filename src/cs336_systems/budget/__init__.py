@@ -14,11 +14,13 @@ one H100 and cpu to 5 on 2 cores). The sizes are the run's edition's (config `ed
 from __future__ import annotations
 
 import argparse
+import copy
 import math
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+from cs336_systems.budget.devices import CPU2, H100, Device
 from cs336_systems.core import costs
 from cs336_systems.core.config import load_yaml, with_stage_defaults
 from cs336_systems.core.edition import DEFAULT_EDITION, edition_overrides
@@ -29,78 +31,10 @@ from cs336_systems.stages.benchmark import plan as benchmark_plan
 from cs336_systems.stages.benchmark.engines import engine_points
 from cs336_systems.stages.profile.probe import grid_contexts
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 log = get_logger(__name__)
 
 
-@dataclass(frozen=True)
-class Device:
-    """What a job costs on one machine: rates and fixed costs, in seconds."""
-
-    name: str
-    # model matmul rates the steps reach: a fraction (`efficiency`) of the peak per precision
-    peak_tflops: dict
-    efficiency: float
-    job_start_s: float  # python, import torch, CUDA context
-    build_s_per_gparam: float  # building and moving a model to the device
-    # torch.compile of one model shape (size, context) in one precision: compile_s plus
-    # compile_s_per_layer a transformer block (dynamo traces, inductor lowers every block)
-    compile_s: float
-    compile_s_per_layer: float
-    memory_gib: float | None  # free device memory the stages' skip checks read (None: no check)
-    small_compile_s: float  # torch.compile of an attention function
-    triton_precompile_s: float  # our Triton kernels' variants, once per flash job
-    capture_s: float  # one profiler capture and its export (nsys stats or torch.profiler)
-    snapshot_s: float  # one memory snapshot written and read back
-    point_s: float  # a flash point: correctness check, three do_bench windows
-    gpus: int
-    budget_s: float
-    kernel_tests_s: float  # the kernels' pytest suite (the preset's selection, xdist workers)
-    parallel: int  # jobs at once (snakemake --cores): the wall is the sum over this
-
-
-H100 = Device(
-    name="one H100 80GB (bf16 700, fp32 50 TFLOP/s at 40%)",
-    peak_tflops={"bf16": 700.0, "fp32": 50.0},
-    efficiency=0.4,
-    job_start_s=8.0,
-    build_s_per_gparam=4.0,
-    # 60-110 s a compiled model (or engine) on an H100, by depth: small (12 layers) 69 s, xl
-    # (32) 109 s; measured: the plain xl compiled step's setup took 113 s
-    compile_s=45.0,
-    compile_s_per_layer=2.0,
-    memory_gib=79.0,
-    small_compile_s=10.0,
-    triton_precompile_s=45.0,
-    capture_s=15.0,
-    snapshot_s=5.0,
-    point_s=0.4,
-    gpus=1,
-    budget_s=25 * 60.0,
-    kernel_tests_s=150.0,
-    parallel=1,
-)
-# a 2-core CI machine: fp32 ~0.02 TFLOP/s reached; no bf16 units (the cost guard skips bf16)
-CPU2 = Device(
-    name="2 CPU cores (fp32 0.05 TFLOP/s at 40%, snakemake --cores 2)",
-    peak_tflops={"bf16": 0.002, "fp32": 0.05},
-    efficiency=0.4,
-    job_start_s=4.0,
-    build_s_per_gparam=20.0,
-    compile_s=40.0,
-    compile_s_per_layer=0.0,
-    memory_gib=None,
-    small_compile_s=20.0,
-    triton_precompile_s=0.0,
-    capture_s=3.0,
-    snapshot_s=1.0,
-    point_s=0.5,
-    gpus=0,
-    budget_s=5 * 60.0,
-    # measured (2026-11-24, a shared 2-core machine): pytest's own 90 s for the cpu selection
-    kernel_tests_s=90.0,
-    parallel=2,
-)
 DEVICES = {"gpu": H100, "full": H100, "cpu": CPU2}
 
 
@@ -122,15 +56,26 @@ def _params(size: str, ed: int = DEFAULT_EDITION) -> float:
     return costs.param_count(VOCAB_SIZE, s["d_model"], s["num_layers"], s["d_ff"])
 
 
+def rate(dev: Device, precision: str) -> float:
+    """FLOP/s a model step reaches in this precision."""
+    return dev.tflops.get(precision, dev.tflops["fp32"]) * 1e12
+
+
+# forwards' worth of launches per mode (backward about twice a forward, the optimizer a half)
+LAUNCHES = {"forward": 1.0, "forward_backward": 3.0, "train_step": 3.5}
+
+
 def step_s(
     dev: Device, size: str, ctx: int, batch: int, mode: str, precision: str,
     ed: int = DEFAULT_EDITION,
 ) -> float:  # fmt: skip
+    """A step's FLOPs at the reached rate, or its kernel launches where those take longer."""
     s = _spec(size, ed)
     flops = costs.model_flops(
         VOCAB_SIZE, s["d_model"], s["num_layers"], s["d_ff"], batch, ctx, mode
     )
-    return flops / (dev.peak_tflops.get(precision, dev.peak_tflops["fp32"]) * dev.efficiency * 1e12)
+    launches = dev.launch_s_per_layer * s["num_layers"] * LAUNCHES.get(mode, 3.5)
+    return max(flops / rate(dev, precision), launches)
 
 
 def step_gib(size: str, ctx: int, batch: int, mode: str, precision: str, ed: int) -> float:
@@ -192,11 +137,17 @@ def _benchmark(cfg: dict, dev: Device, ed: int = DEFAULT_EDITION) -> list[Job]:
                     continue
                 n_eng += 1
                 run += t
-                setup += _build(dev, size, ed)  # each engine builds its own model
-                if comp == "compiled":
+                setup += _build(dev, size, ed) + dev.engine_s  # each builds its own model
+                # the engine compiles per block from the run's cache (measured: its compiled row
+                # costs what its eager one does); the HF peer compiles a whole model
+                if comp == "compiled" and engine != "fast":
                     graphs.add(f"{engine} {prec}")
         setup += len(graphs) * model_compile_s(dev, size, ed)
         build = _build(dev, size, ed) if run else 0.0
+        if run and "train_step" in cfg["modes"]:
+            build += dev.first_train_step_s
+        if run and p["attention"] == "flash_triton":
+            setup += dev.triton_model_s
         total = dev.job_start_s + build + setup + run
         how = f"{len(graphs)} compiled graphs, {n_eng} engine rows, {run:.0f} s of steps"
         how = how if run else "every point skipped before allocating"
@@ -261,6 +212,9 @@ def probe_largest(cfg: dict, dev: Device, size: str, ed: int) -> tuple[int | Non
     return largest, tried
 
 
+PROBE_TRY_S = 1.0
+
+
 def _profile(cfg: dict, dev: Device, ed: int = DEFAULT_EDITION) -> list[Job]:
     jobs = []
     steps = cfg["warmup_steps"] + cfg["measure_steps"]
@@ -272,8 +226,9 @@ def _profile(cfg: dict, dev: Device, ed: int = DEFAULT_EDITION) -> list[Job]:
             pr = cfg["probe"]
             largest, tried = probe_largest(cfg, dev, size, ed)
             contexts = grid_contexts(largest, pr["above"], pr["count"])
-            # one model built and one step a tried context (the failing one: about its build)
-            run += _build(dev, size, ed, tried)
+            # a model and one step a tried context (H100, xl: 4 tries in 5 s, the model built
+            # on the device), the failing one an `oom` row
+            run += PROBE_TRY_S * tried
             ran = [pr["start"] << i for i in range(tried)][: tried if largest else 0]
             run += sum(step_s(dev, size, c, batch, pr["mode"], cfg["precision"], ed)
                        for c in ran if largest and c <= largest)  # fmt: skip
@@ -282,23 +237,31 @@ def _profile(cfg: dict, dev: Device, ed: int = DEFAULT_EDITION) -> list[Job]:
             for mode in cfg["modes"]:
                 points += 1
                 if not fits(dev, step_gib(size, ctx, batch, mode, cfg["precision"], ed)):
-                    run += _build(dev, size, ed)  # an `oom` row after building
+                    run += dev.capture_s  # an `oom` row
                     continue
-                run += _build(dev, size, ed) + dev.capture_s
+                run += dev.capture_s
                 run += steps * step_s(dev, size, ctx, batch, mode, cfg["precision"], ed)
+        run += _build(dev, size, ed)
         jobs.append(Job("profile", size, dev.job_start_s + run, f"{how}{points} captures"))
     return jobs
 
 
 def _attention(cfg: dict, dev: Device, ed: int = DEFAULT_EDITION) -> list[Job]:
+    """Per point: forward steps, then forward+backward steps; a forward is its two matmuls'
+    FLOPs plus ~4 passes over the (n x n) fp32 scores, a backward twice the FLOPs and ~6
+    passes (fitted on the H100's naive_compiled job)."""
     jobs = []
-    steps = cfg["warmup_steps"] + cfg["fwd_steps"] + 2 * cfg["bwd_steps"]
-    rate = dev.peak_tflops["fp32"] * dev.efficiency * 1e12
+    fp32 = rate(dev, "fp32")
     for impl in cfg["impls"]:
         run = 0.0
         for d in cfg["head_dims"]:
             for n in cfg["seq_lens"]:
-                run += steps * 4.0 * cfg["batch_size"] * n * n * d / rate
+                flops = 4.0 * cfg["batch_size"] * n * n * d
+                scores = 4.0 * cfg["batch_size"] * n * n / (dev.hbm_tbps * 1e12)
+                fwd, bwd = flops / fp32 + 4 * scores, 2 * flops / fp32 + 6 * scores
+                run += cfg["fwd_steps"] * fwd + (cfg["warmup_steps"] + cfg["bwd_steps"]) * (
+                    fwd + bwd
+                )
         # torch's automatic dynamic shapes: a static compile, then one dynamic one per head dim
         compiles = 1 + len(cfg["head_dims"]) if "compiled" in impl else 0
         points = len(cfg["head_dims"]) * len(cfg["seq_lens"])
@@ -307,6 +270,9 @@ def _attention(cfg: dict, dev: Device, ed: int = DEFAULT_EDITION) -> list[Job]:
     return jobs
 
 
+LEADERBOARD_CHECK_S = 4.5
+# forward+backward runs a flash point times (H100 naive_eager bf16 n=65536: 2.5 s at 100 ms)
+NAIVE_REPS = 25
 # loading our Triton kernels' variants from the run's cache (results/<machine>/.cache/triton)
 CACHED_PRECOMPILE_S = 5.0
 
@@ -320,29 +286,40 @@ def _flash(
     for dtype in cfg["dtypes"]:
         points = 0
         run = 0.0
-        rate = dev.peak_tflops.get(dtype, dev.peak_tflops["fp32"]) * dev.efficiency * 1e12
+        flop_rate = rate(dev, dtype)
         for impl in cfg["impls"]:
             for d in cfg["head_dims"]:
                 for n in cfg["seq_lens"]:
                     if n > caps.get(impl, math.inf):
                         continue
                     points += 1
+                    if impl == "sdpa_cudnn" and dtype == "fp32":
+                        continue  # an `error` row at once: cuDNN has no fp32 attention
+                    if impl.startswith("naive"):
+                        # the (n x n) scores: an `oom` row above ~5 copies of them; a
+                        # forward+backward ~30 passes over them (H100, bf16, n=65536: 100 ms)
+                        scores = cfg["batch_size"] * n * n * (2 if dtype == "bf16" else 4)
+                        if dev.memory_gib and 5 * scores > dev.memory_gib * 2**30:
+                            continue
+                        run += NAIVE_REPS * 30 * scores / (dev.hbm_tbps * 1e12)
+                        continue
                     # fwd, bwd, fwd+bwd timed at least a few times each, plus the check
                     flops = 3.5 * 4.0 * cfg["batch_size"] * n * n * d / 2
-                    slow = 10.0 if impl in ("naive_eager", "flash_pytorch") else 1.0
-                    run += 8 * slow * flops / rate
+                    slow = 10.0 if impl == "flash_pytorch" else 1.0
+                    run += 8 * slow * flops / flop_rate
         compiles = len(cfg["head_dims"]) * 2 if "naive_compiled" in cfg["impls"] else 0
         # the kernel_tests job compiled the variants into the run's shared Triton cache
         pre = dev.triton_precompile_s if "flash_triton" in cfg["impls"] else 0.0
         pre = min(pre, CACHED_PRECOMPILE_S) if shared_cache else pre
-        total = dev.job_start_s + pre + compiles * dev.small_compile_s
+        total = dev.job_start_s + dev.flash_setup_s + pre + compiles * dev.small_compile_s
         total += points * dev.point_s + run
         jobs.append(Job("flash", dtype, total, f"{points} points"))
     if cfg.get("leaderboard"):
         b = cfg["leaderboard"]
-        per = 3 * (b.get("warmup_ms", 500) + b.get("rep_ms", 2000)) / 1e3
+        # fwd, bwd, fwd+bwd windows and the correctness check (H100: 12 s an implementation)
+        per = 3 * (b.get("warmup_ms", 500) + b.get("rep_ms", 2000)) / 1e3 + LEADERBOARD_CHECK_S
         pre = CACHED_PRECOMPILE_S if shared_cache else dev.triton_precompile_s
-        total = dev.job_start_s + pre + len(b["impls"]) * per
+        total = dev.job_start_s + dev.flash_setup_s + pre + len(b["impls"]) * per
         jobs.append(Job("flash", "leaderboard", total, f"{len(b['impls'])} implementations"))
     return jobs
 
@@ -350,30 +327,30 @@ def _flash(
 def _checkpointing(cfg: dict, dev: Device, ed: int = DEFAULT_EDITION) -> list[Job]:
     acc = cfg["accounting"]
     compiled = acc.get("compile_backend") == "inductor" and acc.get("device") != "meta"
-    one_block = dev.compile_s + dev.compile_s_per_layer
-    jobs = [Job("checkpointing", "accounting", dev.job_start_s + (one_block if compiled else 5),
+    acc_s = dev.fixed_s["accounting"] if compiled else 5.0
+    jobs = [Job("checkpointing", "accounting", dev.job_start_s + acc_s,
                 "one block, eager and compiled")]  # fmt: skip
     size, ctx, batch = cfg["size"], cfg["context_length"], cfg["batch_size"]
     layers = cfg.get("num_layers", _spec(size, ed)["num_layers"])
     scale = layers / _spec(size, ed)["num_layers"]
     steps = cfg["warmup_steps"] + cfg["measure_steps"]
+    s = _spec(size, ed)
+    factor = cfg.get("skip_factor", 1.5)
     for prec in cfg["precisions"]:
-        # every block size, every nested strategy, and no checkpointing (skipped before
-        # allocating above skip_factor x the device's memory); recomputation: 4/3 of a step
-        none = fits(dev, scale * step_gib(size, ctx, batch, "train_step", prec, ed),
-                    cfg.get("skip_factor", 1.5))  # fmt: skip
-        strategies = len(cfg["block_sizes"]) + len(cfg.get("nested", [])) + int(none)
-        t = (
-            strategies
-            * steps
-            * 4
-            / 3
-            * scale
-            * step_s(dev, size, ctx, batch, "train_step", prec, ed)
-        )
+        # no checkpointing and every block size k (saving about k/N of the activations) the
+        # stage runs: those whose state + activations fit skip_factor x the device's memory
+        b = costs.step_memory_bytes(VOCAB_SIZE, s["d_model"], s["num_layers"], s["num_heads"],
+                                    s["d_ff"], batch, ctx, "train_step", prec)  # fmt: skip
+        state, acts = scale * b["state_bytes"] / 2**30, scale * b["activation_bytes"] / 2**30
+        sizes = [layers] + [k for k in cfg["block_sizes"] if k < layers]
+        runs = sum(fits(dev, state + acts * min(k, layers) / layers, factor) for k in sizes)
+        # nested strategies hold about one block's activations at a time
+        runs += len(cfg.get("nested", []))
+        t = runs * steps * 4 / 3 * scale * step_s(dev, size, ctx, batch, "train_step", prec, ed)
         build = _build(dev, size, ed) * scale  # once per precision
+        total = len(sizes) + len(cfg.get("nested", []))
         jobs.append(Job("checkpointing", prec, dev.job_start_s + build + t,
-                        f"{strategies} strategies x {steps} steps"))  # fmt: skip
+                        f"{runs} of {total} strategies run, {steps} steps each"))  # fmt: skip
     return jobs
 
 
@@ -396,15 +373,15 @@ def _leaderboard(cfg: dict, dev: Device, ed: int = DEFAULT_EDITION) -> list[Job]
     flops = costs.train_step_flops(cfg["vocab"], cfg["d_model"], cfg["num_layers"], cfg["d_ff"],
                                    cfg["batch"], cfg["context_length"])  # fmt: skip
     steps = cfg["warmup_steps"] + cfg["measure_steps"]
-    rate = dev.peak_tflops["bf16"] * dev.efficiency * 1e12 * world
+    flop_rate = rate(dev, "bf16") * world
     compiled = dev.compile_s + dev.compile_s_per_layer * cfg["num_layers"]
-    per = (compiled if cfg.get("compile") else 0.0) + steps * flops / rate
+    per = (compiled if cfg.get("compile") else 0.0) + steps * flops / flop_rate
     return [Job("leaderboard", "runs", dev.job_start_s + len(variants) * per,
                 f"{len(variants)} variants on {world} GPUs")]  # fmt: skip
 
 
-def _fixed(stage: str, seconds: float, how: str):
-    return lambda cfg, dev, ed=None: [Job(stage, stage, dev.job_start_s + seconds, how)]
+def _fixed(stage: str, how: str):
+    return lambda cfg, dev, ed=None: [Job(stage, stage, dev.job_start_s + dev.fixed_s[stage], how)]
 
 
 def _distributed(stage: str, jobs_of):
@@ -433,16 +410,16 @@ ESTIMATES = {
             "the kernels' pytest suite, xdist workers",
         )
     ],  # fmt: skip
-    "ceilings": _fixed("ceilings", 20.0, "matmuls per dtype and a copy"),
+    "ceilings": _fixed("ceilings", "matmuls per dtype and a copy"),
     "benchmark": _benchmark,
     "memory": _memory,
     "profile": _profile,
     "attention": _attention,
     "flash": _flash,
-    "precision": _fixed("precision", 10.0, "the accumulation snippets"),
+    "precision": _fixed("precision", "the accumulation snippets"),
     "checkpointing": _checkpointing,
     "leaderboard": _leaderboard,
-    "arithmetic": _fixed("arithmetic", 5.0, "arithmetic on the ceilings' and allreduce's CSVs"),
+    "arithmetic": _fixed("arithmetic", "arithmetic on the ceilings' and allreduce's CSVs"),
     "allreduce": _distributed(
         "allreduce", lambda cfg: [(b, b, cfg["world_sizes"]) for b in cfg["backends"]]
     ),
@@ -522,11 +499,9 @@ DOC_HEAD = """# Time budgets of the presets
 
 Written by `python -m cs336_systems.budget --out docs/budgets.md` from the config (every job the
 workflow plans, its estimate and what it costs; the model and constants are in
-`src/cs336_systems/budget.py`). `tests/test_budget.py` holds each preset to its budget (one
-above it is a strict expected failure there until its grid is trimmed) and fails when this file
-is stale. Estimates to plan with: the reference run's job log (`results/<machine>/jobs/`) says
-what each job took; the profile probe's contexts are the memory model's (core/costs.py
-step_memory_bytes within 79 GiB), not a measurement.
+`src/cs336_systems/budget/`). `tests/test_budget.py` holds the gpu and cpu presets to their
+budgets and fails when this file is stale. Estimates to plan with; the profile probe's contexts
+are the memory model's (core/costs.py step_memory_bytes within 79 GiB), not a measurement.
 
 """
 
@@ -559,6 +534,9 @@ def document(presets: list[str], root: Path = ROOT) -> tuple[str, list[str]]:
         if why and preset != "full":
             failed.append(f"preset {preset}: {why}")
         parts.append("\n")
+    from cs336_systems.budget.measured import calibration_markdown
+
+    parts.append(calibration_markdown(copy.deepcopy(config)))
     return "".join(parts).rstrip("\n") + "\n", failed
 
 
