@@ -156,10 +156,19 @@ def test_run_wall_time_from_the_job_files(tmp_path):
         os.utime(tsv, (end, end))
     wall = report.run_wall_time(results, pd.DataFrame())
     assert wall["minutes"] == pytest.approx(11.0, abs=0.01)  # 660 s from first start to last end
-    assert "per-job benchmark files (2 timed jobs, 1.5 min of job time)" in wall["source"]
+    assert "per-job benchmark files (2 timed jobs, 1.5 min of job time" in wall["source"]
+    # 9.5 of the 11 minutes ran no job (a run resumed in a later session): busy 1.5 min
+    assert wall["busy_minutes"] == pytest.approx(1.5, abs=0.01)
+    assert "9.5 min with no job running" in wall["source"]
     stamps = pd.DataFrame({"timestamp": ["2026-01-01T00:00:00+00:00", "2026-01-01T00:51:00+00:00"]})
     wall = report.run_wall_time(tmp_path / "no-jobs", stamps)
     assert wall["minutes"] == pytest.approx(51.0) and "row timestamp" in wall["source"]
+
+
+def test_busy_seconds_is_the_union_of_the_job_spans():
+    assert report.busy_seconds([(0, 10), (5, 20), (30, 40)]) == 30  # overlap counted once
+    assert report.busy_seconds([(0, 100), (10, 20)]) == 100  # one inside another
+    assert report.busy_seconds([]) == 0
 
 
 def test_header_has_one_provenance_row_per_stage(partial_run):

@@ -142,6 +142,16 @@ def provenance_row(stage: str, prov: pd.DataFrame) -> dict:
     }
 
 
+def busy_seconds(spans: list[tuple[float, float]]) -> float:
+    """Seconds covered by at least one of the (start, end) spans (their union's length)."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
 def run_wall_time(results_dir: Path, prov: pd.DataFrame) -> dict:
     """The run's wall time, first job start to last job end, from Snakemake's per-job benchmark
     files (`jobs/**/*.tsv`: a job ends when its file is written and started its `s` seconds
@@ -159,13 +169,20 @@ def run_wall_time(results_dir: Path, prov: pd.DataFrame) -> dict:
         job_s += s
     if starts:
         start, end = min(starts), max(ends)
+        busy = busy_seconds(list(zip(starts, ends, strict=True)))
+        idle = (end - start) - busy
+        # a run resumed over several sessions (e.g. device calls of 10 minutes) has pauses
+        # between them that no job ran in: the wall time counts them, the busy time does not
+        paused = f"; {idle / 60:.1f} min with no job running" if idle > 60 else ""
         return {
             "minutes": (end - start) / 60,
+            "busy_minutes": busy / 60,
             "start": dt.datetime.fromtimestamp(start, dt.UTC).isoformat(timespec="seconds"),
             "end": dt.datetime.fromtimestamp(end, dt.UTC).isoformat(timespec="seconds"),
             "source": (
                 f"first job start to last job end, from Snakemake's per-job benchmark files "
-                f"({len(starts)} timed jobs, {job_s / 60:.1f} min of job time)"
+                f"({len(starts)} timed jobs, {job_s / 60:.1f} min of job time, "
+                f"{busy / 60:.1f} min with a job running{paused})"
             ),
         }
     stamps = (
@@ -210,6 +227,7 @@ def header(results_dir: Path, stages: list[str] | None = None) -> dict:
         "first_result": wall["start"],
         "last_result": wall["end"],
         "wall_minutes": wall["minutes"],
+        "busy_minutes": wall.get("busy_minutes", wall["minutes"]),
         "wall_source": wall["source"],
         "provenance_table": md_table(pd.DataFrame(per_stage), numparse=False) if per_stage else "",
         "rendered": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
