@@ -99,3 +99,21 @@ def test_stage_run_analysis_and_section(tmp_path):
     assert any("overflows in fp16" in line for line in s["layernorm"]["sentences"])
     text = render(tmp_path, ["precision"])
     assert "Q10." in text and "`9.953125`" in text and "Q12." in text
+
+
+def test_precision_memory_ratio_ignores_checkpointed_memory_rows(tmp_path):
+    """The 2026 memory grid repeats (size, context, mode) with checkpointing strategies: the
+    bf16/fp32 ratio compares the rows without checkpointing (it crashed on the repeated keys)."""
+    import pandas as pd
+
+    from cs336_systems.stages.precision import analysis
+
+    rows = []
+    for prec, base in (("fp32", 100.0), ("bf16", 60.0)):
+        for ckpt, scale in (("none", 1.0), ("every_1", 0.5)):
+            rows.append({"size": "xl", "context_length": 2048, "mode": "train_step",
+                         "precision": prec, "checkpoint": ckpt, "status": "ok",
+                         "peak_allocated_mb": base * scale})  # fmt: skip
+    pd.DataFrame(rows).to_csv(tmp_path / "memory.csv", index=False)
+    s = analysis._speed_and_memory(tmp_path)
+    assert "0.60× the fp32 value (median over 1 points" in s["memory_sentence"]
