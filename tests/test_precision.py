@@ -109,10 +109,10 @@ def test_precision_memory_ratio_ignores_checkpointed_memory_rows(tmp_path):
     from cs336_systems.stages.precision import analysis
 
     rows = []
-    for prec, base in (("fp32", 100.0), ("bf16", 60.0)):
+    for dtype, base in (("fp32", 100.0), ("bf16", 60.0)):
         for ckpt, scale in (("none", 1.0), ("every_1", 0.5)):
             rows.append({"size": "xl", "context_length": 2048, "mode": "train_step",
-                         "precision": prec, "checkpoint": ckpt, "status": "ok",
+                         "precision": dtype, "checkpoint": ckpt, "status": "ok",
                          "peak_allocated_mb": base * scale})  # fmt: skip
     pd.DataFrame(rows).to_csv(tmp_path / "memory.csv", index=False)
     s = analysis._speed_and_memory(tmp_path)
