@@ -128,14 +128,20 @@ def adamw_update(
     if not uses_triton(p):
         _torch_update(p, grad, m, v, beta1, beta2, eps, decay, step_size, bc2_sqrt, out)
         return
-    n = p.numel()
-    _adamw_kernel[(triton.cdiv(n, BLOCK),)](
+    grid = (triton.cdiv(p.numel(), BLOCK),)
+    bits = None if out is None else out.view(torch.int16)
+    _launch(p, grad, m, v, bits, grid, beta1, beta2, eps, decay, step_size, bc2_sqrt)
+
+
+def _launch(p, grad, m, v, bits, grid, beta1, beta2, eps, decay, step_size, bc2_sqrt) -> None:
+    """The kernel on one tensor; `bits`: the bf16 output viewed as int16, or None."""
+    _adamw_kernel[grid](
         p,
         grad,
         m,
         v,
-        p if out is None else out.view(torch.int16),
-        n,
+        p if bits is None else bits,
+        p.numel(),
         beta1,
         beta2,
         1.0 - beta1,
@@ -144,7 +150,7 @@ def adamw_update(
         decay,
         step_size,
         bc2_sqrt,
-        WRITE_W=out is not None,
+        WRITE_W=bits is not None,
         BLOCK=BLOCK,
         num_warps=NUM_WARPS,
     )
@@ -191,7 +197,12 @@ class MasterAdamW(torch.optim.Optimizer):
                 "exp_avg": torch.zeros_like(master),
                 "exp_avg_sq": torch.zeros_like(master),
             }
-        self._slots = [(w, self.state[w]) for w, _ in working]  # launch order, looked up once
+        # launch order and per-tensor launch arguments, computed once
+        self._slots = [(w, self.state[w]) for w, _ in working]
+        self._launch_args = [
+            (w.data.view(torch.int16), (triton.cdiv(w.numel(), BLOCK),), uses_triton(w))
+            for w, _ in working
+        ]
         self.rest = None
         if rest:
             cuda = rest[0].is_cuda
@@ -220,25 +231,18 @@ class MasterAdamW(torch.optim.Optimizer):
             group["eps"],
             group["weight_decay"],
         )
-        for w, st in self._slots:
+        for (w, st), (bits, grid, on_triton) in zip(self._slots, self._launch_args, strict=True):
             g = w.grad
             if g is None:
                 continue
             st["step"] += 1
-            adamw_update(
-                st["master"],
-                g if g.is_contiguous() else g.contiguous(),
-                st["exp_avg"],
-                st["exp_avg_sq"],
-                step=st["step"],
-                lr=lr,
-                beta1=beta1,
-                beta2=beta2,
-                eps=eps,
-                weight_decay=wd,
-                out=w.data,
-                check=False,
-            )
+            decay, step_size, bc2_sqrt = coefficients(st["step"], lr, beta1, beta2, wd)
+            g = g if g.is_contiguous() else g.contiguous()
+            args = (st["master"], g, st["exp_avg"], st["exp_avg_sq"])
+            if on_triton:
+                _launch(*args, bits, grid, beta1, beta2, eps, decay, step_size, bc2_sqrt)
+            else:
+                _torch_update(*args, beta1, beta2, eps, decay, step_size, bc2_sqrt, w.data)
         if self.rest is not None:
             for g in self.rest.param_groups:
                 g.update(lr=lr, betas=(beta1, beta2), eps=eps, weight_decay=wd)
