@@ -137,3 +137,22 @@ def test_a_parameter_without_grad_is_skipped_and_state_round_trips():
         w.grad = torch.full_like(w, -0.5)
         o.step()
     assert torch.equal(other.master(u1), opt.master(w1))
+
+
+def test_one_step_fires_the_optimizer_hooks_once():
+    """core/phases.py marks the optimizer phase by the global step hooks: the inner AdamW of
+    the fp32 parameters must not mark it a second time."""
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    (w, master), rest = _pair(5), torch.nn.Parameter(torch.randn(5, device=DEVICE))
+    opt = MasterAdamW([(w, master)], [rest], lr=LR)
+    w.grad, rest.grad = torch.ones_like(w), torch.ones_like(rest)
+    rest0 = rest.detach().clone()
+    calls = []
+    handle = register_optimizer_step_pre_hook(lambda o, *_: calls.append(type(o).__name__))
+    try:
+        opt.step()
+    finally:
+        handle.remove()
+    assert calls == ["MasterAdamW"]
+    assert not torch.equal(rest.detach(), rest0)  # the inner AdamW did step
