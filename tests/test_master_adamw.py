@@ -156,3 +156,25 @@ def test_one_step_fires_the_optimizer_hooks_once():
         handle.remove()
     assert calls == ["MasterAdamW"]
     assert not torch.equal(rest.detach(), rest0)  # the inner AdamW did step
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_kernel_on_a_head_sized_tensor_matches_torch_adamw():
+    """An xl LM head's worth (2560 x 10,000 + 19: ragged last block) on CUDA, bf16 grads,
+    two steps, against torch's fused AdamW (its own rounding: the same tolerance)."""
+    n = 2560 * 10_000 + 19
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    p0 = torch.randn(n, device="cuda", generator=gen)
+    grads = [torch.randn(n, device="cuda", generator=gen).bfloat16() for _ in range(2)]
+    ref = torch.nn.Parameter(p0.clone())
+    opt = torch.optim.AdamW([ref], lr=LR, weight_decay=0.01, fused=True)
+    p, m, v = p0.clone(), torch.zeros_like(p0), torch.zeros_like(p0)
+    out = torch.empty(n, dtype=torch.bfloat16, device="cuda")
+    for step, g in enumerate(grads, start=1):
+        ref.grad = g.float()
+        opt.step()
+        adamw_update(p, g, m, v, step=step, lr=LR, weight_decay=0.01, out=out)
+    torch.testing.assert_close(p, ref.detach(), **TOL)
+    torch.testing.assert_close(v, opt.state[ref]["exp_avg_sq"], **TOL)
+    assert torch.equal(out, p.to(torch.bfloat16))
