@@ -9,7 +9,10 @@ autocast weight casts saved). The head with the fused loss saves the final norm'
 hidden states in the compute dtype, the head weight's cast and a logsumexp per token (no b n V
 logits), plus one chunk's logits (compute dtype and fp32) while it runs.
 Training state: core.costs.training_state_bytes (fp32 master weights, fp32 grads, AdamW's two
-fp32 moments) for the scheme. What this omits (allocator fragmentation, backward's transient
+fp32 moments) for the scheme. With bf16 working weights (`master_weights`, one rank): each matmul
+weight holds an fp32 master, a bf16 working copy, a bf16 grad and the two fp32 moments
+(4 + 2 + 2 + 8 = 16 B, as before) but autocast makes no bf16 copies of it (the blocks'
+``weight_casts`` and the head's weight cast are not saved). What this omits (allocator fragmentation, backward's transient
 buffers, the optimizer's foreach temporaries) is the `margin` fraction left free.
 """
 
@@ -41,6 +44,7 @@ class StepShape:
     device_type: str = "cuda"
     world: int = 1
     scheme: str = "single"  # single | fsdp | sharded_optimizer
+    master_weights: bool = False  # bf16 Linear weights + fp32 masters (engine/master_adamw.py)
 
     @property
     def params(self) -> tuple[int, int]:
@@ -61,7 +65,7 @@ def block_bytes(s: StepShape) -> dict[str, int]:
         per_score = 4 if s.precision == "fp32" else (6 if s.device_type == "cuda" else 2)
         total -= per_score * b * h * n * n + n * n
         total += (4 if s.precision == "fp32" else 2) * b * n * d + 4 * b * h * n
-    if s.scheme == "fsdp":
+    if s.scheme == "fsdp" or s.master_weights:
         total -= base["weight_casts"]
     return {"input": base["input"], "total": total, "weight_casts": base["weight_casts"]}
 
@@ -70,14 +74,19 @@ def head_bytes(s: StepShape, chunk: int) -> int:
     b, n, d, v = s.batch, s.seq, s.d_model, s.vocab_size
     elt = 4 if s.precision == "fp32" else 2
     norm = 4 * (2 * b * n * d + b * n)
-    cast = 0 if s.precision == "fp32" else elt * (b * n * d + d * v)
+    cast = 0 if s.precision == "fp32" else elt * (b * n * d + (0 if s.master_weights else d * v))
     return norm + cast + 4 * b * n + min(chunk, b * n) * v * (4 + elt)
 
 
 def state_bytes(s: StepShape) -> float:
     sharded, replicated = s.params
     scheme = "ddp" if s.scheme == "single" else s.scheme
-    return costs.training_state_bytes(sharded, replicated, s.world, scheme)
+    if not s.master_weights:
+        return costs.training_state_bytes(sharded, replicated, s.world, scheme)
+    matmul = costs.matmul_param_count(s.vocab_size, s.d_model, s.num_layers, s.d_ff)
+    rest = sharded + replicated - matmul
+    working = costs.training_state_bytes(matmul, 0, 1, "ddp", param_bytes=4 + 2, grad_bytes=2)
+    return working + costs.training_state_bytes(rest, 0, 1, "ddp")
 
 
 def candidates(num_layers: int) -> list[str]:
@@ -89,7 +98,7 @@ def candidates(num_layers: int) -> list[str]:
 def step_bytes(s: StepShape, strategy: str, chunk: int) -> dict[str, float]:
     """Peak bytes per rank of one step under `strategy`, with its parts."""
     blk = block_bytes(s)
-    cached = 0 if s.scheme == "fsdp" else blk["weight_casts"]
+    cached = 0 if s.scheme == "fsdp" or s.master_weights else blk["weight_casts"]
     act = costs.checkpoint_memory(
         plan_for(strategy, s.num_layers),
         blk["total"],
@@ -130,7 +139,9 @@ def shortfall(choice: dict, world: int) -> str | None:
 def plain_bytes(s: StepShape) -> dict[str, float]:
     """Peak bytes per rank of the plain model's step (naive attention, no checkpointing, full
     logits and their log-softmax, every weight, gradient and AdamW state on every rank)."""
-    naive = StepShape(**{**s.__dict__, "attention": "naive", "scheme": "single"})
+    naive = StepShape(
+        **{**s.__dict__, "attention": "naive", "scheme": "single", "master_weights": False}
+    )
     blk = costs.block_saved_bytes(
         s.batch, s.seq, s.d_model, s.num_heads, s.d_ff, s.precision, s.device_type
     )

@@ -11,7 +11,10 @@ AdamW):
 - loss: engine/fused_ce.py, the LM head and cross-entropy chunked over tokens (no b n V
   logits); the model's head weight is the same Parameter (`LossHead` takes it over);
 - optimizer: AdamW on the fp32 master weights, fused on CUDA, foreach on the CPU; compute in
-  bf16 under autocast (`precision`);
+  bf16 under autocast (`precision`); with `master_weights` (default on one CUDA device under
+  bf16) every Linear weight (blocks and LM head) becomes a bf16 leaf the matmuls use as is (no
+  autocast cast, a bf16 .grad) and engine/master_adamw.py keeps its fp32 master, updated with
+  AdamW's moments and re-cast to the bf16 copy in one Triton pass per tensor;
 - activation checkpointing: `auto` picks it by engine/memory.py against the device's free
   memory (the least recomputation that fits), or a named strategy (core/checkpointing.py);
 - compile: each block ``nn.Module.compile()``'d in place (names unchanged) when `compile`;
@@ -21,6 +24,7 @@ AdamW):
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import torch
@@ -31,6 +35,7 @@ from cs336_systems.core import checkpointing
 from cs336_systems.core.device import autocast, free_memory_mib
 from cs336_systems.engine import memory
 from cs336_systems.engine.fused_ce import chunk_for, linear_cross_entropy
+from cs336_systems.engine.master_adamw import MasterAdamW
 from cs336_systems.kernels.attention import attention_function
 
 PARALLEL = ("fsdp", "ddp_sharded")
@@ -47,6 +52,32 @@ class EngineOptions:
     lr: float = 1e-4
     weight_decay: float = 0.01
     free_bytes: float | None = None  # memory the checkpointing choice may use (default: free now)
+    master_weights: bool | None = None  # bf16 Linear weights + fp32 masters (None: auto)
+
+
+def resolve_master_weights(opts: EngineOptions, device: torch.device, world: int) -> bool:
+    """`master_weights` as given, or by default on for bf16 on one CUDA device; refused where
+    it cannot apply (fp32 compute; FSDP/DDP, which keep their own fp32 parameters)."""
+    if opts.master_weights is None:
+        return device.type == "cuda" and opts.precision == "bf16" and world == 1
+    if opts.master_weights and (opts.precision != "bf16" or world != 1):
+        raise ValueError(
+            f"master_weights needs precision bf16 on one process, got {opts.precision!r}, "
+            f"world {world}"
+        )
+    return opts.master_weights
+
+
+def to_working_bf16(lm: nn.Module) -> list[tuple[nn.Parameter, torch.Tensor]]:
+    """Replace the weight of every nn.Linear of `lm` (the blocks' projections and the LM head)
+    by a bf16 leaf Parameter; return (bf16 parameter, its fp32 master: the former weight)."""
+    pairs = []
+    for module in lm.modules():
+        if isinstance(module, nn.Linear):
+            master = module.weight.detach()
+            module.weight = nn.Parameter(master.to(torch.bfloat16))
+            pairs.append((module.weight, master))
+    return pairs
 
 
 def resolve_attention(name: str, device: torch.device) -> str:
@@ -131,6 +162,8 @@ class Engine:
         lm.set_attention(attention_function(resolve_attention(opts.attention, device)))
         chunk = opts.loss_chunk or chunk_for(lm.vocab_size)
         shape = shape_of(lm, tokens.shape[0], tokens.shape[1], opts, device, world)
+        master = resolve_master_weights(opts, device, world)
+        shape = dataclasses.replace(shape, master_weights=master)
         if opts.checkpoint == "auto":
             free = opts.free_bytes
             if free is None:
@@ -139,6 +172,7 @@ class Engine:
         else:
             plan = {**memory.step_bytes(shape, opts.checkpoint, chunk), "fits": True}
         checkpointing.apply(lm, plan["strategy"])
+        working = to_working_bf16(lm) if master else []
         if opts.compile:
             for block in lm.layers:
                 block.compile()
@@ -146,8 +180,13 @@ class Engine:
         fused = device.type == "cuda"
         adamw = {"lr": opts.lr, "weight_decay": opts.weight_decay}
         adamw.update(fused=True) if fused else adamw.update(foreach=True)
-        if world == 1:
+        if working:
             net: nn.Module = train
+            ids = {id(w) for w, _ in working}
+            rest = [p for p in train.parameters() if id(p) not in ids]
+            optimizer = MasterAdamW(working, rest, lr=opts.lr, weight_decay=opts.weight_decay)
+        elif world == 1:
+            net = train
             optimizer = torch.optim.AdamW(train.parameters(), **adamw)
         elif opts.parallel == "fsdp":
             from cs336_systems.parallel.fsdp import FSDP
@@ -161,7 +200,8 @@ class Engine:
 
             net = wrap(train, "overlap")
             optimizer = ShardedOptimizer(train.parameters(), torch.optim.AdamW, **adamw)
-        return cls(net, train, optimizer, tokens, targets, opts, {**plan, "chunk": chunk})
+        plan = {**plan, "chunk": chunk, "master_weights": master}
+        return cls(net, train, optimizer, tokens, targets, opts, plan)
 
     @property
     def device(self) -> torch.device:
@@ -188,9 +228,11 @@ class Engine:
         return loss.detach()
 
     def full_parameters(self) -> dict[str, torch.Tensor]:
-        """Every parameter of the model at full size, by the TransformerLM's own names."""
+        """Every parameter of the model at full size, by the TransformerLM's own names (the
+        fp32 masters of bf16 working weights)."""
         if hasattr(self.net, "gather_full_params"):
             full = self.net.gather_full_params()
         else:
-            full = {n: p.detach() for n, p in self.train.named_parameters()}
+            master = getattr(self.optimizer, "master", lambda p: p.detach())
+            full = {n: master(p) for n, p in self.train.named_parameters()}
         return {n.removeprefix("lm."): t for n, t in full.items()}
