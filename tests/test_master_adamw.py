@@ -23,6 +23,7 @@ from cs336_systems.engine.master_adamw import (
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 LR = 1e-2
+GPU_TOL = {"rtol": 5e-5, "atol": 1e-6}
 TOL = {"rtol": 1e-6, "atol": 1e-7}
 
 
@@ -162,7 +163,10 @@ def test_one_step_fires_the_optimizer_hooks_once():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_gpu_kernel_on_a_head_sized_tensor_matches_torch_adamw():
     """An xl LM head's worth (2560 x 10,000 + 19: ragged last block) on CUDA, bf16 grads,
-    two steps, against torch's fused AdamW (its own rounding: the same tolerance)."""
+    two steps, against torch's fused AdamW. Its CUDA kernel orders the update's operations
+    differently: measured on an H100, p differs by up to 4.4e-7 (2 ulp at |p| ~ 4) and small
+    moments by up to 1.3e-5 relative; GPU_TOL admits a few ulp, far below one step's update
+    (~LR) or any error in the moments' decay (~1e-3 relative)."""
     n = 2560 * 10_000 + 19
     gen = torch.Generator(device="cuda").manual_seed(0)
     p0 = torch.randn(n, device="cuda", generator=gen)
@@ -175,6 +179,6 @@ def test_gpu_kernel_on_a_head_sized_tensor_matches_torch_adamw():
         ref.grad = g.float()
         opt.step()
         adamw_update(p, g, m, v, step=step, lr=LR, weight_decay=0.01, out=out)
-    torch.testing.assert_close(p, ref.detach(), **TOL)
-    torch.testing.assert_close(v, opt.state[ref]["exp_avg_sq"], **TOL)
+    torch.testing.assert_close(p, ref.detach(), **GPU_TOL)
+    torch.testing.assert_close(v, opt.state[ref]["exp_avg_sq"], **GPU_TOL)
     assert torch.equal(out, p.to(torch.bfloat16))

@@ -108,9 +108,9 @@ def plain(compiled: bool):
     return step, "none"
 
 
-def engine(compiled: bool):
+def engine(compiled: bool, **options):
     x, y = batch()
-    e = Engine.build(lm(), x, y, EngineOptions(precision="bf16", compile=compiled))
+    e = Engine.build(lm(), x, y, EngineOptions(precision="bf16", compile=compiled, **options))
     return e.step, e.plan["strategy"]
 
 
@@ -174,6 +174,8 @@ def main() -> None:
         "plain_compiled": lambda: plain(True),
         "engine_eager": lambda: engine(False),
         "engine_compiled": lambda: engine(True),
+        "engine_compiled_sdpa": lambda: engine(True, attention="sdpa"),
+        "engine_compiled_fp32w": lambda: engine(True, master_weights=False, checkpoint="none"),
         "hf_gpt2_compiled": hf_peer,
     }
     if RUNS:
@@ -195,6 +197,10 @@ def main() -> None:
             setup_s = time.perf_counter() - t0
             ms = do_bench(step, warmup=WARMUP_MS, rep=REP_MS)
             host_ms = host_time(step)
+            from torch._dynamo.utils import counters
+
+            breaks = sum(counters["graph_break"].values())
+            print(f"{name}: dynamo {dict(counters['stats'])}, graph breaks {breaks}", flush=True)
             if PROFILE:
                 kernel_table(step, out, name)
             flops = hf_flops() if name.startswith("hf") else ours
