@@ -152,3 +152,18 @@ def test_time_marked_steps_times_each_part_of_a_step():
     assert all(len(v) == 3 for v in out.values())
     for total, a, b in zip(out["step"], out["first"], out["second"], strict=True):
         assert 8 <= a <= 200 and 18 <= b <= 300 and total >= a + b
+
+
+def test_pipelined_ms_is_the_mean_of_back_to_back_steps():
+    import time
+
+    calls = []
+
+    def step():
+        calls.append(1)
+        time.sleep(0.01)
+
+    ms = harness.pipelined_ms(step, 5, "cpu")
+    assert len(calls) == 5 and 9.5 <= ms <= 30
+    with pytest.raises(ValueError, match="steps >= 1"):
+        harness.pipelined_ms(step, 0, "cpu")

@@ -245,3 +245,26 @@ def test_attention_split_keeps_the_scaling_out_of_the_matmul():
     sentence = profile_analysis._matmul_sentence(units, cpu_only=False)
     assert "CUDA cores as FFMA" in sentence and "tensor cores" in sentence  # "no tensor cores"
     assert "run on tensor cores" not in sentence
+
+
+def test_a_row_naming_its_own_matmul_path_is_held_to_that_ceiling():
+    """The engine's bf16 working weights run plain bf16 matmuls: its row (matmul_path
+    'matmul') takes the plain bf16 ceiling, is not flagged for it, and gets a pipelined MFU;
+    a plain-model bf16 row keeps autocast F.linear's."""
+    from cs336_systems.stages.benchmark.derived import add_mfu
+
+    rows = pd.DataFrame(
+        [
+            {"precision": "bf16", "tflops": 0.05, "step_ms_mean": 10.0, "pipelined_ms": 8.0,
+             "matmul_path": "matmul", "status": "ok"},
+            {"precision": "bf16", "tflops": 0.5, "step_ms_mean": 10.0, "pipelined_ms": 10.0,
+             "matmul_path": None, "status": "ok"},
+        ]
+    )  # fmt: skip
+    out = add_mfu(rows, ceilings_rows(bf16=0.1, autocast=1.0))
+    assert list(out["peak_path"]) == ["matmul", "autocast_linear"]
+    assert out["mfu"].tolist() == pytest.approx([0.5, 0.5])
+    assert out["pipelined_mfu"].tolist() == pytest.approx([0.625, 0.5])  # 10/8 of 0.5
+    assert sanity.ceiling_path(out).fillna("").eq("").all()
+    wrong = out.assign(peak_path=["autocast_linear", "autocast_linear"])
+    assert "the model runs a plain matmul" in sanity.ceiling_path(wrong)[0]

@@ -40,6 +40,7 @@ rule leaderboard:
         " --context-length {params.cfg[context_length]} --batch {params.cfg[batch]}"
         " --variants={params.variants} --warmup {params.cfg[warmup_steps]}"
         " --steps {params.cfg[measure_steps]} --checkpoint {params.cfg[checkpoint]}"
+        " --reduced-layers {params.cfg[reduced_layers]}"
         " --peak-csv {input.ceilings} --timeout-s {params.cfg[timeout_s]} --env={params.env:q}"
         " {params.flags} 2>&1 | tee {log}"
 

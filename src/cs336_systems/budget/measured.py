@@ -10,7 +10,9 @@ from cs336_systems.budget import H100, Device, plan
 # calibrated on. That run's kernel tests failed, so its flash jobs ran no flash_triton point: the
 # calibration estimates them without it (MEASURED_WITHOUT)
 MEASURED_H100 = {
-    ("kernel_tests", "kernel_tests"): 252.25,
+    # re-measured after the precompile fix (one xdist worker precompiles, 16 workers): pytest
+    # of the gpu selection plus tests/test_master_adamw.py, 182 s on the H100 (session 27)
+    ("kernel_tests", "kernel_tests"): 182.0,
     ("ceilings", "ceilings"): 7.97,
     ("precision", "precision"): 6.83,
     ("benchmark", "small ctx512 naive"): 124.57,
@@ -33,7 +35,11 @@ MEASURED_H100 = {
 MEASURED_WITHOUT = {"flash": "flash_triton"}
 # the gpu blocks' keys as that run had them, where the preset has trimmed them since
 RUN_KEYS = {
-    "benchmark": {"warmup_steps": 5, "measure_steps": 10},
+    "benchmark": {
+        "warmup_steps": 5,
+        "measure_steps": 10,
+        "compile_only": {"sizes": ["small", "xl"]},
+    },
     "attention": {"warmup_steps": 5, "fwd_steps": 100, "bwd_steps": 100},
     "flash": {"leaderboard": {"warmup_ms": 500, "rep_ms": 2000}},
 }
@@ -82,7 +88,8 @@ The `H100` constants in budget/__init__.py come from the gpu preset's partial re
   `snapshot_s`: memory xl, 73 s for 8 snapshots and 4 skipped points.
 - `point_s`, `flash_setup_s`: flash bf16 32 s, fp32 22 s (their first point 13 s after the
   previous job); `LEADERBOARD_CHECK_S`: the flash leaderboard, 12 s an implementation.
-- `kernel_tests_s`: the cuda selection on 8 xdist workers, 252 s; `fixed_s`: ceilings 8 s,
+- `kernel_tests_s`: the cuda selection on 16 xdist workers, 182 s (252 s on 8 before one
+  worker alone precompiled the Triton variants); `fixed_s`: ceilings 8 s,
   precision 7 s, checkpointing accounting 94 s.
 
 Not measured there (the run stopped, or the kernel tests failed first): benchmark xl ctx512,

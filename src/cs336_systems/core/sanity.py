@@ -223,8 +223,11 @@ def ceiling_path(
         return out
     used = df[path] if path in df else pd.Series("matmul", index=df.index)
     has = pd.to_numeric(df["mfu"], errors="coerce").notna()
+    own = df["matmul_path"] if "matmul_path" in df else pd.Series(index=df.index, dtype=object)
     for i in df.index[_checked(df) & has]:
-        want = expected.get(str(df.at[i, precision]))
+        # a row naming its own matmul path (the engine's bf16 working weights) runs that one
+        mine = own[i]
+        want = mine if isinstance(mine, str) and mine else expected.get(str(df.at[i, precision]))
         got = str(used[i])
         if want is not None and got != want:
             out[i] = (

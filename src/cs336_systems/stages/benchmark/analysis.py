@@ -30,6 +30,7 @@ from cs336_systems.core.analysis import (
     sort_sizes,
 )
 from cs336_systems.stages.benchmark.derived import add_mfu
+from cs336_systems.stages.benchmark.tables import engines_table
 
 KEYS = ["size", "context_length", "precision", "compile", "attention"]
 WHY_FIRST_STEP = {
@@ -58,29 +59,6 @@ def load_benchmark(results_dir: Path) -> pd.DataFrame:
     """The plain model's rows (the grid every table and figure but the engines' reads)."""
     df = load_all_engines(results_dir)
     return df[df["engine"] == "plain"] if "engine" in df else df
-
-
-def engines_table(results_dir: Path) -> pd.DataFrame:
-    """Train-step time per (size, context, precision, compile) through each engine, and the
-    plain step's time over each (speedup)."""
-    df = load_all_engines(results_dir)
-    if "engine" not in df or set(df["engine"].dropna()) <= {"plain"}:
-        return pd.DataFrame()
-    d = df[(df["mode"] == "train_step")]
-    keys = ["size", "context_length", "precision", "compile"]
-    out = []
-    for key, g in d.groupby(keys, sort=False):
-        row = dict(zip(keys, key, strict=True))
-        by = {r["engine"]: r for _, r in g.iterrows()}
-        plain = by.get("plain")
-        for engine, r in by.items():
-            ms = r.get("step_ms_mean")
-            ok_ = r["status"] == "ok"
-            row[f"{engine} (ms)"] = fmt(ms) if ok_ else str(r["status"])[:40]
-            if engine != "plain" and ok_ and plain is not None and plain["status"] == "ok":
-                row[f"{engine} speedup"] = f"{plain['step_ms_mean'] / ms:.2f}×"
-        out.append(row)
-    return sort_sizes(pd.DataFrame(out))
 
 
 # how other readers (the comparison report) read this stage's CSVs
@@ -370,7 +348,7 @@ def context(results_dir: Path) -> dict:
         return s
     d = ok(df)
     s["n_points"] = len(df)
-    e = engines_table(results_dir)
+    e = engines_table(load_all_engines(results_dir))
     s["engines_table"] = md_table(e) if len(e) else ""
     s["n_ok"] = len(ran(df))
     s["n_suspect"] = sanity.n_suspect(ran(df))

@@ -53,10 +53,17 @@ def add_mfu(df: pd.DataFrame, ceilings: pd.DataFrame | None) -> pd.DataFrame:
     df = df.copy()
     if "tflops" not in df:
         df["tflops"] = float("nan")
-    by_path = {path: matmul_peaks(ceilings, path) for path in set(MODEL_PATH.values())}
+    by_path = {path: matmul_peaks(ceilings, path) for path in {*MODEL_PATH.values(), "matmul"}}
     peaks, paths = [], []
-    for precision in df.get("precision", pd.Series(index=df.index, dtype=object)):
-        path = MODEL_PATH.get(str(precision))
+    own = df["matmul_path"] if "matmul_path" in df else pd.Series(index=df.index, dtype=object)
+    for precision, row_path in zip(
+        df.get("precision", pd.Series(index=df.index, dtype=object)), own, strict=True
+    ):
+        # a row that names its own matmul path (the engine's bf16 working weights: plain bf16
+        # matmuls) is held to that path's ceiling, else its precision's path in the model
+        path = (
+            row_path if isinstance(row_path, str) and row_path else MODEL_PATH.get(str(precision))
+        )
         peak = by_path.get(path, {}).get(str(precision)) if path else None
         if peak is None:
             peaks.append(float("nan"))
@@ -70,4 +77,9 @@ def add_mfu(df: pd.DataFrame, ceilings: pd.DataFrame | None) -> pd.DataFrame:
     df["peak_tflops"] = peaks
     df["peak_path"] = paths
     df["mfu"] = df["tflops"] / df["peak_tflops"].astype(float)
+    if "pipelined_ms" in df and "step_ms_mean" in df:
+        # the same FLOPs at the back-to-back rate (harness.pipelined_ms)
+        per_step = df["tflops"] * pd.to_numeric(df["step_ms_mean"], errors="coerce")
+        df["pipelined_tflops"] = per_step / pd.to_numeric(df["pipelined_ms"], errors="coerce")
+        df["pipelined_mfu"] = df["pipelined_tflops"] / df["peak_tflops"].astype(float)
     return df

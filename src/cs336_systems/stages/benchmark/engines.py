@@ -18,6 +18,7 @@ from cs336_systems.core import costs
 from cs336_systems.core.device import autocast, memory_shortfall
 from cs336_systems.core.harness import (
     peak_memory_mb,
+    pipelined_ms,
     release_memory,
     run_point,
     summarize,
@@ -45,7 +46,13 @@ def fast_step(size, context_length, batch_size, device, precision, compiled, edi
         lm = build_model(size, context_length, edition=edition)
     x, y = _batch(context_length, batch_size, device)
     engine = Engine.build(lm, x, y, EngineOptions(precision=precision, compile=compiled))
-    return engine.step
+
+    def step():
+        return engine.step()
+
+    # bf16 working weights (engine/master_adamw.py) run plain bf16 matmuls, not autocast's
+    step.matmul_path = "matmul" if engine.plan.get("master_weights") else None
+    return step
 
 
 def hf_step(size, context_length, batch_size, device, precision, compiled, edition=None):
@@ -149,10 +156,13 @@ def engine_rows(
                         if device.type == "cuda":
                             torch.cuda.reset_peak_memory_stats(device)
                         warm, times = time_steps(step, warmup, steps, device)
+                        path = getattr(step, "matmul_path", None)
                         return {
                             **summarize(times, "step"),
                             "first_step_ms": (warm or times)[0],
+                            "pipelined_ms": pipelined_ms(step, steps, device),
                             "peak_memory_mb": peak_memory_mb(device),
+                            **({"matmul_path": path} if path else {}),
                         }
 
                     res = run_point(run)

@@ -25,6 +25,7 @@ from cs336_systems.core.device import free_memory_mib, memory_shortfall, pick_de
 from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import (
     peak_memory_mb,
+    pipelined_ms,
     release_memory,
     run_point,
     summarize,
@@ -118,6 +119,10 @@ def measure(
             step, warmup, steps, work.device, PHASE_SPANS[mode], with_warmup=True
         )
         warm, times = out["warmup"], out["step"]
+        # the training loop's rate too (no synchronization between steps): a train step only
+        extra = (
+            {"pipelined_ms": pipelined_ms(step, steps, work.device)} if mode == "train_step" else {}
+        )
         phases = {}
         for name in PHASES:
             phases.update(summarize(out.get(name, []), name))
@@ -128,6 +133,7 @@ def measure(
             "warmup_times_ms": json.dumps([round(t, 4) for t in warm]),
             "step_times_ms": json.dumps([round(t, 4) for t in times]),
             "peak_memory_mb": peak_memory_mb(work.device),
+            **extra,
         }
     finally:
         cleanup()

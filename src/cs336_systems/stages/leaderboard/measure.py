@@ -145,9 +145,11 @@ def memory_check(variant: str, dims: dict, layers: int, ctx, world: int) -> tupl
     return reason, {"need_gb": choice["total"] / 1e9, "free_gb": free / 1e9}
 
 
-def reduced_layers(dims: dict, ctx) -> int:
-    """The most layers (at most the configured) whose engine step fits here; 0 if none."""
-    for layers in range(dims["num_layers"], 0, -1):
+def reduced_layers(dims: dict, ctx, cap: int = 0) -> int:
+    """The most layers (at most the configured, and at most `cap` when it is > 0) whose engine
+    step fits here; 0 if none."""
+    top = min(dims["num_layers"], cap) if cap > 0 else dims["num_layers"]
+    for layers in range(top, 0, -1):
         if memory_check("engine", dims, layers, ctx, 1)[0] is None:
             return layers
     return 0
@@ -202,7 +204,7 @@ def worker(args) -> None:
     dims = {k: getattr(args, k) for k in DIMS}
     layers = dims["num_layers"]
     if args.config == "reduced":
-        layers = reduced_layers(dims, ctx)
+        layers = reduced_layers(dims, ctx, args.reduced_layers)
     rows: list[dict] = []
     for variant in args.variants:
         row = {"config": args.config, "variant": variant, "num_layers": layers}
@@ -242,6 +244,7 @@ def worker_argv(args, config: str) -> list[str]:
         f"--warmup={args.warmup}",
         f"--steps={args.steps}",
         f"--checkpoint={args.checkpoint}",
+        f"--reduced-layers={args.reduced_layers}",
         f"--peak-tflops={args.peak_tflops}",
         f"--timeout-s={args.timeout_s}",
     ]
@@ -322,6 +325,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--checkpoint", default="auto")
+    ap.add_argument(
+        "--reduced-layers",
+        type=int,
+        default=0,
+        help="the reduced one-GPU configuration's layers at most (0: the most that fit)",
+    )
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--no-profile", dest="profile", action="store_false")
     ap.add_argument("--peak-csv", default="", help="the ceilings stage's CSV (bf16 peak)")
@@ -337,6 +346,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.steps < 1 or args.warmup < 1:
         ap.error("need --steps >= 1 and --warmup >= 1")
+    if args.reduced_layers < 0:
+        ap.error(f"need --reduced-layers >= 0, got {args.reduced_layers}")
     if not args.worker and args.out is None:
         ap.error("--out is required")
     return args
