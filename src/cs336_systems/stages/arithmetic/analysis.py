@@ -286,7 +286,11 @@ def context(results_dir: Path) -> dict:
             q: {
                 "status": "partly",
                 "why": f"the B200 case is answered; this machine's case is not ({why})",
-                "how": "add the ceilings and allreduce stages to the run",
+                "how": (
+                    "a run on one host with 2 or more GPUs (the allreduce stage's NCCL rows)"
+                    if "nccl" in why
+                    else "add the ceilings and allreduce stages to the run"
+                ),
             }
             for q in (34, 35, 36)
         }
