@@ -13,16 +13,9 @@ from cs336_systems.budget import measured
 from cs336_systems.stages.benchmark import plan as benchmark_plan
 
 CONFIG = budget.run_config()
-# the cpu preset is still planned above its budget (5.5 min): strict, so that the test fails
-# (and this mark goes) once config/stages/*.yaml's cpu blocks are trimmed under it
-OVER = pytest.mark.xfail(
-    strict=True, reason="issue 21: the cpu grid is above its budget (docs/budgets.md)"
-)
-
-
 @pytest.mark.parametrize(
     "preset",
-    [pytest.param("gpu"), pytest.param("cpu", marks=OVER)],
+    [pytest.param("gpu"), pytest.param("cpu")],
     ids=["on_h100", "on_2_cores"],
 )
 def test_the_preset_fits_its_budget(preset):
