@@ -38,7 +38,7 @@ QUESTIONS = {
 # the numbers the comparison report puts side by side across machines (compare.py)
 COMPARE = {
     "benchmark": {
-        "keys": ["size", "context_length", "mode", "precision", "compile", "attention"],
+        "keys": ["size", "context_length", "mode", "precision", "compile", "attention", "engine"],
         "values": {"step_ms_mean": "ms", "mfu": "MFU"},
         "headlines": [
             {

@@ -21,7 +21,7 @@ QUESTIONS = {
 # the numbers the comparison report puts side by side across machines (compare.py)
 COMPARE = {
     "ddp": {
-        "keys": ["kind", "variant", "bucket_size_mb", "world_size"],
+        "keys": ["kind", "variant", "bucket_size_mb", "world_size", "size", "context_length"],
         "values": {"step_ms_mean": "step ms", "comm_share": "sync share"},
         "headlines": [
             {

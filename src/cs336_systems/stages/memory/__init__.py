@@ -33,7 +33,7 @@ SANITY = {
 # the numbers the comparison report puts side by side across machines (compare.py)
 COMPARE = {
     "memory": {
-        "keys": ["size", "context_length", "mode", "precision"],
+        "keys": ["size", "context_length", "mode", "precision", "checkpoint"],
         "values": {"saved_activations_mb": "saved MiB", "peak_allocated_mb": "peak MiB"},
         "headlines": [
             {
