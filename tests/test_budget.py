@@ -13,6 +13,8 @@ from cs336_systems.budget import measured
 from cs336_systems.stages.benchmark import plan as benchmark_plan
 
 CONFIG = budget.run_config()
+
+
 @pytest.mark.parametrize(
     "preset",
     [pytest.param("gpu"), pytest.param("cpu")],

@@ -200,17 +200,21 @@ def test_the_2026_leaderboard_model_needs_checkpointing_and_sharding():
     assert choice["fits"] and choice["strategy"] != "none"
 
 
+# the reduced configuration the GPU-marked engine tests run (a CUDA-sized tiny model)
+GPU_SPEC = {
+    "vocab_size": 1000,
+    "context_length": 256,
+    "d_model": 256,
+    "num_layers": 4,
+    "num_heads": 4,
+    "d_ff": 1024,
+}
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_gpu_bf16_reduced_config_matches_the_plain_model():
-    spec = {
-        "vocab_size": 1000,
-        "context_length": 256,
-        "d_model": 256,
-        "num_layers": 4,
-        "num_heads": 4,
-        "d_ff": 1024,
-    }
+    spec = GPU_SPEC
     loss, plain_loss, params, plain, before, engine = _both(
         "bf16", "auto", "cuda", spec=spec, batch=2, seq=256
     )
@@ -224,14 +228,7 @@ def test_gpu_master_weights_match_the_engine_without_them_and_the_plain_model():
     """On CUDA master weights are the default; one step against the engine without them
     (fused torch AdamW): loss to 1e-6, every master to 1e-6; against the plain model as the
     bf16 case above."""
-    spec = {
-        "vocab_size": 1000,
-        "context_length": 256,
-        "d_model": 256,
-        "num_layers": 4,
-        "num_heads": 4,
-        "d_ff": 1024,
-    }
+    spec = GPU_SPEC
     lm, tokens, targets = _setup("cuda", spec=spec, batch=2, seq=256)
     before = {n: p.detach().clone() for n, p in lm.named_parameters()}
     engine, runs = _run(lm, tokens, targets, 1, checkpoint="none")

@@ -26,7 +26,7 @@ from pathlib import Path
 from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import StepClock, summarize, synchronize
 from cs336_systems.core.log import configure, get_logger, point, status_level
-from cs336_systems.parallel.launch import feasibility
+from cs336_systems.parallel.launch import env_pairs, feasibility
 
 BYTES_PER_MB = 2**20
 BACKENDS = ("gloo", "nccl")
@@ -204,14 +204,6 @@ def _buffers(text: str) -> list[str]:
     return names
 
 
-def _env_pairs(text: str) -> dict[str, str]:
-    pairs = [kv for kv in text.split(",") if kv.strip()]
-    bad = [kv for kv in pairs if "=" not in kv or not kv.split("=", 1)[0].strip()]
-    if bad:
-        raise argparse.ArgumentTypeError(f"--env takes KEY=VALUE,...; got {bad}")
-    return dict(kv.split("=", 1) for kv in pairs)
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--machine", default="local")
@@ -231,7 +223,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     ap.add_argument("--topology", choices=("local", "slurm"), default="local")
     ap.add_argument("--nnodes", type=int, default=1)
-    ap.add_argument("--env", type=_env_pairs, default={}, help="KEY=VAL,... for every worker")
+    ap.add_argument("--env", type=env_pairs, default={}, help="KEY=VAL,... for every worker")
     ap.add_argument("--timeout-s", type=float, default=600.0)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

@@ -35,7 +35,7 @@ from pathlib import Path
 from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import StepClock, synchronize, time_marked_steps
 from cs336_systems.core.log import get_logger, point, status_level
-from cs336_systems.parallel.launch import summarize_slowest
+from cs336_systems.parallel.launch import env_pairs, summarize_slowest
 from cs336_systems.profiling.overlap import profile_step
 
 POINT_KEYS = ("variant", "bucket_size_mb")
@@ -424,14 +424,6 @@ def _names(text: str) -> list[str]:
     return names
 
 
-def _env_pairs(text: str) -> dict[str, str]:
-    pairs = [kv for kv in text.split(",") if kv.strip()]
-    bad = [kv for kv in pairs if "=" not in kv or not kv.split("=", 1)[0].strip()]
-    if bad:
-        raise argparse.ArgumentTypeError(f"--env takes KEY=VALUE,...; got {bad}")
-    return dict(kv.split("=", 1) for kv in pairs)
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("kind", choices=("variants", "sharding"))
@@ -455,7 +447,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--trace-dir", default="", help="keep the profiled steps' Chrome traces here")
     ap.add_argument("--topology", choices=("local", "slurm"), default="local")
     ap.add_argument("--nnodes", type=int, default=1)
-    ap.add_argument("--env", type=_env_pairs, default={}, help="KEY=VAL,... for every worker")
+    ap.add_argument("--env", type=env_pairs, default={}, help="KEY=VAL,... for every worker")
     ap.add_argument("--timeout-s", type=float, default=900.0)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

@@ -39,7 +39,7 @@ from pathlib import Path
 from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import StepClock, Stopwatch, synchronize, time_marked_steps
 from cs336_systems.core.log import get_logger, point, status_level
-from cs336_systems.parallel.launch import summarize_slowest
+from cs336_systems.parallel.launch import env_pairs, summarize_slowest
 from cs336_systems.profiling.overlap import profile_step
 
 VARIANTS = ("ddp", "sharded_optimizer", "fsdp", "fsdp_bf16")
@@ -312,10 +312,6 @@ def _names(text: str) -> list[str]:
     return names
 
 
-def _env_pairs(text: str) -> dict[str, str]:
-    return dict(kv.split("=", 1) for kv in text.split(",") if kv.strip())
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--machine", default="local")
@@ -334,7 +330,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--matmul-precision", choices=("highest", "high", "medium"), default="highest")
     ap.add_argument("--no-profile", dest="profile", action="store_false")
     ap.add_argument("--trace-dir", default="", help="keep the profiled steps' Chrome traces here")
-    ap.add_argument("--env", type=_env_pairs, default={}, help="KEY=VAL,... for every worker")
+    ap.add_argument("--env", type=env_pairs, default={}, help="KEY=VAL,... for every worker")
     ap.add_argument("--timeout-s", type=float, default=900.0)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.log import get_logger, point, status_level
+from cs336_systems.parallel.launch import env_pairs
 
 log = get_logger(__name__)
 VARIANTS = ("engine", "plain")
@@ -336,9 +337,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--peak-csv", default="", help="the ceilings stage's CSV (bf16 peak)")
     ap.add_argument("--peak-tflops", type=float, default=math.nan, help=argparse.SUPPRESS)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument(
-        "--env", type=lambda t: dict(kv.split("=", 1) for kv in t.split(",") if kv), default={}
-    )
+    ap.add_argument("--env", type=env_pairs, default={}, help="KEY=VAL,... for every worker")
     ap.add_argument("--timeout-s", type=float, default=540.0)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
