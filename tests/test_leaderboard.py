@@ -140,22 +140,3 @@ def test_peak_tflops_reads_the_bf16_matmul_row(tmp_path):
     ).to_csv(path, index=False)
     assert peak_tflops(str(path)) == 700.0
     assert peak_tflops(str(tmp_path / "absent.csv")) != peak_tflops(str(tmp_path / "absent.csv"))
-
-
-def test_env_option_of_the_launching_stages():
-    """`--env KEY=VALUE,...` (parallel/launch.py:env_pairs, shared by allreduce, ddp, fsdp and
-    leaderboard): values may hold `=`, empty entries are ignored, a malformed entry is refused
-    by the stage's argument parser."""
-    import argparse
-
-    from cs336_systems.parallel.launch import env_pairs
-    from cs336_systems.stages.leaderboard.measure import parse_args
-
-    assert env_pairs("A=1,,B=x=y") == {"A": "1", "B": "x=y"}
-    assert env_pairs("") == {}
-    with pytest.raises(argparse.ArgumentTypeError, match="KEY=VALUE"):
-        env_pairs("A=1,oops")
-    with pytest.raises(SystemExit):
-        parse_args(["--backend", "gloo", "--out", "x.csv", "--env", "=1"])
-    args = parse_args(["--backend", "gloo", "--out", "x.csv", "--env", "NCCL_DEBUG=INFO"])
-    assert args.env == {"NCCL_DEBUG": "INFO"}

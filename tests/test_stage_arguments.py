@@ -13,8 +13,10 @@ import pytest
 from cs336_systems.stages.allreduce import measure as allreduce
 from cs336_systems.stages.ceilings import measure as ceilings
 from cs336_systems.stages.ddp import measure as ddp
+from cs336_systems.stages.fsdp import measure as fsdp
 from cs336_systems.stages.kernel_tests import measure as kernel_tests
 from cs336_systems.stages.kernel_tests.plan import expression_problem
+from cs336_systems.stages.leaderboard import measure as leaderboard
 from cs336_systems.stages.profile import measure as profile
 
 KERNELS = ["--kernel", "flash_pytorch=^test_pytorch_", "--kernel", "flash_triton=^test_triton_"]
@@ -110,7 +112,9 @@ def test_allreduce_launches_nothing_when_no_size_fits(monkeypatch):
     assert row["status"].startswith("skipped:")
 
 
-@pytest.mark.parametrize("parse", [allreduce._env_pairs, ddp._env_pairs])
+# one parser (parallel/launch.py:env_pairs) for every stage that launches workers
+@pytest.mark.parametrize("parse", [allreduce.env_pairs, ddp.env_pairs, fsdp.env_pairs,
+                                   leaderboard.env_pairs])  # fmt: skip
 def test_env_pairs_say_what_is_wrong(parse):
     assert parse("A=1,B=x=y") == {"A": "1", "B": "x=y"}
     assert parse("") == {}
