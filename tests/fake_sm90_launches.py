@@ -85,6 +85,10 @@ def case(spec: str) -> dict:
     fat.set_fast_path(programs=True, bind=True)
     before = dict(bound_launch.STATS)
     fast = [one_call(*fresh(), causal) for _ in range(3)]
+    # then twice the same tensors: the second call finds every encoded TMA descriptor kept
+    # (`bound_launch._Direct`, keyed by address) and must still launch what the plain path does
+    same = fresh()
+    fast += [one_call(*same, causal) for _ in range(2)]
     stats = {key: bound_launch.STATS[key] - before[key] for key in before}
     mismatch = [i for i, calls in enumerate(fast) if calls != plain]
     return {
@@ -102,7 +106,22 @@ def case(spec: str) -> dict:
         "stats": stats,
         "unbound": dict(bound_launch.UNBOUND),
         "programs": len(fat._PROGRAMS),
+        "direct": _direct_launches(),
     }
+
+
+def _direct_launches() -> dict[str, bool]:
+    """Per bound launch of the kept programs: whether it launches through the C launcher
+    directly (`bound_launch._Direct`)."""
+    out = {}
+    for program in fat._PROGRAMS.values():
+        steps = [getattr(program, "step", None), *getattr(program, "steps", ())]
+        for sub in getattr(program, "backward_programs", {}).values():
+            steps += sub.steps
+        for step in steps:
+            if step is not None and step.bound is not None:
+                out[f"{step.name}/{step.bound.name}"] = step.bound.direct is not None
+    return out
 
 
 if __name__ == "__main__":

@@ -411,3 +411,51 @@ def test_reports_missing_data(tmp_path):
     assert "_The attention stage produced no data._" in text
     assert "_The flash stage produced no data._" in text
     assert "_The kernel_tests stage produced no data._" in text
+
+
+def _target_rows(ours: dict, cudnn: dict, status: str = "ok") -> pd.DataFrame:
+    rows = []
+    for impl, times in (("flash_triton", ours), ("sdpa_cudnn", cudnn)):
+        for (d, n), ms in times.items():
+            rows.append({"grid": "target", "impl": impl, "dtype": "bf16", "batch_size": 1,
+                         "heads": 16, "d_head": d, "seq_len": n, "status": status,
+                         "fwd_bwd_ms_median": ms})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_fixed_cost_target_verdicts_follow_each_length_bound():
+    """At most cuDNN from n = 4096 on, at most 1.5x at n = 1024; the table and the sentence
+    count exactly the points that miss (ratios on both sides of each bound)."""
+    ours = {(64, 1024): 0.30, (64, 4096): 0.40, (64, 16384): 4.0, (128, 1024): 0.36,
+            (128, 4096): 0.59, (128, 2048): 9.0}  # fmt: skip
+    cudnn = {(64, 1024): 0.20, (64, 4096): 0.39, (64, 16384): 4.2, (128, 1024): 0.25,
+             (128, 4096): 0.60, (128, 2048): 1.0}  # fmt: skip
+    got = flash_analysis.fixed_cost(_target_rows(ours, cudnn))
+    assert got["available"] and "16 heads" in got["config"]
+    # 1.50 at 1024 is within its bound; 1.44 too; 4096: 1.03 misses, 0.98 holds; 2048 has none
+    assert got["sentences"] == ["The target holds at 4 of 5 points; not at d=64 n=4096 (1.03x)."]
+    assert got["table"].count("not met") == 1 and got["table"].count("| met") == 4
+    assert flash_analysis.target_bound(2048) is None
+
+
+def test_fixed_cost_without_cudnn_rows_says_why():
+    rows = _target_rows({(64, 1024): 0.3}, {(64, 1024): float("nan")}, status="ok")
+    rows.loc[rows["impl"] == "sdpa_cudnn", "status"] = "error: no cuDNN attention"
+    got = flash_analysis.fixed_cost(rows)
+    assert got["table"] == ""
+    assert got["sentences"] == [
+        "No comparison: no successful points of SDPA cuDNN (error: no cuDNN attention)."
+    ]
+    assert flash_analysis.fixed_cost(rows.assign(grid="sweep")) == {"available": False}
+
+
+def test_flash_target_grid_rows(tmp_path):
+    """`sweep --grid target` writes rows named for the target set, with its head count."""
+    out = tmp_path / "t.csv"
+    flash_benchmark.main(
+        ["sweep", *COMMON, "--grid", "target", "--impls", "naive_eager", "--dtype", "fp32",
+         "--heads", "2", "--head-dims", "16", "--seq-lens", "16", "--warmup-steps", "0",
+         "--steps", "1", "--out", str(out)]
+    )  # fmt: skip
+    row = pd.read_csv(out).iloc[0]
+    assert row["grid"] == "target" and row["heads"] == 2 and row["status"] == "ok"

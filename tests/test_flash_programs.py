@@ -201,10 +201,11 @@ CASES = [
 @pytest.mark.skipif(HAS_CUDA, reason="the fake sm90 driver stands in for a GPU on CPU hosts")
 def test_bound_launches_equal_the_plain_launches():
     """On the fake sm90 driver, each case's plain launches (kernel, grid, every argument, TMA
-    descriptors as the launcher encodes them, pointers named by tensor) equal those of three
-    calls through a kept program with new input tensors each (the first through the JIT, two
-    replayed), and the replays really were bound launches. Different cases launch differently
-    (the comparison can fail)."""
+    descriptors as the launcher encodes them, pointers named by tensor) equal those of five
+    calls through a kept program (three with new input tensors each, the first through the JIT;
+    then twice the same tensors, where the encoded descriptors are reused), and the replays
+    really were bound launches straight through the C launch. Different cases launch
+    differently (the comparison can fail)."""
     env = {**os.environ, "TRITON_INTERPRET": "0"}
     script = Path(__file__).with_name("fake_sm90_launches.py")
     done = subprocess.run(
@@ -220,8 +221,10 @@ def test_bound_launches_equal_the_plain_launches():
     for r in results:
         assert r["equal"], (r["case"], r["first_diff"])
         assert r["unbound"] == {}, r
-        # 3 calls: the first launches through the JIT, the next two replay every launch
-        assert r["stats"] == {"jit": r["launches"], "bound": 2 * r["launches"], "unbound": 0}, r
+        # 5 calls: the first launches through the JIT, the next four replay every launch, each
+        # straight through the C launch (the last two with the same tensors: kept descriptors)
+        assert r["stats"] == {"jit": r["launches"], "bound": 4 * r["launches"], "unbound": 0}, r
+        assert r["direct"] and all(r["direct"].values()), r["direct"]
     kernels = {r["case"]: r["kernels"] for r in results}
     assert kernels["bf16:64:causal"] != kernels["bf16:64:causal:misaligned"]
     assert "_attn_bwd_dq" not in kernels["bf16:64:causal"]  # fused dQ: no dQ pass

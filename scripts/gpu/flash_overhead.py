@@ -108,6 +108,75 @@ def probe(d: int, n: int, fast: bool, reps: int = 30, profile_to: str | None = N
     return row
 
 
+def components(d: int, n: int, reps: int = 200) -> dict:
+    """Host time (ms, median of `reps`, GPU idle before each) of the pieces of one fast
+    forward+backward at (1, 16, n, d) bf16 causal: allocations, the device/stream query, the
+    forward and backward programs called directly and each of their launches, the dQ cast, an
+    autograd Function that only allocates (the engine's own cost), and the whole call."""
+    fat.set_fast_path(programs=True, bind=True)
+    q, k, v = (
+        torch.randn(1, 16, n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        for _ in range(3)
+    )
+    do = torch.randn(1, 16, n, d, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        fat.FlashAttentionTriton.apply(q, k, v, True).backward(do)
+    torch.cuda.synchronize()
+    qd, kd, vd = q.detach(), k.detach(), v.detach()
+    fwd = next(
+        p for key, p in fat._PROGRAMS.items() if key[0] == "forward" and key[2][0] == q.shape
+    )
+    bwd = next(iter(fwd.backward_programs.values()))
+    row = {"head_dim": d, "seq_len": n}
+    row["empty"] = _host_ms(lambda: torch.empty_like(qd), reps)
+    row["empty_x7"] = _host_ms(lambda: [torch.empty_like(qd) for _ in range(7)], reps)
+    row["device_stream"] = _host_ms(fat._device_stream, reps)
+    row["fwd_program"] = _host_ms(lambda: fwd(qd, kd, vd), reps)
+    o, lse = fwd(qd, kd, vd)
+    gpu, stream = fat._device_stream()
+    t = (qd, kd, vd, o, lse)
+    row["fwd_launch"] = _host_ms(lambda: fwd.step(t, gpu, stream), reps)
+    row["bwd_program"] = _host_ms(lambda: bwd(qd, kd, vd, o, do, lse), reps)
+    delta = torch.empty(bwd.lse_shape, dtype=torch.float32, device="cuda")
+    dq, dk, dv = torch.empty_like(qd), torch.empty_like(kd), torch.empty_like(vd)
+    acc = torch.zeros(bwd.acc_shape, dtype=torch.float32, device="cuda") if bwd.acc else None
+    tensors = (qd, kd, vd, o, bwd._do(do), do, lse, delta, dq, dk, dv, acc)
+    for i, step in enumerate(bwd.steps):
+        row[f"bwd_launch{i}_{step.name}"] = _host_ms(lambda s=step: s(tensors, gpu, stream), reps)
+    if acc is not None:
+        row["dq_copy"] = _host_ms(lambda: dq.copy_(acc), reps)
+
+    class Noop(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b, c):
+            return torch.empty_like(a)
+
+        @staticmethod
+        def backward(ctx, g):
+            return torch.empty_like(g), torch.empty_like(g), torch.empty_like(g)
+
+    row["noop_autograd"] = _host_ms(lambda: Noop.apply(q, k, v).backward(do), reps)
+    row["apply_only"] = _host_ms(lambda: fat.FlashAttentionTriton.apply(q, k, v, True), reps)
+    row["apply_backward"] = _host_ms(
+        lambda: fat.FlashAttentionTriton.apply(q, k, v, True).backward(do), reps
+    )
+
+    def cudnn():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(do)
+
+    row["cudnn_backward"] = _host_ms(cudnn, reps)
+    # the kernels' own time per call (torch.profiler, CUDA activity), and the host's per op
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(20):
+            fat.FlashAttentionTriton.apply(q, k, v, True).backward(do)
+        torch.cuda.synchronize()
+    row["profiler"] = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
+    return row
+
+
 def _write(path: str, rows: list[dict]) -> None:
     fields = list(dict.fromkeys(k for r in rows for k in r))
     with open(path, "w", newline="") as f:
@@ -117,6 +186,23 @@ def _write(path: str, rows: list[dict]) -> None:
 
 
 def main(path: str, profile_dir: str | None = None) -> None:
+    import json
+
+    if profile_dir:  # the pieces first: the probe below may run out of time
+        with open(f"{profile_dir}/components.jsonl", "w") as f:
+            for d in (16, 32, 64, 128):
+                for n in (1024, 4096):
+                    try:
+                        row = components(d, n)
+                    except Exception as exc:
+                        row = {"head_dim": d, "seq_len": n, "error": f"{type(exc).__name__}: {exc}"}
+                    prof = row.pop("profiler", "")
+                    f.write(json.dumps(row) + "\n")
+                    f.flush()
+                    sys.stdout.write(json.dumps(row) + "\n")
+                    if prof:
+                        with open(f"{profile_dir}/torchprof_d{d}_n{n}.txt", "w") as g:
+                            g.write(prof)
     rows = []
     for d in (16, 32, 64, 128):
         for n in (1024, 4096, 16384):

@@ -67,6 +67,34 @@ rule flash_leaderboard:
         " {params.options} {params.timing} {params.gate} 2>&1 | tee {log}"
 
 
+rule flash_target:
+    input:
+        code=FLASH_SOURCES,
+        gate=FLASH_GATE,
+    output:
+        f"{RESULTS}/flash/target.csv",
+    log:
+        f"{RESULTS}/logs/flash/target.log",
+    benchmark:
+        f"{RESULTS}/jobs/flash/target.tsv"
+    params:
+        t=lambda wc: FLASH["target"],
+        impls=lambda wc: cli_list(FLASH["target"]["impls"]),
+        head_dims=lambda wc: cli_list(FLASH["target"]["head_dims"]),
+        seq_lens=lambda wc: cli_list(FLASH["target"]["seq_lens"]),
+        options=flash_plan.options(FLASH),
+        timing=lambda wc: flash_plan.leaderboard_timing(FLASH, "target"),
+        gate=lambda wc, input: flash_plan.gate_arg(input.gate),
+        common=common_args(),
+        partial=f"{RESULTS}/flash/partial/target.csv",
+    shell:
+        "python3 -m cs336_systems.stages.flash sweep --grid target {params.common} --out {output}"
+        " --partial {params.partial} --impls {params.impls} --dtype {params.t[dtype]}"
+        " --batch-size {params.t[batch_size]} --heads {params.t[heads]}"
+        " --head-dims {params.head_dims} --seq-lens {params.seq_lens}"
+        " {params.options} {params.timing} {params.gate} 2>&1 | tee {log}"
+
+
 rule flash_aggregate:
     input:
         points=flash_plan.point_files(FLASH, RESULTS),

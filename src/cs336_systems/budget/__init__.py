@@ -314,6 +314,19 @@ def _flash(
         total = dev.job_start_s + dev.flash_setup_s + pre + compiles * dev.small_compile_s
         total += points * dev.point_s + run
         jobs.append(Job("flash", dtype, total, f"{points} points"))
+    if cfg.get("target"):
+        t = cfg["target"]
+        points = len(t["impls"]) * len(t["head_dims"]) * len(t["seq_lens"])
+        flops = sum(
+            3.5 * 4.0 * t["batch_size"] * t["heads"] * n * n * d / 2
+            for d in t["head_dims"]
+            for n in t["seq_lens"]
+        )
+        pre = CACHED_PRECOMPILE_S if shared_cache else dev.triton_precompile_s
+        total = dev.job_start_s + dev.flash_setup_s + pre + points * dev.point_s
+        total += 8 * len(t["impls"]) * flops / rate(dev, t["dtype"])
+        total += points * 3 * (t.get("warmup_ms", 0) + t.get("rep_ms", 0)) / 1e3
+        jobs.append(Job("flash", "target", total, f"{points} points"))
     if cfg.get("leaderboard"):
         b = cfg["leaderboard"]
         # fwd, bwd, fwd+bwd windows and the correctness check (H100: 12 s an implementation)

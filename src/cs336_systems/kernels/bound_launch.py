@@ -74,7 +74,7 @@ class BoundLaunch:
     """One launch ready to replay: compiled kernel, grid, argument list with holes for the
     call's tensors (`tensor_pos`) and TMA descriptors over them (`desc_pos`)."""
 
-    __slots__ = ("name", "kernel", "grid", "template", "tensor_pos", "desc_pos", "device")
+    __slots__ = ("name", "kernel", "grid", "template", "tensor_pos", "desc_pos", "device", "direct")
 
     def __init__(self, launched: Launched, slots: dict[int, int], device: int):
         fn, kernel, grid, args, kwargs = launched
@@ -98,8 +98,14 @@ class BoundLaunch:
         self.kernel, self.grid, self.template = kernel, grid, template
         self.tensor_pos, self.desc_pos = tuple(tensor_pos), tuple(desc_pos)
         self.device = device
+        self.direct = _Direct.of(kernel, template, self.tensor_pos, self.desc_pos, bound)
 
     def __call__(self, tensors, stream: int) -> None:
+        direct = self.direct
+        enter, leave = _hook(_knobs.launch_enter_hook), _hook(_knobs.launch_exit_hook)
+        if direct is not None and enter is None and leave is None:
+            direct(self.kernel, self.grid, tensors, stream)
+            return
         args = self.template.copy()
         for i, slot in self.tensor_pos:
             args[i] = tensors[slot]
@@ -110,7 +116,6 @@ class BoundLaunch:
         # Triton 3.6's hooks are chains, never None: an empty one is passed as None (the C
         # launcher then skips it, as it skips an empty chain), and the launch metadata, which
         # only hooks read, is built only where one has hooks (the JIT builds it every launch)
-        enter, leave = _hook(_knobs.launch_enter_hook), _hook(_knobs.launch_exit_hook)
         metadata = None
         if enter is not None or leave is not None:
             metadata = kernel.launch_metadata(grid, stream, *args)
@@ -126,6 +131,111 @@ class BoundLaunch:
             leave,
             *args,
         )
+
+
+class _Direct:
+    """The C launch of a bound kernel without the launcher's Python around it: Triton's
+    `CudaLauncher.__call__` allocates the scratch and, for a kernel with host-side TMA
+    descriptors, its `wrap_handle_tensordesc` walks every argument and encodes each descriptor
+    (`make_tensordesc_arg`: a Python call and `cuTensorMapEncodeTiled`) at every launch. Here the
+    argument list is laid out once with the descriptors expanded in place, and an encoded
+    descriptor is kept per base address (shape, strides, tile and swizzle are the program's, so
+    the same address encodes the same map; the map holds the address, never the tensor).
+    Measured on an H100: the Gluon dK/dV launch, 11 descriptors, took 25-47 us of host time
+    through the launcher (docs/flash-attention-notes.md, round 3)."""
+
+    __slots__ = ("launch", "final", "tensor_holes", "desc_holes", "scratch", "coop", "pdl")
+    MAX_MAPS = 64  # encoded descriptors kept per argument (then forgotten, all at once)
+
+    @classmethod
+    def of(cls, kernel, template, tensor_pos, desc_pos, bound) -> _Direct | None:
+        """The direct launch of `kernel`, or None where its launcher is not Triton 3.6's
+        (another Triton, a launcher with profile scratch): the launcher's own path stays."""
+        try:
+            from triton.backends.nvidia.driver import make_tensordesc_arg
+        except ImportError:  # pragma: no cover
+            return None
+        launcher = kernel.run
+        launch = getattr(launcher, "launch", None)
+        needed = ("global_scratch_size", "global_scratch_align", "launch_cooperative_grid",
+                  "launch_pdl", "num_ctas")  # fmt: skip
+        if launch is None or not all(hasattr(launcher, a) for a in needed):
+            return None
+        if getattr(launcher, "profile_scratch_size", 0):
+            return None
+        meta = getattr(kernel.metadata, "tensordesc_meta", None)
+        if desc_pos:
+            # the C launch inside `wrap_handle_tensordesc`'s wrapper
+            free = getattr(getattr(launch, "__code__", None), "co_freevars", ())
+            cells = dict(
+                zip(free, (c.cell_contents for c in launch.__closure__ or ()), strict=True)
+            )
+            launch = cells.get("launcher")
+            if launch is None or (meta and len(meta) != len(desc_pos)):
+                return None
+        self = cls()
+        self.launch = launch
+        values = list(bound.values())
+        final, tensor_holes, desc_holes = [], [], []
+        tensor_at = dict(tensor_pos)
+        descs = {i: (n, rest) for n, (i, *rest) in enumerate(desc_pos)}
+        for i, value in enumerate(template):
+            if i in tensor_at:
+                tensor_holes.append((len(final), tensor_at[i]))
+                final.append(None)
+            elif i in descs:
+                n, (slot, shape, strides, padding) = descs[i]
+                m = meta[n] if meta else None
+                width = len(make_tensordesc_arg(values[i], m))
+                start = len(final)
+                final.extend([None] * width)
+                desc_holes.append((start, start + width, slot, shape, strides, padding, m, {}))
+            else:
+                final.append(value)
+        self.final, self.tensor_holes, self.desc_holes = (
+            final,
+            tuple(tensor_holes),
+            tuple(desc_holes),
+        )
+        size = launcher.global_scratch_size
+        self.scratch = (size * launcher.num_ctas, launcher.global_scratch_align) if size else None
+        self.coop, self.pdl = launcher.launch_cooperative_grid, launcher.launch_pdl
+        return self
+
+    def __call__(self, kernel, grid, tensors, stream: int) -> None:
+        args = self.final.copy()
+        for pos, slot in self.tensor_holes:
+            args[pos] = tensors[slot]
+        for start, end, slot, shape, strides, padding, meta, maps in self.desc_holes:
+            base = tensors[slot]
+            if meta is None:  # expanded to pointer, shape, strides: nothing encoded to keep
+                args[start:end] = _make_tensordesc_arg(_Desc(base, shape, strides, padding), None)
+                continue
+            key = base.data_ptr()
+            encoded = maps.get(key)
+            if encoded is None:
+                if len(maps) >= self.MAX_MAPS:
+                    maps.clear()
+                encoded = _make_tensordesc_arg(_Desc(base, shape, strides, padding), meta)
+                maps[key] = encoded
+            args[start:end] = encoded
+        gx, gy, gz = grid
+        scratch = None
+        if self.scratch is not None:
+            from triton.runtime import _allocation
+
+            size, align = self.scratch
+            scratch = _allocation._allocator.get()(gx * gy * gz * size, align, stream)
+        self.launch(gx, gy, gz, stream, kernel.function, self.coop, self.pdl, scratch, None,
+                    kernel.packed_metadata, None, None, None, *args)  # fmt: skip
+
+
+def _make_tensordesc_arg(arg, meta):
+    global _make_tensordesc_arg
+    from triton.backends.nvidia.driver import make_tensordesc_arg
+
+    _make_tensordesc_arg = make_tensordesc_arg  # later calls go straight to Triton's
+    return make_tensordesc_arg(arg, meta)
 
 
 def _hook(hook):

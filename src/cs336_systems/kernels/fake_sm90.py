@@ -26,12 +26,6 @@ from typing import NamedTuple
 
 import torch
 
-# the C launcher's arguments before the kernel's (Triton's _BASE_ARGS_FORMAT: grid, stream,
-# function, cooperative, pdl, two scratch pointers, packed metadata, launch metadata, two hooks),
-# of which `CudaLauncher.__call__` adds 9 itself (all but metadata and hooks)
-_BASE_ARGS = 13
-_ADDED_BY_LAUNCHER = 9
-
 
 class Launch(NamedTuple):
     kernel: str
@@ -44,61 +38,68 @@ LAUNCHES: list[Launch] = []
 RECORD = True
 
 
-def _normalized(arg, is_desc: bool, meta):
-    """What the real launcher would make of one kernel argument. A host-side TMA descriptor is
-    read as the real launcher reads it (`make_tensordesc_arg`: base, shape, strides, padding;
-    tile and swizzle from the compiled kernel), whatever object carries those attributes."""
-    if is_desc:
-        if list(arg.strides)[-1] != 1:
-            raise ValueError(f"{arg}: a TMA descriptor needs a unit last stride")
-        return (
-            "tma",
-            arg.base.data_ptr(),
-            tuple(int(s) for s in arg.shape),
-            tuple(int(s) for s in arg.strides),
-            None if meta is None else (tuple(meta["block_size"]), meta["swizzle"]),
-            arg.padding,
-        )
+class _TensorMap(NamedTuple):
+    """What `fill_tma_descriptor` encodes into a CUtensorMap (the real one is 128 opaque bytes)."""
+
+    ptr: int
+    shape: tuple
+    strides: tuple
+    block: tuple
+    swizzle: int
+    elem_size: int
+    padding: int
+
+
+def _normalized(arg):
+    """One argument of the C launch as the record keeps it: a tensor as its data pointer and
+    dtype, an encoded TMA descriptor as what it encodes, anything else as it is."""
+    if isinstance(arg, _TensorMap):
+        return ("tma", arg.ptr, arg.shape, arg.strides, arg.block, arg.swizzle, arg.padding)
     if isinstance(arg, torch.Tensor):
         return ("ptr", arg.data_ptr(), arg.dtype)
     return arg
 
 
 class _Launcher:
-    """Stands in for the CUDA launcher of one compiled kernel (`CudaLauncher`): allocates the
-    kernel's global scratch through Triton's allocator as the real one does, expands TMA
-    descriptors, and records the launch."""
+    """Stands in for the CUDA launcher of one compiled kernel (`CudaLauncher`), built the same
+    way: `launch` is the C launch wrapped by Triton's own `wrap_handle_tensordesc` (host-side TMA
+    descriptors expanded by `make_tensordesc_arg`, encoded by the fake `fill_tma_descriptor`),
+    and `__call__` allocates the kernel's global scratch through Triton's allocator as the real
+    one does. The fake C launch records the launch: its arguments as the kernel would get them."""
 
     def __init__(self, src, metadata):
+        from triton.backends.nvidia.driver import wrap_handle_tensordesc
+
         self.name = metadata.name
-        signature = list(src.signature.values())
-        self.desc_positions = {
-            i: n
-            for n, i in enumerate(
-                i
-                for i, s in enumerate(signature)
-                if isinstance(s, str) and s.startswith("tensordesc")
-            )
-        }
-        self.desc_meta = getattr(metadata, "tensordesc_meta", None) or []
+        signature = dict(src.signature.items())
+        tensordesc_meta = getattr(metadata, "tensordesc_meta", None)
+        self.launch = wrap_handle_tensordesc(self._c_launch, signature, tensordesc_meta)
+        self.num_ctas = getattr(metadata, "num_ctas", 1)
         self.global_scratch_size = metadata.global_scratch_size
         self.global_scratch_align = metadata.global_scratch_align
+        self.profile_scratch_size = getattr(metadata, "profile_scratch_size", 0)
+        self.profile_scratch_align = getattr(metadata, "profile_scratch_align", 1)
+        self.launch_cooperative_grid = metadata.launch_cooperative_grid
+        self.launch_pdl = getattr(metadata, "launch_pdl", False)
 
     def __call__(self, grid_x, grid_y, grid_z, stream, function, *args):
         from triton.runtime import _allocation
 
+        scratch = None
         if self.global_scratch_size > 0:
-            size = grid_x * grid_y * grid_z * self.global_scratch_size
-            _allocation._allocator.get()(size, self.global_scratch_align, stream)
-        kernel_args = args[_BASE_ARGS - _ADDED_BY_LAUNCHER :]
+            size = grid_x * grid_y * grid_z * self.num_ctas * self.global_scratch_size
+            scratch = _allocation._allocator.get()(size, self.global_scratch_align, stream)
+        self.launch(grid_x, grid_y, grid_z, stream, function, self.launch_cooperative_grid,
+                    self.launch_pdl, scratch, None, *args)  # fmt: skip
+
+    def _c_launch(self, grid_x, grid_y, grid_z, stream, function, cooperative, pdl, scratch,
+                  profile_scratch, packed_metadata, launch_metadata, enter, leave, *kernel_args):  # fmt: skip
+        if self.global_scratch_size > 0 and scratch is None:
+            raise ValueError(f"{self.name}: launched without its global scratch")
         if not RECORD:
             return
-        out = []
-        for i, arg in enumerate(kernel_args):
-            n = self.desc_positions.get(i)
-            meta = self.desc_meta[n] if n is not None and n < len(self.desc_meta) else None
-            out.append(_normalized(arg, n is not None, meta))
-        LAUNCHES.append(Launch(self.name, (grid_x, grid_y, grid_z), tuple(out)))
+        out = tuple(_normalized(a) for a in kernel_args)
+        LAUNCHES.append(Launch(self.name, (grid_x, grid_y, grid_z), out))
 
 
 class _Utils:
@@ -107,6 +108,12 @@ class _Utils:
 
     def get_device_properties(self, device):
         return {"max_shared_mem": 232448, "multiprocessor_count": 132, "max_num_regs": 65536}
+
+    def fill_tma_descriptor(self, ptr, swizzle, elem_size, dtype, block, shape, strides, padding):
+        if list(strides)[-1] != 1:
+            raise ValueError("a TMA descriptor needs a unit last stride")
+        return _TensorMap(int(ptr), tuple(map(int, shape)), tuple(map(int, strides)),
+                          tuple(map(int, block)), int(swizzle), int(elem_size), int(padding))  # fmt: skip
 
 
 def _first_config_bench(kernel_call, quantiles=None, **kwargs):

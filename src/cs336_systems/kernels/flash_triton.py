@@ -187,7 +187,7 @@ class _BackwardProgram:
     zeroes), the dQ pass where there is one."""
 
     def __init__(self, q4, k4, v4, o4, do4, lse, is_causal, blocks, use_desc, fuse_dq, use_gluon,
-                 bind: bool):  # fmt: skip
+                 bind: bool, one_buffer: bool = False):  # fmt: skip
         b, h, n_q, n_k, d, d_pad = triton_launch.problem_shape(q4, k4, v4)
         self.dtype, self.device = q4.dtype, q4.device
         self.lse_shape, self.acc_shape = (b, h, n_q), (b, h, n_q, d)
@@ -216,6 +216,13 @@ class _BackwardProgram:
             do_read = self._do(do4)
         desc = triton_launch.use_descriptors((q4, k4, v4, do_read, dq, dk, dv), d, d_pad, use_desc)
         self.plan, self.desc, self.bind = plan, desc, bind
+        # with `one_buffer` (autograd's backward: the gradients are not the outputs of a custom
+        # op, which may not alias each other), dQ, dK and dV as three slices of one allocation
+        # where Q, K and V are contiguous tensors of one shape (one allocator call, not three)
+        same = one_buffer and q4.shape == k4.shape == v4.shape and q4.dtype == k4.dtype == v4.dtype
+        self.grads_shape = (
+            (3, *q4.shape) if same and all(x.is_contiguous() for x in (q4, k4, v4)) else None
+        )
         self.acc = plan.fused_dq  # dQ added into an fp32 accumulator by the dK/dV pass
         causal = bool(is_causal)
         steps = []
@@ -282,10 +289,14 @@ class _BackwardProgram:
 
     def __call__(self, q4, k4, v4, o4, do4, lse):
         device = self.device
-        lse = lse.reshape(self.lse_shape).contiguous()
+        if lse.dim() != 3 or not lse.is_contiguous():  # the forward's (b, h, n) as it is
+            lse = lse.reshape(self.lse_shape).contiguous()
         delta = torch.empty(self.lse_shape, dtype=torch.float32, device=device)
         # gradients take their input's layout where it is dense (empty_like's preserve_format)
-        dq, dk, dv = torch.empty_like(q4), torch.empty_like(k4), torch.empty_like(v4)
+        if self.grads_shape is not None:
+            dq, dk, dv = torch.empty(self.grads_shape, dtype=self.dtype, device=device).unbind(0)
+        else:
+            dq, dk, dv = torch.empty_like(q4), torch.empty_like(k4), torch.empty_like(v4)
         acc = torch.empty(self.acc_shape, dtype=torch.float32, device=device) if self.acc else None
         do_read = self._do(do4)
         tensors = (q4, k4, v4, o4, do_read, do4, lse, delta, dq, dk, dv, acc)
@@ -375,7 +386,7 @@ def _backward_after(forward, q, k, v, o, do, lse, is_causal):
     q4, k4, v4, o4, do4 = (triton_launch.as_4d(x) for x in (q, k, v, o, do))
     if program is None:
         program = _BackwardProgram(
-            q4, k4, v4, o4, do4, lse, is_causal, None, None, False, None, forward.bind
+            q4, k4, v4, o4, do4, lse, is_causal, None, None, False, None, forward.bind, True
         )
         forward.backward_programs[key] = program
     dq, dk, dv = program(q4, k4, v4, o4, do4, lse)

@@ -378,6 +378,75 @@ def _bf16_peak(ceilings: pd.DataFrame | None) -> float | None:
     return float(mm["tflops"].max()) if len(mm) else None
 
 
+# the fixed-cost target (issue 21): our forward+backward against SDPA cuDNN's, at most this ratio
+TARGET_BOUNDS = ((4096, 1.0), (0, 1.5))  # n >= 4096: at most cuDNN; shorter: at most 1.5x
+
+
+def target_bound(n: int) -> float | None:
+    """The ratio ours/cuDNN the target allows at length n: 1.0 from n = 4096 on, 1.5 at
+    n <= 1024, none in between."""
+    if n >= TARGET_BOUNDS[0][0]:
+        return TARGET_BOUNDS[0][1]
+    return TARGET_BOUNDS[1][1] if n <= 1024 else None
+
+
+def fixed_cost(df: pd.DataFrame) -> dict:
+    """The target point set (rows grid=target): per head dim and length, our forward+backward,
+    SDPA cuDNN's, their ratio and whether it is within the target's bound; sentences saying
+    where it is met and where not."""
+    t = df[df["grid"] == "target"] if "grid" in df else df.iloc[:0]
+    if len(t) == 0:
+        return {"available": False}
+    first = t.iloc[0]
+    ok = t[t["status"] == "ok"]
+    out = {
+        "available": True,
+        "config": f"{first['dtype']}, causal, batch {int(first['batch_size'])}, "
+        f"{int(first['heads'])} heads",
+        "sentences": [],
+        "table": "",
+    }
+    have = set(ok["impl"])
+    if not {"flash_triton", "sdpa_cudnn"} <= have:
+        missing = sorted({"flash_triton", "sdpa_cudnn"} - have)
+        reasons = sorted(set(t.loc[t["impl"].isin(missing), "status"].astype(str)))
+        out["sentences"].append(
+            f"No comparison: no successful points of {', '.join(IMPL_LABELS[m] for m in missing)}"
+            + (f" ({'; '.join(reasons)})" if reasons else "")
+            + "."
+        )
+        return out
+    wide = ok.pivot_table(
+        index=["d_head", "seq_len"], columns="impl", values="fwd_bwd_ms_median", aggfunc="first"
+    ).dropna(subset=["flash_triton", "sdpa_cudnn"])
+    rows, met, missed = [], [], []
+    for (d, n), r in wide.iterrows():
+        ratio = r["flash_triton"] / r["sdpa_cudnn"]
+        bound = target_bound(int(n))
+        verdict = "" if bound is None else ("met" if ratio <= bound else "not met")
+        if bound is not None:
+            (met if ratio <= bound else missed).append(f"d={int(d)} n={int(n)} ({ratio:.2f}x)")
+        rows.append(
+            {
+                "d": int(d),
+                "n": int(n),
+                "ours (ms)": fmt(r["flash_triton"], 3),
+                "SDPA cuDNN (ms)": fmt(r["sdpa_cudnn"], 3),
+                "ours / cuDNN": f"{ratio:.2f}",
+                "target": "" if bound is None else f"<= {bound:g}",
+                "verdict": verdict,
+            }
+        )
+    out["table"] = md_table(pd.DataFrame(rows))
+    judged = len(met) + len(missed)
+    if judged:
+        out["sentences"].append(
+            f"The target holds at {len(met)} of {judged} points"
+            + (f"; not at {', '.join(missed)}." if missed else ".")
+        )
+    return out
+
+
 def context(results_dir: Path) -> dict:
     df = load(results_dir, "flash")
     if len(df) == 0:
@@ -456,6 +525,9 @@ def context(results_dir: Path) -> dict:
         if len(errors)
         else "",
         "leaderboard": leaderboard(df, load(results_dir, "ceilings")),
+        "target": fixed_cost(df),
+        "batch": int(sw["batch_size"].iloc[0]) if len(sw) else None,
+        "heads": int(sw["heads"].iloc[0]) if len(sw) and "heads" in sw else None,
     }
 
 

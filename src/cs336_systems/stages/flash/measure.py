@@ -519,6 +519,13 @@ def main(argv: list[str] | None = None) -> None:
     sweep.add_argument("--heads", type=int, default=1)
     sweep.add_argument("--head-dims", type=_ints, required=True)
     sweep.add_argument("--seq-lens", type=_ints, required=True)
+    sweep.add_argument(
+        "--grid",
+        default="sweep",
+        choices=["sweep", "target"],
+        help="what the rows are: the handout's sweep, or the fixed-cost target point set "
+        "(config `flash.<preset>.target`)",
+    )
     board = sub.choices["leaderboard"]
     board.add_argument("--heads", type=int, default=16)
     board.add_argument("--head-dim", type=int, default=64)
@@ -543,7 +550,7 @@ def main(argv: list[str] | None = None) -> None:
     timer = Timer(device, args.warmup_ms, args.rep_ms, args.warmup_steps, args.steps)
     base = {**provenance(args.machine, args.preset, args.edition), "device": device.type}
     if args.cmd == "sweep":
-        dims, lens, grid = args.head_dims, args.seq_lens, "sweep"
+        dims, lens, grid = args.head_dims, args.seq_lens, args.grid
     else:
         dims, lens, grid = [args.head_dim], [args.seq_len], "leaderboard"
     rows = run(

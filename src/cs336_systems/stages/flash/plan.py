@@ -31,9 +31,10 @@ def options(cfg: dict) -> str:
     )
 
 
-def leaderboard_timing(cfg: dict) -> str:
-    """The leaderboard point's own do_bench windows, where configured (they override)."""
-    board = cfg["leaderboard"]
+def leaderboard_timing(cfg: dict, block: str = "leaderboard") -> str:
+    """The leaderboard point's (or the target set's) own do_bench windows, where configured
+    (they override the sweep's)."""
+    board = cfg[block]
     return " ".join(
         f"--{key.replace('_', '-')} {board[key]}" for key in ("warmup_ms", "rep_ms") if key in board
     )
@@ -41,6 +42,7 @@ def leaderboard_timing(cfg: dict) -> str:
 
 def point_files(cfg: dict, results: str) -> list[str]:
     files = [f"{results}/flash/points/{dtype}.csv" for dtype in cfg["dtypes"]]
+    files += [f"{results}/flash/target.csv"] if cfg.get("target") else []
     return files + ([f"{results}/flash/leaderboard.csv"] if cfg.get("leaderboard") else [])
 
 
@@ -48,6 +50,9 @@ def check(cfg: dict, at: Checker, facts: Facts) -> None:
     for i, d in enumerate(cfg["head_dims"]):
         if why := head_dim_problem(d, MAX_HEAD_DIM):
             at.fail(("head_dims", i), d, why)
+    for i, d in enumerate((cfg.get("target") or {}).get("head_dims", [])):
+        if why := head_dim_problem(d, MAX_HEAD_DIM):
+            at.fail(("target", "head_dims", i), d, why)
     board = cfg.get("leaderboard")
     if board and (why := head_dim_problem(board["head_dim"], MAX_HEAD_DIM)):
         at.fail(("leaderboard", "head_dim"), board["head_dim"], why)
