@@ -151,8 +151,10 @@ def test_no_checkpoint_point_is_an_oom_row_beside_the_checkpointed_one(tmp_path,
 
 def test_block_grid_rows_and_nsys_absent(tmp_path, monkeypatch):
     monkeypatch.setattr(blocks.nsys_tools, "find_nsys", lambda setting=None: None)
-    rows = pd.DataFrame(blocks.block_grid(_args(tmp_path), torch.device("cpu")))
+    rows = pd.DataFrame(blocks.block_grid(_args(tmp_path, edition=2025), torch.device("cpu")))
     assert set(rows["part"]) == {"saved_by_op", "block_total", "nsys_capture"}
+    # every row records the run's edition (they once said 2026 in a 2025 run)
+    assert set(rows["edition"].astype(str)) == {"2025"}
     cap = rows[rows["part"] == "nsys_capture"]
     assert list(cap["status"]) == ["skipped: nsys absent"]
     assert (rows.loc[rows["part"] != "nsys_capture", "status"] == "ok").all()
@@ -240,10 +242,12 @@ def test_profile_job_probes_then_profiles_the_grid(tmp_path, monkeypatch):
         ["run", "--size=tiny", "--contexts=probe", "--probe-start=8", "--probe-max=64"]
         + ["--grid-above=4", "--machine=m", "--preset=cpu", "--device=cpu"]
         + [f"--raw-dir={tmp_path}", f"--out={tmp_path / 'p.csv'}"]
-        + [f"--kernels-out={tmp_path / 'k.csv'}", f"--probe-out={out}"]
+        + [f"--kernels-out={tmp_path / 'k.csv'}", f"--probe-out={out}", "--edition=2025"]
     )
     assert seen["contexts"] == [8, 16, 32]
     probe_rows = pd.read_csv(out)
+    # the probe's rows record the run's edition (they once said 2026 in a 2025 run)
+    assert set(probe_rows["edition"].astype(str)) == {"2025"}
     assert list(probe_rows["status"]) == ["ok", "ok", "ok", "oom"]
     assert set(probe_rows["grid_contexts"]) == {"8,16,32"}
 

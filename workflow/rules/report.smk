@@ -21,6 +21,8 @@ rule report:
     params:
         stages=lambda wc: cli_list(s for s in STAGES if s in REPORT_INPUTS),
         results=lambda wc, output: f"results/{Path(output[0]).parent.name}",
+        # the run's edition (config `edition`), whatever a stage's rows say
+        edition=EDITION,
     shell:
         "python3 -m cs336_systems.report --results {params.results} --out {output}"
-        " --stages {params.stages} 2>&1 | tee {log}"
+        " --stages {params.stages} --edition {params.edition} 2>&1 | tee {log}"

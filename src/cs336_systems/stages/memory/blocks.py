@@ -234,7 +234,7 @@ def block_grid(args, device: torch.device) -> list[dict]:
         for context in args.nsys_contexts:
             for precision in args.precisions:
                 out.append(nsys_capture(args, Path(args.raw_dir), context, precision, args.nsys))
-    base = {**provenance(args.machine, args.preset), "size": args.size}
+    base = {**provenance(args.machine, args.preset, args.edition), "size": args.size}
     base["batch_size"] = args.batch_size
     return [{**base, **r} for r in out]
 

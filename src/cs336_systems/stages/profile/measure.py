@@ -462,7 +462,7 @@ def run_probe(args) -> None:
     args.contexts = probe.grid_contexts(largest, args.grid_above, args.grid_count) or [
         args.probe_start
     ]
-    base = {**provenance(args.machine, args.preset), "size": args.size}
+    base = {**provenance(args.machine, args.preset, args.edition), "size": args.size}
     base.update(batch_size=args.batch_size, precision=args.precision, device=device.type)
     grid = _cli(args.contexts)
     write_csv(pd.DataFrame([{**base, **r, "grid_contexts": grid} for r in rows]), args.probe_out)
@@ -528,7 +528,7 @@ def main(argv: list[str] | None = None) -> None:
     elif not args.contexts:
         ap.error("--contexts: at least one context length, or `probe`")
     elif args.probe_out:  # the grid was given: a row that says so
-        row = {**provenance(args.machine, args.preset), "size": args.size}
+        row = {**provenance(args.machine, args.preset, args.edition), "size": args.size}
         row.update(status="skipped: context lengths given", grid_contexts=_cli(args.contexts))
         write_csv(pd.DataFrame([row]), args.probe_out)
     with Stopwatch() as job:
