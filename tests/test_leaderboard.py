@@ -140,3 +140,72 @@ def test_peak_tflops_reads_the_bf16_matmul_row(tmp_path):
     ).to_csv(path, index=False)
     assert peak_tflops(str(path)) == 700.0
     assert peak_tflops(str(tmp_path / "absent.csv")) != peak_tflops(str(tmp_path / "absent.csv"))
+
+
+def test_profiled_step_parts_count_each_piece_once_and_find_the_loss():
+    """A step with a matmul, the fused cross-entropy (forward and backward) and an optimizer
+    step, profiled on the CPU: the parts' sum is the profile's total self time (nothing counted
+    twice), the loss's operators (under `_LinearCrossEntropy` and its backward node) are the
+    loss, the plain matmul is a matmul. Before, the loss read 0."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from cs336_systems.engine.fused_ce import linear_cross_entropy
+    from cs336_systems.stages.leaderboard.measure import timed_paths
+
+    torch.manual_seed(0)
+    w1 = torch.randn(64, 64, requires_grad=True)
+    head = torch.randn(500, 64, requires_grad=True)
+    opt = torch.optim.AdamW([w1, head], foreach=True)
+    x, targets = torch.randn(256, 64), torch.randint(0, 500, (256,))
+
+    def step():
+        h = x @ w1
+        linear_cross_entropy(h, head, targets, chunk=64).backward()
+        opt.step()
+        opt.zero_grad()
+
+    step()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    paths = timed_paths(prof.events(), torch.device("cpu"))
+    parts = breakdown(paths)
+    total = sum(e.self_cpu_time_total for e in prof.events() if not e.is_async) / 1e3
+    assert sum(parts.values()) == pytest.approx(total, rel=1e-6)
+    assert parts["loss"] > 0 and parts["matmul"] > 0 and parts["optimizer"] > 0
+    # the cross-entropy's own matmuls are the loss's, the first matmul is not
+    assert any(p.endswith("aten::mm") and "_LinearCrossEntropy" in p for p, _ in paths)
+    assert any(classify(p) == "matmul" for p, _ in paths)
+
+
+def test_gpu_paths_count_kernels_once_with_the_unattributed_rest_as_other():
+    """The CUDA branch on stand-in profiler events: each kernel under its operator path, the
+    kernels' own events only summed for the total, and what no operator launched is one entry."""
+    import types
+
+    import torch
+
+    from cs336_systems.stages.leaderboard.measure import timed_paths
+
+    def ev(name, kind, parent=None, kernels=(), us=0.0):
+        return types.SimpleNamespace(
+            name=name, device_type=f"DeviceType.{kind}", is_async=False, cpu_parent=parent,
+            kernels=[types.SimpleNamespace(name=k, duration=d) for k, d in kernels],
+            time_range=types.SimpleNamespace(elapsed_us=lambda us=us: us),
+            self_cpu_time_total=1.0,
+        )  # fmt: skip
+
+    ce = ev("_LinearCrossEntropy", "CPU")
+    events = [
+        ce,
+        ev("aten::mm", "CPU", ce, [("nvjet_tst", 300.0)]),
+        ev("aten::mm", "CPU", None, [("nvjet_tst", 200.0)]),
+        ev("nvjet_tst", "CUDA", us=300.0),
+        ev("nvjet_tst", "CUDA", us=200.0),
+        ev("triton_poi_fused", "CUDA", us=100.0),  # launched outside any operator
+    ]
+    paths = timed_paths(events, torch.device("cuda"))
+    parts = breakdown(paths)
+    assert parts["loss"] == pytest.approx(0.3) and parts["matmul"] == pytest.approx(0.2)
+    assert parts["other"] == pytest.approx(0.1)
+    assert sum(parts.values()) == pytest.approx(0.6)

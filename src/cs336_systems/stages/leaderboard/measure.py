@@ -13,7 +13,8 @@ warm-up steps (build, compile, first steps: `setup_s`), the measured steps (slow
 step), tokens/s, TFLOP/s by core/costs.train_step_flops, MFU against the ceilings stage's
 measured bf16 peak (`--peak-csv`; NaN without it) times the world size, peak memory per rank
 (CUDA allocator; NaN on the CPU), the 10-minute rule (engine/budget.py) and one profiled step's
-breakdown (self device time per kernel on a GPU, self CPU time per operator on the CPU).
+breakdown (each kernel's device time on a GPU, each operator's self CPU time on the CPU, by
+the operator path around it: `timed_paths`).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def peak_tflops(path: str) -> float:
 
 
 def _profile(step, device) -> dict[str, float]:
-    import torch
+    """One profiled step split into the leaderboard's parts (engine/budget.py: breakdown)."""
     from torch.profiler import ProfilerActivity, profile
 
     from cs336_systems.core.harness import synchronize
@@ -57,13 +58,41 @@ def _profile(step, device) -> dict[str, float]:
     with profile(activities=acts) as prof:
         step()
         synchronize(device)
-    events = []
-    for e in prof.key_averages():
-        t = e.self_device_time_total if device.type == "cuda" else e.self_cpu_time_total
-        if t > 0:
-            events.append((e.key, t / 1e3))
-    del torch
-    return {f"{part}_ms": ms for part, ms in breakdown(events).items()}
+    return {f"{part}_ms": ms for part, ms in breakdown(timed_paths(prof.events(), device)).items()}
+
+
+def timed_paths(events, device) -> list[tuple[str, float]]:
+    """(where, ms) for every piece of work of a profile, each counted once: on a GPU every
+    kernel with its duration, on the CPU every operator with its self time; `where` is the path
+    of operators around it, outermost first, then the kernel's name (" / "-joined), so the
+    kernels of the fused cross-entropy (generic reductions and elementwise kernels, under the
+    `_LinearCrossEntropy` Function and its backward node) count as the loss, and a matmul inside
+    it as the loss too (the parts' first matching rule wins). Summing `key_averages()` instead
+    counted each kernel twice (its own row and its operator's self device time) and gave the
+    loss nothing. Device work the profiler could not tie to an operator (measured on an H100:
+    4% of a toy step's kernel time) is one entry of its own, in `other`."""
+    out = []
+    device_us = 0.0
+    for e in events:
+        kind = str(e.device_type).rsplit(".", 1)[-1]
+        if kind == "CUDA" and device.type == "cuda":
+            device_us += e.time_range.elapsed_us()
+        if kind != "CPU" or e.is_async:
+            continue
+        chain, p = [], e
+        while p is not None:
+            chain.append(p.name)
+            p = p.cpu_parent
+        where = " / ".join(reversed(chain))
+        if device.type == "cuda":
+            out += [(f"{where} / {k.name}", k.duration / 1e3) for k in e.kernels]
+        elif e.self_cpu_time_total > 0:
+            out.append((where, e.self_cpu_time_total / 1e3))
+    if device.type == "cuda":
+        left = device_us / 1e3 - sum(ms for _, ms in out)
+        if left > 1e-3:
+            out.append(("(device work without an operator)", left))
+    return out
 
 
 def build(variant: str, dims: dict, layers: int, args, ctx):
