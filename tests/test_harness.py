@@ -167,3 +167,14 @@ def test_pipelined_ms_is_the_mean_of_back_to_back_steps():
     assert len(calls) == 5 and 9.5 <= ms <= 30
     with pytest.raises(ValueError, match="steps >= 1"):
         harness.pipelined_ms(step, 0, "cpu")
+
+
+def test_issue_ms_is_the_median_host_time_of_a_call():
+    """The median, not the mean or the first: one slow call of five does not move it."""
+    import time
+
+    from cs336_systems.core.harness import issue_ms
+
+    delays = iter([0.05, 0.002, 0.002, 0.002, 0.002])
+    ms = issue_ms(lambda: time.sleep(next(delays)), 5, "cpu")
+    assert 2.0 <= ms < 20.0

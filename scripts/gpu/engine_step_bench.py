@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from triton.testing import do_bench
 
 from cs336_systems.core.costs import train_step_flops
-from cs336_systems.core.harness import is_oom, short_reason
+from cs336_systems.core.harness import is_oom, issue_ms, short_reason
 from cs336_systems.engine.step import Engine, EngineOptions
 from cs336_systems.model import TransformerLM, size_spec
 
@@ -145,19 +145,6 @@ def hf_peer():
     return step, "none"
 
 
-def host_time(step, n: int = 5) -> float:
-    """The host's time to issue one step (ms, median of n, the GPU drained before each): near
-    the step time, the step is host-bound."""
-    times = []
-    for _ in range(n):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        step()
-        times.append((time.perf_counter() - t0) * 1e3)
-    torch.cuda.synchronize()
-    return sorted(times)[n // 2]
-
-
 def hf_flops() -> float:
     """GPT-2's own count: 4 d^2 attention + 2 d d_ff MLP per layer, the tied head d V."""
     n = L * (4 * D * D + 2 * D * DFF) + D * V
@@ -196,7 +183,7 @@ def main() -> None:
             torch.cuda.synchronize()
             setup_s = time.perf_counter() - t0
             ms = do_bench(step, warmup=WARMUP_MS, rep=REP_MS)
-            host_ms = host_time(step)
+            host_ms = issue_ms(step, 5)
             from torch._dynamo.utils import counters
 
             breaks = sum(counters["graph_break"].values())

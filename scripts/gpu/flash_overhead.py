@@ -16,26 +16,19 @@ import cProfile
 import csv
 import pstats
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from cs336_systems.core.harness import issue_ms
 from cs336_systems.kernels import bound_launch
 from cs336_systems.kernels import flash_triton as fat
 
 
 def _host_ms(fn, reps: int) -> float:
     """Median issue time of `fn` after the GPU went idle (no sync inside the timing)."""
-    times = []
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    times.sort()
-    return round(times[len(times) // 2], 4)
+    return round(issue_ms(fn, reps), 4)
 
 
 def probe(d: int, n: int, fast: bool, reps: int = 30, profile_to: str | None = None) -> dict:

@@ -110,6 +110,19 @@ def pipelined_ms(step: Callable[[], Any], steps: int, device: torch.device | str
     return (time.perf_counter() - t0) * 1e3 / steps
 
 
+def issue_ms(fn: Callable[[], Any], reps: int, device: torch.device | str = "cuda") -> float:
+    """The host's time to issue `fn` (ms, median of `reps`), the device drained before each and
+    nothing synchronized inside the timing: near a call's device time, the call is host-bound."""
+    times = []
+    for _ in range(reps):
+        synchronize(device)
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    synchronize(device)
+    return sorted(times)[reps // 2]
+
+
 def is_oom(exc: BaseException) -> bool:
     if isinstance(exc, torch.OutOfMemoryError):
         return True
