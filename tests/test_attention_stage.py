@@ -274,6 +274,27 @@ def test_flash_gating_caps_and_checks(results):
     assert set(df["kernel_tests"].dropna()) <= {"passed", "failed"}
 
 
+def test_flash_caps_per_implementation_or_per_dtype():
+    """max_seq_len caps an implementation at every dtype ({impl: n}) or at some ({impl: {dtype:
+    n}}); the sweep's --max-seq-len carries both forms, and the skip row names which."""
+    from cs336_systems.stages.flash import plan as flash_plan
+
+    caps = {"flash_pytorch": 16384, "flash_triton": {"fp32": 4096}}
+    arg = flash_plan.caps_arg(caps)
+    assert arg == "flash_pytorch=16384,flash_triton:fp32=4096"
+    assert flash_plan.parse_caps(arg) == caps
+    assert flash_plan.seq_cap(caps, "flash_triton", "fp32") == 4096
+    assert flash_plan.seq_cap(caps, "flash_triton", "bf16") == math.inf
+    assert flash_plan.seq_cap(caps, "flash_pytorch", "bf16") == 16384
+    cpu = torch.device("cpu")
+    why = flash_benchmark.skip_reason("flash_triton", 8192, "fp32", cpu, caps, {})
+    assert why == "skipped: n above this preset's max_seq_len 4096 for flash_triton in fp32"
+    assert flash_benchmark.skip_reason("flash_triton", 4096, "fp32", cpu, caps, {}) == ""
+    assert flash_benchmark.skip_reason("flash_triton", 8192, "fp16", cpu, caps, {}) == ""
+    why = flash_benchmark.skip_reason("flash_pytorch", 32768, "fp16", cpu, caps, {})
+    assert why == "skipped: n above this preset's max_seq_len 16384 for flash_pytorch"
+
+
 def test_flash_triton_point_on_cpu(tmp_path):
     """Our Triton kernel through the benchmark (interpreter): checked, timed, tiles recorded."""
     out = tmp_path / "f.csv"

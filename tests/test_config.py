@@ -173,6 +173,10 @@ CASES = {
         {"flash": cpu(max_seq_len={"flash_trit": 64})},
         "config: flash.cpu.max_seq_len.flash_trit: 'flash_trit' — a key that is one of",
     ),
+    "per-dtype cap key": (
+        {"flash": cpu(max_seq_len={"flash_triton": {"fp64": 64}})},
+        "config: flash.cpu.max_seq_len.flash_triton.fp64: 'fp64' — a key that is one of fp32,",
+    ),
     # 6. empty lists
     "empty warm-up sizes": (
         {"benchmark": cpu(warmup_sweep={"sizes": []})},

@@ -50,7 +50,7 @@ def test_plan_on_hopper_routes_d64_to_the_warp_specialized_gluon_kernels():
     assert "routed at d = 64" in plan.forward.reason and "routed" in plan.dkdv.reason
 
 
-@pytest.mark.parametrize("d", [16, 32, 128])
+@pytest.mark.parametrize("d", [16, 32])
 def test_plan_on_hopper_at_other_head_dims(d):
     plan = dispatch.plan(F16, d, dispatch.HOPPER)
     assert plan.forward.gluon == (d in hopper_configs.FORWARD_CONFIGS)
@@ -58,6 +58,19 @@ def test_plan_on_hopper_at_other_head_dims(d):
     # the Triton-language dQ pass, autotuned, after the D kernel
     assert plan.dq is not None and not plan.dq.gluon and plan.dq.tiles is None
     assert "not routed" in plan.dq.reason and not plan.gluon_backward
+
+
+def test_plan_on_hopper_at_d128_runs_the_warp_specialized_dq_pass_first():
+    """d = 128: the Gluon forward, then the warp-specialized Gluon dQ pass (computing D: no D
+    kernel), then the one-warpgroup Gluon dK/dV pass with its own tiles."""
+    plan = dispatch.plan(BF16, 128, dispatch.HOPPER)
+    assert plan.forward.gluon and plan.forward.tiles == hopper_configs.FORWARD_CONFIGS[128]
+    assert plan.dq.gluon and plan.dq.kernel == "_attn_bwd_dq_ws_kernel"
+    assert plan.dq.tiles == hopper_configs.DQ_CONFIGS[128] and "routed at d = 128" in plan.dq.reason
+    assert plan.delta.backend == "gluon" and plan.gluon_backward
+    assert plan.dkdv.gluon and plan.dkdv.kernel == "_attn_bwd_dkdv_kernel"
+    assert plan.dkdv.tiles == hopper_configs.DKDV_CONFIGS[128]
+    assert [p.name for p in plan.backward] == ["backward_dq", "backward_dkdv"]
 
 
 @pytest.mark.parametrize(

@@ -191,7 +191,7 @@ def test_the_interpreter_never_binds():
 CASES = [
     "bf16:64:causal",  # Gluon forward and fused dK/dV+dQ (an accumulator zeroed by the D kernel)
     "bf16:16:causal",  # autotuned Triton-language forward and dQ, Gluon dK/dV
-    "bf16:128:full",  # Gluon forward, Gluon dK/dV, autotuned dQ
+    "bf16:128:full",  # Gluon forward, Gluon dQ (computing D), Gluon dK/dV
     "bf16:32:causal:broadcast_do",  # stride-0 dO: a dense copy for the Triton passes
     "bf16:64:causal:misaligned",  # Q off 16 bytes: no descriptors, Triton-language passes
     "bf16:64:causal:transposed",  # (b, n, h, d) memory

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import math
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -29,6 +28,7 @@ from cs336_systems.core.results import atomic_write_text
 from cs336_systems.model import VOCAB_SIZE, size_spec
 from cs336_systems.stages.benchmark import plan as benchmark_plan
 from cs336_systems.stages.benchmark.engines import engine_points
+from cs336_systems.stages.flash.plan import seq_cap
 from cs336_systems.stages.profile.probe import grid_contexts
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -290,7 +290,7 @@ def _flash(
         for impl in cfg["impls"]:
             for d in cfg["head_dims"]:
                 for n in cfg["seq_lens"]:
-                    if n > caps.get(impl, math.inf):
+                    if n > seq_cap(caps, impl, dtype):
                         continue
                     points += 1
                     if impl == "sdpa_cudnn" and dtype == "fp32":

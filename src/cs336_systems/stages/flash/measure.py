@@ -34,6 +34,7 @@ from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import device_time, is_oom, release_memory, short_reason, timer_name
 from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.core.results import provenance, write_csv
+from cs336_systems.stages.flash.plan import parse_caps, seq_cap
 
 log = get_logger(__name__)
 
@@ -316,14 +317,15 @@ def skip_reason(
     n: int,
     dtype_name: str,
     device: torch.device,
-    max_seq_len: dict[str, int],
+    max_seq_len: dict,
     verdicts: dict[str, str],
 ) -> str:
     kernel = GATED_BY.get(impl)
     if kernel and verdicts.get(kernel) == "failed":
         return "skipped: kernel tests failed"
-    if impl in max_seq_len and n > max_seq_len[impl]:
-        return f"skipped: n above this preset's max_seq_len {max_seq_len[impl]} for {impl}"
+    if n > (cap := seq_cap(max_seq_len, impl, dtype_name)):
+        per = f"{impl} in {dtype_name}" if isinstance(max_seq_len.get(impl), dict) else impl
+        return f"skipped: n above this preset's max_seq_len {cap} for {per}"
     if impl == "flash_triton" and device.type == "cpu" and dtype_name == "bf16":
         return "skipped: Triton's interpreter computes bf16 wrongly"
     return ""
@@ -385,7 +387,7 @@ def run(
     dtype_name: str,
     device: torch.device,
     timer: Timer,
-    max_seq_len: dict[str, int],
+    max_seq_len: dict,
     verdicts: dict[str, str],
     flash_tiles: tuple[int, int],
     grid: str,
@@ -480,15 +482,6 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
 
-def _caps(text: str) -> dict[str, int]:
-    """'flash_pytorch=16384,flash_triton=128' -> {impl: max n}"""
-    out = {}
-    for item in filter(None, text.split(",")):
-        name, _, value = item.partition("=")
-        out[name] = int(value)
-    return out
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -497,7 +490,7 @@ def main(argv: list[str] | None = None) -> None:
         p.add_argument("--impls", required=True)
         p.add_argument("--dtype", required=True, choices=sorted(DTYPES))
         p.add_argument("--batch-size", type=int, default=1)
-        p.add_argument("--max-seq-len", type=_caps, default={})
+        p.add_argument("--max-seq-len", type=parse_caps, default={})
         p.add_argument("--flash-tiles", type=_ints, default=[64, 64])
         p.add_argument("--warmup-ms", type=float, default=25)
         p.add_argument("--rep-ms", type=float, default=100)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from cs336_systems.core.config import Checker, Facts, head_dim_problem
 
 # our Triton kernel's largest head dim (kernels/flash_triton_common.py:MAX_HEAD_DIM; a test keeps them
@@ -18,10 +20,39 @@ def gate_arg(gate_file: str) -> str:
     return f"--kernel-tests {gate_file}" if gate_file else ""
 
 
+def seq_cap(caps: dict, impl: str, dtype: str) -> float:
+    """The longest n `impl` runs in `dtype` under `max_seq_len` ({impl: n} or {impl: {dtype: n}});
+    inf where nothing caps it."""
+    cap = caps.get(impl, math.inf)
+    return cap.get(dtype, math.inf) if isinstance(cap, dict) else cap
+
+
+def caps_arg(caps: dict) -> str:
+    """`max_seq_len` as the sweep's --max-seq-len: 'flash_pytorch=16384,flash_triton:fp32=16384'."""
+    items = []
+    for impl, cap in caps.items():
+        pairs = cap.items() if isinstance(cap, dict) else [(None, cap)]
+        items += [f"{impl}:{dtype}={n}" if dtype else f"{impl}={n}" for dtype, n in pairs]
+    return ",".join(items)
+
+
+def parse_caps(text: str) -> dict:
+    """The inverse of caps_arg."""
+    caps: dict = {}
+    for item in filter(None, text.split(",")):
+        name, _, value = item.partition("=")
+        impl, _, dtype = name.partition(":")
+        if dtype:
+            caps.setdefault(impl, {})[dtype] = int(value)
+        else:
+            caps[impl] = int(value)
+    return caps
+
+
 def options(cfg: dict) -> str:
     """The timing, cap and precision options every flash job shares."""
     timing = cfg["timing"]
-    caps = ",".join(f"{k}={v}" for k, v in cfg["max_seq_len"].items())
+    caps = caps_arg(cfg["max_seq_len"])
     tiles = ",".join(str(t) for t in cfg["flash_pytorch_tiles"])
     return (
         f"--max-seq-len '{caps}' --flash-tiles {tiles}"
