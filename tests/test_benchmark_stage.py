@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 
+import pandas as pd
 import pytest
 import torch
 
@@ -192,3 +193,41 @@ def test_phases_on_cuda_add_up_to_the_step():
     total = row["fwd_ms_mean"] + row["bwd_ms_mean"] + row["opt_ms_mean"]
     assert 0.8 * row["step_ms_mean"] <= total <= 1.01 * row["step_ms_mean"]
     assert row["opt_ms_median"] > 0 and row["bwd_ms_median"] > row["fwd_ms_median"]
+
+
+def _goal_rows(opt_ms: float | None) -> pd.DataFrame:
+    base = {"size": "xl", "context_length": 512, "precision": "bf16", "compile": "compiled",
+            "attention": "naive", "engine": "plain", "params": 1e9, "tflops": 300.0,
+            "mfu": 0.5, "peak_tflops": 600.0}  # fmt: skip
+    rows = [
+        {**base, "mode": "forward", "step_ms_mean": 30.0},
+        # the forward_backward mode's backward also adds into the gradients: 80 ms, not 60
+        {**base, "mode": "forward_backward", "step_ms_mean": 110.0},
+        {
+            **base,
+            "mode": "train_step",
+            "step_ms_mean": 130.0,
+            "fwd_ms_mean": 30.0,
+            "bwd_ms_mean": 60.0,
+            "opt_ms_mean": opt_ms if opt_ms is not None else math.nan,
+        },  # fmt: skip
+        {**base, "mode": "train_step", "engine": "fast", "step_ms_mean": 90.0},
+    ]
+    return pd.DataFrame(rows)
+
+
+def test_goal_breakdown_splits_the_step_by_its_own_marks_and_flags_the_impossible():
+    """The goal point's forward/backward/optimizer split comes from the step's phase marks (the
+    modes' difference would give 20 ms of optimizer, below the byte floor); without marks the
+    difference is used and, being below the floor, shown as suspect."""
+    from cs336_systems.stages.benchmark.analysis import ADAMW_BYTES_PER_PARAM, goal_breakdown
+
+    ceilings = pd.DataFrame([{"kind": "copy", "status": "ok", "gbps": 1000.0}])
+    floor_ms = ADAMW_BYTES_PER_PARAM * 1e9 / 1e12 * 1e3  # 28 ms at 1000 GB/s
+    (text,) = goal_breakdown(_goal_rows(40.0), ceilings)
+    assert "130.0 ms per step" in text and "timed between marks" in text
+    assert "backward 60.0 ms and the optimizer 40.0 ms" in text
+    assert f"floor of {floor_ms:.1f} ms" in text and "suspect" not in text
+    (text,) = goal_breakdown(_goal_rows(None), ceilings)
+    assert "differences of the forward" in text and "optimizer 20.0 ms" in text
+    assert "**suspect**" in text

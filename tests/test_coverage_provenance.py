@@ -182,3 +182,16 @@ def test_prov_fixture_has_every_provenance_column():
     from cs336_systems.core.results import PROVENANCE_COLUMNS
 
     assert list(prov()) == PROVENANCE_COLUMNS
+
+
+def test_a_report_rendered_by_another_commit_says_so(monkeypatch):
+    """The header names the rendering code's commit only where it is not the run's: a finished
+    run's results rendered again by newer analysis code say which code rendered them."""
+    monkeypatch.setattr(report, "git_state", lambda root: ("abc123def456", []))
+    same = pd.DataFrame({"git_commit": ["abc123def4567890"]})
+    assert report.renderer_text(same) == ""
+    other = pd.DataFrame({"git_commit": ["0123456789ab"]})
+    text = report.renderer_text(other)
+    assert "by commit `abc123def456`" in text and "this run's results" in text
+    monkeypatch.setattr(report, "git_state", lambda root: ("abc123def456-dirty", ["src/x.py"]))
+    assert "changed: src/x.py" in report.renderer_text(other)

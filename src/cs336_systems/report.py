@@ -22,7 +22,7 @@ import pandas as pd
 from cs336_systems.core import coverage, sanity
 from cs336_systems.core.analysis import fmt, md_table, pct, sig
 from cs336_systems.core.log import configure, get_logger
-from cs336_systems.core.results import ABSENT, PROVENANCE_COLUMNS, atomic_write_text
+from cs336_systems.core.results import ABSENT, PROVENANCE_COLUMNS, atomic_write_text, git_state
 
 log = get_logger(__name__)
 TEMPLATES = Path(__file__).resolve().parents[2] / "report" / "templates"
@@ -231,7 +231,19 @@ def header(results_dir: Path, stages: list[str] | None = None) -> dict:
         "wall_source": wall["source"],
         "provenance_table": md_table(pd.DataFrame(per_stage), numparse=False) if per_stage else "",
         "rendered": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "rendered_by": renderer_text(prov),
     }
+
+
+def renderer_text(prov: pd.DataFrame) -> str:
+    """The commit of the code that renders the report, where it is not the run's (a report
+    rendered again from a finished run's results by newer analysis code says so)."""
+    commit, dirty = git_state(Path(__file__).resolve().parents[2])
+    runs = _values(prov, "git_commit")
+    if commit == "unknown" or any(r.startswith(commit) or commit.startswith(r) for r in runs):
+        return ""
+    files = f" (changed: {', '.join(dirty)})" if dirty else ""
+    return f" by commit `{commit}`{files}, from this run's results (measured by the commit above)"
 
 
 # ------------------------------------------------------------------------------------ coverage
