@@ -231,3 +231,23 @@ def test_goal_breakdown_splits_the_step_by_its_own_marks_and_flags_the_impossibl
     (text,) = goal_breakdown(_goal_rows(None), ceilings)
     assert "differences of the forward" in text and "optimizer 20.0 ms" in text
     assert "**suspect**" in text
+
+
+def test_speedup_sentence_with_excluded_pairs_closes_its_parenthesis():
+    from cs336_systems.stages.benchmark.analysis import _speedup_summary
+
+    sp = pd.DataFrame(
+        [
+            {
+                "size": "small",
+                "context_length": 512,
+                "mode": "forward",
+                "attention": "naive",
+                "speedup": s,
+            }
+            for s in (0.8, 1.5)
+        ]  # fmt: skip
+    )
+    text = _speedup_summary(sp, "bf16 over fp32", n_excluded=6)["sentence"]
+    assert text.endswith("(median, range; 6 suspect pairs excluded: see Suspect numbers).")
+    assert text.count("(") == text.count(")")

@@ -568,7 +568,7 @@ def _speedup_summary(sp: pd.DataFrame, what: str, n_excluded: int = 0) -> dict:
     out["table"] = md_table(t.reset_index())
     out["sentence"] = (
         f"{what}: {_range_sentence(sp['speedup'], 'points')} (median, range"
-        + sanity.excluded(n_excluded, "pair").replace(" (", "; ", 1)
+        + sanity.excluded(n_excluded, "pair").replace(" (", "; ", 1).removesuffix(")")
         + ")."
     )
     losers = sp[sp["speedup"] < 1.0]
