@@ -195,3 +195,12 @@ def test_a_report_rendered_by_another_commit_says_so(monkeypatch):
     assert "by commit `abc123def456`" in text and "this run's results" in text
     monkeypatch.setattr(report, "git_state", lambda root: ("abc123def456-dirty", ["src/x.py"]))
     assert "changed: src/x.py" in report.renderer_text(other)
+
+
+def test_provenance_numbers_are_written_alike():
+    """nvidia-smi's "700.00" and a float column's "700.0" are one power limit, not two."""
+    frame = pd.DataFrame(
+        {"gpu_power_limit_w": ["700.00", "700.0"], "gpu_sm_clock_max_mhz": ["1980"] * 2}
+    )
+    row = report.provenance_row("ceilings", frame)
+    assert row["GPU power limit"] == "700 W" and row["GPU max SM clock"] == "1980 MHz"

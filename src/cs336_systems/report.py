@@ -121,6 +121,20 @@ def _unit(text: str, unit: str) -> str:
     return f"{text} {unit}" if text != ABSENT else text
 
 
+def _numbers(prov: pd.DataFrame, col: str) -> str:
+    """A numeric provenance column's distinct values, written alike ("700.00" from nvidia-smi
+    and "700.0" from a float column are one value: 700)."""
+    out = []
+    for v in _values(prov, col):
+        try:
+            v = f"{float(v):g}"
+        except ValueError:
+            pass
+        if v not in out:
+            out.append(v)
+    return ", ".join(out) or ABSENT
+
+
 def provenance_row(stage: str, prov: pd.DataFrame) -> dict:
     gpus = gpu_count(prov)
     cores = _values(prov, "cpu_cores")
@@ -136,8 +150,8 @@ def provenance_row(stage: str, prov: pd.DataFrame) -> dict:
         "NCCL": _joined(prov, "nccl") if gpus or "nccl" in prov else ABSENT,
         "nsys": _joined(prov, "nsys"),
         "CPU": cpu,
-        "GPU max SM clock": _unit(_joined(prov, "gpu_sm_clock_max_mhz"), "MHz"),
-        "GPU power limit": _unit(_joined(prov, "gpu_power_limit_w"), "W"),
+        "GPU max SM clock": _unit(_numbers(prov, "gpu_sm_clock_max_mhz"), "MHz"),
+        "GPU power limit": _unit(_numbers(prov, "gpu_power_limit_w"), "W"),
         "torch / triton": f"{_joined(prov, 'torch')} / {_joined(prov, 'triton')}",
     }
 
