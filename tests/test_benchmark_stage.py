@@ -201,7 +201,7 @@ def _goal_rows(opt_ms: float | None) -> pd.DataFrame:
             "mfu": 0.5, "peak_tflops": 600.0}  # fmt: skip
     rows = [
         {**base, "mode": "forward", "step_ms_mean": 30.0},
-        # the forward_backward mode's backward also adds into the gradients: 80 ms, not 60
+        # a forward_backward mode adding into the last step's gradients: 80 ms of backward, not 60
         {**base, "mode": "forward_backward", "step_ms_mean": 110.0},
         {
             **base,
@@ -251,3 +251,21 @@ def test_speedup_sentence_with_excluded_pairs_closes_its_parenthesis():
     text = _speedup_summary(sp, "bf16 over fp32", n_excluded=6)["sentence"]
     assert text.endswith("(median, range; 6 suspect pairs excluded: see Suspect numbers).")
     assert text.count("(") == text.count(")")
+
+
+def test_forward_backward_steps_write_fresh_gradients():
+    """forward_backward sets the gradients to None before each step, as train_step does: two
+    steps leave one backward's gradients, not their sum (a backward adding into the last
+    step's would cost one more read and write of every gradient)."""
+    from cs336_systems.core.workload import Workload
+
+    torch.manual_seed(0)
+    work = Workload.build("tiny", 16, 2, "cpu")
+    step, cleanup = work.step("forward_backward", "fp32", False)
+    step()
+    once = [p.grad.clone() for p in work.model.parameters()]
+    step()
+    for p, g in zip(work.model.parameters(), once, strict=True):
+        assert torch.allclose(p.grad, g)
+    cleanup()
+    assert all(p.grad is None for p in work.model.parameters())

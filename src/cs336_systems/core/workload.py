@@ -87,7 +87,10 @@ class Workload:
         self, mode: str, precision: str, compiled: bool
     ) -> tuple[Callable[..., None], Callable]:
         """(step, cleanup): one call of `step` is one measured unit of `mode`. `step(clock)`
-        marks its phases on a harness StepClock: `start` (after zeroing the gradients),
+        marks its phases on a harness StepClock: `start` (after the gradients are set to None,
+        in forward_backward as in train_step, as a training loop does: each backward writes
+        them fresh instead of adding into the last step's, so the two modes' backwards are the
+        same work),
         `forward` (the loss computed), `backward`, `optimizer` (the AdamW step), as far as the
         mode goes (PHASE_SPANS names the spans between them)."""
         if mode not in MODES:
@@ -104,6 +107,8 @@ class Workload:
             mark = clock.mark if clock is not None else (lambda _name: None)
             if optimizer is not None:
                 optimizer.zero_grad(set_to_none=True)
+            elif mode == "forward_backward":
+                self.model.zero_grad(set_to_none=True)
             mark("start")
             value = loss()
             mark("forward")

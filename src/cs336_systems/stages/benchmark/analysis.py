@@ -475,11 +475,11 @@ ADAMW_BYTES_PER_PARAM = 4 * 4 + 3 * 4
 
 def goal_breakdown(d: pd.DataFrame, ceilings: pd.DataFrame) -> list[str]:
     """The speed goal's point (xl, context 512, bf16, compiled, train step), per attention, with
-    the step split into forward, backward and optimizer by the step's own phase marks (the
-    forward_backward mode does not zero the gradients between its steps, so its backward also
-    adds into them: the difference of two modes is not the optimizer). Where the marks are
-    missing, the modes' difference, said as such. An optimizer time below fused AdamW's byte
-    floor at the measured copy bandwidth cannot be right: it is shown as suspect."""
+    the step split into forward, backward and optimizer by the step's own phase marks (where
+    they are missing, by the differences of the three modes' means, said as such: runs made
+    before the forward_backward mode set the gradients to None added into them, which put that
+    difference below the optimizer's floor). An optimizer time below fused AdamW's byte floor
+    at the measured copy bandwidth cannot be right: it is shown as suspect."""
     sel = d[
         (d["size"] == "xl")
         & (d["context_length"] == 512)
@@ -529,8 +529,7 @@ def goal_breakdown(d: pd.DataFrame, ceilings: pd.DataFrame) -> list[str]:
         fb_rows = g[g["mode"] == "forward_backward"]
         if len(fb_rows) and fb_rows.iloc[0].mfu == fb_rows.iloc[0].mfu:
             text += (
-                f"; the forward_backward mode runs at {pct(fb_rows.iloc[0].mfu)} MFU (its "
-                "backward also adds into the gradients it does not zero)"
+                f"; forward+backward alone (its own mode) runs at {pct(fb_rows.iloc[0].mfu)} MFU"
             )
         if floor == floor:
             text += (
