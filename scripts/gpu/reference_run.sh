@@ -51,21 +51,7 @@ echo "snakemake exit $rc after ${wall} s ($how);" \
   "finished $(( ${todo_before:-0} - ${todo_after:-0} )) jobs, ${todo_after:-0} left; machine $machine"
 grep -E "^(Error|MissingOutput|.*failed)" "$out/snakemake.log" | head -5
 # the slowest finished jobs (Snakemake's benchmark files: seconds, CPU seconds)
-python3 - "results/$machine/jobs" <<'PY'
-import sys
-from pathlib import Path
-
-rows = []
-for f in Path(sys.argv[1]).rglob("*.tsv"):
-    lines = f.read_text().splitlines()
-    if len(lines) > 1:
-        last = lines[-1].split("\t")
-        rows.append((float(last[0]), f.relative_to(sys.argv[1]).with_suffix("")))
-rows.sort(reverse=True)
-print(f"{len(rows)} timed jobs, {sum(s for s, _ in rows):.0f} s in all; slowest:")
-for s, name in rows[:12]:
-    print(f"  {s:7.1f} s  {name}")
-PY
+python3 scripts/gpu/job_times.py "results/$machine/jobs" 12
 # results, report, logs and Snakemake's job records (which jobs are finished, with what code and
 # params): unpacked in the project root, they let the next call continue
 cache=(--exclude "results/*/.cache")

@@ -76,20 +76,7 @@ case "${1:-}" in
     grep -E "^(Error|MissingOutput)|failed" "$state/snakemake.log" | head -5
     cd "$state/tree" || exit 2
     machine=$(ls -t results | head -1)
-    python3 - "results/$machine/jobs" <<'PY'
-import sys
-from pathlib import Path
-
-rows = []
-for f in Path(sys.argv[1]).rglob("*.tsv"):
-    lines = f.read_text().splitlines()
-    if len(lines) > 1:
-        rows.append((float(lines[-1].split("\t")[0]), f.relative_to(sys.argv[1]).with_suffix("")))
-rows.sort(reverse=True)
-print(f"{len(rows)} timed jobs, {sum(s for s, _ in rows):.0f} s in all; slowest:")
-for s, name in rows[:10]:
-    print(f"  {s:7.1f} s  {name}")
-PY
+    python3 scripts/gpu/job_times.py "results/$machine/jobs" 10
     tar -czf "$out/run.tgz" --exclude "results/*/.cache" results "report/$machine"
     if [ "$(stat -c %s "$out/run.tgz")" -gt $(( 15 * 1024 * 1024 )) ]; then
       # the device returns files of at most 16 MiB: the raw captures (nsys reports, memory
