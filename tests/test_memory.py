@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
 
+from cs336_systems.core.analysis import load
 from cs336_systems.core.device import autocast
 from cs336_systems.core.workload import Workload
 from cs336_systems.profiling import memory_snapshot as snapshots
@@ -233,6 +235,18 @@ def test_memory_stage_on_cpu(cpu_run):
     assert allocs["status"].str.startswith("skipped:").all() and len(allocs) == 4
 
 
+def test_rss_peak_is_at_least_every_rss_read_in_the_window():
+    # the kernel's approximate counters: VmHWM after the step below VmRSS read after the reset
+    r = mem.rss_columns({"VmRSS": 700.0}, {"VmHWM": 697.5, "VmRSS": 690.0}, reset=True)
+    assert r["peak_rss_mb"] == 700.0 and r["rss_growth_mb"] == 0.0
+    r = mem.rss_columns({"VmRSS": 700.0}, {"VmHWM": 712.0, "VmRSS": 690.0}, reset=True)
+    assert r["peak_rss_mb"] == 712.0 and r["rss_growth_mb"] == 12.0
+    # no reset (clear_refs not writable): no peak of the window to report
+    r = mem.rss_columns({"VmRSS": 700.0}, {"VmHWM": 900.0, "VmRSS": 690.0}, reset=False)
+    assert np.isnan(r["peak_rss_mb"]) and np.isnan(r["rss_growth_mb"])
+    assert r["rss_before_mb"] == 700.0
+
+
 def test_memory_analysis_on_cpu(cpu_run, tmp_path):
     from cs336_systems.report import render
     from cs336_systems.stages.memory import analysis as analysis
@@ -246,6 +260,8 @@ def test_memory_analysis_on_cpu(cpu_run, tmp_path):
         "memory_activations.png",
         "memory_timelines.png",
     ]
+    flags = load(tmp_path, "memory")["sanity"].fillna("")
+    assert (flags == "").all(), list(flags)  # a flagged row drops out of the sentences below
     s = analysis.context(tmp_path)
     assert not s["cuda"] and "0.00%" in s["activation_sentence"]
     assert "activation memory saved for backward" in s["precision_sentence"]

@@ -258,6 +258,18 @@ def reset_peak_rss() -> bool:
         return False
 
 
+def rss_columns(before: dict, after: dict, reset: bool) -> dict:
+    """rss_before_mb, peak_rss_mb, rss_growth_mb of a step from /proc/self/status read before
+    and after it. The peak of the window is at least every RSS read inside it: the kernel's RSS
+    counters are approximate (per-CPU batches), so a VmHWM read after the step can come out a
+    few MiB below the VmRSS read just after its reset, which made a negative growth (and a
+    suspect row) on a busy machine."""
+    rss = before.get("VmRSS", np.nan)
+    hwm = after.get("VmHWM", np.nan) if reset else np.nan
+    peak = np.nan if np.isnan(hwm) else float(np.nanmax([hwm, after.get("VmRSS", np.nan), rss]))
+    return {"rss_before_mb": rss, "peak_rss_mb": peak, "rss_growth_mb": peak - rss}
+
+
 @contextmanager
 def _recording(cuda: bool, max_entries: int) -> Iterator[None]:
     if cuda:
@@ -366,9 +378,7 @@ def _measure_point(work: Workload, mode: str, precision: str, warmup: int, snaps
                 with open(snapshot_path, "wb") as f:
                     pickle.dump(snapshot, f)
         else:
-            row["rss_before_mb"] = rss_before.get("VmRSS", np.nan)
-            row["peak_rss_mb"] = rss_after.get("VmHWM", np.nan) if reset_rss else np.nan
-            row["rss_growth_mb"] = row["peak_rss_mb"] - row["rss_before_mb"]
+            row.update(rss_columns(rss_before, rss_after, reset_rss))
         return row, snapshot
     finally:
         cleanup()
