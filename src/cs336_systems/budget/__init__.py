@@ -5,16 +5,15 @@
 
 Each job costs its process start, what it compiles, and its steps: FLOPs at a fraction of the
 device's peak (`Device`), plus per-point overheads named in `Device` (do_bench windows, a
-profiler capture, a memory snapshot). The numbers are estimates to plan with, not measurements:
-the reference run's job log (results/<machine>/jobs/) is what to compare them with. A preset
+profiler capture, a memory snapshot). The numbers are estimates to plan with, not measurements;
+the constants are calibrated on the reference runs' job logs (report/reference/<machine>/jobs/:
+budget/measured.py, whose tables budget/tables.py writes into docs/budgets.md). A preset
 whose sum is above its budget fails `check` (tests/test_budget.py holds gpu to 25 minutes on
 one H100 and cpu to 5 on 2 cores). The sizes are the run's edition's (config `edition`).
 """
 
 from __future__ import annotations
 
-import argparse
-import copy
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -23,8 +22,6 @@ from cs336_systems.budget.devices import CPU2, H100, Device
 from cs336_systems.core import costs
 from cs336_systems.core.config import load_yaml, with_stage_defaults
 from cs336_systems.core.edition import DEFAULT_EDITION, edition_overrides
-from cs336_systems.core.log import configure, get_logger
-from cs336_systems.core.results import atomic_write_text
 from cs336_systems.model import VOCAB_SIZE, size_spec
 from cs336_systems.stages.benchmark import plan as benchmark_plan
 from cs336_systems.stages.benchmark.engines import engine_points
@@ -32,7 +29,6 @@ from cs336_systems.stages.flash.plan import seq_cap
 from cs336_systems.stages.profile.probe import grid_contexts
 
 ROOT = Path(__file__).resolve().parents[3]
-log = get_logger(__name__)
 
 
 DEVICES = {"gpu": H100, "full": H100, "cpu": CPU2}
@@ -78,6 +74,21 @@ def step_s(
     return max(flops / rate(dev, precision), launches)
 
 
+def skipped_for_cost(
+    dev: Device, size: str, ctx: int, batch: int, mode: str, precision: str, steps: int,
+    limit: float | None, ed: int = DEFAULT_EDITION,
+) -> bool:  # fmt: skip
+    """The benchmark stage's cost guard (stages/benchmark/derived.py too_costly): `steps` steps'
+    FLOPs at the ceilings stage's measured matmul rate above max_point_s: a `skipped` row."""
+    if not limit:
+        return False
+    s = _spec(size, ed)
+    flops = costs.model_flops(VOCAB_SIZE, s["d_model"], s["num_layers"], s["d_ff"], batch, ctx,
+                              mode)  # fmt: skip
+    peak = (dev.peak_tflops or dev.tflops).get(precision, dev.tflops["fp32"]) * 1e12
+    return steps * flops / peak > limit
+
+
 def step_gib(size: str, ctx: int, batch: int, mode: str, precision: str, ed: int) -> float:
     """core/costs.py's step memory (state + saved activations), what the stages' checks read."""
     s = _spec(size, ed)
@@ -121,9 +132,9 @@ def _benchmark(cfg: dict, dev: Device, ed: int = DEFAULT_EDITION) -> list[Job]:
                         continue
                     if not fits(dev, step_gib(size, ctx, batch, mode, prec, ed)):
                         continue  # a `skipped: ... needs` row
-                    t = steps * step_s(dev, size, ctx, batch, mode, prec, ed)
-                    if limit and t > limit:
+                    if skipped_for_cost(dev, size, ctx, batch, mode, prec, steps, limit, ed):
                         continue  # a `skipped:` row
+                    t = steps * step_s(dev, size, ctx, batch, mode, prec, ed)
                     run += t
                     if comp == "compiled":
                         graphs.add(prec)  # about a minute per model shape and precision
@@ -132,9 +143,9 @@ def _benchmark(cfg: dict, dev: Device, ed: int = DEFAULT_EDITION) -> list[Job]:
         state_fits = fits(dev, 16 * _params(size, ed) / 2**30)
         for engine in [e for e in engines if e != "plain" and state_fits]:
             for prec, comp in engine_points(engine, cfg["precisions"], compiles):
-                t = steps * step_s(dev, size, ctx, batch, "train_step", prec, ed)
-                if limit and t > limit:
+                if skipped_for_cost(dev, size, ctx, batch, "train_step", prec, steps, limit, ed):
                     continue
+                t = steps * step_s(dev, size, ctx, batch, "train_step", prec, ed)
                 n_eng += 1
                 run += t
                 setup += _build(dev, size, ed) + dev.engine_s  # each builds its own model
@@ -157,6 +168,7 @@ def _benchmark(cfg: dict, dev: Device, ed: int = DEFAULT_EDITION) -> list[Job]:
         n = sum(x + w["measure_steps"] for x in w["warmups"])
         t = n * step_s(dev, size, w["context_length"], batch, w["mode"], w["precision"], ed)
         build = _build(dev, size, ed, len(w["warmups"]))
+        build += dev.first_train_step_s if w["mode"] == "train_step" else 0.0
         jobs.append(Job("benchmark", f"warm-up sweep {size}", dev.job_start_s + build + t,
                         f"{len(w['warmups'])} fresh models, {n} steps"))  # fmt: skip
     return jobs
@@ -265,7 +277,8 @@ def _attention(cfg: dict, dev: Device, ed: int = DEFAULT_EDITION) -> list[Job]:
         # torch's automatic dynamic shapes: a static compile, then one dynamic one per head dim
         compiles = 1 + len(cfg["head_dims"]) if "compiled" in impl else 0
         points = len(cfg["head_dims"]) * len(cfg["seq_lens"])
-        total = dev.job_start_s + compiles * dev.small_compile_s + run + points * 0.1
+        total = dev.job_start_s + dev.gpu_init_s + compiles * dev.small_compile_s + run
+        total += points * 0.1
         jobs.append(Job("attention", impl, total, f"{points} points, {compiles} compiles"))
     return jobs
 
@@ -393,7 +406,7 @@ def _leaderboard(cfg: dict, dev: Device, ed: int = DEFAULT_EDITION) -> list[Job]
     each variant's compile and steps at the 8B's FLOPs over the world."""
     world, variants = cfg["world_size"], cfg["variants"]
     if cfg["backend"] == "gloo":
-        return [Job("leaderboard", "runs", dev.job_start_s + 30.0,
+        return [Job("leaderboard", "runs", dev.job_start_s + dev.gloo_world_s,
                     f"{len(variants)} variants on {world} gloo processes")]  # fmt: skip
     if world > dev.gpus:
         return [Job("leaderboard", "reduced", dev.job_start_s + _reduced_seconds(cfg, dev),
@@ -423,10 +436,26 @@ def _distributed(stage: str, jobs_of):
             how = f"{len(runs)} of {len(worlds)} world sizes run" + (
                 "" if len(runs) == len(worlds) else f" (NCCL: {dev.gpus} GPUs here)"
             )
-            jobs.append(Job(stage, name, dev.job_start_s + 30.0 * len(runs), how))
+            jobs.append(Job(stage, name, dev.job_start_s + dev.gloo_world_s * len(runs), how))
         return jobs
 
     return estimate
+
+
+def _ddp(cfg: dict, dev: Device, ed: int = DEFAULT_EDITION) -> list[Job]:
+    """variants and sharding; where NCCL has fewer GPUs than the world, `variants` still
+    measures its compute-only baseline in one process (stages/ddp/measure.py: run)."""
+    jobs = _distributed(
+        "ddp", lambda c: [(j, c["backend"], [c["world_size"]]) for j in ("variants", "sharding")]
+    )(cfg, dev, ed)
+    if cfg["backend"] == "nccl" and 1 <= dev.gpus < cfg["world_size"] and cfg.get("baseline", 1):
+        size, steps = cfg["size"], cfg["warmup_steps"] + cfg["measure_steps"]
+        step = step_s(dev, size, cfg["context_length"], cfg["batch_per_rank"], "train_step",
+                      "fp32", ed)  # fmt: skip
+        base = dev.job_start_s + _build(dev, size, ed) + steps * step
+        v = jobs[0]
+        jobs[0] = Job(v.stage, v.job, v.seconds + base, f"{v.how}; the baseline on one GPU")
+    return jobs
 
 
 ESTIMATES = {
@@ -451,14 +480,12 @@ ESTIMATES = {
     "allreduce": _distributed(
         "allreduce", lambda cfg: [(b, b, cfg["world_sizes"]) for b in cfg["backends"]]
     ),
-    "ddp": _distributed(
-        "ddp",
-        lambda cfg: [(j, cfg["backend"], [cfg["world_size"]]) for j in ("variants", "sharding")],
-    ),
+    "ddp": _ddp,
     "fsdp": _distributed("fsdp", lambda cfg: [("runs", cfg["backend"], [cfg["world_size"]])]),
 }
-# the aggregate, plot and report jobs: a process each, a few seconds
-LOCAL_JOB_S = 3.0
+# the aggregate, plot and report jobs: a process each (the reference H100 run: about 30 local
+# jobs in the 42 s between 21.2 min of wall time and 20.5 with a logged job running)
+LOCAL_JOB_S = 1.5
 
 
 def run_config(root: Path = ROOT) -> dict:
@@ -494,79 +521,3 @@ def check(jobs: list[Job], dev: Device) -> str:
         f"{dev.name}; the longest: "
         + "; ".join(f"{j.stage} {j.job} {j.seconds:.0f} s" for j in worst)
     )
-
-
-def markdown(preset: str, jobs: list[Job], dev: Device) -> str:
-    total = sum(j.seconds for j in jobs) / dev.parallel
-    by_stage: dict[str, float] = {}
-    for j in jobs:
-        by_stage[j.stage] = by_stage.get(j.stage, 0.0) + j.seconds
-    lines = [
-        f"### preset `{preset}` on {dev.name}: {total / 60:.1f} min estimated, "
-        + (
-            "no budget (the handout's whole grid)"
-            if preset == "full"
-            else f"budget {dev.budget_s / 60:.0f} min"
-        )
-        + (
-            f" ({dev.parallel} jobs at once: the sum over {dev.parallel})"
-            if dev.parallel > 1
-            else ""
-        ),
-        "",
-        "| stage | job | estimate (s) | what it costs |",
-        "|---|---|---:|---|",
-    ]
-    lines += [f"| {j.stage} | {j.job} | {j.seconds:.0f} | {j.how} |" for j in jobs]
-    lines += ["", "| stage | total (s) |", "|---|---:|"]
-    lines += [f"| {s} | {t:.0f} |" for s, t in by_stage.items()]
-    return "\n".join(lines) + "\n"
-
-
-DOC_HEAD = """# Time budgets of the presets
-
-Written by `python -m cs336_systems.budget --out docs/budgets.md` from the config (every job the
-workflow plans, its estimate and what it costs; the model and constants are in
-`src/cs336_systems/budget/`). `tests/test_budget.py` holds the gpu and cpu presets to their
-budgets and fails when this file is stale. Estimates to plan with; the profile probe's contexts
-are the memory model's (core/costs.py step_memory_bytes within 79 GiB), not a measurement.
-
-"""
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--preset", choices=sorted(DEVICES), action="append")
-    ap.add_argument("--out", help="write the tables here (markdown)")
-    args = ap.parse_args(argv)
-    configure("budget")
-    text, failed = document(args.preset or ["cpu", "gpu", "full"])
-    for line in failed:
-        log.error("%s", line)
-    if args.out:
-        atomic_write_text(args.out, text)
-        log.info("wrote %s", args.out)
-    return 1 if failed else 0
-
-
-def document(presets: list[str], root: Path = ROOT) -> tuple[str, list[str]]:
-    """The budget tables of `presets` and the over-budget verdicts (full has no budget: it is
-    the handout's whole grid)."""
-    parts, failed = [DOC_HEAD], []
-    config = run_config(root)
-    for preset in presets:
-        dev = DEVICES[preset]
-        jobs = plan(config, preset, dev)
-        parts.append(markdown(preset, jobs, dev))
-        why = check(jobs, dev)
-        if why and preset != "full":
-            failed.append(f"preset {preset}: {why}")
-        parts.append("\n")
-    from cs336_systems.budget.measured import calibration_markdown
-
-    parts.append(calibration_markdown(copy.deepcopy(config)))
-    return "".join(parts).rstrip("\n") + "\n", failed
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -14,11 +14,17 @@ class Device:
     name: str
     # the model matmul rates a step reaches per precision, TFLOP/s (not the datasheet peak)
     tflops: dict
+    # the ceilings stage's measured matmul rates per precision (on the model's path), which the
+    # benchmark's max_point_s guard divides by; None: `tflops`
+    peak_tflops: dict | None
     # a step's floor when kernel launches, not FLOPs, bound it: this per layer per forward
     # (a forward+backward counts 3 forwards, a training step 3.5)
     launch_s_per_layer: float
     hbm_tbps: float  # bandwidth the attention's (n x n) score passes reach, TB/s
     job_start_s: float  # python, import torch, CUDA context
+    # a job's first CUDA work beyond job_start_s (cuBLAS handles, the allocator, first kernels)
+    # where no other constant of the job holds it (the attention jobs)
+    gpu_init_s: float
     build_s_per_gparam: float  # building and moving a model to the device, first step
     # torch.compile of one model shape (size, context) in one precision: compile_s plus
     # compile_s_per_layer a transformer block (dynamo traces, inductor lowers every block)
@@ -38,30 +44,36 @@ class Device:
     budget_s: float
     kernel_tests_s: float  # the kernels' pytest suite (the preset's selection, xdist workers)
     fixed_s: dict  # stages whose cost the config does not scale: seconds after the job start
+    gloo_world_s: float  # one world of gloo processes on the host: launch, steps, teardown
     parallel: int  # jobs at once (snakemake --cores): the wall is the sum over this
 
 
-# calibrated on the reference H100 run's job log (results/h100-80gb-hbm3/jobs/, 2026-11-24):
-# budget/measured.py holds those times and docs/budgets.md compares them with the estimates
+# calibrated on the reference H100 run's job log (report/reference/h100-80gb-hbm3/jobs/, the run
+# of dfdd876): budget/measured.py reads it and docs/budgets.md compares it with the estimates
 H100 = Device(
-    name="one H100 80GB (fp32 42, bf16 160 TFLOP/s reached)",
-    # xl at context 512, batch 4, eager: training step 1036 ms fp32 (41 TFLOP/s, TF32), 225 ms
-    # bf16 (150), forward 326 / 84 ms (43 / 167)
-    tflops={"bf16": 160.0, "fp32": 42.0},
-    # small (12 layers) at 512: forward 19-21 ms in fp32 and bf16 alike, launch-bound
+    name="one H100 80GB (fp32 42, bf16 200 TFLOP/s reached)",
+    # xl at context 512, batch 4, eager: training step 1030 ms fp32 (41 TFLOP/s, TF32), 217 ms
+    # bf16 (197), forward 324 / 66 ms (44 / 213)
+    tflops={"bf16": 200.0, "fp32": 42.0},
+    peak_tflops=None,  # the gpu preset sets no max_point_s
+    # small (12 layers) at 512, launch-bound: forward 17-29 ms, forward+backward 50-66 ms, in
+    # fp32 and bf16 alike
     launch_s_per_layer=0.0015,
     # attention d=16 n=16384 (B=8): forward 16.7 ms for 3 ms of FLOPs (naive_compiled)
     hbm_tbps=3.0,
-    # status-row jobs (allreduce, ddp, fsdp on one GPU; every 10B point skipped): 5.6-6.5 s
+    # status-row jobs (allreduce, ddp sharding, fsdp on one GPU; every 10B point skipped):
+    # 5.3-7.2 s
     job_start_s=6.0,
+    # attention naive_eager: its first point 24 s before the job's end of 34 s, 20 points
+    gpu_init_s=4.0,
     # xl (3.4 G parameters): its job's first point ends 21 s after the previous job, 5 s of it
     # its steps
     build_s_per_gparam=3.0,
     # a compiled model's forward and backward graphs: small (12 layers) 46 s, xl (32) 116 s
     compile_s=5.0,
     compile_s_per_layer=3.5,
-    # the engine's rows at small: 9 s each (eager and compiled alike), xl eager 30 s
-    engine_s=7.0,
+    # an engine row at small: 2 s beyond its steps (its model built first)
+    engine_s=2.0,
     # benchmark small/medium/large: the fp32 training step point 4-7 s beyond its steps, and
     # small sdpa's first point 9 s after the job's start
     first_train_step_s=8.0,
@@ -73,48 +85,62 @@ H100 = Device(
     # attention naive_compiled: 85 s for 20 points, ~18 s before the first
     small_compile_s=4.0,
     triton_precompile_s=45.0,  # not measured (kernel tests failed: no flash_triton points)
-    # profile xl, torch.profiler (nsys wrote no report there): 6-7 s a point, steps included
-    capture_s=5.0,
+    # profile small and medium: 9 torch.profiler captures in 27 s each, steps included
+    capture_s=2.5,
     # memory xl: 73 s, 8 snapshots, the ctx2048 checkpointed training steps 18 s
     snapshot_s=2.0,
     # flash bf16 32 s (40 points run, 20 skipped), fp32 22 s (16 run, 44 skipped/error/oom)
     point_s=0.3,
     gpus=1,
     budget_s=25 * 60.0,
-    # the cuda selection with 16 xdist workers: 182 s (pytest's own 173 s, 79 s of it the
-    # first worker's precompile); 252 s on 8 workers when every worker re-ran the precompile
-    kernel_tests_s=176.0,
-    # ceilings 8 s, precision 7 s; checkpointing accounting (one RMSNorm and one xl block,
-    # eager and inductor): 94 s, 88.6 s of it its own log's
-    fixed_s={"ceilings": 2.0, "precision": 1.0, "arithmetic": 5.0, "accounting": 88.0},
+    # the cuda selection with 16 xdist workers: 151 s (121 s on a faster host, same commit's
+    # grid); 252 s on 8 workers when every worker re-ran the precompile
+    kernel_tests_s=145.0,
+    # ceilings 13 s, precision 6 s; checkpointing accounting (one RMSNorm and one xl block,
+    # eager and inductor): 27 s
+    fixed_s={"ceilings": 7.0, "precision": 0.5, "arithmetic": 5.0, "accounting": 21.0},
+    gloo_world_s=30.0,  # not measured there (the gpu preset runs no gloo world)
     parallel=1,
 )
-# a 2-core CI machine: fp32 ~0.02 TFLOP/s reached; no bf16 units (the cost guard skips bf16)
+# the 2-core development machine (CI's size), `snakemake --cores 2`: calibrated on the cpu
+# reference run's job log (report/reference/cpu/jobs/, a fresh clone of 7bc8988, 3 min 27 s)
 CPU2 = Device(
-    name="2 CPU cores (fp32 0.02 TFLOP/s reached, snakemake --cores 2)",
-    tflops={"bf16": 0.0008, "fp32": 0.02},
+    name="2 CPU cores (fp32 0.05, bf16 0.0025 TFLOP/s reached, snakemake --cores 2)",
+    # small's fp32 steps 0.049-0.075 TFLOP/s, tiny's 0.026-0.053; tiny's bf16 autocast steps
+    # 0.0016-0.0057 (this CPU has no bf16 matmul units)
+    tflops={"bf16": 0.0025, "fp32": 0.05},
+    # its ceilings stage: fp32 matmul 0.093, bf16 autocast F.linear 0.0096 TFLOP/s
+    peak_tflops={"bf16": 0.0096, "fp32": 0.093},
     launch_s_per_layer=0.0,
     hbm_tbps=0.01,
-    job_start_s=4.0,
+    # precision 2.7 s in all, allreduce nccl (status rows) 2.5 s
+    job_start_s=2.5,
+    gpu_init_s=0.0,
     build_s_per_gparam=20.0,
-    compile_s=40.0,
+    # tiny's compiled forward: 20 s from the last eager point to its row, 4 steps included
+    compile_s=15.0,
     compile_s_per_layer=0.0,
     engine_s=2.0,
-    first_train_step_s=0.0,
+    # a benchmark job's first training step: tiny's bf16 1.2 s, small's fp32 3.4 s
+    first_train_step_s=1.5,
     triton_model_s=0.0,
-    flash_setup_s=0.0,
+    # flash fp32 (Triton's interpreter): 14.8 s for 14 points
+    flash_setup_s=3.0,
     memory_gib=None,
     small_compile_s=20.0,
     triton_precompile_s=0.0,
-    capture_s=3.0,
-    snapshot_s=1.0,
+    # profile tiny: 9 torch.profiler captures in 8.8 s, its job start included
+    capture_s=0.5,
+    # memory tiny: 12 points (RSS only, no snapshots) in 13.8 s
+    snapshot_s=0.3,
     point_s=0.5,
     gpus=0,
     budget_s=5 * 60.0,
-    # measured on a fresh clone on an idle 2-core machine (2026-11-24, `snakemake --cores 2
-    # report`, 5 min 17 s in all): the kernel_tests job 35 s (90 s on a machine shared with other
-    # work), ceilings 8 s, precision 8 s
-    kernel_tests_s=31.0,
-    fixed_s={"ceilings": 4.0, "precision": 4.0, "arithmetic": 5.0, "accounting": 5.0},
+    # the kernel_tests job 35 s (90 s on a machine shared with other work), ceilings 6.7 s,
+    # precision 2.7 s, checkpointing accounting 7.6 s
+    kernel_tests_s=32.0,
+    fixed_s={"ceilings": 4.0, "precision": 0.2, "arithmetic": 5.0, "accounting": 5.0},
+    # gloo worlds of 2 host processes: allreduce 15 s, ddp 12-16 s, fsdp 20 s, leaderboard 14 s
+    gloo_world_s=12.0,
     parallel=2,
 )

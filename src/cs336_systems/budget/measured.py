@@ -1,108 +1,121 @@
-"""The reference H100 run's measured job times, and the estimates of budget/__init__.py against
-them (the calibration table of docs/budgets.md; tests/test_budget.py holds each within 25%)."""
+"""The reference runs' job logs against the estimates of budget/__init__.py (the calibration
+tables of docs/budgets.md). tests/test_budget.py holds the H100's jobs each within 25% and their
+sum within 10%; the CPU's (two jobs at once on two cores, so each job's time depends on its
+neighbour) each within a factor of 2 and their sum within 15%.
+
+A job log is the reference report's own (report/reference/<machine>/jobs/<stage>/<job>.tsv,
+Snakemake's `benchmark:` files, first column: seconds), so a new reference run recalibrates
+against itself: when its times move, the test says which constant to revisit.
+"""
 
 from __future__ import annotations
 
-from cs336_systems.budget import H100, Device, plan
+from pathlib import Path
 
-# the reference H100 run's job log (results/h100-80gb-hbm3/jobs/<stage>/<job>.tsv, 2026-11-24,
-# gpu preset of commit 6b88ea9's parent grid): seconds per (stage, job) the estimates are
-# calibrated on. That run's kernel tests failed, so its flash jobs ran no flash_triton point: the
-# calibration estimates them without it (MEASURED_WITHOUT)
-MEASURED_H100 = {
-    # re-measured after the precompile fix (one xdist worker precompiles, 16 workers): pytest
-    # of the gpu selection plus tests/test_master_adamw.py, 182 s on the H100 (session 27)
-    ("kernel_tests", "kernel_tests"): 182.0,
-    ("ceilings", "ceilings"): 7.97,
-    ("precision", "precision"): 6.83,
-    ("benchmark", "small ctx512 naive"): 124.57,
-    ("benchmark", "small ctx512 sdpa"): 21.42,
-    ("benchmark", "small ctx512 flash_triton"): 51.28,
-    ("benchmark", "medium ctx512 naive"): 33.56,
-    ("benchmark", "large ctx512 naive"): 45.76,
-    ("benchmark", "10B ctx512 naive"): 6.31,
-    ("memory", "xl"): 72.82,
-    ("attention", "naive_compiled"): 85.27,
-    ("flash", "bf16"): 32.34,
-    ("flash", "fp32"): 21.77,
-    ("flash", "leaderboard"): 45.18,
-    ("checkpointing", "accounting"): 94.30,
-    ("checkpointing", "bf16"): 27.37,
-    ("allreduce", "nccl"): 6.45,
-    ("ddp", "sharding"): 5.56,
-    ("fsdp", "runs"): 6.54,
-}
-MEASURED_WITHOUT = {"flash": "flash_triton"}
-# the gpu blocks' keys as that run had them, where the preset has trimmed them since
-RUN_KEYS = {
-    "benchmark": {
-        "warmup_steps": 5,
-        "measure_steps": 10,
-        "compile_only": {"sizes": ["small", "xl"]},
-    },
-    "attention": {"warmup_steps": 5, "fwd_steps": 100, "bwd_steps": 100},
-    "flash": {"leaderboard": {"warmup_ms": 500, "rep_ms": 2000}},
-}
+from cs336_systems.budget import CPU2, H100, ROOT, Device, Job, plan
+
+REFERENCE_JOBS = ROOT / "report" / "reference" / "h100-80gb-hbm3" / "jobs"
+CPU_JOBS = ROOT / "report" / "reference" / "cpu" / "jobs"
 
 
-def calibration(config: dict, preset: str = "gpu", dev: Device | None = None) -> list[tuple]:
-    """(stage, job, measured s, estimated s) for every job of MEASURED_H100, estimated from
-    `config`'s `preset` block as that run had it (MEASURED_WITHOUT's implementations left out)."""
-    dev = dev or H100
-    config = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
-    for stage, keys in RUN_KEYS.items():
-        block = dict(config[stage][preset])
-        for key, value in keys.items():
-            block[key] = {**block[key], **value} if isinstance(value, dict) else value
-        config[stage][preset] = block
-    for stage, impl in MEASURED_WITHOUT.items():
-        block = dict(config[stage][preset])
-        block["impls"] = [i for i in block["impls"] if i != impl]
-        if "leaderboard" in block:
-            board = dict(block["leaderboard"])
-            board["impls"] = [i for i in board["impls"] if i != impl]
-            block["leaderboard"] = board
-        config[stage][preset] = block
-    jobs = {(j.stage, j.job): j.seconds for j in plan(config, preset, dev)}
-    return [(s, j, t, jobs[(s, j)]) for (s, j), t in MEASURED_H100.items() if (s, j) in jobs]
+def log_name(job: Job) -> str:
+    """The job's `benchmark:` file under jobs/, without .tsv (workflow/rules/<stage>.smk)."""
+    if job.stage == job.job:
+        return job.stage
+    if job.stage == "benchmark":
+        if job.job.startswith("warm-up sweep "):
+            return f"benchmark/warmup_{job.job.removeprefix('warm-up sweep ')}"
+        return f"benchmark/{job.job.replace(' ', '_')}"
+    if job.stage == "checkpointing" and job.job != "accounting":
+        return f"checkpointing/strategies_{job.job}"
+    if job.stage == "leaderboard":
+        return "leaderboard/runs"
+    return f"{job.stage}/{job.job}"
 
 
-CALIBRATION_HEAD = """## Calibration: the H100 constants against the reference run's job log
+def measured_jobs(jobs_dir: Path = REFERENCE_JOBS) -> dict[str, float]:
+    """{log name: seconds} of every job in a run's job log."""
+    out = {}
+    for tsv in sorted(Path(jobs_dir).rglob("*.tsv")):
+        lines = tsv.read_text().splitlines()
+        if len(lines) > 1:
+            out[tsv.relative_to(jobs_dir).with_suffix("").as_posix()] = float(lines[1].split()[0])
+    return out
 
-The `H100` constants in budget/__init__.py come from the gpu preset's partial reference run on one H100
-80GB HBM3 (2026-11-24, `results/h100-80gb-hbm3/jobs/**/*.tsv`, first column: seconds):
 
-- rates (`tflops`): xl at context 512, batch 4, eager: training step 1036 ms in fp32 (41
-  TFLOP/s through TF32), 225 ms in bf16 (150); forward 326 / 84 ms (43 / 167).
-- `launch_s_per_layer`: small's forward at 512 takes 19-21 ms in fp32 and bf16 alike.
+def calibration(
+    config: dict, preset: str = "gpu", dev: Device | None = None, jobs_dir: Path = REFERENCE_JOBS
+) -> tuple[list[tuple], list[str], list[str]]:
+    """((stage, job, measured s, estimated s) for every planned job the log holds; the planned
+    jobs it lacks (local rules write no benchmark file); the logged jobs the plan lacks)."""
+    times = measured_jobs(jobs_dir)
+    jobs = [j for j in plan(config, preset, dev or H100) if j.stage != "(local)"]
+    rows = [(j.stage, j.job, times[log_name(j)], j.seconds) for j in jobs if log_name(j) in times]
+    missing = [log_name(j) for j in jobs if log_name(j) not in times]
+    names = {log_name(j) for j in jobs}
+    return rows, missing, [n for n in times if n not in names]
+
+
+CALIBRATION_HEAD = """## Calibration: the constants against the reference runs' job logs
+
+### One H100
+
+The `H100` constants in budget/devices.py come from the reference run of the gpu preset on one
+H100 80GB HBM3 (`report/reference/h100-80gb-hbm3/jobs/**/*.tsv`, one Snakemake run of commit
+dfdd876, 2026-11-24: 21.2 min of wall time, 20.5 with a job running). Where the job log alone
+does not separate a constant, the job's own log (`results/<machine>/logs/`) did:
+
+- rates (`tflops`): xl at context 512, batch 4, eager: training step 1030 ms in fp32 (41
+  TFLOP/s through TF32), 217 ms in bf16 (197); forward 324 / 66 ms (44 / 213).
+- `launch_s_per_layer`: small at 512, launch-bound: forward 17-29 ms, forward+backward 50-66
+  ms, in fp32 and bf16 alike.
 - `hbm_tbps`: attention naive_compiled, d=16, n=16384: a 16.7 ms forward for 3 ms of FLOPs.
-- `job_start_s`: the jobs that only write status rows (allreduce, ddp, fsdp on one GPU;
-  benchmark 10B, every point skipped): 5.6-6.5 s.
+- `job_start_s`: the jobs that only write status rows (allreduce, fsdp on one GPU; benchmark
+  10B, every point skipped): 5.3-7.2 s. `gpu_init_s`: attention naive_eager's first point 10 s
+  after its start.
 - `compile_s`, `compile_s_per_layer`: the bf16 compiled forward and forward+backward graphs of
-  small (12 layers) 46 s, xl (32 layers) 116 s. `engine_s`: the engine's rows at small, 9 s
-  each, eager and compiled alike (xl eager: 30 s). `first_train_step_s`: the fp32 training-step
-  point of small/medium/large 4-7 s beyond its steps, sdpa's first point 9 s after its start.
-  `triton_model_s`: small flash_triton's fp32 forward+backward point, 26 s (sdpa's: 1 s).
-- `small_compile_s`: attention naive_compiled 85 s for 20 points, 18 s before the first.
-- `capture_s`: profile xl under torch.profiler (nsys wrote no report there), 6-7 s a point.
-  `snapshot_s`: memory xl, 73 s for 8 snapshots and 4 skipped points.
-- `point_s`, `flash_setup_s`: flash bf16 32 s, fp32 22 s (their first point 13 s after the
-  previous job); `LEADERBOARD_CHECK_S`: the flash leaderboard, 12 s an implementation.
-- `kernel_tests_s`: the cuda selection on 16 xdist workers, 182 s (252 s on 8 before one
-  worker alone precompiled the Triton variants); `fixed_s`: ceilings 8 s,
-  precision 7 s, checkpointing accounting 94 s.
-
-Not measured there (the run stopped, or the kernel tests failed first): benchmark xl ctx512,
-profile small, attention naive_eager (cut), the leaderboard stage, flash_triton's precompile in
-the flash jobs (`triton_precompile_s`), nsys captures. That run's kernel tests failed, so its
-flash jobs ran no flash_triton point; their estimates below leave it out likewise.
+  small (12 layers) 46 s, xl (32 layers) 116 s. `engine_s`: an engine row at small 2 s beyond
+  its steps, its model built; xl's three engine rows (one HF compile) within the xl job's 320 s.
+- `capture_s`: profile small and medium, 9 torch.profiler captures each in 27 s (3 s a capture,
+  its steps included). `snapshot_s`: memory xl, 8 snapshots in 41 s of points.
+- `kernel_tests_s`: the cuda selection on 16 xdist workers, 151 s (121 s on the faster host of
+  the d8dd021 run); `fixed_s`: ceilings 13 s, precision 6 s, checkpointing accounting 27 s.
+- ddp `variants` on one GPU: the one-process compute-only baseline (xl, 13 fp32 steps of
+  1037 ms) in 31 s of its 37.
 
 """
 
+CPU_HEAD = """### Two CPU cores
 
-def calibration_markdown(config: dict) -> str:
-    rows = calibration({k: v for k, v in config.items()})
-    lines = ["| stage | job | measured (s) | estimate (s) | estimate / measured |",
-             "|---|---|---:|---:|---:|"]  # fmt: skip
-    lines += [f"| {s} | {j} | {m:.0f} | {e:.0f} | {e / m:.2f} |" for s, j, m, e in rows]
-    return CALIBRATION_HEAD + "\n".join(lines) + "\n"
+The `CPU2` constants come from the cpu reference run (`report/reference/cpu/jobs/**/*.tsv`, a
+fresh clone of 7bc8988 on this project's 2-core machine, `snakemake --cores 2 report`: 3 min
+27 s). Two jobs run at once, so a job's time depends on the one beside it; the test holds each
+job within a factor of 2 and the sum within 15%. The benchmark's cost guard divides by the
+ceilings stage's measured matmul rates (`peak_tflops`: fp32 0.093, bf16 autocast F.linear
+0.0096 TFLOP/s), as the stage does; the steps run at the rates the model reaches (`tflops`).
+
+"""
+
+REFERENCES = {"gpu": (H100, REFERENCE_JOBS, CALIBRATION_HEAD), "cpu": (CPU2, CPU_JOBS, CPU_HEAD)}
+
+
+def calibration_markdown(config: dict, jobs_dir: Path | None = None) -> str:
+    """Both machines' tables (`jobs_dir`: the H100's job log read from there instead)."""
+    parts = []
+    for preset, (dev, default_dir, head) in REFERENCES.items():
+        d = jobs_dir if jobs_dir is not None and preset == "gpu" else default_dir
+        rows, missing, extra = calibration(config, preset, dev, jobs_dir=d)
+        lines = ["| stage | job | measured (s) | estimate (s) | estimate / measured |",
+                 "|---|---|---:|---:|---:|"]  # fmt: skip
+        lines += [f"| {s} | {j} | {m:.0f} | {e:.0f} | {e / m:.2f} |" for s, j, m, e in rows]
+        m, e = sum(r[2] for r in rows), sum(r[3] for r in rows)
+        lines.append(
+            f"| **all logged jobs** | {len(rows)} | **{m:.0f}** | **{e:.0f}** | {e / m:.2f} |"
+        )
+        if missing:
+            lines += ["", "Planned, not in the job log (no `benchmark:` file): " +
+                      ", ".join(missing) + "."]  # fmt: skip
+        if extra:
+            lines += ["", "In the job log, not planned by this config: " + ", ".join(extra) + "."]
+        parts.append(head + "\n".join(lines) + "\n")
+    return "\n".join(parts)

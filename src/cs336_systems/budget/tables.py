@@ -1,0 +1,90 @@
+"""The presets' budget tables: docs/budgets.md (`python -m cs336_systems.budget --out
+docs/budgets.md`), the estimates of budget/__init__.py per preset and the calibration against
+the reference runs' job logs (budget/measured.py)."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+from pathlib import Path
+
+from cs336_systems.budget import DEVICES, ROOT, Device, Job, check, plan, run_config
+from cs336_systems.budget.measured import calibration_markdown
+from cs336_systems.core.log import configure, get_logger
+from cs336_systems.core.results import atomic_write_text
+
+log = get_logger(__name__)
+
+
+def markdown(preset: str, jobs: list[Job], dev: Device) -> str:
+    total = sum(j.seconds for j in jobs) / dev.parallel
+    by_stage: dict[str, float] = {}
+    for j in jobs:
+        by_stage[j.stage] = by_stage.get(j.stage, 0.0) + j.seconds
+    lines = [
+        f"### preset `{preset}` on {dev.name}: {total / 60:.1f} min estimated, "
+        + (
+            "no budget (the handout's whole grid)"
+            if preset == "full"
+            else f"budget {dev.budget_s / 60:.0f} min"
+        )
+        + (
+            f" ({dev.parallel} jobs at once: the sum over {dev.parallel})"
+            if dev.parallel > 1
+            else ""
+        ),
+        "",
+        "| stage | job | estimate (s) | what it costs |",
+        "|---|---|---:|---|",
+    ]
+    lines += [f"| {j.stage} | {j.job} | {j.seconds:.0f} | {j.how} |" for j in jobs]
+    lines += ["", "| stage | total (s) |", "|---|---:|"]
+    lines += [f"| {s} | {t:.0f} |" for s, t in by_stage.items()]
+    return "\n".join(lines) + "\n"
+
+
+DOC_HEAD = """# Time budgets of the presets
+
+Written by `python -m cs336_systems.budget --out docs/budgets.md` from the config (every job the
+workflow plans, its estimate and what it costs; the model and constants are in
+`src/cs336_systems/budget/`). `tests/test_budget.py` holds the gpu and cpu presets to their
+budgets and fails when this file is stale. Estimates to plan with; the profile probe's contexts
+are the memory model's (core/costs.py step_memory_bytes within 79 GiB), not a measurement.
+
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    from cs336_systems import budget
+
+    ap = argparse.ArgumentParser(
+        description=budget.__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    ap.add_argument("--preset", choices=sorted(DEVICES), action="append")
+    ap.add_argument("--out", help="write the tables here (markdown)")
+    args = ap.parse_args(argv)
+    configure("budget")
+    text, failed = document(args.preset or ["cpu", "gpu", "full"])
+    for line in failed:
+        log.error("%s", line)
+    if args.out:
+        atomic_write_text(args.out, text)
+        log.info("wrote %s", args.out)
+    return 1 if failed else 0
+
+
+def document(presets: list[str], root: Path = ROOT) -> tuple[str, list[str]]:
+    """The budget tables of `presets` and the over-budget verdicts (full has no budget: it is
+    the handout's whole grid)."""
+    parts, failed = [DOC_HEAD], []
+    config = run_config(root)
+    for preset in presets:
+        dev = DEVICES[preset]
+        jobs = plan(config, preset, dev)
+        parts.append(markdown(preset, jobs, dev))
+        why = check(jobs, dev)
+        if why and preset != "full":
+            failed.append(f"preset {preset}: {why}")
+        parts.append("\n")
+    parts.append(calibration_markdown(copy.deepcopy(config)))
+    return "".join(parts).rstrip("\n") + "\n", failed
