@@ -87,9 +87,10 @@ does not separate a constant, the job's own log (`results/<machine>/logs/`) did:
 
 CPU_HEAD = """### Two CPU cores
 
-The `CPU2` constants come from the cpu reference run (`report/reference/cpu/jobs/**/*.tsv`, a
-fresh clone of 7bc8988 on this project's 2-core machine, `snakemake --cores 2 report`: 3 min
-27 s). Two jobs run at once, so a job's time depends on the one beside it; the test holds each
+The `CPU2` constants were fitted on a cpu run from a fresh clone of 7bc8988 on this project's
+2-core machine (`snakemake --cores 2 report`: 3 min 27 s); the table compares them with the
+reference run now in `report/reference/cpu/jobs/**/*.tsv` (a fresh clone of 53f6b71: 3 min
+28 s). Two jobs run at once, so a job's time depends on the one beside it; the test holds each
 job within a factor of 2 and the sum within 15%. The benchmark's cost guard divides by the
 ceilings stage's measured matmul rates (`peak_tflops`: fp32 0.093, bf16 autocast F.linear
 0.0096 TFLOP/s), as the stage does; the steps run at the rates the model reaches (`tflops`).
