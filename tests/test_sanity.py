@@ -157,7 +157,7 @@ def test_benchmark_sentences_leave_suspect_points_out(suspect_run):
 def test_report_lists_suspect_numbers_with_their_reason(suspect_run):
     text = report.render(suspect_run, ["ceilings", "benchmark"])
     section = text.split('<a id="benchmark"></a>')[1]
-    assert "**Suspect numbers.** 2 measured rows" in section
+    assert "**Suspect numbers.** 2 measured rows" in section and "They are shown" in section
     assert "forward+backward slower than the full training step: 50.0 > 35.0" in section
     # the ceilings print by magnitude, not as 0.0
     assert "0.000100 TFLOP/s" in text and "0.0 TFLOP/s" not in text
