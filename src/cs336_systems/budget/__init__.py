@@ -448,7 +448,7 @@ def _ddp(cfg: dict, dev: Device, ed: int = DEFAULT_EDITION) -> list[Job]:
     jobs = _distributed(
         "ddp", lambda c: [(j, c["backend"], [c["world_size"]]) for j in ("variants", "sharding")]
     )(cfg, dev, ed)
-    if cfg["backend"] == "nccl" and 1 <= dev.gpus < cfg["world_size"] and cfg.get("baseline", 1):
+    if cfg["backend"] == "nccl" and 1 <= dev.gpus < cfg["world_size"]:
         size, steps = cfg["size"], cfg["warmup_steps"] + cfg["measure_steps"]
         step = step_s(dev, size, cfg["context_length"], cfg["batch_per_rank"], "train_step",
                       "fp32", ed)  # fmt: skip
