@@ -410,10 +410,14 @@ def test_flash_context(stage_results):
     assert ctx["leaderboard"]["available"] and "16 heads" in ctx["leaderboard"]["config"]
 
 
-def test_kernel_tests_context(stage_results):
+def test_kernel_tests_context(stage_results, tmp_path):
     ctx = kernel_tests_analysis.context(stage_results)
     assert ctx["failed_kernels"] == ["flash_triton"] and ctx["counts"]["failed"] == 1
     assert "wrong answer" in ctx["failures"]
+    # the CSV keeps the CLI's comma-joined files; the sentence lists them with spaces
+    rows = pd.read_csv(stage_results / "kernel_tests.csv").assign(files="a.py,b.py")
+    rows.to_csv(tmp_path / "kernel_tests.csv", index=False)
+    assert kernel_tests_analysis.context(tmp_path)["files"] == "a.py, b.py"
 
 
 def test_plots_and_report_sections(stage_results, tmp_path):

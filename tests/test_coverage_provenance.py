@@ -55,6 +55,16 @@ def test_coverage_verdicts():
     assert "stages=all" in row.loc[10, "what answers it"]
     assert row.loc[23, "status"] == "partly" and "2 GPUs" in row.loc[23, "what answers it"]
     assert row.loc[2, "status"] == "not" and row.loc[2, "stages"] == "–"
+    # nothing measured where the question needs more GPUs than the machine has: the reason
+    # says so first, then which data is missing
+    one = coverage.coverage_table(
+        "2025", declared, {**contexts, "ddp": {"available": True}}, coverage.Machine(1, "h100")
+    ).set_index("Q")
+    assert one.loc[23, "status"] == "not"
+    assert (
+        one.loc[23, "why"] == "needs 2 GPUs (this machine has 1); stage `ddp` has no data for `q23`"
+    )
+    assert "one host with 2 GPUs" in one.loc[23, "what answers it"]
     gpu = coverage.coverage_table("2025", declared, contexts, coverage.Machine(2, "h100-x2"))
     assert gpu.set_index("Q").loc[4, "status"] == "answered"
     assert gpu.set_index("Q").loc[23, "status"] == "answered"

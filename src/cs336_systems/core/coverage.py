@@ -160,6 +160,9 @@ def _verdict(
         )
         how = f"`{REPORT_COMMAND}` on {_machine_for(need)} (the gpu preset)"
     elif need and machine.gpus < need:
+        # nothing to show: say first what the machine lacks, then which data is missing
+        have = "none" if machine.gpus == 0 else str(machine.gpus)
+        why = f"needs {'a GPU' if need == 1 else f'{need} GPUs'} (this machine has {have}); {why}"
         how = f"`{REPORT_COMMAND}` on {_machine_for(need)} (the gpu preset)"
     own = (ctx.get("coverage") or {}).get(q)
     if own and STATUS_ORDER.get(own.get("status"), 0) >= STATUS_ORDER[status]:

@@ -63,7 +63,8 @@ def context(results_dir: Path) -> dict:
         "n_tests": len(df),
         "counts": {o: int((df["outcome"] == o).sum()) for o in OUTCOMES},
         "device_name": first.get("device_name", "?"),
-        "files": first.get("files", ""),
+        # the CSV keeps the comma-joined list the CLI got; a reader gets "a, b"
+        "files": ", ".join(f for f in str(first.get("files") or "").split(",") if f),
         "select": first.get("select", "") if isinstance(first.get("select", ""), str) else "",
         "marker": first.get("marker", "") if isinstance(first.get("marker", ""), str) else "",
         "suite_s": float(first.get("suite_s", float("nan"))),
