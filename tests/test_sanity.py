@@ -268,3 +268,23 @@ def test_a_row_naming_its_own_matmul_path_is_held_to_that_ceiling():
     assert sanity.ceiling_path(out).fillna("").eq("").all()
     wrong = out.assign(peak_path=["autocast_linear", "autocast_linear"])
     assert "the model runs a plain matmul" in sanity.ceiling_path(wrong)[0]
+
+
+def test_results_read_every_float_as_written(tmp_path, monkeypatch):
+    """fp32's 0.01 printed digit by digit (the precision section) needs the exact double back
+    from the CSV: round-trip parsing where pandas (before 3.0) parses approximately."""
+    from cs336_systems.core import results
+
+    path = tmp_path / "precision.csv"
+    pd.DataFrame({"addend_stored": [0.009999999776482582, 0.01000213623046875]}).to_csv(
+        path, index=False
+    )
+    assert list(load(tmp_path, "precision")["addend_stored"]) == [
+        0.009999999776482582,
+        0.01000213623046875,
+    ]
+    seen = {}
+    monkeypatch.setattr(pd, "__version__", "2.2.3")
+    monkeypatch.setattr(pd, "read_csv", lambda p, **kw: seen.update(kw) or pd.DataFrame())
+    results.read_csv(path, usecols=["addend_stored"])
+    assert seen == {"float_precision": "round_trip", "usecols": ["addend_stored"]}

@@ -14,6 +14,7 @@ import pandas as pd  # noqa: E402
 
 from cs336_systems.core import sanity  # noqa: E402
 from cs336_systems.core.log import configure, get_logger  # noqa: E402
+from cs336_systems.core.results import read_csv  # noqa: E402
 
 log = get_logger(__name__)
 
@@ -28,7 +29,7 @@ def load(results_dir: Path, name: str, derive=None) -> pd.DataFrame:
     if not path.exists() or path.stat().st_size == 0:
         return pd.DataFrame()
     try:
-        df = pd.read_csv(path)
+        df = read_csv(path)
     except pd.errors.EmptyDataError:
         return pd.DataFrame()
     if derive is not None and len(df):

@@ -224,10 +224,20 @@ def with_columns_first(rows: Iterable[dict], first: list[str]) -> pd.DataFrame:
     return df[[*lead, *[c for c in df.columns if c not in lead]]]
 
 
+def read_csv(path: str | os.PathLike, **kwargs) -> pd.DataFrame:
+    """A results CSV with every float as written. pandas before 3.0 parses floats with a fast
+    converter that can land a few ULPs off (the H100 reference's report, rendered on the device's
+    pandas, printed fp32's 0.01 as 0.0099999997764825, not 0.009999999776482582): round-trip
+    parsing there; pandas 3 parses exactly and deprecates the option."""
+    if int(pd.__version__.split(".")[0]) < 3:
+        kwargs = {"float_precision": "round_trip", **kwargs}
+    return pd.read_csv(path, **kwargs)
+
+
 def concat_csvs(paths: Iterable[str | os.PathLike], out: str | os.PathLike) -> pd.DataFrame:
     """Concatenate a stage's per-job CSVs into one (the aggregate rule's work), with its
     `sanity` column (core/sanity.py; the CSV's name picks the checks the stages declare)."""
-    frames = [pd.read_csv(p) for p in paths if Path(p).stat().st_size > 0]
+    frames = [read_csv(p) for p in paths if Path(p).stat().st_size > 0]
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return write_csv(sanity.flag(df, Path(out).stem), out)
 
