@@ -158,3 +158,31 @@ def test_latency_bandwidth_fit():
     fit = fit_latency_bandwidth(df).iloc[0]
     assert fit["latency_us"] == pytest.approx(20, rel=1e-6)
     assert fit["bandwidth_gbps"] == pytest.approx(100, rel=1e-6)
+
+
+def test_report_of_a_machine_where_no_point_ran(tmp_path):
+    """Every NCCL point skipped for want of GPUs: the section counts them by kind (each reason
+    is in its table) and its method paragraph has no dangling checked-error clause."""
+    import pandas as pd
+    from fixture_rows import prov, write_results
+
+    from cs336_systems import report
+
+    rows = pd.DataFrame(
+        [
+            {
+                **prov(gpus=1),
+                "backend": "nccl",
+                "buffers": "default",
+                "world_size": n,
+                "size_mb": 1.0,
+                "status": f"skipped: needs {n} GPUs, found 1",
+            }  # fmt: skip
+            for n in (2, 4, 6)
+        ]
+    )
+    results = write_results(tmp_path / "results" / "fixture", allreduce=rows)
+    section = report.render(results, ["allreduce"]).split('<a id="allreduce"></a>', 1)[1]
+    assert "0 of 3 points ran (3 skipped)." in section
+    assert "before any timing. One sample is a few" in section and ". ;" not in section
+    assert "| nccl      | default   |            6 |" in section  # the reasons' table

@@ -288,3 +288,17 @@ def test_results_read_every_float_as_written(tmp_path, monkeypatch):
     monkeypatch.setattr(pd, "read_csv", lambda p, **kw: seen.update(kw) or pd.DataFrame())
     results.read_csv(path, usecols=["addend_stored"])
     assert seen == {"float_precision": "round_trip", "usecols": ["addend_stored"]}
+
+
+def test_status_summary_counts_points_per_kind_ok_first():
+    from cs336_systems.core.analysis import status_summary
+
+    statuses = {
+        "skipped: needs 142 GiB, have 79 GiB": 1,
+        "ok": 4,
+        "skipped: needs 180 GiB, have 79 GiB": 1,
+        "oom": 2,
+        "skipped: needs 157 GiB, have 79 GiB": 1,
+    }
+    assert status_summary(statuses) == "4 ok, 3 skipped, 2 oom"
+    assert status_summary({"error: timeout after 5 s": 2}) == "2 error"

@@ -20,7 +20,7 @@ import jinja2
 import pandas as pd
 
 from cs336_systems.core import coverage, sanity
-from cs336_systems.core.analysis import fmt, md_table, pct, sig
+from cs336_systems.core.analysis import fmt, md_table, pct, sig, status_summary
 from cs336_systems.core.log import configure, get_logger
 from cs336_systems.core.results import ABSENT, PROVENANCE_COLUMNS, atomic_write_text, git_state
 
@@ -321,7 +321,7 @@ def environment(templates: Path = TEMPLATES) -> jinja2.Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
-    env.filters.update(fmt=fmt, pct=pct, sig=sig)
+    env.filters.update(fmt=fmt, pct=pct, sig=sig, status_summary=status_summary)
     env.globals.update(md_table=md_table)
     return env
 

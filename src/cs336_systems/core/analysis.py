@@ -50,6 +50,17 @@ def ok(df: pd.DataFrame, scope: str | None = None) -> pd.DataFrame:
     return r[~sanity.is_suspect(r, scope)]
 
 
+def status_summary(statuses: dict) -> str:
+    """'39 ok, 6 skipped': a section's points per kind of status (the text before ':'), `ok`
+    first; each reason is in the section's table of the points that did not run."""
+    kinds: dict[str, int] = {}
+    for status, n in statuses.items():
+        kind = str(status).split(":", 1)[0].strip()
+        kinds[kind] = kinds.get(kind, 0) + int(n)
+    order = sorted(kinds, key=lambda k: (k != "ok", -kinds[k]))
+    return ", ".join(f"{kinds[k]} {k}" for k in order)
+
+
 def mark_suspect(text: str, suspect: bool) -> str:
     """A table cell of a suspect point: its value with the flag."""
     return f"{text} ⚠ suspect" if suspect else text
