@@ -186,3 +186,20 @@ def test_report_of_a_machine_where_no_point_ran(tmp_path):
     assert "0 of 3 points ran (3 skipped)." in section
     assert "before any timing. One sample is a few" in section and ". ;" not in section
     assert "| nccl      | default   |            6 |" in section  # the reasons' table
+
+
+def test_the_size_sentence_follows_the_curve_and_the_backend():
+    import pandas as pd
+
+    from cs336_systems.stages.allreduce import analysis
+
+    h = pd.DataFrame({"size_mb": [1.0, 10.0, 100.0], "busbw_gbps": [0.81, 1.10, 1.03]})
+    text = analysis._size_sentence("gloo", 2, h, "gloo")
+    assert text.startswith("gloo, 2 processes: bus bandwidth rises from 0.81 GB/s at 1 MB")
+    assert "peaking at 1.10 GB/s at 10 MB" in text
+    assert "host processes copy and add" in text and "link" not in text
+    assert "approach what the links carry" in analysis._size_sentence("nccl", 2, h, "nccl")
+    falling = h.assign(busbw_gbps=[2.0, 1.5, 1.0])
+    text = analysis._size_sentence("gloo", 2, falling, "gloo")
+    assert "bandwidth falls from 2.00 GB/s" in text and "fixed cost" not in text
+    assert "peaking" not in text

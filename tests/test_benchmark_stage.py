@@ -148,7 +148,10 @@ def test_the_report_answers_with_the_three_phases_for_every_size_of_the_edition(
     section = text.split('<a id="benchmark"></a>', 1)[1]
     assert "_Answers the 2026 edition (its rows' `edition`)._" in section
     assert "Forward, backward and optimizer step (2026 edition)" in section
-    assert "(no point ran at context 512: the nearest context)" in section
+    assert (
+        "context 32 is the one nearest the handout's 512, which this run did not measure" in section
+    )
+    assert "(the host clock)" in section and "CUDA events" not in section
     table = section.split("fp32:", 1)[1].split("- fp32:", 1)[0]
     lines = [line for line in table.splitlines() if line.startswith("| ")][1:]
     assert [line.split("|")[1].strip() for line in lines] == [
@@ -251,6 +254,14 @@ def test_speedup_sentence_with_excluded_pairs_closes_its_parenthesis():
     text = _speedup_summary(sp, "bf16 over fp32", n_excluded=6)["sentence"]
     assert text.endswith("(median, range; 6 suspect pairs excluded: see Suspect numbers).")
     assert text.count("(") == text.count(")")
+    assert "0.80–1.50× across 2 points" in text
+    # one point: no median, no range, no "1 points"
+    text = _speedup_summary(sp.head(1), "bf16 over fp32", n_excluded=0)["sentence"]
+    assert text == "bf16 over fp32: 0.80× (one point)."
+    assert _speedup_summary(sp, "x")["losers"].startswith(
+        "It does not pay (speedup below 1) at 1 point of 2: small ctx 512 forward"
+    )
+    assert "at any measured point:" in _speedup_summary(sp.head(1), "x")["losers"]
 
 
 def test_forward_backward_steps_write_fresh_gradients():

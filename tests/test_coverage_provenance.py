@@ -170,6 +170,8 @@ def test_run_wall_time_from_the_job_files(tmp_path):
     # 9.5 of the 11 minutes ran no job (a run resumed in a later session): busy 1.5 min
     assert wall["busy_minutes"] == pytest.approx(1.5, abs=0.01)
     assert "9.5 min with no job running" in wall["source"]
+    # the header states the busy time once, beside the wall time, not again in the source
+    assert "with a job running" not in wall["source"]
     stamps = pd.DataFrame({"timestamp": ["2026-01-01T00:00:00+00:00", "2026-01-01T00:51:00+00:00"]})
     wall = report.run_wall_time(tmp_path / "no-jobs", stamps)
     assert wall["minutes"] == pytest.approx(51.0) and "row timestamp" in wall["source"]

@@ -264,6 +264,9 @@ def test_memory_analysis_on_cpu(cpu_run, tmp_path):
     assert (flags == "").all(), list(flags)  # a flagged row drops out of the sentences below
     s = analysis.context(tmp_path)
     assert not s["cuda"] and "0.00%" in s["activation_sentence"]
+    d_model = rows["analytic_residual_stream_mb"].iloc[0] * 2**20 / (2 * 16 * 4)
+    assert f"= {round(2 * 16 * d_model * 4):,} bytes, " in s["residual_sentence"]
+    assert s["residual_sentence"].endswith("MiB (MiB = 2^20 bytes).")
     assert "activation memory saved for backward" in s["precision_sentence"]
     text = render(tmp_path, ["memory"])
     assert "Q17." in text and "Skipped: CUDA memory snapshots need a CUDA device" in text

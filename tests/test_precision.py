@@ -116,4 +116,4 @@ def test_precision_memory_ratio_ignores_checkpointed_memory_rows(tmp_path):
                          "peak_allocated_mb": base * scale})  # fmt: skip
     pd.DataFrame(rows).to_csv(tmp_path / "memory.csv", index=False)
     s = analysis._speed_and_memory(tmp_path)
-    assert "0.60× the fp32 value (median over 1 points" in s["memory_sentence"]
+    assert "0.60× the fp32 value (one point; see the Memory section)" in s["memory_sentence"]

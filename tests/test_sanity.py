@@ -302,3 +302,14 @@ def test_status_summary_counts_points_per_kind_ok_first():
     }
     assert status_summary(statuses) == "4 ok, 3 skipped, 2 oom"
     assert status_summary({"error: timeout after 5 s": 2}) == "2 error"
+
+
+def test_the_copy_ceiling_is_named_for_the_machine(tmp_path):
+    from cs336_systems.stages.ceilings import analysis as ceilings_analysis
+
+    cpu = write_results(tmp_path / "cpu", ceilings=ceilings_rows())
+    gpu = write_results(tmp_path / "gpu", ceilings=ceilings_rows(machine_kw={"gpus": 1}))
+    assert ceilings_analysis.context(cpu)["copy_what"] == "copy within host memory"
+    assert ceilings_analysis.context(gpu)["copy_what"] == "device-to-device copy"
+    text = report.render(cpu, ["ceilings"])
+    assert "device-to-device" not in text and "copy within host memory of" in text

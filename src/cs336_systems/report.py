@@ -195,8 +195,7 @@ def run_wall_time(results_dir: Path, prov: pd.DataFrame) -> dict:
             "end": dt.datetime.fromtimestamp(end, dt.UTC).isoformat(timespec="seconds"),
             "source": (
                 f"first job start to last job end, from Snakemake's per-job benchmark files "
-                f"({len(starts)} timed jobs, {job_s / 60:.1f} min of job time, "
-                f"{busy / 60:.1f} min with a job running{paused})"
+                f"({len(starts)} timed jobs, {job_s / 60:.1f} min of job time{paused})"
             ),
         }
     stamps = (

@@ -50,6 +50,11 @@ def ok(df: pd.DataFrame, scope: str | None = None) -> pd.DataFrame:
     return r[~sanity.is_suspect(r, scope)]
 
 
+def plural(n: int, noun: str) -> str:
+    """'1 point', '3 points' (`noun` singular; an s is added unless n is 1)."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def status_summary(statuses: dict) -> str:
     """'39 ok, 6 skipped': a section's points per kind of status (the text before ':'), `ok`
     first; each reason is in the section's table of the points that did not run."""

@@ -52,6 +52,29 @@ def pivot(df: pd.DataFrame, backend: str, buffers: str = "default") -> str:
     return md_table(t)
 
 
+def _size_sentence(label: str, n: int, h: pd.DataFrame, backend: str) -> str:
+    """How bus bandwidth moves from the smallest message to the largest (sorted `h`), naming a
+    peak in between; the why only where it rises, and the bound by backend: NCCL's links, gloo's
+    host processes copying and adding the data."""
+    lo, hi, top = h.iloc[0], h.iloc[-1], h.loc[h["busbw_gbps"].idxmax()]
+    verb = "rises" if hi.busbw_gbps > lo.busbw_gbps else "falls"
+    text = (
+        f"{label}, {n} processes: bus bandwidth {verb} from {fmt(lo.busbw_gbps)} GB/s at "
+        f"{_size_label(lo.size_mb)} to {fmt(hi.busbw_gbps)} GB/s at {_size_label(hi.size_mb)} "
+        f"({fmt(hi.busbw_gbps / lo.busbw_gbps, 1)}x)"
+    )
+    if top.size_mb not in (lo.size_mb, hi.size_mb):
+        text += f", peaking at {fmt(top.busbw_gbps)} GB/s at {_size_label(top.size_mb)}"
+    if verb == "falls":
+        return text + "."
+    bound = (
+        "large ones approach what the links carry"
+        if backend == "nccl"
+        else "large ones are bound by how fast the host processes copy and add the data"
+    )
+    return text + f": small messages pay the fixed cost of each call, {bound}."
+
+
 def _sentences(d: pd.DataFrame) -> list[str]:
     out = []
     for (backend, buffers), g in d.groupby(["backend", "buffers"]):
@@ -60,13 +83,7 @@ def _sentences(d: pd.DataFrame) -> list[str]:
             h = h.sort_values("size_mb")
             if len(h) < 2:
                 continue
-            lo, hi = h.iloc[0], h.iloc[-1]
-            out.append(
-                f"{label}, {n} processes: bus bandwidth rises from {fmt(lo.busbw_gbps)} GB/s at "
-                f"{_size_label(lo.size_mb)} to {fmt(hi.busbw_gbps)} GB/s at "
-                f"{_size_label(hi.size_mb)} ({fmt(hi.busbw_gbps / lo.busbw_gbps, 1)}x): small "
-                f"messages pay the fixed cost of each call, large ones run at link bandwidth."
-            )
+            out.append(_size_sentence(label, n, h, backend))
         sizes = sorted(set.intersection(*(set(h["size_mb"]) for _, h in g.groupby("world_size"))))
         if g["world_size"].nunique() > 1 and sizes:
             big = g[g["size_mb"] == sizes[-1]].sort_values("world_size")

@@ -355,9 +355,14 @@ def whole_model_compile(results_dir: Path) -> dict:
     table = pd.DataFrame({"eager ms": eager.loc[both], "compiled ms": comp.loc[both]}).reset_index()
     table["speedup"] = table["eager ms"] / table["compiled ms"]
     sentence = (
-        f"On the whole model (benchmark stage), compiling speeds a step by "
-        f"{table['speedup'].median():.2f}× (median over {len(table)} points, "
-        f"{table['speedup'].min():.2f}–{table['speedup'].max():.2f}×)."
+        f"On the whole model (benchmark stage), compiling speeds it up by "
+        f"{table['speedup'].median():.2f}× "
+        + (
+            f"(median over {len(table)} points, "
+            f"{table['speedup'].min():.2f}–{table['speedup'].max():.2f}×)."
+            if len(table) > 1
+            else f"(one point: {table['mode'].iloc[0] if 'mode' in table else 'one mode'})."
+        )
     )
     table["speedup"] = table["speedup"].map(lambda v: f"{v:.2f}×")
     return {"available": True, "table": md_table(table), "sentence": sentence}
@@ -405,9 +410,14 @@ def _bwd_fwd_sentence(df: pd.DataFrame) -> str:
         return ""
     ratio = ok["bwd_ms_mean"] / ok["fwd_ms_mean"]
     return (
-        f"Backward takes {ratio.median():.2f}× the forward time (median over {len(ok)} eager points, "
-        f"{ratio.min():.2f}–{ratio.max():.2f}×): it runs twice the matmul work (dQ, dK from dS; dV, "
-        f"dP from dO) and reads P besides writing two (n x n) buffers."
+        f"Backward takes {ratio.median():.2f}× the forward time "
+        + (
+            f"(median over {len(ok)} eager points, {ratio.min():.2f}–{ratio.max():.2f}×)"
+            if len(ok) > 1
+            else "(one eager point)"
+        )
+        + ": it runs twice the matmul work (dQ, dK from dS; dV, "
+        "dP from dO) and reads P besides writing two (n x n) buffers."
     )
 
 

@@ -23,6 +23,7 @@ from cs336_systems.core.analysis import (
     ordered_sizes,
     pct,
     plot_main,
+    plural,
     ran,
     save,
     sig,
@@ -99,6 +100,9 @@ def phase_summary(df: pd.DataFrame, d: pd.DataFrame) -> dict:
     names = size_names(editions[0]) if len(editions) == 1 else sorted(set(df["size"]))
     t = _eager_naive(d[(d["mode"] == "train_step") & (d["context_length"] == ctx)])
     out = {"context": ctx, "edition": editions[0] if len(editions) == 1 else None, "tables": {}}
+    # core/harness.py StepClock: CUDA events on a GPU, the host clock on a CPU
+    cuda = "device" in t_all and (t_all["device"].astype(str) == "cuda").any()
+    out["clock"] = "CUDA events on the device" if cuda else "the host clock"
     out["sentences"] = []
     for prec in [p for p in ("fp32", "bf16") if p in set(t_all["precision"])]:
         rows = []
@@ -338,7 +342,13 @@ def _spread(values: pd.Series, show) -> str:
 
 
 def _range_sentence(values: pd.Series, what: str) -> str:
-    return f"{values.median():.2f}× ({values.min():.2f}–{values.max():.2f}× across {len(values)} {what})"
+    """'1.20× (0.94–1.70× across 3 points)'; one value: '1.41× (one point)' (`what` singular)."""
+    if len(values) == 1:
+        return f"{values.iloc[0]:.2f}× (one {what})"
+    return (
+        f"{values.median():.2f}× ({values.min():.2f}–{values.max():.2f}× across "
+        f"{plural(len(values), what)})"
+    )
 
 
 def context(results_dir: Path) -> dict:
@@ -380,7 +390,7 @@ def context(results_dir: Path) -> dict:
     s["bwd"] = {}
     for prec, g in r.groupby("precision"):
         n_out = int((dropped["precision"] == prec).sum()) - len(g)
-        s["bwd"][prec] = _range_sentence(g["ratio"], "size/context points") + sanity.excluded(n_out)
+        s["bwd"][prec] = _range_sentence(g["ratio"], "size/context point") + sanity.excluded(n_out)
     if len(r) > 1:
         hi = r.loc[r["ratio"].idxmax()]
         lo = r.loc[r["ratio"].idxmin()]
@@ -488,10 +498,13 @@ def _speedup_summary(sp: pd.DataFrame, what: str, n_excluded: int = 0) -> dict:
     t = t.reindex([x for x in SIZE_ORDER if x in t.index])
     t.columns = [MODE_LABEL.get(c, c) for c in t.columns]
     out["table"] = md_table(t.reset_index())
+    excluded = sanity.excluded(n_excluded, "pair")
     out["sentence"] = (
-        f"{what}: {_range_sentence(sp['speedup'], 'points')} (median, range"
-        + sanity.excluded(n_excluded, "pair").replace(" (", "; ", 1).removesuffix(")")
+        f"{what}: {_range_sentence(sp['speedup'], 'point')} (median, range"
+        + excluded.replace(" (", "; ", 1).removesuffix(")")
         + ")."
+        if len(sp) > 1
+        else f"{what}: {_range_sentence(sp['speedup'], 'point')}{excluded}."
     )
     losers = sp[sp["speedup"] < 1.0]
     if len(losers):
@@ -506,7 +519,12 @@ def _speedup_summary(sp: pd.DataFrame, what: str, n_excluded: int = 0) -> dict:
             )
             for _, r in sort_sizes(losers).head(8).iterrows()
         )
-        out["losers"] = f"It does not pay (speedup below 1) at {len(losers)} point(s): {items}."
+        where = (
+            "any measured point"
+            if len(losers) == len(sp)
+            else f"{plural(len(losers), 'point')} of {len(sp)}"
+        )
+        out["losers"] = f"It does not pay (speedup below 1) at {where}: {items}."
     else:
         out["losers"] = "It pays at every measured point."
     return out

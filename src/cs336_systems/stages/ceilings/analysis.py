@@ -31,9 +31,19 @@ def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
     return []
 
 
-def _what(r) -> str:
+def _on_gpu(df: pd.DataFrame) -> bool:
+    """The rows were measured on a CUDA device (provenance `gpu_count`; a CPU run's is 0)."""
+    counts = pd.to_numeric(df.get("gpu_count", pd.Series(dtype=float)), errors="coerce")
+    return bool((counts > 0).any())
+
+
+def _copy_what(gpu: bool) -> str:
+    return "device-to-device copy" if gpu else "copy within host memory"
+
+
+def _what(r, gpu: bool = True) -> str:
     if r["kind"] == "copy":
-        return f"device-to-device copy of {r['size'] / 2**20:,.0f} MiB (fp32)"
+        return f"{_copy_what(gpu)} of {r['size'] / 2**20:,.0f} MiB (fp32)"
     path = r.get("path") if isinstance(r.get("path"), str) else "matmul"
     how = "a @ b" if path == "matmul" else PATH_LABEL.get(path, path)
     return f"{int(r['size'])}² matmul, {r['dtype']}: {how}"
@@ -65,7 +75,7 @@ def context(results_dir: Path) -> dict:
             rates.append(f"{sig(r['gbps'])} GB/s")
     table = pd.DataFrame(
         {
-            "what": [_what(r) for _, r in df.iterrows()],
+            "what": [_what(r, _on_gpu(df)) for _, r in df.iterrows()],
             "median ms": [sig(x) for x in df["ms_median"]],
             "rate": rates,
             "used for": [_used_for(r) for _, r in df.iterrows()],
@@ -75,6 +85,7 @@ def context(results_dir: Path) -> dict:
     has_path = "path" in df and (df["path"] == "autocast_linear").any()
     return {
         "available": True,
+        "copy_what": _copy_what(_on_gpu(df)),
         "table": md_table(table),
         "peaks": peaks(results_dir),
         "model_path": has_path,

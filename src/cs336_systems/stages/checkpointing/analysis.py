@@ -10,7 +10,16 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from cs336_systems.core import checkpointing, costs
-from cs336_systems.core.analysis import empty_figure, fmt, load, md_table, ok, plot_main, save
+from cs336_systems.core.analysis import (
+    empty_figure,
+    fmt,
+    load,
+    md_table,
+    ok,
+    plot_main,
+    plural,
+    save,
+)
 
 MiB = 2**20
 GiB_PER_MiB = 1 / 1024
@@ -159,10 +168,10 @@ def accounting_context(acc: pd.DataFrame) -> dict:
             name = "One RMSNorm" if mod == "rmsnorm" else "One TransformerBlock"
             out["sentences"].append(
                 f"{name} saves {fmt(e['activations MiB'])} MiB of activations eager "
-                f"({int(e['activation saves'])} saves, {fmt(e['sum of every save MiB'])} MiB "
+                f"({plural(int(e['activation saves']), 'save')}, {fmt(e['sum of every save MiB'])} MiB "
                 f"if every save is counted as the handout's hook does) besides its "
                 f"{fmt(e['input MiB'])} MiB input; compiled, {fmt(c['activations MiB'])} MiB "
-                f"({int(c['activation saves'])} saves): fusion removes "
+                f"({plural(int(c['activation saves']), 'save')}): fusion removes "
                 f"{fmt(e['activations MiB'] - c['activations MiB'])} MiB "
                 f"({(1 - c['activations MiB'] / e['activations MiB']):.0%})."
             )

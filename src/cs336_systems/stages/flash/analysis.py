@@ -289,7 +289,11 @@ def speedup_sentences(df: pd.DataFrame) -> list[str]:
             )
         out.append(
             f"{dt}: our Triton kernel is {summary} {IMPL_LABELS.get(impl, impl)} on forward+backward "
-            f"(median over {len(g)} points; their time / ours from {lo:.3g} to {hi:.3g}){tail}."
+            + (
+                f"(median over {len(g)} points; their time / ours from {lo:.3g} to {hi:.3g}){tail}."
+                if len(g) > 1
+                else f"(one point: d={int(g['d_head'].iloc[0])}, n={int(g['seq_len'].iloc[0])})."
+            )
         )
     return out
 
@@ -483,6 +487,13 @@ def context(results_dir: Path) -> dict:
             "status": "partly",
             "why": "our Triton kernel ran in Triton's CPU interpreter: its times measure the "
             "interpreter",
+            "how": "`snakemake --cores 1 report` on a CUDA GPU (the gpu preset)",
+        }
+    if "leaderboard" not in grids:
+        coverage[21] = {
+            "status": "not",
+            "why": f"the `{first.get('preset', '?')}` preset has no `flash.leaderboard` block "
+            "(config/stages/flash.yaml)",
             "how": "`snakemake --cores 1 report` on a CUDA GPU (the gpu preset)",
         }
     return {

@@ -17,6 +17,7 @@ from cs336_systems.core.analysis import (
     ok,
     plot_main,
     save,
+    sig,
     sort_sizes,
 )
 from cs336_systems.stages.memory import report2026
@@ -358,10 +359,11 @@ def context(results_dir: Path) -> dict:
     ]
     s["residual_table"] = md_table(rs, 2)
     r0 = rs.iloc[0]
+    mib = float(r0["analytic_residual_stream_mb"])
     s["residual_sentence"] = (
         f"One residual-stream activation of {r0['size']} (batch {s['batch_size']} × context "
-        f"{r0['context_length']} × d_model, fp32) is {r0['analytic_residual_stream_mb']:.2f} MB "
-        "(2^20 bytes): batch·context·d_model·4 bytes."
+        f"{r0['context_length']} × d_model, fp32) is batch·context·d_model·4 = "
+        f"{round(mib * MiB):,} bytes, {sig(mib)} MiB (MiB = 2^20 bytes)."
     )
     cmp = d[
         [

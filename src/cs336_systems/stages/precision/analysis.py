@@ -343,8 +343,9 @@ def _speed_and_memory(results_dir: Path) -> dict:
                 else "activation memory saved for backward (no allocator statistics on a CPU)"
             )
             s["memory_sentence"] = (
-                f"bf16 autocast {what} is {ratio.median():.2f}× the fp32 value (median over "
-                f"{len(ratio)} points; see the Memory section)."
+                f"bf16 autocast {what} is {ratio.median():.2f}× the fp32 value ("
+                + (f"median over {len(ratio)} points" if len(ratio) > 1 else "one point")
+                + "; see the Memory section)."
             )
     return s
 
