@@ -139,7 +139,49 @@ def test_peak_tflops_reads_the_bf16_matmul_row(tmp_path):
         ]
     ).to_csv(path, index=False)
     assert peak_tflops(str(path)) == 700.0
+    assert peak_tflops(str(path), "autocast_linear") == 650.0
     assert peak_tflops(str(tmp_path / "absent.csv")) != peak_tflops(str(tmp_path / "absent.csv"))
+
+
+def test_mfu_is_against_the_peak_of_each_variants_matmul_path(tmp_path):
+    """The plain model (fp32 weights, bf16 autocast) against autocast F.linear's peak; the
+    engine against the plain bf16 matmul's only where it keeps bf16 working weights (one CUDA
+    device), as engine/step.py resolve_master_weights decides; rows from before the path was
+    recorded get it inferred."""
+    import pandas as pd
+    import torch
+
+    from cs336_systems.engine.step import EngineOptions, resolve_master_weights
+    from cs336_systems.stages.leaderboard.measure import matmul_path, with_path_mfu
+
+    for dev, world in [("cuda", 1), ("cuda", 2), ("cpu", 1), ("cpu", 2)]:
+        master = resolve_master_weights(EngineOptions(precision="bf16"), torch.device(dev), world)
+        assert (matmul_path("engine", dev, world) == "matmul") == master
+        assert matmul_path("plain", dev, world) == "autocast_linear"
+    ceilings = tmp_path / "ceilings.csv"
+    pd.DataFrame(
+        [
+            {"kind": "matmul", "dtype": "bf16", "path": "matmul", "status": "ok", "tflops": 800.0},
+            {
+                "kind": "matmul",
+                "dtype": "bf16",
+                "path": "autocast_linear",
+                "status": "ok",
+                "tflops": 600.0,
+            },
+        ]  # fmt: skip
+    ).to_csv(ceilings, index=False)
+    rows = pd.DataFrame(
+        [
+            {"variant": "engine", "backend": "nccl", "world_size": 1, "tflops": 400.0},
+            {"variant": "plain", "backend": "nccl", "world_size": 1, "tflops": 300.0},
+            {"variant": "engine", "backend": "gloo", "world_size": 2, "tflops": 0.6},
+        ]
+    )
+    out = with_path_mfu(rows, ceilings)
+    assert list(out["matmul_path"]) == ["matmul", "autocast_linear", "autocast_linear"]
+    assert list(out["mfu"]) == [0.5, 0.5, 0.6 / 1200]
+    assert list(out["peak_tflops"]) == [800.0, 600.0, 1200.0]
 
 
 def test_profiled_step_parts_count_each_piece_once_and_find_the_loss():
@@ -209,3 +251,27 @@ def test_gpu_paths_count_kernels_once_with_the_unattributed_rest_as_other():
     assert parts["loss"] == pytest.approx(0.3) and parts["matmul"] == pytest.approx(0.2)
     assert parts["other"] == pytest.approx(0.1)
     assert sum(parts.values()) == pytest.approx(0.6)
+
+
+def test_the_section_of_a_gloo_run_names_its_clock_and_path_peaks(tmp_path):
+    """The CPU reference's rows (gloo, two ranks, fp32 weights under autocast for both
+    variants): MFU against autocast F.linear's peak, and no do_bench claim without CUDA."""
+    import shutil
+
+    import pandas as pd
+    from pipeline_utils import ROOT
+
+    from cs336_systems import report
+    from cs336_systems.stages.leaderboard import analysis
+
+    ref = ROOT / "report" / "reference" / "cpu" / "csv"
+    for name in ("leaderboard", "ceilings"):
+        shutil.copy(ref / f"{name}.csv", tmp_path / f"{name}.csv")
+    ceil = pd.read_csv(tmp_path / "ceilings.csv")
+    autocast = ceil.loc[ceil["path"] == "autocast_linear", "tflops"].iloc[0]
+    rows = analysis._load(tmp_path)
+    engine = rows[rows["variant"] == "engine"].iloc[0]
+    assert engine["matmul_path"] == "autocast_linear"
+    assert engine["mfu"] == engine["tflops"] / (2 * autocast)
+    text = " ".join(report.render(tmp_path, ["leaderboard"]).split())
+    assert "which needs CUDA: this run timed its steps on the host clock" in text

@@ -34,8 +34,10 @@ VARIANTS = ("engine", "plain")
 DIMS = ("vocab", "d_model", "d_ff", "num_layers", "num_heads", "context_length", "batch")
 
 
-def peak_tflops(path: str) -> float:
-    """The ceilings stage's measured bf16 matmul TFLOP/s (its `matmul` row), NaN if absent."""
+def peak_tflops(path: str, matmul_path: str = "matmul") -> float:
+    """The ceilings stage's measured bf16 TFLOP/s through `matmul_path` (`matmul`: bf16
+    weights, a plain bf16 matmul; `autocast_linear`: fp32 weights under bf16 autocast), NaN if
+    absent."""
     if not path or not Path(path).exists():
         return math.nan
     import pandas as pd
@@ -43,8 +45,40 @@ def peak_tflops(path: str) -> float:
     df = pd.read_csv(path)
     ok = df[(df.get("kind") == "matmul") & (df.get("dtype") == "bf16") & (df["status"] == "ok")]
     if "path" in ok:
-        ok = ok[ok["path"] == "matmul"]
+        ok = ok[ok["path"] == matmul_path]
     return float(ok["tflops"].max()) if len(ok) else math.nan
+
+
+def matmul_path(variant: str, device_type: str, world_size: int) -> str:
+    """The path a variant's matmuls take: the engine keeps bf16 working weights (a plain bf16
+    matmul) where engine/step.py resolve_master_weights turns master weights on by default (bf16
+    on one CUDA device; tests/test_leaderboard.py holds the two rules together); else both
+    variants run fp32 weights under bf16 autocast."""
+    engine_bf16 = variant == "engine" and device_type == "cuda" and world_size == 1
+    return "matmul" if engine_bf16 else "autocast_linear"
+
+
+def with_path_mfu(df, ceilings_csv: str | Path):
+    """`df`'s rows with `matmul_path` (inferred for rows written before it was recorded),
+    `peak_tflops_per_gpu`, `peak_tflops` (every rank's) and `mfu` against the ceilings' peak of
+    that path."""
+    if "tflops" not in df or len(df) == 0:
+        return df
+    df = df.copy()
+    given = df["matmul_path"] if "matmul_path" in df else None
+    df["matmul_path"] = [
+        g if isinstance(g, str) and g else
+        matmul_path(v, "cuda" if b == "nccl" else "cpu", int(w))
+        for g, v, b, w in zip(
+            given if given is not None else [None] * len(df),
+            df["variant"], df["backend"], df["world_size"], strict=True,
+        )
+    ]  # fmt: skip
+    peaks = {p: peak_tflops(str(ceilings_csv), p) for p in set(df["matmul_path"])}
+    df["peak_tflops_per_gpu"] = df["matmul_path"].map(peaks)
+    df["peak_tflops"] = df["peak_tflops_per_gpu"] * df["world_size"]
+    df["mfu"] = df["tflops"] / df["peak_tflops"].where(df["peak_tflops"] > 0)
+    return df
 
 
 def _profile(step, device) -> dict[str, float]:
@@ -205,15 +239,14 @@ def measure(variant: str, dims: dict, layers: int, args, ctx) -> dict:
     flops = train_step_flops(
         dims["vocab"], dims["d_model"], layers, dims["d_ff"], dims["batch"], dims["context_length"]
     )
-    peak = args.peak_tflops * ctx.world_size
     row = {
         "checkpointing": strategy,
+        "matmul_path": matmul_path(variant, ctx.device.type, ctx.world_size),
         "step_ms_median": ms,
         "step_ms_min": min(times),
         "tokens_per_s": dims["batch"] * dims["context_length"] / (ms / 1e3),
         "step_pflop": flops / 1e15,
         "tflops": flops / (ms / 1e3) / 1e12,
-        "mfu": flops / (ms / 1e3) / 1e12 / peak if peak > 0 else math.nan,
         "setup_s": setup_s,
         "benchmark_s": benchmark_seconds(setup_s, ms),
         "fits_10_min": fits_budget(setup_s, ms),
@@ -311,19 +344,15 @@ def run(args, argv: list[str] | None = None) -> list[dict]:
             log.warning("%s; the command that runs it: %s", reason, this_command(argv))
         for row in got:
             row.update(
-                {
-                    "world_size": world,
-                    "backend": args.backend,
-                    "peak_tflops_per_gpu": args.peak_tflops,
-                    # MFU's denominator: every rank's GPU
-                    "peak_tflops": args.peak_tflops * world,
-                    "command": this_command(argv),
-                }
+                {"world_size": world, "backend": args.backend, "command": this_command(argv)}
             )
             for k in DIMS:
                 row.setdefault(k, getattr(args, k))
         rows += got
-    return rows
+    import pandas as pd
+
+    # MFU's denominator: every rank's GPU at the measured peak of the variant's matmul path
+    return with_path_mfu(pd.DataFrame(rows), args.peak_csv).to_dict("records")
 
 
 def _names(text: str) -> list[str]:
