@@ -273,3 +273,106 @@ def test_ddp_benchmark_end_to_end(tmp_path):
         assert r["fwd_bwd_ms_mean"] + r["comm_ms_mean"] + r["opt_ms_mean"] <= r["step_ms_mean"]
     assert rows[("bucketed", 1.0)]["num_buckets"] > 1
     assert (tmp_path / "ddp_naive_rank0.json").exists()
+
+
+# ------------------------------------------------------------- report: suspect rows are shown
+
+
+def _ddp_rows():
+    """A CPU run's ddp.csv: every run ran; the bucketed 10 MB run is the fastest but its sync
+    time's std is above its mean (generic check std_above_mean flags it on load)."""
+    import pandas as pd
+    from fixture_rows import prov
+
+    common = {
+        **prov(),
+        "backend": "gloo",
+        "device": "cpu",
+        "world_size": 2,
+        "size": "tiny",
+        "params": 3_000_000,
+        "context_length": 64,
+        "batch_per_rank": 4,
+        "status": "ok",
+        "warmup_steps": 1,
+        "measure_steps": 3,
+        "num_grad_tensors": 21,
+        "grad_mb": 11.77,
+        "mem_init_peak_mb": float("nan"),
+        "mem_before_step_peak_mb": float("nan"),
+        "mem_after_step_peak_mb": float("nan"),
+        "params_mb": 11.77,
+        "grads_mb": 11.77,
+    }
+    # variant, bucket MB, buckets, step, fwd+bwd, comm mean, comm std, optimizer
+    runs = [
+        ("baseline", None, None, 90.0, 70.0, 0.01, 0.001, 20.0),
+        ("naive", None, None, 200.0, 80.0, 100.0, 10.0, 20.0),
+        ("flat", None, None, 150.0, 88.0, 40.0, 5.0, 20.0),
+        ("overlap", None, None, 140.0, 110.0, 8.0, 2.0, 20.0),
+        ("bucketed", 1.0, 5, 155.0, 90.0, 36.0, 4.0, 25.0),
+        ("bucketed", 10.0, 2, 120.0, 80.0, 40.0, 45.0, 20.0),
+    ]
+    rows = [
+        {
+            **common,
+            "kind": "variants",
+            "variant": v,
+            "bucket_size_mb": b,
+            "num_buckets": n,
+            "step_ms_mean": step,
+            "step_ms_std": 5.0,
+            "fwd_bwd_ms_mean": fb,
+            "comm_ms_mean": comm,
+            "comm_ms_std": comm_std,
+            "opt_ms_mean": opt,
+            "comm_share": comm / step,
+        }
+        for v, b, n, step, fb, comm, comm_std, opt in runs
+    ]
+    rows += [
+        {
+            **common,
+            "kind": "sharding",
+            "variant": v,
+            "step_ms_mean": 160.0,
+            "step_ms_std": 8.0,
+            "fwd_bwd_ms_mean": 100.0,
+            "comm_ms_mean": 20.0,
+            "comm_ms_std": 5.0,
+            "opt_ms_mean": 30.0,
+            "comm_share": 0.1,
+            "optimizer_state_mb": state,
+        }
+        for v, state in (("unsharded", 23.54), ("sharded", 13.77))
+    ]
+    return pd.DataFrame(rows)
+
+
+def test_report_shows_suspect_ddp_runs_marked_and_keeps_them_out_of_sentences(tmp_path):
+    from fixture_rows import write_results
+
+    from cs336_systems import report
+    from cs336_systems.stages.ddp import analysis
+
+    results = write_results(tmp_path / "results" / "fixture-cpu", ddp=_ddp_rows())
+    ctx = analysis.context(results)
+    assert (ctx["n_ok"], ctx["n_points"], ctx["failed_table"]) == (8, 8, "")
+    row = next(x for x in ctx["variant_table"].splitlines() if "bucketed 10 MB" in x)
+    assert "120 ± 5.00 ⚠ suspect" in row
+    cells = [[c.strip() for c in x.split("|")[1:-1]] for x in ctx["bucket_table"].splitlines()]
+    assert ["10", "2", "120 ⚠ suspect"] in [c[:3] for c in cells]
+    # the sentence rests on the runs that passed: 1 MB, not the faster suspect 10 MB
+    assert ctx["best_bucket"].startswith(
+        "The fastest measured bucket size (1 suspect point excluded: see Suspect numbers) is "
+        "1.00 MB (155 ms per step"
+    )
+    section = report.render(results, ["ddp"]).split('<a id="ddp"></a>', 1)[1]
+    section = section.split("<a id=", 1)[0]
+    assert "8 of 8 runs succeeded." in section
+    assert "Runs that did not succeed" not in section and "_(no rows)_" not in section
+    assert "marked ⚠ where a table lists it" in section
+    # a CPU/gloo run: no GPU wording, no conclusion about peaks it did not measure
+    assert "Peak memory is not measured without CUDA" in section
+    assert "CUDA allocator's maximum" not in section and "does not change" not in section
+    assert "communication kernels" not in section

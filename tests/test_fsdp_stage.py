@@ -75,3 +75,89 @@ def test_stage_runs_and_answers_both_questions(tmp_path):
     ctx = analysis.context(tmp_path)
     assert "expected saving" in ctx["q32"] and "By phase: forward" in ctx["q33"]
     assert ctx["analytic_table"] and ctx["memory_table"] and ctx["time_table"]
+
+
+def _fsdp_rows():
+    """A CPU run's fsdp.csv: every run ran; DDP's sync time has a std above its mean (generic
+    check std_above_mean flags it on load)."""
+    import pandas as pd
+    from fixture_rows import prov
+
+    nan = float("nan")
+    common = {
+        **prov(),
+        "backend": "gloo",
+        "device": "cpu",
+        "world_size": 2,
+        "size": "tiny",
+        "params": 3_084_928,
+        "d_model": 128,
+        "d_ff": 512,
+        "num_layers": 2,
+        "context_length": 32,
+        "batch_per_rank": 2,
+        "status": "ok",
+        "warmup_steps": 1,
+        "measure_steps": 2,
+        "sharded_params": 3_084_288,
+        "replicated_params": 640,
+        "step_ms_std": 5.0,
+        "fwd_ms_mean": 20.0,
+        "bwd_ms_mean": 40.0,
+        "opt_ms_mean": 10.0,
+        "mem_step_peak_mb": nan,
+    }
+    # variant, step, comm mean, comm std, params/grads MB, optimizer state MB, gathered MB
+    runs = [
+        ("ddp", 90.0, 40.0, 60.0, 11.77, 23.54, 0.0),
+        ("sharded_optimizer", 130.0, 26.0, 5.0, 11.77, 13.77, 0.0),
+        ("fsdp", 150.0, 10.0, 2.0, 5.89, 11.77, 5.13),
+        ("fsdp_bf16", 360.0, 6.0, 1.0, 5.89, 11.77, 2.57),
+    ]
+    rows = []
+    for v, step, comm, comm_std, pg, state, gathered in runs:
+        fsdp = v.startswith("fsdp")
+        rows.append(
+            {
+                **common,
+                "variant": v,
+                "step_ms_mean": step,
+                "comm_ms_mean": comm,
+                "comm_ms_std": comm_std,
+                "params_mb": pg,
+                "grads_mb": pg,
+                "optimizer_state_mb": state,
+                "held_mb": 2 * pg + state,
+                "gathered_peak_mb": gathered,
+                "all_gather_into_tensor_calls": 31 if fsdp else 0,
+                "all_gather_into_tensor_mb": 18.65 / (2 if v == "fsdp_bf16" else 1) * fsdp,
+                "prof_all_gather_ms": 75.0 if fsdp else nan,
+                "prof_all_gather_overlapped_ms": 6.0 if fsdp else nan,
+                "prof_all_gather_overlap_share": 0.08 if fsdp else nan,
+                "gather_wait_ms_mean": 50.0 if fsdp else nan,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def test_report_shows_the_suspect_run_marked_and_keeps_it_out_of_sentences(tmp_path):
+    from fixture_rows import write_results
+
+    from cs336_systems import report
+
+    results = write_results(tmp_path / "results" / "fixture-cpu", fsdp=_fsdp_rows())
+    ctx = analysis.context(results)
+    assert (ctx["n_ok"], ctx["n_points"], ctx["failed_table"]) == (4, 4, "")
+    row = next(x for x in ctx["time_table"].splitlines() if x.startswith("| DDP  "))
+    assert "90.00 ± 5.00 ⚠ suspect" in row
+    assert "DDP ⚠ suspect" in ctx["memory_table"].splitlines()[0]
+    assert "| DDP ⚠ suspect" in ctx["analytic_table"]
+    # Q33 compares FSDP with DDP only on a DDP run that passed the checks, and says so
+    assert "Against DDP" not in ctx["q33"]
+    assert ctx["q33"].endswith(
+        "Left out of this answer: DDP (1 suspect point excluded: see Suspect numbers)."
+    )
+    section = report.render(results, ["fsdp"]).split('<a id="fsdp"></a>', 1)[1]
+    assert "4 of 4 runs succeeded." in section
+    assert "Runs that did not succeed" not in section and "_(no rows)_" not in section
+    assert "allocator peaks were not measured" in section

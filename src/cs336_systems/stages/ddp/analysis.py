@@ -21,15 +21,18 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from cs336_systems.core import sanity
 from cs336_systems.core.analysis import (
     empty_figure,
     failed_points,
     fmt,
     load,
+    mark_suspect,
     md_table,
     ok,
     pct,
     plot_main,
+    ran,
     save,
 )
 from cs336_systems.core.costs import fit_latency_bandwidth
@@ -58,6 +61,30 @@ def _one(d: pd.DataFrame, variant: str) -> pd.Series | None:
     return rows.iloc[0] if len(rows) else None
 
 
+def _suspect(d: pd.DataFrame, variant: str) -> bool:
+    """The variant ran, but only as a suspect row (no sentence may rest on it)."""
+    r = ran(d)
+    return _one(d, variant) is None and bool(sanity.is_suspect(r[r["variant"] == variant]).any())
+
+
+def _inner(n: int) -> str:
+    """'1 suspect point excluded: see Suspect numbers' (sanity.excluded without its brackets),
+    for a note inside a sentence's own parentheses; '' for none."""
+    return sanity.excluded(n).strip()[1:-1]
+
+
+def _missing(d: pd.DataFrame, variants: tuple[str, ...], failed: str) -> str:
+    """What a question says when a run it needs has no sentence: suspect, or did not succeed."""
+    sus = [v for v in variants if _suspect(d, v)]
+    if not sus:
+        return f"_{failed}_"
+    names = " and the ".join(sus)
+    return (
+        f"_The {names} run{'s' if len(sus) > 1 else ''} failed a sanity check (see Suspect "
+        f"numbers), so no sentence here rests on {'them' if len(sus) > 1 else 'it'}._"
+    )
+
+
 def comm_fits(df: pd.DataFrame, allreduce: pd.DataFrame) -> dict[str, dict]:
     """Latency o (s) and bandwidth w (B/s) from the all-reduce stage (same backend, world size,
     default buffers) and from this stage's naive and flat runs (per-call cost from their
@@ -84,12 +111,15 @@ def comm_fits(df: pd.DataFrame, allreduce: pd.DataFrame) -> dict[str, dict]:
 
 
 def bucket_table(df: pd.DataFrame, fit: dict | None) -> pd.DataFrame:
-    d = ok(_variants(df))
+    """Every bucketed run that ran (column `suspect`: failed a sanity check), with the model's
+    step beside it (the compute-only step of a baseline that passed the checks)."""
+    d = ran(_variants(df))
     base = _one(d, "baseline")
     b = d[d["variant"] == "bucketed"].sort_values("bucket_size_mb")
     rows = []
-    for r in b.itertuples():
+    for r, flag in zip(b.itertuples(), sanity.is_suspect(b), strict=True):
         row = {
+            "suspect": bool(flag),
             "bucket (MB)": r.bucket_size_mb,
             "buckets": int(r.num_buckets),
             "step (ms)": r.step_ms_mean,
@@ -104,13 +134,24 @@ def bucket_table(df: pd.DataFrame, fit: dict | None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _shown_buckets(bt: pd.DataFrame) -> str:
+    """The bucket table as printed: a suspect run's step time marked."""
+    t = bt.drop(columns="suspect")
+    t["step (ms)"] = [
+        mark_suspect(fmt(v), f) for v, f in zip(bt["step (ms)"], bt["suspect"], strict=True)
+    ]
+    return md_table(t)
+
+
 def _variant_table(d: pd.DataFrame, base_ms: float) -> pd.DataFrame:
+    """Every variant run that ran, a suspect one's step time marked."""
     rows = []
-    for r in ok(d).itertuples():
+    shown = ran(d)
+    for r, flag in zip(shown.itertuples(), sanity.is_suspect(shown), strict=True):
         bucket = r.bucket_size_mb if r.variant == "bucketed" else None
         row = {
             "run": run_label(r.variant, bucket),
-            "step (ms)": f"{fmt(r.step_ms_mean)} ± {fmt(r.step_ms_std)}",
+            "step (ms)": mark_suspect(f"{fmt(r.step_ms_mean)} ± {fmt(r.step_ms_std)}", flag),
             "fwd+bwd (ms)": r.fwd_bwd_ms_mean,
             "sync (ms)": r.comm_ms_mean,
             "optimizer (ms)": r.opt_ms_mean,
@@ -127,8 +168,9 @@ def _variant_table(d: pd.DataFrame, base_ms: float) -> pd.DataFrame:
 def _memory(df: pd.DataFrame) -> dict:
     if len(df) == 0 or "kind" not in df:
         return {}
-    m = ok(df[df["kind"] == "sharding"])
-    if len(m) == 0:
+    shown = ran(df[df["kind"] == "sharding"])
+    m = ok(shown)
+    if len(shown) == 0:
         return {}
     cols = {
         "params_mb": "parameters",
@@ -140,13 +182,18 @@ def _memory(df: pd.DataFrame) -> dict:
         "step_ms_mean": "step (ms)",
         "opt_ms_mean": "optimizer step (ms)",
     }
-    t = m.set_index("variant")[list(cols)].rename(columns=cols).T
+    t = shown.set_index("variant")[list(cols)].rename(columns=cols).T
+    flags = dict(zip(shown["variant"], sanity.is_suspect(shown), strict=True))
+    t = t.rename(columns={v: mark_suspect(v, bool(f)) for v, f in flags.items()})
     t = t.reset_index().rename(columns={"index": "MB per rank (max over ranks)"})
     t.columns.name = None
     out = {
         "memory_table": md_table(t),
-        "measured_peaks": bool(m["mem_after_step_peak_mb"].notna().any()),
+        "measured_peaks": bool(shown["mem_after_step_peak_mb"].notna().any()),
     }
+    n_out = sanity.n_suspect(shown)
+    if {"unsharded", "sharded"} <= set(shown["variant"]) and n_out:
+        out["state"] = f"The two runs are not compared here{sanity.excluded(n_out)}."
     if {"unsharded", "sharded"} <= set(m["variant"]):
         u = m[m["variant"] == "unsharded"].iloc[0]
         s = m[m["variant"] == "sharded"].iloc[0]
@@ -194,20 +241,28 @@ def context(results_dir: Path) -> dict:
             f"{int(first['measure_steps'])} measured steps per run"
         ),
         "n_points": len(df),
-        "n_ok": len(ok(df)),
+        "n_ok": len(ran(df)),
         "failed_table": md_table(
             failed_points(df, ["kind", "variant", "bucket_size_mb"]).drop_duplicates()
         )
-        if len(ok(df)) < len(df)
+        if len(ran(df)) < len(df)
         else "",
+        "missing": {
+            "q23": _missing(d, ("naive",), "The naive run did not succeed."),
+            "q24": _missing(d, ("naive", "flat"), "The naive or the flat run did not succeed."),
+            "q25": _missing(d, ("overlap",), "The overlapped run did not succeed."),
+        },
     }
     base = _one(d, "baseline")
     base_ms = float(base.step_ms_mean) if base is not None else math.nan
-    ctx["variant_table"] = md_table(_variant_table(d, base_ms)) if len(ok(d)) else ""
+    ctx["variant_table"] = md_table(_variant_table(d, base_ms)) if len(ran(d)) else ""
     ctx["baseline"] = (
         f"The compute-only step (forward, backward, AdamW on one process with the per-rank "
         f"batch, no communication) takes {fmt(base_ms)} ms."
         if base is not None
+        else "The compute-only baseline failed a sanity check (see Suspect numbers): no ratio "
+        "to it is given."
+        if _suspect(d, "baseline")
         else "The compute-only baseline did not run."
     )
     naive, flat, overlap = _one(d, "naive"), _one(d, "flat"), _one(d, "overlap")
@@ -249,10 +304,12 @@ def context(results_dir: Path) -> dict:
             for name, r in (("naive", naive), ("flat", flat))
             if r is not None
         )
+        note = _inner(sum(_suspect(d, v) for v in ("naive", "flat")))
+        ref = "; ".join(x for x in (ref, note) if x)
         text = (
             f"Overlapping each gradient's all-reduce with the rest of backward: "
-            f"{fmt(overlap.step_ms_mean)} ms per step ({ref}); only {fmt(overlap.comm_ms_mean)} ms "
-            f"of communication is left after backward."
+            f"{fmt(overlap.step_ms_mean)} ms per step{f' ({ref})' if ref else ''}; only "
+            f"{fmt(overlap.comm_ms_mean)} ms of communication is left after backward."
         )
         if base is not None:
             text += (
@@ -277,16 +334,21 @@ def context(results_dir: Path) -> dict:
         f"{name}: o = {fmt(f['o'] * 1e6, 1)} us per call, w = {fmt(f['w'] / 1e9)} GB/s"
         for name, f in fits.items()
     ]
+    n_pair = sum(_suspect(d, v) for v in ("naive", "flat"))
+    if n_pair and all(_one(d, v) is not None or _suspect(d, v) for v in ("naive", "flat")):
+        ctx["fits"].append(f"naive vs flat DDP runs: not fitted{sanity.excluded(n_pair)}")
     fit_name = next(iter(fits), None)
     fit = fits.get(fit_name) if fit_name else None
     bt = bucket_table(df, fit)
-    ctx["bucket_table"] = md_table(bt) if len(bt) else ""
+    ctx["bucket_table"] = _shown_buckets(bt) if len(bt) else ""
     ctx["fit_used"] = fit_name or ""
     bucketed = ok(d)[ok(d)["variant"] == "bucketed"]
+    n_out = sanity.n_suspect(ran(d)[ran(d)["variant"] == "bucketed"]) if len(d) else 0
     if len(bucketed):
         best = bucketed.loc[bucketed["step_ms_mean"].idxmin()]
         ctx["best_bucket"] = (
-            f"The fastest measured bucket size is {fmt(best.bucket_size_mb)} MB "
+            f"The fastest measured bucket size{sanity.excluded(n_out)} is "
+            f"{fmt(best.bucket_size_mb)} MB "
             f"({fmt(best.step_ms_mean)} ms per step"
             + (
                 f", {fmt(best.step_ms_mean / base_ms)}x the compute-only step)."
@@ -309,14 +371,21 @@ def context(results_dir: Path) -> dict:
                     else "."
                 )
             )
-            if "model step (ms)" in bt:
-                err = (bt["model step (ms)"] - bt["step (ms)"]) / bt["step (ms)"]
+            good = bt[~bt["suspect"]]
+            if "model step (ms)" in good and len(good):
+                err = (good["model step (ms)"] - good["step (ms)"]) / good["step (ms)"]
+                slowed = (
+                    "concurrent communication kernels"
+                    if best.backend == "nccl"
+                    else "the communication running on the same CPU cores"
+                )
                 ctx["model_error"] = (
-                    f"Across the measured bucket sizes the model's step time is off by "
-                    f"{pct(float(err.abs().mean()))} on average (largest {pct(float(err.abs().max()))}); "
-                    f"it ignores the compute slowed down by concurrent communication kernels, the "
-                    f"copies into and out of the bucket buffers, and that real buckets are not "
-                    f"equal and backward does not produce gradients at a constant rate."
+                    f"Across the measured bucket sizes{sanity.excluded(n_out)} the model's step "
+                    f"time is off by {pct(float(err.abs().mean()))} on average (largest "
+                    f"{pct(float(err.abs().max()))}); it ignores the compute slowed down by "
+                    f"{slowed}, the copies into and out of the bucket buffers, and that real "
+                    f"buckets are not equal and backward does not produce gradients at a "
+                    f"constant rate."
                 )
     ctx.update(_memory(df))
     return ctx

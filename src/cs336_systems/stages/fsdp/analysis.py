@@ -17,15 +17,18 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from cs336_systems.core import sanity
 from cs336_systems.core.analysis import (
     empty_figure,
     failed_points,
     fmt,
     load,
+    mark_suspect,
     md_table,
     ok,
     pct,
     plot_main,
+    ran,
     save,
 )
 from cs336_systems.core.costs import fsdp_saving_vs_optimizer_sharding, training_state_bytes
@@ -47,6 +50,40 @@ def _row(df: pd.DataFrame, variant: str) -> pd.Series | None:
     return rows.iloc[0] if len(rows) else None
 
 
+def _suspects(df: pd.DataFrame, variants) -> list[str]:
+    """Of `variants`, those that ran only as suspect rows (no sentence may rest on them)."""
+    if not len(df):
+        return []
+    r = ran(df)
+    flagged = set(r[sanity.is_suspect(r)]["variant"])
+    return [v for v in variants if v in flagged and _row(df, v) is None]
+
+
+def _left_out(df: pd.DataFrame, variants) -> str:
+    """' Left out of this answer: DDP (1 suspect point excluded: see Suspect numbers).' or ''."""
+    sus = _suspects(df, variants)
+    if not sus:
+        return ""
+    names = ", ".join(LABELS.get(v, v) for v in sus)
+    return f" Left out of this answer: {names}{sanity.excluded(len(sus))}."
+
+
+def _missing(df: pd.DataFrame, variants, failed: str) -> str:
+    """What a question says when the runs it needs have no sentence: suspect, or failed."""
+    sus = _suspects(df, variants)
+    if not sus:
+        return f"_{failed}_"
+    names = " and ".join(LABELS.get(v, v) for v in sus)
+    return (
+        f"_The {names} run{'s' if len(sus) > 1 else ''} failed a sanity check (see Suspect "
+        f"numbers), so no sentence here rests on {'them' if len(sus) > 1 else 'it'}._"
+    )
+
+
+def _label(variant: str, suspect) -> str:
+    return mark_suspect(LABELS.get(variant, variant), bool(suspect))
+
+
 def _num(r: pd.Series | None, col: str) -> float:
     if r is None or col not in r or pd.isna(r[col]):
         return math.nan
@@ -54,13 +91,15 @@ def _num(r: pd.Series | None, col: str) -> float:
 
 
 def time_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Every run that ran, a suspect one's step time marked."""
     rows = []
-    for r in ok(df).itertuples():
+    d = ran(df)
+    for r, flag in zip(d.itertuples(), sanity.is_suspect(d), strict=True):
         g = r._asdict()
         rows.append(
             {
                 "run": LABELS.get(r.variant, r.variant),
-                "step (ms)": f"{fmt(r.step_ms_mean)} ± {fmt(r.step_ms_std)}",
+                "step (ms)": mark_suspect(f"{fmt(r.step_ms_mean)} ± {fmt(r.step_ms_std)}", flag),
                 "forward (ms)": r.fwd_ms_mean,
                 "backward (ms)": r.bwd_ms_mean,
                 "sync after backward (ms)": r.comm_ms_mean,
@@ -93,30 +132,35 @@ MEMORY_ROWS = [
 
 
 def memory_table(df: pd.DataFrame, measured: bool) -> pd.DataFrame:
-    d = ok(df)
+    """Every run that ran, one column each (a suspect run's name marked)."""
+    d = ran(df)
     rows = MEMORY_ROWS if measured else MEMORY_ROWS[:5]
     out = {"MB per rank (max over ranks)": [label for _, label in rows]}
-    for r in d.itertuples():
-        out[LABELS.get(r.variant, r.variant)] = [getattr(r, col, math.nan) for col, _ in rows]
+    for r, flag in zip(d.itertuples(), sanity.is_suspect(d), strict=True):
+        out[_label(r.variant, flag)] = [getattr(r, col, math.nan) for col, _ in rows]
     return pd.DataFrame(out)
 
 
-def analytic(df: pd.DataFrame) -> pd.DataFrame:
-    """Per scheme: the analytic state bytes per rank beside the measured held bytes."""
-    d = ok(df)
+def analytic(df: pd.DataFrame, shown: bool = False) -> pd.DataFrame:
+    """Per scheme: the analytic state bytes per rank beside the measured held bytes; runs that
+    passed the sanity checks, or with `shown` (the report's table) every run that ran, a suspect
+    one's name marked."""
+    d = ran(df) if shown else ok(df)
     if not len(d):
         return pd.DataFrame()
     first = d.iloc[0]
     s, rep, w = int(first.sharded_params), int(first.replicated_params), int(first.world_size)
+    flags = sanity.is_suspect(d)
     rows = []
     for variant, scheme in (*SCHEME.items(), ("fsdp_bf16", "fsdp")):
-        r = _row(df, variant)
-        if r is None:
+        these = d[d["variant"] == variant]
+        if not len(these):
             continue
+        r = these.iloc[0]
         expect = training_state_bytes(s, rep, w, scheme) / BYTES_PER_MB
         rows.append(
             {
-                "run": LABELS[variant],
+                "run": _label(variant, flags[these.index[0]]),
                 "analytic (MB)": expect,
                 "measured, tensors held (MB)": float(r.held_mb),
                 "measured − analytic (MB)": float(r.held_mb) - expect,
@@ -186,7 +230,7 @@ def q32(df: pd.DataFrame, measured: bool) -> str:
         f" The all-gather buffers the accounting ignores are small by design: at most two "
         f"layers' full weights are gathered at once, {fmt(gathered)} MB here."
     )
-    return text
+    return text + _left_out(df, ("sharded_optimizer",))
 
 
 def _gather_sentence(r: pd.Series, label: str) -> str:
@@ -258,7 +302,7 @@ def q33(df: pd.DataFrame) -> str:
             " On the CPU, gloo's worker threads and the compute share the same cores, so time "
             "that overlaps on the timeline is not free: it slows the compute it overlaps."
         )
-    return text
+    return text + _left_out(df, ("fsdp", "fsdp_bf16", "ddp"))
 
 
 def context(results_dir: Path) -> dict:
@@ -272,11 +316,15 @@ def context(results_dir: Path) -> dict:
         "available": True,
         "setup": _setup(first),
         "n_points": len(df),
-        "n_ok": len(d),
+        "n_ok": len(ran(df)),
         "failed_table": md_table(failed_points(df, ["variant"]).drop_duplicates())
-        if len(d) < len(df)
+        if len(ran(df)) < len(df)
         else "",
         "skipped": "",
+        "missing": {
+            "q32": _missing(df, ("fsdp",), "The FSDP run did not succeed."),
+            "q33": _missing(df, ("fsdp", "fsdp_bf16"), "No FSDP run succeeded."),
+        },
     }
     if len(skipped):
         cmds = sorted(set(skipped["command"].dropna().astype(str)))
@@ -286,16 +334,20 @@ def context(results_dir: Path) -> dict:
             f"`--config preset={first.get('preset', 'gpu')} stages='[fsdp]'`):"
         )
         ctx["commands"] = cmds
-    if not len(d):
+    shown = ran(df)
+    if not len(shown):
         return ctx
-    measured = bool(d["mem_step_peak_mb"].notna().any()) if "mem_step_peak_mb" in d else False
+    measured = (
+        bool(shown["mem_step_peak_mb"].notna().any()) if "mem_step_peak_mb" in shown else False
+    )
     ctx["measured_peaks"] = measured
     ctx["time_table"] = md_table(time_table(df))
     ctx["memory_table"] = md_table(memory_table(df, measured))
-    a = analytic(df)
+    a = analytic(df, shown=True)
     ctx["analytic_table"] = md_table(a) if len(a) else ""
-    ctx["q32"] = q32(df, measured)
-    ctx["q33"] = q33(df)
+    for q, text in (("q32", q32(df, measured)), ("q33", q33(df) if len(d) else "")):
+        if text:
+            ctx[q] = text
     traces = sorted(set(d.get("trace", pd.Series(dtype=str)).dropna().astype(str)) - {""})
     ctx["traces"] = [f"{results_dir}/fsdp/raw/{t}" for t in traces]
     return ctx
