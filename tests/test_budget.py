@@ -149,22 +149,32 @@ def test_a_point_above_max_point_s_costs_nothing():
 
 
 def test_the_cost_guard_skips_what_the_cpu_reference_run_skipped():
-    """The budget's guard (the ceilings' rates, as stages/benchmark/derived.py too_costly) on
-    the cpu preset's plain points: skipped exactly where the cpu reference run wrote a
-    `skipped: at least ...` row."""
+    """The budget's guard (stages/benchmark/derived.py too_costly's rule) on the cpu preset's
+    plain points, at the rates the cpu reference run's ceilings measured: skipped exactly where
+    that run wrote a `skipped: at least ...` row; and CPU2's own rates agree with that run."""
+    import dataclasses
+
     import pandas as pd
 
     cfg = CONFIG["benchmark"]["cpu"]
-    rows = pd.read_csv(ROOT / "report" / "reference" / "cpu" / "csv" / "benchmark.csv")
+    ref = ROOT / "report" / "reference" / "cpu" / "csv"
+    rows = pd.read_csv(ref / "benchmark.csv")
     rows = rows[rows["compile"] == "eager"]
+    ceil = pd.read_csv(ref / "ceilings.csv").set_index("path")
+    measured = {
+        "fp32": ceil.loc["matmul"].query("dtype == 'fp32'")["tflops"].iloc[0],
+        "bf16": ceil.loc["autocast_linear", "tflops"],
+    }
+    dev = dataclasses.replace(budget.CPU2, peak_tflops=measured)
     steps = cfg["warmup_steps"] + cfg["measure_steps"]
     assert len(rows) > 10
-    for _, r in rows.iterrows():
-        predicted = budget.skipped_for_cost(
-            budget.CPU2, r["size"], int(r["context_length"]), int(r["batch_size"]), r["mode"],
-            r["precision"], steps, cfg["max_point_s"],
-        )  # fmt: skip
-        assert predicted == str(r["status"]).startswith("skipped: at least"), dict(r)
+    for device in (dev, budget.CPU2):
+        for _, r in rows.iterrows():
+            predicted = budget.skipped_for_cost(
+                device, r["size"], int(r["context_length"]), int(r["batch_size"]), r["mode"],
+                r["precision"], steps, cfg["max_point_s"],
+            )  # fmt: skip
+            assert predicted == str(r["status"]).startswith("skipped: at least"), dict(r)
 
 
 def test_the_budget_document_is_current():
