@@ -104,7 +104,7 @@ H100 = Device(
 )
 # the 2-core development machine (CI's size), `snakemake --cores 2`: calibrated on the cpu
 # reference runs' job logs (fitted on a fresh clone of 7bc8988, 3 min 27 s; the reference now is
-# one of 53f6b71, 3 min 28 s: report/reference/cpu/jobs/)
+# one of 44e11d6, 3 min 7 s: report/reference/cpu/jobs/)
 CPU2 = Device(
     name="2 CPU cores (fp32 0.05, bf16 0.0025 TFLOP/s reached, snakemake --cores 2)",
     # small's fp32 steps 0.049-0.075 TFLOP/s, tiny's 0.026-0.053; tiny's bf16 autocast steps
