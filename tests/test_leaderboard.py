@@ -119,25 +119,25 @@ def test_the_memory_model_skips_before_allocating():
     assert measure.memory_check("engine", tiny, 2, ctx, 1)[0] is None
 
 
-def test_peak_tflops_reads_the_bf16_matmul_row(tmp_path):
+def _ceilings(path, matmul: float, autocast: float):
+    """A ceilings CSV: bf16 through a plain matmul and through autocast F.linear, fp32 50."""
     import pandas as pd
 
-    from cs336_systems.stages.leaderboard.measure import peak_tflops
-
-    path = tmp_path / "ceilings.csv"
+    rows = [("bf16", "matmul", matmul), ("bf16", "autocast_linear", autocast)]
+    rows.append(("fp32", "matmul", 50.0))
     pd.DataFrame(
         [
-            {"kind": "matmul", "dtype": "bf16", "path": "matmul", "status": "ok", "tflops": 700.0},
-            {
-                "kind": "matmul",
-                "dtype": "bf16",
-                "path": "autocast_linear",
-                "status": "ok",
-                "tflops": 650.0,
-            },
-            {"kind": "matmul", "dtype": "fp32", "path": "matmul", "status": "ok", "tflops": 50.0},
+            {"kind": "matmul", "dtype": dt, "path": p, "status": "ok", "tflops": t}
+            for dt, p, t in rows
         ]
     ).to_csv(path, index=False)
+    return path
+
+
+def test_peak_tflops_reads_the_bf16_matmul_row(tmp_path):
+    from cs336_systems.stages.leaderboard.measure import peak_tflops
+
+    path = _ceilings(tmp_path / "ceilings.csv", 700.0, 650.0)
     assert peak_tflops(str(path)) == 700.0
     assert peak_tflops(str(path), "autocast_linear") == 650.0
     assert peak_tflops(str(tmp_path / "absent.csv")) != peak_tflops(str(tmp_path / "absent.csv"))
@@ -158,19 +158,7 @@ def test_mfu_is_against_the_peak_of_each_variants_matmul_path(tmp_path):
         master = resolve_master_weights(EngineOptions(precision="bf16"), torch.device(dev), world)
         assert (matmul_path("engine", dev, world) == "matmul") == master
         assert matmul_path("plain", dev, world) == "autocast_linear"
-    ceilings = tmp_path / "ceilings.csv"
-    pd.DataFrame(
-        [
-            {"kind": "matmul", "dtype": "bf16", "path": "matmul", "status": "ok", "tflops": 800.0},
-            {
-                "kind": "matmul",
-                "dtype": "bf16",
-                "path": "autocast_linear",
-                "status": "ok",
-                "tflops": 600.0,
-            },
-        ]  # fmt: skip
-    ).to_csv(ceilings, index=False)
+    ceilings = _ceilings(tmp_path / "ceilings.csv", 800.0, 600.0)
     rows = pd.DataFrame(
         [
             {"variant": "engine", "backend": "nccl", "world_size": 1, "tflops": 400.0},
