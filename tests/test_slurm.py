@@ -17,9 +17,11 @@ most of a SLURM run is waiting for a status check, and on 2 cores the waits over
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -368,6 +370,24 @@ def runs(slurm, tmp_path_factory):
     finally:
         for bg in started:
             bg.kill()
+        kill_processes_mentioning([bg.workdir for bg in started])
+
+
+def kill_processes_mentioning(paths: list[Path]) -> None:
+    """SIGKILL every process whose command line names one of `paths`: the cancelled job's
+    Snakemake runner outlives its scancel here (the local slurmd does not track it) and would
+    wait for its files long after the tests."""
+    me = os.getpid()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if any(str(p) in cmd for p in paths):
+            with contextlib.suppress(OSError):
+                os.kill(int(entry.name), signal.SIGKILL)
 
 
 def cancel_when_running(slurm: Cluster, killed: Background, cancelled: dict) -> None:
