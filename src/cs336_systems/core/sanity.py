@@ -418,6 +418,18 @@ def excluded(n: int, what: str = "point") -> str:
     return f" ({n} suspect {what}{'' if n == 1 else 's'} excluded: see Suspect numbers)"
 
 
+def missing_answer(suspect: list[str], failed: str, joiner: str = " and ") -> str:
+    """What a question says when the runs it needs have no sentence: the `suspect` runs (names)
+    failed a sanity check, or, with none, `failed` (why they did not succeed); in italics."""
+    if not suspect:
+        return f"_{failed}_"
+    many = len(suspect) > 1
+    return (
+        f"_The {joiner.join(suspect)} run{'s' if many else ''} failed a sanity check (see Suspect "
+        f"numbers), so no sentence here rests on {'them' if many else 'it'}._"
+    )
+
+
 def point_label(row: pd.Series, keys: list[str] | None = None) -> str:
     """The point a row measured, by the `keys` (default: every POINT_KEYS column it has)."""
     parts = []

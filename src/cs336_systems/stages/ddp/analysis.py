@@ -75,14 +75,7 @@ def _inner(n: int) -> str:
 
 def _missing(d: pd.DataFrame, variants: tuple[str, ...], failed: str) -> str:
     """What a question says when a run it needs has no sentence: suspect, or did not succeed."""
-    sus = [v for v in variants if _suspect(d, v)]
-    if not sus:
-        return f"_{failed}_"
-    names = " and the ".join(sus)
-    return (
-        f"_The {names} run{'s' if len(sus) > 1 else ''} failed a sanity check (see Suspect "
-        f"numbers), so no sentence here rests on {'them' if len(sus) > 1 else 'it'}._"
-    )
+    return sanity.missing_answer([v for v in variants if _suspect(d, v)], failed, " and the ")
 
 
 def comm_fits(df: pd.DataFrame, allreduce: pd.DataFrame) -> dict[str, dict]:

@@ -70,14 +70,7 @@ def _left_out(df: pd.DataFrame, variants) -> str:
 
 def _missing(df: pd.DataFrame, variants, failed: str) -> str:
     """What a question says when the runs it needs have no sentence: suspect, or failed."""
-    sus = _suspects(df, variants)
-    if not sus:
-        return f"_{failed}_"
-    names = " and ".join(LABELS.get(v, v) for v in sus)
-    return (
-        f"_The {names} run{'s' if len(sus) > 1 else ''} failed a sanity check (see Suspect "
-        f"numbers), so no sentence here rests on {'them' if len(sus) > 1 else 'it'}._"
-    )
+    return sanity.missing_answer([LABELS.get(v, v) for v in _suspects(df, variants)], failed)
 
 
 def _label(variant: str, suspect) -> str:

@@ -40,13 +40,10 @@ def peak_tflops(path: str, matmul_path: str = "matmul") -> float:
     absent."""
     if not path or not Path(path).exists():
         return math.nan
-    import pandas as pd
+    from cs336_systems.core.results import read_csv
+    from cs336_systems.core.sanity import matmul_peaks
 
-    df = pd.read_csv(path)
-    ok = df[(df.get("kind") == "matmul") & (df.get("dtype") == "bf16") & (df["status"] == "ok")]
-    if "path" in ok:
-        ok = ok[ok["path"] == matmul_path]
-    return float(ok["tflops"].max()) if len(ok) else math.nan
+    return matmul_peaks(read_csv(path), matmul_path).get("bf16", math.nan)
 
 
 def matmul_path(variant: str, device_type: str, world_size: int) -> str:
@@ -308,7 +305,6 @@ def worker_argv(args, config: str) -> list[str]:
         f"--steps={args.steps}",
         f"--checkpoint={args.checkpoint}",
         f"--reduced-layers={args.reduced_layers}",
-        f"--peak-tflops={args.peak_tflops}",
         f"--timeout-s={args.timeout_s}",
     ]
     out += ["--compile"] if args.compile else []
@@ -320,7 +316,6 @@ def run(args, argv: list[str] | None = None) -> list[dict]:
     from cs336_systems.core.device import gpu_count
     from cs336_systems.parallel.launch import Topology, feasibility, fill_missing, launch
 
-    args.peak_tflops = peak_tflops(args.peak_csv)
     plans = [("full", args.world_size)]
     if feasibility(args.backend, args.world_size) and args.backend == "nccl" and gpu_count() >= 1:
         plans.append(("reduced", 1))
@@ -393,7 +388,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--no-profile", dest="profile", action="store_false")
     ap.add_argument("--peak-csv", default="", help="the ceilings stage's CSV (bf16 peak)")
-    ap.add_argument("--peak-tflops", type=float, default=math.nan, help=argparse.SUPPRESS)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--env", type=env_pairs, default={}, help="KEY=VAL,... for every worker")
     ap.add_argument("--timeout-s", type=float, default=540.0)
