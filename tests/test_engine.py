@@ -30,6 +30,10 @@ from cs336_systems.engine.step import Engine, EngineOptions
 from cs336_systems.model import TransformerLM
 
 LR = 1e-3
+# AdamW's first step moves each weight by lr * g / (|g| + eps): where |g| is near eps, the last
+# bit of g (the summation order differs between CPUs' kernels) moves the update by a fraction of
+# lr (1.2e-6 at lr 1e-3 seen on an AVX-512 EPYC). A wrong gradient moves it by about lr.
+ADAM_ATOL = LR * 1e-2
 TINY = {
     "vocab_size": 97,
     "context_length": 16,
@@ -78,7 +82,7 @@ def test_fp32_step_matches_the_plain_model(checkpoint):
     assert params.keys() == plain.keys()
     for name, p in plain.items():
         assert not torch.equal(p, before[name]) or name.startswith("token"), name
-        torch.testing.assert_close(params[name], p, rtol=0, atol=1e-6, msg=name)
+        torch.testing.assert_close(params[name], p, rtol=0, atol=ADAM_ATOL, msg=name)
 
 
 def _assert_bf16_close(params, plain, before):
@@ -118,7 +122,7 @@ def test_master_weights_match_the_engine_without_them_after_1_and_3_steps():
         assert params.keys() == params0.keys()
         for name, p in params0.items():
             assert params[name].dtype == torch.float32, name
-            torch.testing.assert_close(params[name], p, rtol=0, atol=1e-6, msg=name)
+            torch.testing.assert_close(params[name], p, rtol=0, atol=ADAM_ATOL, msg=name)
 
 
 def test_master_weights_step_matches_the_plain_model_after_1_and_3_steps():
@@ -236,7 +240,7 @@ def test_gpu_master_weights_match_the_engine_without_them_and_the_plain_model():
     _, without = _run(lm, tokens, targets, 1, checkpoint="none", master_weights=False)
     torch.testing.assert_close(runs[0][0], without[0][0], rtol=1e-6, atol=0)
     for name, p in without[0][1].items():
-        torch.testing.assert_close(runs[0][1][name], p, rtol=0, atol=1e-6, msg=name)
+        torch.testing.assert_close(runs[0][1][name], p, rtol=0, atol=ADAM_ATOL, msg=name)
     plain_loss, plain = _plain_step(copy.deepcopy(lm), tokens, targets, "bf16")
     torch.testing.assert_close(runs[0][0], plain_loss, rtol=2e-2, atol=0)
     _assert_bf16_close(runs[0][1], plain, before)
@@ -279,4 +283,4 @@ def test_two_gloo_ranks_match_the_plain_model_on_the_whole_batch():
     for out in (r[scheme] for r in ranks for scheme in SCHEMES):
         torch.testing.assert_close(out["loss"], plain_loss, rtol=1e-5, atol=0)
         for name, p in plain.items():
-            torch.testing.assert_close(out["params"][name], p, rtol=0, atol=1e-6, msg=name)
+            torch.testing.assert_close(out["params"][name], p, rtol=0, atol=ADAM_ATOL, msg=name)

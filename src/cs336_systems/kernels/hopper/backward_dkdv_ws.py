@@ -232,7 +232,11 @@ def _dkdv_dq_worker(
     HALF: gl.constexpr = ds_smem.shape[1]
     BLOCK_M: gl.constexpr = ds_smem.shape[2]
     HEAD_DIM: gl.constexpr = k_smem.shape[4]
-    dq_init = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, mma_layout(4, HEAD_DIM))
+    # a layout passed straight into a @jit helper must be a constexpr: named here it is one
+    # (unnamed, Triton 3.6 flattened it as a value on the CPU machine of 2026-11-25, where the
+    # sm_90 compile test failed; the GPU host compiled it either way)
+    dq_layout: gl.constexpr = mma_layout(4, HEAD_DIM)
+    dq_init = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, dq_layout)
     k_0 = k_smem.index(0).reshape([HALF, HEAD_DIM])
     k_1 = k_smem.index(1).reshape([HALF, HEAD_DIM])
     mbarrier.wait(kv_bar, 0)
