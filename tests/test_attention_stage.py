@@ -473,7 +473,7 @@ def test_fixed_cost_target_verdicts_follow_each_length_bound():
     got = flash_analysis.fixed_cost(_target_rows(ours, cudnn))
     assert got["available"] and "16 heads" in got["config"]
     # 1.50 at 1024 is within its bound; 1.44 too; 4096: 1.03 misses, 0.98 holds; 2048 has none
-    assert got["sentences"] == ["The target holds at 4 of 5 points; not at d=64 n=4096 (1.03x)."]
+    assert got["sentences"] == ["The target holds at 4 of 5 points; not at d=64 n=4096 (1.03×)."]
     assert got["table"].count("not met") == 1 and got["table"].count("| met") == 4
     assert flash_analysis.target_bound(2048) is None
 

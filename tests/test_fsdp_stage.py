@@ -161,3 +161,72 @@ def test_report_shows_the_suspect_run_marked_and_keeps_it_out_of_sentences(tmp_p
     assert "4 of 4 runs succeeded." in section
     assert "Runs that did not succeed" not in section and "_(no rows)_" not in section
     assert "allocator peaks were not measured" in section
+
+
+def _gather_row(backend: str = "gloo", wait: float = 90.0, **over) -> dict:
+    """One FSDP run's profiled-gather and wait columns: gathers 80 ms on the timeline, 30 of
+    them during compute (50 exposed); every collective 140 ms, 60 during compute (30 ms with
+    only other collectives running outside compute)."""
+    return {
+        "backend": backend,
+        "step_ms_mean": 400.0,
+        "measure_steps": 2,
+        "gather_wait_ms_mean": wait,
+        "gather_wait_ms_min": wait - 2,
+        "gather_wait_ms_max": wait + 2,
+        "prof_all_gather_ms": 80.0,
+        "prof_all_gather_overlapped_ms": 30.0,
+        "prof_all_gather_overlap_share": 30.0 / 80.0,
+        "prof_comm_ms": 140.0,
+        "prof_comm_overlapped_ms": 60.0,
+        **over,
+    }
+
+
+def test_a_wait_longer_than_the_exposed_gathers_says_what_it_counts_and_why():
+    import pandas as pd
+
+    text = analysis._wait_sentence(pd.Series(_gather_row()))
+    assert text.startswith(
+        " The main thread waited 90.00 ms per step for gathers (22.5% of the 400 ms step; mean "
+        "of 2 timed steps, 88.00–92.00 ms), counted from each wait() call until its gather had "
+        "completed."
+    )
+    assert (
+        "That is 40.00 ms more than the gathers' 50.00 ms exposed on the timeline, even more "
+        "than their whole 80.00 ms: gloo runs collectives" in text
+    )
+    assert "queued behind earlier collectives" in text and "one more, profiled step" in text
+    assert "30.00 ms of the profiled step had only those running and no compute" in text
+    # a second run gives only the numbers; the reasons are not repeated
+    again = analysis._wait_sentence(pd.Series(_gather_row(wait=60.0)), explained=True)
+    assert (
+        "That is 10.00 ms more than the gathers' 50.00 ms exposed on the timeline, for the "
+        "same reasons (30.00 ms of the profiled step had only other collectives" in again
+    )
+    assert "even more" not in again and "gloo runs" not in again
+
+
+def test_a_wait_within_the_exposed_time_and_a_gpu_wait_say_no_more():
+    import pandas as pd
+
+    within = analysis._wait_sentence(pd.Series(_gather_row(wait=45.0)))
+    assert "counted from each wait() call" in within and "That is" not in within
+    gpu = analysis._wait_sentence(pd.Series(_gather_row(backend="nccl", wait=0.5)))
+    assert gpu == (
+        " On the GPU a gather's wait() only makes the compute stream wait for it, so the host's "
+        "0.50 ms per step in those calls is not time the step loses; the 50.00 ms exposed on "
+        "the timeline is."
+    )
+    assert analysis._wait_sentence(pd.Series(_gather_row(wait=float("nan")))) == ""
+
+
+def test_q33_gives_the_reasons_a_wait_exceeds_the_exposed_time_once():
+    df = _fsdp_rows()
+    for col, value in _gather_row().items():
+        if col not in ("backend", "step_ms_mean"):
+            df[col] = [value if v.startswith("fsdp") else float("nan") for v in df["variant"]]
+    text = analysis.q33(df)
+    assert text.count("counted from each wait() call") == 2
+    assert text.count("gloo runs collectives on its worker threads") == 1
+    assert text.count("for the same reasons") == 1

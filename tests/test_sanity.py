@@ -313,3 +313,119 @@ def test_the_copy_ceiling_is_named_for_the_machine(tmp_path):
     assert ceilings_analysis.context(gpu)["copy_what"] == "device-to-device copy"
     text = report.render(cpu, ["ceilings"])
     assert "device-to-device" not in text and "copy within host memory of" in text
+
+
+# ------------------------------------------------------- flash: a pass slower than its whole
+
+
+def _flash_rows(points: list[tuple], grid: str = "sweep") -> pd.DataFrame:
+    """flash.csv rows: (impl, d, n, fwd, bwd, fwd+bwd medians in ms[, status])."""
+    from fixture_rows import prov
+
+    rows = []
+    for impl, d, n, fwd, bwd, fb, *status in points:
+        rows.append(
+            {
+                **prov(),
+                "device": "cpu",
+                "grid": grid,
+                "impl": impl,
+                "dtype": "bf16",
+                "batch_size": 1,
+                "heads": 16,
+                "d_head": d,
+                "seq_len": n,
+                "status": status[0] if status else "ok",
+                **{f"{p}_ms_median": v for p, v in (("fwd", fwd), ("bwd", bwd), ("fwd_bwd", fb))},
+                **{f"{p}_ms_mean": v for p, v in (("fwd", fwd), ("bwd", bwd), ("fwd_bwd", fb))},
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def test_a_pass_slower_than_forward_plus_backward_is_suspect():
+    df = _flash_rows(
+        [
+            ("flash_triton", 64, 128, 0.06, 0.38, 0.32),  # backward above forward+backward
+            ("flash_triton", 64, 256, 0.50, 0.30, 0.40),  # forward above forward+backward
+            ("flash_triton", 64, 512, 0.10, 0.30, 0.40),  # consistent
+            ("flash_triton", 64, 1024, 0.10, 0.50, 0.40, "error: x"),  # did not run
+        ]
+    )
+    # a mean one outlier pulled up is std_above_mean's: the check reads the median first
+    df.loc[2, "bwd_ms_mean"] = 9.0
+    out = sanity.flag(df, "flash")
+    r = reasons(out)
+    assert r[0] == (
+        "suspect: backward slower than forward+backward: 0.380 > 0.320 ms "
+        "(bwd_ms_median, fwd_bwd_ms_median)"
+    )
+    assert "forward slower than forward+backward: 0.500 > 0.400 ms (fwd_ms_median" in r[1]
+    assert r[2] == "" and r[3] == ""
+    assert list(out[sanity.SCOPE_COLUMN][:2]) == ["time", "time"]
+    # without medians the means are compared; a CSV without the forward+backward is not checked
+    means = df.drop(columns=[c for c in df if c.endswith("_median")])
+    assert "(bwd_ms_mean, fwd_bwd_ms_mean)" in reasons(sanity.flag(means, "flash"))[2]
+    ddp = pd.DataFrame({"status": ["ok"], "fwd_bwd_ms_median": [1.0], "step_ms_median": [9.0]})
+    assert reasons(sanity.flag(ddp, "ddp")) == [""]
+    assert "pass_slower_than_total" in [c["kind"] for c in sanity.checks_for("attention")]
+
+
+def test_flash_sentences_and_target_leave_a_suspect_pass_out(tmp_path):
+    from cs336_systems.stages.flash import analysis as flash_analysis
+
+    sweep = _flash_rows(
+        [
+            ("naive_eager", 64, 128, 0.30, 0.60, 0.90),
+            ("flash_triton", 64, 128, 0.06, 0.38, 0.32),  # suspect
+            ("naive_eager", 64, 256, 0.40, 0.80, 1.20),
+            ("flash_triton", 64, 256, 0.10, 0.30, 0.40),
+        ]
+    )
+    target = _flash_rows(
+        [
+            ("flash_triton", 64, 1024, 0.06, 0.38, 0.32),  # suspect
+            ("sdpa_cudnn", 64, 1024, 0.05, 0.15, 0.20),
+            ("flash_triton", 64, 4096, 0.20, 0.50, 0.70),
+            ("sdpa_cudnn", 64, 4096, 0.20, 0.40, 0.60),
+        ],
+        grid="target",
+    )
+    results = write_results(tmp_path / "r", flash=pd.concat([sweep, target], ignore_index=True))
+    df = load(results, "flash")
+    assert list(sanity.is_suspect(df)) == [False, True, False, False, True, False, False, False]
+    # the speedup rests on the one point that passed, and the table marks the other
+    (line,) = flash_analysis.speedup_sentences(df)
+    assert "3.00× faster than naive (eager)" in line and "(one point: d=64, n=256)" in line
+    table = flash_analysis.triton_vs_pytorch_table(df, "bf16")
+    assert "0.380 ⚠" in table and "0.400 " in table  # 0.400, not 0.4
+    fixed = flash_analysis.fixed_cost(df)
+    assert "| 0.320 ⚠ " in fixed["table"] and "| suspect " in fixed["table"]
+    assert fixed["sentences"] == [
+        "The target holds at 0 of 1 points; not at d=64 n=4096 (1.17×) "
+        "(1 suspect point excluded: see Suspect numbers)."
+    ]
+
+
+# --------------------------------------------------------------------------- number formats
+
+
+def test_tables_print_numbers_as_fmt_wrote_them():
+    from cs336_systems.core.analysis import md_table
+
+    df = pd.DataFrame(
+        {
+            "ms": [0.2, 0.337, 8.066, 4.3],
+            "count": [2.0, 3.0, float("nan"), 4.0],
+            "cell": ["0.200", "0.058 ⚠", "1.55×", "–"],
+            "big": [39_265_515.0, 1.5, 0.00008, 2289.0],
+        }
+    )
+    lines = md_table(df, floatfmt=3).splitlines()
+    # tabulate re-parsed every cell that looked like a number: 0.2 beside 0.337, 4.3, 3.93e+07
+    assert [c.strip() for c in lines[2].split("|")[1:-1]] == ["0.200", "2", "0.200", "39,265,515"]
+    assert [c.strip() for c in lines[4].split("|")[1:-1]] == ["8.066", "–", "1.55×", "0.000080"]
+    assert [c.strip() for c in lines[5].split("|")[1:-1]] == ["4.300", "4", "–", "2,289"]
+    # numbers right-aligned, text (a '–', a mark, a ×) left, as tabulate aligned them
+    assert lines[1] == "|------:|:--------|:--------|-----------:|"
+    assert md_table(pd.DataFrame({"v": ["13.0"]}), numparse=False).splitlines()[2] == "| 13.0 |"

@@ -120,15 +120,57 @@ def sig(x, digits: int = 3) -> str:
     return f"{x:.{digits - 1 - exp}f}"
 
 
+def _number_or_blank(v) -> bool | None:
+    """True: a cell that reads as a number ('0.200', '1,039', '2.5e-06'); None: an empty one;
+    False: text (a '–', a '%', a '⚠' make a cell text, as tabulate has it)."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    text = str(v).strip()
+    if not text:
+        return None
+    try:
+        float(text.replace(",", ""))
+    except ValueError:
+        return False
+    return True
+
+
+def _numeric_column(col: pd.Series) -> bool:
+    """Right-aligned, as tabulate aligns a column it parses as numbers: every cell a number or
+    empty, at least one a number."""
+    kinds = [_number_or_blank(v) for v in col]
+    return False not in kinds and True in kinds
+
+
+def _integral(col: pd.Series) -> bool:
+    """Every value of a float column a whole number (a count stored as float beside a NaN)."""
+    v = pd.to_numeric(col, errors="coerce").dropna()
+    return (
+        col.dtype.kind == "f"
+        and len(v) > 0
+        and bool((v == v.round()).all())
+        and v.abs().max() < 1e15
+    )
+
+
 def md_table(df: pd.DataFrame, floatfmt: int = 2, numparse: bool = True) -> str:
-    """A pipe table (tabulate's github format) with our number formatting. `numparse=False`
-    keeps text that looks like a number as written (versions such as 13.0, 550.54)."""
+    """A pipe table (tabulate's github format) with our number formatting: each cell as `fmt`
+    (or the caller) wrote it, never re-parsed (tabulate would print 0.200 as 0.2 beside 0.337,
+    4.300 as 4.3), a column of numbers right-aligned as tabulate aligns it; a float column of
+    whole numbers (counts beside a NaN) without decimals. `numparse=False`: every column is
+    text, left-aligned (versions such as 13.0)."""
     if df is None or len(df) == 0:
         return "_(no rows)_"
     shown = df.copy()
     for c in shown.columns:
-        shown[c] = shown[c].map(lambda v: fmt(v, floatfmt) if isinstance(v, float | int) else v)
-    return shown.to_markdown(index=False, disable_numparse=not numparse)
+        if _integral(df[c]):
+            shown[c] = shown[c].map(lambda v: "–" if math.isnan(v) else f"{v:,.0f}")
+        else:
+            shown[c] = shown[c].map(lambda v: fmt(v, floatfmt) if isinstance(v, float | int) else v)
+    if not numparse:
+        return shown.to_markdown(index=False, disable_numparse=True)
+    align = ["right" if _numeric_column(shown[c]) else "left" for c in shown.columns]
+    return shown.to_markdown(index=False, disable_numparse=True, colalign=align)
 
 
 def pct(x: float) -> str:

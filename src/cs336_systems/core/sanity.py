@@ -11,7 +11,8 @@ in `sanity_scope`: `ok(df, scope="memory")` keeps a row whose times are noisy fo
 about its memory.
 
 Checks are data. The generic ones below apply to every CSV by its columns (a std above its mean,
-a negative time, size or rate, an MFU above 100%). A stage adds its own, or re-parametrizes a
+a negative time, size or rate, an MFU above 100%, a forward or a backward timed alone slower than
+the forward+backward of the same row). A stage adds its own, or re-parametrizes a
 generic one, by declaring ``SANITY = {"<csv name>": [{"kind": ..., ...}, ...]}`` in its
 package's ``__init__.py`` (plain literals: it is read with `ast.literal_eval`, not imported, so
 that a stage's declarations hold wherever its CSV is read, also by another stage's analysis).
@@ -47,6 +48,7 @@ DEFAULT_SCOPE = {
     "ceiling_path": "rate",
     "greater_than": "all",
     "rate_above_ceiling": "rate",
+    "pass_slower_than_total": "time",
 }
 STAGES_DIR = Path(__file__).resolve().parents[1] / "stages"
 
@@ -207,6 +209,36 @@ def part_slower_than_whole(
     return out
 
 
+PASS_LABEL = {"fwd": "forward", "bwd": "backward", "fwd_bwd": "forward+backward"}
+
+
+def pass_slower_than_total(
+    df: pd.DataFrame,
+    total: str = "fwd_bwd",
+    parts: tuple[str, ...] | list[str] = ("fwd", "bwd"),
+    stats: tuple[str, ...] | list[str] = ("median", "mean"),
+    skip_if: dict | None = None,
+    **_,
+) -> pd.Series:
+    """A pass timed alone (`<part>_ms_<stat>`) slower than the passes it is part of, timed
+    together in the same row (`<total>_ms_<stat>`): a backward above its forward+backward cannot
+    be right. Compared on the first of `stats` both columns have (the median the reports quote;
+    a mean one outlier pulled up is std_above_mean's to flag)."""
+    out = _blank(df)
+    rows = _checked(df) & ~_skip(df, skip_if)
+    for part in parts:
+        stat = next((s for s in stats if f"{part}_ms_{s}" in df and f"{total}_ms_{s}" in df), None)
+        if stat is None:
+            continue
+        a_col, b_col = f"{part}_ms_{stat}", f"{total}_ms_{stat}"
+        a = pd.to_numeric(df[a_col], errors="coerce")
+        b = pd.to_numeric(df[b_col], errors="coerce")
+        label = f"{PASS_LABEL.get(part, part)} slower than {PASS_LABEL.get(total, total)}"
+        for i in df.index[rows & (a > b)]:
+            out[i] = _join(out[i], f"{label}: {_num(a[i])} > {_num(b[i])} ms ({a_col}, {b_col})")
+    return out
+
+
 def ceiling_path(
     df: pd.DataFrame,
     precision: str = "precision",
@@ -298,8 +330,14 @@ KINDS: dict[str, Callable[..., pd.Series]] = {
     "ceiling_path": ceiling_path,
     "greater_than": greater_than,
     "rate_above_ceiling": rate_above_ceiling,
+    "pass_slower_than_total": pass_slower_than_total,
 }
-GENERIC = ({"kind": "std_above_mean"}, {"kind": "negative_value"}, {"kind": "mfu_above_one"})
+GENERIC = (
+    {"kind": "std_above_mean"},
+    {"kind": "negative_value"},
+    {"kind": "mfu_above_one"},
+    {"kind": "pass_slower_than_total"},
+)
 
 
 # ------------------------------------------------------------------------------- declarations

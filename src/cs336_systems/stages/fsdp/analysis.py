@@ -226,9 +226,80 @@ def q32(df: pd.DataFrame, measured: bool) -> str:
     return text + _left_out(df, ("sharded_optimizer",))
 
 
-def _gather_sentence(r: pd.Series, label: str) -> str:
+def _exposed(r: pd.Series) -> float:
+    """The gathers' time on the profiled step's timeline outside compute (ms)."""
+    return _num(r, "prof_all_gather_ms") - _num(r, "prof_all_gather_overlapped_ms")
+
+
+def _wait_exceeds_exposed(r: pd.Series) -> bool:
+    """gloo: the main thread waited longer for gathers than they were exposed on the timeline."""
+    return r["backend"] == "gloo" and _num(r, "gather_wait_ms_mean") > _exposed(r)
+
+
+def _wait_sentence(r: pd.Series, explained: bool = False) -> str:
+    """What the main thread's waits for gathers were, and why they can exceed the gathers'
+    exposed time on the timeline (measure.py: `gather_wait` sums, per timed step, the host time
+    from each gather's wait() call until it returns); `explained`: an earlier run's sentence
+    already gave the reasons."""
+    wait, step = _num(r, "gather_wait_ms_mean"), _num(r, "step_ms_mean")
+    if math.isnan(wait):
+        return ""
+    t_ag, exposed = _num(r, "prof_all_gather_ms"), _exposed(r)
+    if r["backend"] != "gloo":  # NCCL: wait() returns once it has enqueued the stream wait
+        lost = "" if math.isnan(exposed) else f"; the {fmt(exposed)} ms exposed on the timeline is"
+        return (
+            f" On the GPU a gather's wait() only makes the compute stream wait for it, so the "
+            f"host's {fmt(wait)} ms per step in those calls is not time the step loses{lost}."
+        )
+    n, lo, hi = (
+        _num(r, "measure_steps"),
+        _num(r, "gather_wait_ms_min"),
+        _num(r, "gather_wait_ms_max"),
+    )
+    over = f"mean of {int(n)} timed steps" if not math.isnan(n) else "mean of the timed steps"
+    if not (math.isnan(lo) or math.isnan(hi)) and n > 1:
+        over += f", {fmt(lo)}–{fmt(hi)} ms"
+    text = (
+        f" The main thread waited {fmt(wait)} ms per step for gathers ({pct(wait / step)} of the "
+        f"{fmt(step)} ms step; {over}), counted from each wait() call until its gather had "
+        f"completed."
+    )
+    if not _wait_exceeds_exposed(r):
+        return text
+    whole = f", even more than their whole {fmt(t_ag)} ms" if wait > t_ag else ""
+    # the profiled step's time in which only other collectives ran (reduce-scatters and
+    # all-reduces) while the main thread computed nothing: a gather queued behind them is
+    # waited for then, and also the sync after backward
+    others = _num(r, "prof_comm_ms") - _num(r, "prof_comm_overlapped_ms") - exposed
+    alone = (
+        ""
+        if math.isnan(others)
+        else f"{fmt(max(others, 0.0))} ms of the profiled step had only %s running and no "
+        f"compute, the sync after backward included"
+    )
+    text += (
+        f" That is {fmt(wait - exposed)} ms more than the gathers' {fmt(exposed)} ms exposed on "
+        f"the timeline{whole}"
+    )
+    if explained:
+        return (
+            text
+            + ", for the same reasons"
+            + (f" ({alone % 'other collectives'})." if alone else ".")
+        )
+    return (
+        text + ": gloo runs collectives on its worker threads in the order they were issued, so a "
+        "wait also covers the time its gather sat queued behind earlier collectives (the "
+        "backward's reduce-scatters and all-reduces"
+        + (f": {alone % 'those'}" if alone else "")
+        + "), which the timeline counts as theirs; and the waits come from the timed steps, the "
+        "timeline from one more, profiled step."
+    )
+
+
+def _gather_sentence(r: pd.Series, label: str, explained: bool = False) -> str:
     t_ag, share = _num(r, "prof_all_gather_ms"), _num(r, "prof_all_gather_overlap_share")
-    hidden, wait = _num(r, "prof_all_gather_overlapped_ms"), _num(r, "gather_wait_ms_mean")
+    hidden = _num(r, "prof_all_gather_overlapped_ms")
     if math.isnan(t_ag):
         return f"{label}: no profiled step."
     verdict = (
@@ -251,20 +322,16 @@ def _gather_sentence(r: pd.Series, label: str) -> str:
     ]
     if phases:
         text += f" By phase: {', '.join(phases)}."
-    if r["backend"] == "gloo" and not math.isnan(wait):
-        text += (
-            f" The main thread waited {fmt(wait)} ms per step for gathers "
-            f"({pct(wait / float(r.step_ms_mean))} of the {fmt(float(r.step_ms_mean))} ms step)."
-        )
-    return text
+    return text + _wait_sentence(r, explained)
 
 
 def q33(df: pd.DataFrame) -> str:
-    parts = [
-        _gather_sentence(r, LABELS[v])
-        for v in ("fsdp", "fsdp_bf16")
-        if (r := _row(df, v)) is not None
-    ]
+    parts: list[str] = []
+    explained = False  # the reasons a wait exceeds the exposed time are given once
+    for v in ("fsdp", "fsdp_bf16"):
+        if (r := _row(df, v)) is not None:
+            parts.append(_gather_sentence(r, LABELS[v], explained))
+            explained = explained or _wait_exceeds_exposed(r)
     if not parts:
         return ""
     fs, bf = _row(df, "fsdp"), _row(df, "fsdp_bf16")
