@@ -4,8 +4,9 @@
 # GPU) and the engine's GPU-marked tests (master weights against the engine without them and
 # against the plain model), then scripts/gpu/engine_step.py: the 2026 xl and small at context 512
 # batch 4 bf16, plain compiled step vs engine (compiled blocks) without and with bf16 working
-# weights + fp32 masters, per-phase ms and MFU against 605 TFLOP/s (PEAK_TFLOPS to change).
-# Writes everything under $OUT (engine_step.csv, the logs).
+# weights + fp32 masters, synchronized steps with per-phase ms (CUDA events), MFU against the
+# bf16 matmul peak the script measures first (ceilings stage) for each variant's matmul path.
+# Writes everything under $OUT (engine_step.csv, ceilings.csv, the logs).
 #   bash scripts/gpu/engine_step.sh   (on a GPU host, from the project root)
 set -uo pipefail
 source scripts/gpu/env.sh
@@ -19,7 +20,8 @@ timeout ${TESTS_S:-60} python3 -m pytest -q -p no:cacheprovider tests/test_maste
 echo "master-weight gpu tests: exit $? in $(( $(date +%s) - t0 )) s; $(tail -1 "$out/gpu_tests.txt")"
 grep -E "^(FAILED|ERROR)" "$out/gpu_tests.txt" | head -5
 t0=$(date +%s)
-BUDGET_S=${BUDGET_S:-270} timeout ${STEP_S:-300} python3 scripts/gpu/engine_step.py "$out" \
+timeout ${STEP_S:-300} python3 scripts/gpu/engine_step.py "$out" --sizes xl,small \
+  --variants engine_mw,engine,plain --timers marks --budget-s ${BUDGET_S:-270} \
   > "$out/engine_step.log" 2>&1
 echo "engine step timings: exit $? in $(( $(date +%s) - t0 )) s"
-grep -E " step |skipped|oom|error|wall" "$out/engine_step.log" | tail -8
+grep -E "bf16 peak| sync |skipped|oom|error|wall" "$out/engine_step.log" | tail -8
