@@ -62,7 +62,8 @@ CALIBRATION_HEAD = """## Calibration: the constants against the reference runs' 
 
 The `H100` constants in budget/devices.py come from the reference run of the gpu preset on one
 H100 80GB HBM3 (`report/reference/h100-80gb-hbm3/jobs/**/*.tsv`, one Snakemake run of commit
-dfdd876, 2026-11-24: 21.2 min of wall time, 20.5 with a job running). Where the job log alone
+50ebc65, 2026-11-25: 19.5 min of wall time, 18.8 with a job running; the run of dfdd876 a day
+earlier, on another host of the kind, took 21.2). Where the job log alone
 does not separate a constant, the job's own log (`results/<machine>/logs/`) did:
 
 - rates (`tflops`): xl at context 512, batch 4, eager: training step 1030 ms in fp32 (41
