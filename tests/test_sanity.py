@@ -60,6 +60,22 @@ def test_forward_backward_slower_than_the_step_flags_both_rows():
     assert sanity.is_suspect(out, "memory").sum() == 0
 
 
+def test_a_part_slower_than_its_whole_is_set_against_the_rows_spread():
+    """The reason says whether the gap is within the step-to-step std of the two rows (noise
+    a reader can weigh) or larger than it."""
+    key = ("tiny", "forward_backward", "fp32")
+    for std, side in ((20.0, "within"), (1.0, "larger than")):
+        df = benchmark_rows(ms={key: 50.0})
+        pair = (df["size"] == "tiny") & (df["precision"] == "fp32") & (df["mode"] != "forward")
+        df.loc[pair, "step_ms_std"] = std
+        out = sanity.flag(df, "benchmark")
+        why = out[sanity.is_suspect(out)][sanity.COLUMN].iloc[0]
+        assert f"the gap, 15.0 ms, is {side} the step-to-step std of the two" in why, why
+    df = benchmark_rows(ms={key: 50.0}).drop(columns="step_ms_std", errors="ignore")
+    why = sanity.flag(df, "benchmark")[sanity.COLUMN].dropna()
+    assert not why.str.contains("gap").any()
+
+
 def test_warmup_sweep_without_warmup_may_have_a_std_above_its_mean():
     w = pd.DataFrame(
         {

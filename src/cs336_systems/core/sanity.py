@@ -204,9 +204,28 @@ def part_slower_than_whole(
         if hit is None or not (r[value] > hit[1]):
             continue
         text = f"{label}: {_num(r[value])} > {_num(hit[1])} ms ({value})"
+        text += _noise(r[value] - hit[1], r, b.loc[hit[0]], value)
         out[i] = _join(out[i], text)
         out[hit[0]] = _join(out[hit[0]], text)
     return out
+
+
+def _noise(gap: float, a: pd.Series, b: pd.Series, a_col: str, b_col: str | None = None) -> str:
+    """How a gap between two timings compares with their spread, where the rows record one
+    (`<name>_std` beside `<name>_mean` or `_median`): the reader's first question about a part
+    slower than its whole. '' without a spread."""
+    stds = []
+    for row, col in ((a, a_col), (b, b_col or a_col)):
+        base = col.rsplit("_", 1)[0]
+        std = pd.to_numeric(row.get(f"{base}_std"), errors="coerce")
+        if not col.endswith(("_mean", "_median")) or not std == std:
+            return ""
+        stds.append(float(std))
+    side = "within" if gap <= max(stds) else "larger than"
+    return (
+        f"; the gap, {_num(gap)} ms, is {side} the step-to-step std of the two"
+        f" ({_num(stds[0])} and {_num(stds[1])} ms)"
+    )
 
 
 PASS_LABEL = {"fwd": "forward", "bwd": "backward", "fwd_bwd": "forward+backward"}
@@ -235,7 +254,10 @@ def pass_slower_than_total(
         b = pd.to_numeric(df[b_col], errors="coerce")
         label = f"{PASS_LABEL.get(part, part)} slower than {PASS_LABEL.get(total, total)}"
         for i in df.index[rows & (a > b)]:
-            out[i] = _join(out[i], f"{label}: {_num(a[i])} > {_num(b[i])} ms ({a_col}, {b_col})")
+            text = f"{label}: {_num(a[i])} > {_num(b[i])} ms ({a_col}, {b_col})"
+            r = df.loc[i]
+            text += _noise(a[i] - b[i], r, r, a_col, b_col)
+            out[i] = _join(out[i], text)
     return out
 
 
