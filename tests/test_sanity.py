@@ -43,6 +43,10 @@ def test_mfu_above_100_percent_is_suspect():
     )
     r = reasons(sanity.flag(df, checks=sanity.checks_for("x")))
     assert r[0] == "" and "MFU 1050% is above 100%" in r[1]
+    # just above: the digits that show it (the CPU reference once read "MFU 100% is above 100%")
+    df["mfu"] = [1.0015, 1.00004]
+    r = reasons(sanity.flag(df, checks=sanity.checks_for("x")))
+    assert "MFU 100.2% is above" in r[0] and "MFU 100.004% is above" in r[1]
 
 
 def test_forward_backward_slower_than_the_step_flags_both_rows():

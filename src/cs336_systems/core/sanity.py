@@ -159,6 +159,16 @@ def negative_value(df: pd.DataFrame, skip_if: dict | None = None, **_) -> pd.Ser
     return out
 
 
+def _pct_above(x: float) -> str:
+    """A fraction above 1 as a percentage with the digits that show it above 100% (108%,
+    100.2%, 100.004%)."""
+    for digits in range(7):
+        text = f"{100 * x:.{digits}f}"
+        if float(text) > 100:
+            return f"{text}%"
+    return f"{100 * x!r}%"
+
+
 def mfu_above_one(df: pd.DataFrame, column: str = "mfu", skip_if: dict | None = None, **_):
     """MFU above 100%: the point ran faster than the machine's measured peak."""
     out = _blank(df)
@@ -170,7 +180,7 @@ def mfu_above_one(df: pd.DataFrame, column: str = "mfu", skip_if: dict | None = 
         peak = df.at[i, "peak_tflops"] if "peak_tflops" in df else float("nan")
         rate = df.at[i, "tflops"] if "tflops" in df else float("nan")
         out[i] = (
-            f"MFU {100 * v[i]:.0f}% is above 100% ({_num(rate)} TFLOP/s against a measured "
+            f"MFU {_pct_above(v[i])} is above 100% ({_num(rate)} TFLOP/s against a measured "
             f"peak of {_num(peak)})"
         )
     return out
