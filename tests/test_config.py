@@ -21,6 +21,7 @@ import copy
 import importlib
 from functools import cache
 
+import pandas as pd
 import pytest
 from pipeline_utils import ROOT
 
@@ -441,6 +442,34 @@ def test_sizes_that_cannot_fit_this_host_stop_the_run():
         "config: ceilings.cpu.copy_mb: 8192 — needs 16,384 MiB, more than the 8,192 MiB of "
         "this host",
     ]
+
+
+def test_a_per_dtype_matmul_size_is_checked_under_its_own_key():
+    line = one(
+        {"ceilings": cpu(matmul_size=512, matmul_size_of={"fp32": 100_000})}, host_memory_mib=8 * GB
+    )
+    assert line.startswith("config: ceilings.cpu.matmul_size_of.fp32: 100000 — needs 114,441 MiB")
+    assert problems({"ceilings": cpu(matmul_size_of={"fp64": 1024})})[0].startswith(
+        "config: ceilings.cpu.matmul_size_of"
+    )
+
+
+def test_ceilings_measure_each_dtype_at_its_own_size(tmp_path):
+    from cs336_systems.stages.ceilings import measure, plan
+
+    assert plan.cli_sizes({"matmul_size_of": {"fp32": 1024, "bf16": 64}}) == "bf16=64,fp32=1024"
+    assert plan.cli_sizes({}) == "" and plan.sizes_by_dtype("") == {}
+    with pytest.raises(ValueError, match="not <dtype>=<size>"):
+        plan.sizes_by_dtype("fp32:1024")
+    out = tmp_path / "ceilings.csv"
+    measure.main(
+        ["--matmul-size", "32", "--matmul-size-of", "fp32=48", "--dtypes", "fp32,bf16",
+         "--copy-mb", "1", "--reps", "2", "--machine", "m", "--preset", "cpu", "--out", str(out)]
+    )  # fmt: skip
+    df = pd.read_csv(out)
+    sizes = df[df["kind"] == "matmul"].set_index(["dtype", "path"])["size"]
+    assert sizes.to_dict() == {("fp32", "matmul"): 48, ("bf16", "matmul"): 32,
+                               ("bf16", "autocast_linear"): 32}  # fmt: skip
 
 
 def test_gpu_sizes_are_checked_against_the_gpu():

@@ -1,5 +1,7 @@
 # Stage `ceilings`: the machine's measured matmul peaks and copy bandwidth (MFU's denominator).
 
+from cs336_systems.stages.ceilings import plan as ceilings_plan
+
 CEILINGS = stage_config("ceilings")
 
 
@@ -15,10 +17,12 @@ rule ceilings:
     params:
         cfg=CEILINGS,
         dtypes=cli_list(CEILINGS["dtypes"]),
+        size_of=ceilings_plan.cli_sizes(CEILINGS),
         common=common_args(),
     shell:
         "python3 -m cs336_systems.stages.ceilings {params.common} --out {output}"
-        " --matmul-size {params.cfg[matmul_size]} --dtypes {params.dtypes}"
+        " --matmul-size {params.cfg[matmul_size]} --matmul-size-of '{params.size_of}'"
+        " --dtypes {params.dtypes}"
         " --copy-mb {params.cfg[copy_mb]} --reps {params.cfg[reps]} 2>&1 | tee {log}"
 
 

@@ -20,6 +20,7 @@ from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import PointResult, device_time, run_point
 from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.core.results import provenance, write_csv
+from cs336_systems.stages.ceilings.plan import sizes_by_dtype
 
 log = get_logger(__name__)
 
@@ -118,6 +119,12 @@ def fitting_point(need_mib: float, device: torch.device, what: str, fn) -> Point
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--matmul-size", type=int, default=8192)
+    ap.add_argument(
+        "--matmul-size-of",
+        default="",
+        help="per-dtype sizes over --matmul-size, e.g. fp32=1024 (a CPU's fp32 reaches its peak "
+        "only on larger products than its bf16 can afford without bf16 units)",
+    )
     ap.add_argument("--dtypes", default="bf16,tf32,fp32")
     ap.add_argument("--copy-mb", type=int, default=1024)
     ap.add_argument("--reps", type=int, default=20)
@@ -130,16 +137,18 @@ def main(argv: list[str] | None = None) -> None:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     base = provenance(args.machine, args.preset, args.edition)
     rows = []
+    size_of = sizes_by_dtype(args.matmul_size_of)
     for name, path in matmul_paths(args.dtypes.split(",")):
-        with point("matmul", name, *([] if path == "matmul" else [path]), f"n={args.matmul_size}"):
+        n = size_of.get(name, args.matmul_size)
+        with point("matmul", name, *([] if path == "matmul" else [path]), f"n={n}"):
             # two operands and the product (the autocast path adds bf16 copies of the operands)
             size = DTYPES[name].itemsize if path == "matmul" else 4 + DTYPES[name].itemsize
-            need = 3 * args.matmul_size**2 * size / 2**20
+            need = 3 * n**2 * size / 2**20
             res = fitting_point(
                 need,
                 device,
-                f"a {args.matmul_size}^2 {name} matmul",
-                lambda n=name, p=path: matmul_point(n, args.matmul_size, device, args.reps, p),
+                f"a {n}^2 {name} matmul",
+                lambda d=name, p=path, n=n: matmul_point(d, n, device, args.reps, p),
             )
             tflops = (res.value or {}).get("tflops", float("nan"))
             log.log(status_level(res.status), "%s %.3g TFLOP/s", res.status, tflops)
@@ -149,7 +158,7 @@ def main(argv: list[str] | None = None) -> None:
                 "kind": "matmul",
                 "dtype": name,
                 "path": path,
-                "size": args.matmul_size,
+                "size": n,
                 "status": res.status,
                 **(res.value or {}),
             }

@@ -7,10 +7,38 @@ from cs336_systems.core.config import Checker, Facts, device_memory
 BYTES = {"bf16": 2, "fp16": 2, "tf32": 4, "fp32": 4}
 
 
+def size_of(cfg: dict) -> dict[str, int]:
+    """Each measured dtype's matmul size: `matmul_size`, or its entry in `matmul_size_of`."""
+    return {d: cfg.get("matmul_size_of", {}).get(d, cfg["matmul_size"]) for d in cfg["dtypes"]}
+
+
+def cli_sizes(cfg: dict) -> str:
+    """`matmul_size_of` as the stage's --matmul-size-of argument ('fp32=1024', or '')."""
+    return ",".join(f"{d}={n}" for d, n in sorted(cfg.get("matmul_size_of", {}).items()))
+
+
+def sizes_by_dtype(text: str) -> dict[str, int]:
+    """--matmul-size-of's 'fp32=1024,bf16=512' as a mapping ('' is none)."""
+    out = {}
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        dtype, _, n = item.partition("=")
+        if dtype not in BYTES or not n.isdigit():
+            raise ValueError(
+                f"--matmul-size-of: {item!r} is not <dtype>=<size> ({', '.join(BYTES)})"
+            )
+        out[dtype] = int(n)
+    return out
+
+
 def check(cfg: dict, at: Checker, facts: Facts) -> None:
     """Sizes that fit the device's memory, where knowable: the copy's source and destination,
     the matmul's two operands and its product."""
     have, where = device_memory(facts)
     at.fits("copy_mb", cfg["copy_mb"], 2 * cfg["copy_mb"], have, where)
-    n, widest = cfg["matmul_size"], max(BYTES[d] for d in cfg["dtypes"])
-    at.fits("matmul_size", n, 3 * n * n * widest / 2**20, have, where)
+    widest: dict[int, str] = {}  # each size once, at its widest dtype
+    for dtype, n in size_of(cfg).items():
+        if n not in widest or BYTES[dtype] > BYTES[widest[n]]:
+            widest[n] = dtype
+    for n, dtype in widest.items():
+        key = "matmul_size" if n == cfg["matmul_size"] else f"matmul_size_of.{dtype}"
+        at.fits(key, n, 3 * n * n * BYTES[dtype] / 2**20, have, where)
