@@ -61,7 +61,7 @@ def _size_sentence(label: str, n: int, h: pd.DataFrame, backend: str) -> str:
     text = (
         f"{label}, {n} processes: bus bandwidth {verb} from {fmt(lo.busbw_gbps)} GB/s at "
         f"{_size_label(lo.size_mb)} to {fmt(hi.busbw_gbps)} GB/s at {_size_label(hi.size_mb)} "
-        f"({fmt(hi.busbw_gbps / lo.busbw_gbps, 1)}x)"
+        f"({fmt(hi.busbw_gbps / lo.busbw_gbps, 1)}×)"
     )
     if top.size_mb not in (lo.size_mb, hi.size_mb):
         text += f", peaking at {fmt(top.busbw_gbps)} GB/s at {_size_label(top.size_mb)}"
@@ -144,7 +144,7 @@ def context(results_dir: Path) -> dict:
         ws = sorted(set(g.index) & set(n.index))
         if ws:
             compare = "; ".join(
-                f"n = {w}: gloo {fmt(g[w], 3)} ms vs NCCL {fmt(n[w], 3)} ms ({fmt(g[w] / n[w], 0)}x)"
+                f"n = {w}: gloo {fmt(g[w], 3)} ms vs NCCL {fmt(n[w], 3)} ms ({fmt(g[w] / n[w], 0)}×)"
                 for w in ws
             )
             compare = f"At {_size_label(s)}, {compare}."

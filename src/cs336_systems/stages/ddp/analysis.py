@@ -149,7 +149,7 @@ def _variant_table(d: pd.DataFrame, base_ms: float) -> pd.DataFrame:
             "sync (ms)": r.comm_ms_mean,
             "optimizer (ms)": r.opt_ms_mean,
             "sync share": pct(r.comm_share) if r.variant != "baseline" else "–",
-            "vs compute only": f"{fmt(r.step_ms_mean / base_ms)}x" if base_ms else "–",
+            "vs compute only": f"{fmt(r.step_ms_mean / base_ms)}×" if base_ms else "–",
         }
         if "prof_overlap_share" in d:
             share = getattr(r, "prof_overlap_share", math.nan)
@@ -193,8 +193,8 @@ def _memory(df: pd.DataFrame) -> dict:
         n = int(s.world_size)
         out["state"] = (
             f"The optimizer state held per rank falls from {fmt(u.optimizer_state_mb)} MB to "
-            f"{fmt(s.optimizer_state_mb)} MB ({fmt(s.optimizer_state_mb / u.optimizer_state_mb)}x; "
-            f"an even split over {n} ranks would be {fmt(1 / n)}x — parameters are assigned whole, "
+            f"{fmt(s.optimizer_state_mb)} MB ({fmt(s.optimizer_state_mb / u.optimizer_state_mb)}×; "
+            f"an even split over {n} ranks would be {fmt(1 / n)}× — parameters are assigned whole, "
             f"so the largest tensors limit the balance)."
         )
         if out["measured_peaks"]:
@@ -266,7 +266,7 @@ def context(results_dir: Path) -> dict:
             f"{fmt(naive.step_ms_mean)} ms per step, of which {fmt(naive.comm_ms_mean)} ms "
             f"({pct(naive.comm_share)}) is spent communicating gradients"
             + (
-                f"; {fmt(naive.step_ms_mean / base_ms)}x the compute-only step."
+                f"; {fmt(naive.step_ms_mean / base_ms)}× the compute-only step."
                 if base is not None
                 else "."
             )
@@ -276,13 +276,13 @@ def context(results_dir: Path) -> dict:
         calls = int(naive.num_grad_tensors)
         if ratio > 1:
             verdict = (
-                f"{fmt(ratio)}x less communication time): one call pays the per-call cost once "
+                f"{fmt(ratio)}× less communication time): one call pays the per-call cost once "
                 f"instead of {calls} times, at the price of copying the gradients into and out "
                 "of one buffer."
             )
         else:
             verdict = (
-                f"{fmt(1 / ratio)}x more communication time): here the {calls} per-call costs "
+                f"{fmt(1 / ratio)}× more communication time): here the {calls} per-call costs "
                 "saved weigh less than copying the gradients into and out of one buffer and "
                 "reducing it in one piece."
             )
@@ -344,7 +344,7 @@ def context(results_dir: Path) -> dict:
             f"{fmt(best.bucket_size_mb)} MB "
             f"({fmt(best.step_ms_mean)} ms per step"
             + (
-                f", {fmt(best.step_ms_mean / base_ms)}x the compute-only step)."
+                f", {fmt(best.step_ms_mean / base_ms)}× the compute-only step)."
                 if base is not None
                 else ")."
             )
