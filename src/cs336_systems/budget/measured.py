@@ -88,13 +88,13 @@ does not separate a constant, the job's own log (`results/<machine>/logs/`) did:
 
 CPU_HEAD = """### Two CPU cores
 
-The `CPU2` constants were fitted on a cpu run from a fresh clone of 7bc8988 on this project's
-2-core machine (`snakemake --cores 2 report`: 3 min 27 s); the table compares them with the
-reference run now in `report/reference/cpu/jobs/**/*.tsv` (a fresh clone of 44e11d6: 3 min
-7 s; an earlier run of the same code took 4 min 2 s on a busier machine). Two jobs run at once, so a job's time depends on the one beside it; the test holds each
-job within a factor of 2 and the sum within 15%. The benchmark's cost guard divides by the
-ceilings stage's measured matmul rates (`peak_tflops`: fp32 0.093, bf16 autocast F.linear
-0.0096 TFLOP/s), as the stage does; the steps run at the rates the model reaches (`tflops`).
+The `CPU2` constants come from the reference run in `report/reference/cpu/jobs/**/*.tsv` (a
+fresh clone of 34787cd, `snakemake --cores 2 report`: 3 min 2 s, on an AMD EPYC with AVX-512
+bf16 units; the earlier 2-core machine, without them, took 3 min 7 s to 4 min 2 s and skipped
+small's bf16 points). Two jobs run at once, so a job's time depends on the one beside it; the
+test holds each job within a factor of 2 and the sum within 15%. The benchmark's cost guard
+divides by the ceilings stage's measured matmul rates (`peak_tflops`: fp32 0.081, bf16
+autocast F.linear 0.18 TFLOP/s; on the machine without bf16 units 0.093 and 0.0096 TFLOP/s), as the stage does; the steps run at the rates the model reaches (`tflops`).
 
 """
 
