@@ -1,0 +1,35 @@
+"""The benchmark's engines table (stages/benchmark/tables.py): which plain row each engine is set
+against, and how a point that did not run reads there."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from cs336_systems.stages.benchmark.tables import engines_table
+
+
+def _row(engine: str, attention: str, ms: float, status: str = "ok") -> dict:
+    return {"size": "small", "context_length": 512, "precision": "bf16", "compile": "eager",
+            "mode": "train_step", "engine": engine, "attention": attention,
+            "step_ms_mean": ms, "status": status}  # fmt: skip
+
+
+def test_the_engine_is_set_against_the_naive_plain_model_whatever_the_row_order():
+    rows = [_row("plain", "naive", 60.0), _row("fast", "naive", 30.0),
+            _row("plain", "sdpa", 40.0), _row("plain", "flash_triton", 50.0)]  # fmt: skip
+    for order in (rows, rows[::-1]):
+        t = engines_table(pd.DataFrame(order)).iloc[0]
+        assert t["plain (ms)"] == "60.00" and t["fast speedup"] == "2.00×", dict(t)
+
+
+def test_a_point_that_did_not_run_shows_its_kind_not_a_cut_reason():
+    df = pd.DataFrame(
+        [
+            _row(
+                "plain", "naive", float("nan"), "skipped: 10B train step in fp32 needs 240,413 MiB"
+            ),
+            _row("fast", "naive", 30.0),
+        ]  # fmt: skip
+    )
+    t = engines_table(df).iloc[0]
+    assert t["plain (ms)"] == "skipped" and "fast speedup" not in t.dropna()
