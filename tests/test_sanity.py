@@ -183,6 +183,20 @@ def test_report_lists_suspect_numbers_with_their_reason(suspect_run):
     assert "0.000100 TFLOP/s" in text and "0.0 TFLOP/s" not in text
 
 
+def test_a_run_whose_every_training_step_is_suspect_still_renders(tmp_path):
+    """Every train_step row above the measured peak (MFU > 100%): the MFU table says there is
+    nothing to show, the report renders (it once failed on the missing table, under SLURM)."""
+    fast = {("tiny", "train_step", p): 0.001 for p in ("fp32", "bf16")}
+    run = write_results(
+        tmp_path / "results" / "fixture-cpu",
+        benchmark=benchmark_rows(ms=fast),
+        ceilings=ceilings_rows(fp32=0.5, bf16=0.5, autocast=0.5),
+    )
+    s = benchmark_analysis.context(run)
+    assert s["mfu_table"].startswith("_No training step has an MFU to show (")
+    assert "No training step has an MFU to show" in report.render(run, ["ceilings", "benchmark"])
+
+
 def test_load_collects_the_suspect_rows_a_section_read(suspect_run):
     with sanity.collecting() as found:
         load(suspect_run, "benchmark")
