@@ -89,6 +89,13 @@ def results(tmp_path_factory):
             ]
         )
     att = pd.read_csv(out / "attention" / "naive_eager.csv")
+    # the aggregate's timings pinned: two steps of a tiny point on a loaded 2-core machine can
+    # differ enough for std_above_mean to flag both points, and this fixture is about the
+    # analysis, not the CPU's noise (CI once had no trusted pair left for the compile summary)
+    for phase, ms in (("fwd", 1.0), ("bwd", 2.0)):
+        for stat in ("mean", "median", "min", "max"):
+            att[f"{phase}_ms_{stat}"] = ms
+        att[f"{phase}_ms_std"] = 0.0
     # a compiled twin (timings halved) and an OOM point, as a GPU run would have them
     twin = att.assign(impl="naive_compiled", compile="compiled")
     twin[["fwd_ms_mean", "bwd_ms_mean"]] /= 2
