@@ -98,7 +98,9 @@ def test_the_estimates_are_within_a_quarter_of_the_measured_h100_jobs():
     estimates of this config: every planned job logged there (only local rules write no job
     file), each within 25%, their sum within 10%."""
     rows, missing, extra = measured.calibration(copy.deepcopy(CONFIG))
-    assert missing == ["arithmetic"] and extra == []
+    # arithmetic is a local rule; the leaderboard's ablation job is newer than this reference
+    # (on one GPU it writes skipped rows at once: a job start)
+    assert set(missing) <= {"arithmetic", "leaderboard/ablation"} and extra == []
     assert {s for s, *_ in rows} >= {"kernel_tests", "benchmark", "memory", "attention", "flash"}
     off = [(s, j, m, round(e)) for s, j, m, e in rows if not 0.75 <= e / m <= 1.25]
     assert not off, off
@@ -112,7 +114,8 @@ def test_the_cpu_estimates_follow_the_cpu_reference_run():
     rows, missing, extra = measured.calibration(
         copy.deepcopy(CONFIG), "cpu", budget.CPU2, jobs_dir=measured.CPU_JOBS
     )
-    assert missing == ["arithmetic"] and extra == [] and len(rows) > 15
+    assert set(missing) <= {"arithmetic", "leaderboard/ablation"} and extra == []
+    assert len(rows) > 15
     off = [(s, j, m, round(e)) for s, j, m, e in rows if not 0.5 <= e / m <= 2]
     assert not off, off
     m, e = sum(r[2] for r in rows), sum(r[3] for r in rows)
@@ -132,7 +135,8 @@ def test_the_calibration_reads_a_job_log(tmp_path):
         f.write_text(f"s\th:m:s\n{2 * s if name == 'kernel_tests' else s}\t0:00:01\n")
     (jobs / "ddp" / "extra.tsv").write_text("s\n1.0\n")
     rows, missing, extra = measured.calibration(copy.deepcopy(CONFIG), jobs_dir=jobs)
-    assert missing == ["ceilings", "arithmetic"] and extra == ["ddp/extra"]
+    assert set(missing) - {"leaderboard/ablation"} == {"ceilings", "arithmetic"}
+    assert extra == ["ddp/extra"]
     kt = next(r for r in rows if r[0] == "kernel_tests")
     assert kt[2] == 2 * times["kernel_tests"]
     assert "| **all logged jobs** |" in measured.calibration_markdown(CONFIG, jobs_dir=jobs)

@@ -74,7 +74,7 @@ def _both(precision, checkpoint, device="cpu", **kw):
     return loss, plain_loss, engine.full_parameters(), plain, before, engine
 
 
-@pytest.mark.parametrize("checkpoint", ["none", "every_2", "halving"])
+@pytest.mark.parametrize("checkpoint", ["none", "every_2", "halving", "ffn", "mixed_p1_f2"])
 def test_fp32_step_matches_the_plain_model(checkpoint):
     loss, plain_loss, params, plain, before, engine = _both("fp32", checkpoint)
     assert engine.plan["strategy"] == checkpoint
@@ -246,7 +246,21 @@ def test_gpu_master_weights_match_the_engine_without_them_and_the_plain_model():
     _assert_bf16_close(runs[0][1], plain, before)
 
 
-SCHEMES = ("fsdp", "ddp_sharded")
+# each a change of the engine's options on two ranks (fp32): FSDP by block and by layer, with
+# whole-block and selective checkpointing, no prefetch, the plain loss; DDP + sharded AdamW
+SCHEMES = {
+    "fsdp": {"parallel": "fsdp", "checkpoint": "every_2"},
+    "fsdp_ffn": {"parallel": "fsdp", "checkpoint": "ffn"},
+    "fsdp_mixed": {"parallel": "fsdp", "checkpoint": "mixed_p1_f2"},
+    "fsdp_layer": {"parallel": "fsdp", "checkpoint": "every_2", "fsdp_units": "layer"},
+    "fsdp_no_prefetch_plain_loss": {
+        "parallel": "fsdp",
+        "checkpoint": "every_1",
+        "prefetch": False,
+        "loss": "plain",
+    },
+    "ddp_sharded": {"parallel": "ddp_sharded", "checkpoint": "every_2"},
+}
 
 
 def _rank_worker(rank: int, store_path: str, out_dir: str) -> None:
@@ -258,29 +272,67 @@ def _rank_worker(rank: int, store_path: str, out_dir: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=2)
     out = {}
     try:
-        for scheme in SCHEMES:
+        for scheme, kw in SCHEMES.items():
             lm, tokens, targets = _setup(batch=4)
             half = slice(2 * rank, 2 * rank + 2)  # each rank its half of the batch
-            opts = EngineOptions(precision="fp32", checkpoint="every_2", lr=LR, parallel=scheme)
+            opts = EngineOptions(precision="fp32", lr=LR, **kw)
             engine = Engine.build(lm, tokens[half], targets[half], opts)
             loss = engine.step()
             dist.all_reduce(loss)
             full = {n: t.clone() for n, t in engine.full_parameters().items()}
-            out[scheme] = {"loss": loss / 2, "params": full}
+            out[scheme] = {
+                "loss": loss / 2,
+                "params": full,
+                "window": engine.net.__dict__.get("window"),
+            }
         torch.save(out, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
 
 
 def test_two_gloo_ranks_match_the_plain_model_on_the_whole_batch():
-    """fp32, FSDP and DDP + sharded AdamW, two ranks of half the batch each: loss to 1e-5,
-    parameters to 1e-6 (as one rank)."""
+    """fp32, FSDP (by block, by layer, each checkpointing kind, without prefetch, the plain
+    loss) and DDP + sharded AdamW, two ranks of half the batch each: loss to 1e-5, parameters to
+    1e-6 (as one rank)."""
     from dist_utils import run_forked_ranks
 
     ranks = run_forked_ranks(_rank_worker, 2)
+    # a checkpointed pair is recomputed whole: FSDP holds it and prefetches the next unit
+    assert ranks[0]["fsdp"]["window"] == 3 and ranks[0]["fsdp_mixed"]["window"] == 2
+    assert ranks[0]["fsdp_no_prefetch_plain_loss"]["window"] == 1
     lm, tokens, targets = _setup(batch=4)
     plain_loss, plain = _plain_step(lm, tokens, targets, "fp32")
     for out in (r[scheme] for r in ranks for scheme in SCHEMES):
         torch.testing.assert_close(out["loss"], plain_loss, rtol=1e-5, atol=0)
         for name, p in plain.items():
             torch.testing.assert_close(out["params"][name], p, rtol=0, atol=ADAM_ATOL, msg=name)
+
+
+@pytest.mark.gpu
+def test_gpu_auto_measures_attention_and_checkpointing():
+    """On CUDA `auto` times our FlashAttention-2 against SDPA's cuDNN at the step's shape (both
+    checked against each other) and the first step measures what a block saves to choose the
+    checkpointing again; the step still trains like the plain model (bf16 tolerances)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    spec = {**TINY, "context_length": 256, "num_layers": 6, "d_model": 256, "num_heads": 4}
+    lm, tokens, targets = _setup("cuda", spec=spec, batch=2, seq=256)
+    before = {n: p.detach().clone() for n, p in lm.named_parameters()}
+    plain_loss, plain = _plain_step(copy.deepcopy(lm), tokens, targets, "bf16")
+    engine = Engine.build(lm, tokens, targets, EngineOptions(precision="bf16", lr=LR))
+    att = engine.plan["attention"]
+    assert att["chosen"] in ("flash_triton", "sdpa_cudnn")
+    assert att["ms"]["flash_triton"] > 0, att
+    assert engine.calibration == {}  # pending: the first step measures
+    loss = engine.step()
+    cal = engine.calibration
+    assert cal["block_plain_bytes"] > cal["block_ffn_bytes"] > cal["block_input_bytes"] > 0
+    assert cal["choice"] == engine.plan["strategy"]
+    # a small model on a large GPU: nothing needs recomputing
+    assert cal["choice"] == "none", cal
+    # the measuring step trains: the loss as the plain model's, every update within AdamW's
+    # first step of it (about lr * sign(g); the attention kernels differ from naive's)
+    torch.testing.assert_close(loss, plain_loss, rtol=2e-2, atol=0)
+    for name, p in engine.full_parameters().items():
+        assert (p.float() - plain[name].float()).abs().max() <= 2.1 * LR, name
+        assert not torch.equal(p.float(), before[name].float()), name

@@ -61,8 +61,11 @@ def test_stage_runs_and_answers_both_questions(tmp_path):
     assert list(df["status"]) == ["ok"] * 2, df["status"].tolist()
     rows = {r.variant: r for r in df.itertuples()}
     fs, so = rows["fsdp"], rows["sharded_optimizer"]
-    # the tensors FSDP holds per rank are exactly the analytic state (every size is even)
+    # the tensors FSDP holds per rank are exactly the analytic state plus the flat buffers'
+    # alignment padding (params, grads and AdamW's two moments: 16 bytes an element)
     expect = training_state_bytes(int(fs.sharded_params), int(fs.replicated_params), 2, "fsdp")
+    expect += 16 * int(fs.fsdp_pad_elems)
+    assert 0 <= fs.fsdp_pad_elems < 64 * 20  # under 64 a member (tiny's sizes: none)
     assert fs.held_mb * 2**20 == pytest.approx(expect, abs=1024)  # + AdamW's step counters
     assert fs.held_mb < so.held_mb
     assert fs.all_gather_into_tensor_calls > 0 and so.all_gather_into_tensor_calls == 0

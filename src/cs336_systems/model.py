@@ -15,6 +15,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 # The course's editions: the model table (and the grids) differ; 2026 is the current one.
 EDITIONS = (2026, 2025)
@@ -214,10 +215,17 @@ class TransformerBlock(nn.Module):
         self.attn = CausalSelfAttention(d_model, num_heads, rope)
         self.ln2 = RMSNorm(d_model)
         self.ffn = SwiGLU(d_model, d_ff)
+        # core.checkpointing: keep only the FFN half's input and recompute the half in backward
+        self.checkpoint_ffn = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln1(x))
-        return x + self.ffn(self.ln2(x))
+        if self.checkpoint_ffn:
+            return x + checkpoint(self._ffn_half, x, use_reentrant=False)
+        return x + self._ffn_half(x)
+
+    def _ffn_half(self, x: torch.Tensor) -> torch.Tensor:
+        return self.ffn(self.ln2(x))
 
 
 class TransformerLM(nn.Module):

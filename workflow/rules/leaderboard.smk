@@ -1,7 +1,10 @@
 # Stage `leaderboard`: the 2026 full-step leaderboard (8B model, context 32,768, batch 2, bf16)
 # through the engine and the plain model. One job: torchrun launches on the configured world
 # size (skipped rows with the command where the machine lacks it) and, on one GPU, a reduced
-# configuration. MFU is against the ceilings stage's measured bf16 peak (its CSV, an input).
+# configuration; a second job runs the ablation (the engine with one optimization off per row).
+# MFU is against the ceilings stage's measured bf16 peak (its CSV, an input).
+
+LEADERBOARD_ABLATIONS = stage_config("leaderboard")["ablations"]
 
 
 LEADERBOARD_FIGURES = [f"{REPORT_DIR}/figures/leaderboard_breakdown.png"]
@@ -34,6 +37,47 @@ rule leaderboard:
         common=common_args(),
     shell:
         "python3 -m cs336_systems.stages.leaderboard {params.common} --out {output}"
+        " --plans full,reduced"
+        " --backend {params.cfg[backend]} --world-size {params.cfg[world_size]}"
+        " --vocab {params.cfg[vocab]} --d-model {params.cfg[d_model]} --d-ff {params.cfg[d_ff]}"
+        " --num-layers {params.cfg[num_layers]} --num-heads {params.cfg[num_heads]}"
+        " --context-length {params.cfg[context_length]} --batch {params.cfg[batch]}"
+        " --variants={params.variants} --warmup {params.cfg[warmup_steps]}"
+        " --steps {params.cfg[measure_steps]} --checkpoint {params.cfg[checkpoint]}"
+        " --reduced-layers {params.cfg[reduced_layers]}"
+        " --peak-csv {input.ceilings} --timeout-s {params.cfg[timeout_s]} --env={params.env:q}"
+        " {params.flags} 2>&1 | tee {log}"
+
+
+rule leaderboard_ablation:
+    input:
+        code("cs336_systems.stages.leaderboard"),
+        ceilings=f"{RESULTS}/ceilings.csv",
+    output:
+        f"{RESULTS}/leaderboard/ablation.csv",
+    log:
+        f"{RESULTS}/logs/leaderboard/ablation.log",
+    benchmark:
+        f"{RESULTS}/jobs/leaderboard/ablation.tsv"
+    params:
+        cfg=lambda wc: stage_config("leaderboard"),
+        variants=lambda wc: cli_list(stage_config("leaderboard")["variants"]),
+        ablations=lambda wc: cli_list(LEADERBOARD_ABLATIONS),
+        env=lambda wc: cli_list(
+            f"{k}={v}" for k, v in sorted(stage_config("leaderboard")["env"].items())
+        ),
+        flags=lambda wc: " ".join(
+            f
+            for f, on in (
+                ("--compile", stage_config("leaderboard")["compile"]),
+                ("--no-profile", not stage_config("leaderboard")["profile"]),
+            )
+            if on
+        ),
+        common=common_args(),
+    shell:
+        "python3 -m cs336_systems.stages.leaderboard {params.common} --out {output}"
+        " --plans ablation --ablations={params.ablations}"
         " --backend {params.cfg[backend]} --world-size {params.cfg[world_size]}"
         " --vocab {params.cfg[vocab]} --d-model {params.cfg[d_model]} --d-ff {params.cfg[d_ff]}"
         " --num-layers {params.cfg[num_layers]} --num-heads {params.cfg[num_heads]}"
@@ -48,6 +92,7 @@ rule leaderboard:
 rule leaderboard_aggregate:
     input:
         points=rules.leaderboard.output[0],
+        ablation=[rules.leaderboard_ablation.output[0]] if LEADERBOARD_ABLATIONS else [],
         code=code("cs336_systems.core.results"),
     output:
         f"{RESULTS}/leaderboard.csv",
@@ -55,7 +100,8 @@ rule leaderboard_aggregate:
         f"{RESULTS}/logs/leaderboard_aggregate.log",
     localrule: True
     shell:
-        "python3 -m cs336_systems.core.results --out {output} {input.points} 2>&1 | tee {log}"
+        "python3 -m cs336_systems.core.results --out {output} {input.points} {input.ablation}"
+        " 2>&1 | tee {log}"
 
 
 rule leaderboard_plots:

@@ -405,20 +405,34 @@ def _leaderboard(cfg: dict, dev: Device, ed: int = DEFAULT_EDITION) -> list[Job]
     GPUs than its world size: `skipped` rows and the reduced configuration on one GPU; else
     each variant's compile and steps at the 8B's FLOPs over the world."""
     world, variants = cfg["world_size"], cfg["variants"]
+    ablations = cfg.get("ablations", [])
     if cfg["backend"] == "gloo":
-        return [Job("leaderboard", "runs", dev.job_start_s + dev.gloo_world_s,
+        jobs = [Job("leaderboard", "runs", dev.job_start_s + dev.gloo_world_s,
                     f"{len(variants)} variants on {world} gloo processes")]  # fmt: skip
+        if ablations:
+            jobs.append(Job("leaderboard", "ablation", dev.job_start_s + dev.gloo_world_s,
+                            f"{len(ablations)} ablation rows on {world} gloo processes"))  # fmt: skip
+        return jobs
     if world > dev.gpus:
-        return [Job("leaderboard", "reduced", dev.job_start_s + _reduced_seconds(cfg, dev),
+        jobs = [Job("leaderboard", "reduced", dev.job_start_s + _reduced_seconds(cfg, dev),
                     f"{world} GPUs needed: the reduced configuration on one")]  # fmt: skip
+        if ablations:
+            jobs.append(Job("leaderboard", "ablation", dev.job_start_s,
+                            f"{world} GPUs needed: skipped rows"))  # fmt: skip
+        return jobs
     flops = costs.train_step_flops(cfg["vocab"], cfg["d_model"], cfg["num_layers"], cfg["d_ff"],
                                    cfg["batch"], cfg["context_length"])  # fmt: skip
     steps = cfg["warmup_steps"] + cfg["measure_steps"]
     flop_rate = rate(dev, "bf16") * world
     compiled = dev.compile_s + dev.compile_s_per_layer * cfg["num_layers"]
     per = (compiled if cfg.get("compile") else 0.0) + steps * flops / flop_rate
-    return [Job("leaderboard", "runs", dev.job_start_s + len(variants) * per,
+    jobs = [Job("leaderboard", "runs", dev.job_start_s + len(variants) * per,
                 f"{len(variants)} variants on {world} GPUs")]  # fmt: skip
+    if ablations:  # the memory model skips the plain loss at once; each other row runs
+        run = [a for a in ablations if a != "plain_loss"]
+        jobs.append(Job("leaderboard", "ablation", dev.job_start_s + len(run) * per,
+                        f"{len(ablations)} ablation rows on {world} GPUs"))  # fmt: skip
+    return jobs
 
 
 def _fixed(stage: str, how: str):

@@ -29,7 +29,7 @@ def log_name(job: Job) -> str:
     if job.stage == "checkpointing" and job.job != "accounting":
         return f"checkpointing/strategies_{job.job}"
     if job.stage == "leaderboard":
-        return "leaderboard/runs"
+        return "leaderboard/ablation" if job.job == "ablation" else "leaderboard/runs"
     return f"{job.stage}/{job.job}"
 
 

@@ -21,6 +21,12 @@ Strategies (``plan_for(name, num_layers)``):
   checkpoint of all blocks before it, recursively. Backward of block i recomputes blocks
   0..i-1 from the stack's input without keeping anything: O(1) memory (one input, one block)
   for O(N^2) block forwards.
+- ``ffn``: selective, inside each block: the attention half keeps what it saves (the
+  attention's inputs and output, the costliest work to redo at long context) and the FFN half
+  (second norm and SwiGLU) keeps only its input and is recomputed in backward.
+- ``mixed_p<P>_f<F>``: the last P blocks plain, the F blocks before them as in ``ffn``, the
+  rest each checkpointed alone (``every_1``): the arrangement a memory budget picks block by
+  block (engine/memory.py), from none (P = N) through ``ffn`` (F = N) to ``every_1``.
 
 Use: ``apply(model, "every_4")`` sets ``model.run_blocks`` (``model.run_in_order`` undoes it);
 ``run_plan(plan, blocks, x)`` runs any plan on any sequence of blocks.
@@ -41,11 +47,34 @@ Plan = tuple  # items: int (a block) or Plan (a checkpointed group)
 
 NESTED = ("sqrt", "halving", "chain")
 _EVERY = re.compile(r"^every_(\d+)$")
+_MIXED = re.compile(r"^mixed_p(\d+)_f(\d+)$")
 
 
 def strategy_name(block_size: int) -> str:
     """The name of one-level checkpointing in segments of `block_size` blocks."""
     return f"every_{block_size}"
+
+
+def mixed_name(plain: int, ffn: int) -> str:
+    """The strategy with the last `plain` blocks plain and `ffn` blocks before them FFN-only."""
+    return f"mixed_p{plain}_f{ffn}"
+
+
+def mixed_counts(name: str, num_layers: int) -> tuple[int, int] | None:
+    """(plain, ffn) block counts of ``mixed_p<P>_f<F>`` and ``ffn``; None for the others."""
+    if name == "ffn":
+        return 0, num_layers
+    m = _MIXED.match(name)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def ffn_blocks(name: str, num_layers: int) -> list[int]:
+    """The blocks whose FFN half `name` checkpoints (``ffn``, ``mixed_*``)."""
+    counts = mixed_counts(name, num_layers)
+    if counts is None:
+        return []
+    plain, ffn = counts
+    return list(range(num_layers - plain - ffn, num_layers - plain))
 
 
 def block_size_of(name: str) -> int | None:
@@ -96,7 +125,16 @@ def plan_for(name: str, num_layers: int) -> Plan:
         return (_halving(0, mid), _halving(mid, n))
     if name == "chain":
         return (0,) if n == 1 else (_chain(n - 1), n - 1)
-    raise ValueError(f"unknown strategy {name!r}; known: none, every_<k>, {', '.join(NESTED)}")
+    if (counts := mixed_counts(name, n)) is not None:
+        plain, ffn = counts
+        if plain + ffn > n:
+            raise ValueError(f"{name}: {plain} plain and {ffn} FFN-only blocks exceed {n}")
+        full = n - plain - ffn
+        return tuple((i,) for i in range(full)) + tuple(range(full, n))
+    raise ValueError(
+        f"unknown strategy {name!r}; known: none, every_<k>, {', '.join(NESTED)}, ffn, "
+        "mixed_p<P>_f<F>"
+    )
 
 
 def blocks_of(plan: Plan) -> list[int]:
@@ -124,5 +162,9 @@ def apply(model: Any, strategy: str) -> Any:
     plan = plan_for(strategy, len(model.layers))
     if blocks_of(plan) != list(range(len(model.layers))):  # pragma: no cover - a builder bug
         raise AssertionError(f"plan {plan} does not run every block once")
-    model.run_blocks = run_in_order if strategy == "none" else functools.partial(run_plan, plan)
+    ffn = set(ffn_blocks(strategy, len(model.layers)))
+    for i, block in enumerate(model.layers):
+        block.checkpoint_ffn = i in ffn
+    plain = all(isinstance(item, int) for item in plan)
+    model.run_blocks = run_in_order if plain else functools.partial(run_plan, plan)
     return model

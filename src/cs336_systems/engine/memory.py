@@ -21,9 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cs336_systems.core import costs
-from cs336_systems.core.checkpointing import plan_for
+from cs336_systems.core.checkpointing import mixed_counts, mixed_name, plan_for
 
-FUSED_ATTENTIONS = ("flash_triton", "sdpa")
+FUSED_ATTENTIONS = ("flash_triton", "sdpa", "sdpa_cudnn")
 # fraction of free memory kept for what the model omits; 0.15 chose every_8 (+33% compute) for
 # the 2026 xl at context 512, batch 4 on an 80 GB H100 (none: 67.9 GiB of 79 free, and the
 # compiled plain step's measured peak is 56 GiB, below the model's 67.9)
@@ -70,6 +70,51 @@ def block_bytes(s: StepShape) -> dict[str, int]:
     return {"input": base["input"], "total": total, "weight_casts": base["weight_casts"]}
 
 
+def ffn_half_bytes(s: StepShape) -> int:
+    """What a block's FFN half (second RMSNorm and SwiGLU) saves besides its input, by the
+    eager count of costs.block_saved_bytes: the norm's rsqrt and x * rsqrt, the bf16 copies of
+    its output that w1 and w3 read, SwiGLU's four b n d_ff terms. A block with the half
+    checkpointed keeps the half's input instead (the same bytes as the norm's saved input)."""
+    b, n, d, f = s.batch, s.seq, s.d_model, s.d_ff
+    if s.precision == "fp32":
+        return 4 * (b * n + 2 * b * n * d) + 16 * b * n * f
+    return 4 * (b * n + b * n * d) + 2 * 2 * b * n * d + 2 * 4 * b * n * f
+
+
+def ffn_share(s: StepShape) -> float:
+    """The FFN half's share of a block's forward FLOPs (its three matmuls against the block's
+    seven and its causal attention)."""
+    b, n, d, f = s.batch, s.seq, s.d_model, s.d_ff
+    ffn = costs.ffn_flops(b * n, d, f)["forward"]
+    block = 2.0 * b * n * (4 * d * d + 3 * d * f) + 2.0 * b * n * n * d
+    return ffn / block
+
+
+def mixed_bytes(
+    s: StepShape, plain: int, ffn: int, head: int, blk: dict[str, float] | None = None
+) -> dict[str, float]:
+    """Saved-activation peak and compute factor of ``mixed_p<plain>_f<ffn>`` (the last `plain`
+    blocks plain, `ffn` before them with their FFN half checkpointed, the rest each
+    checkpointed alone). `blk` gives a block's bytes (``plain``: all it saves, ``ffn``: with
+    its FFN half checkpointed, ``input``: its input) where they were measured; by default the
+    model's. Forward ends holding every block's share and the head's; backward then recomputes
+    one block (or one FFN half) at a time on top of what is left: peak = forward + the largest
+    recompute."""
+    n = s.num_layers
+    full = n - plain - ffn
+    if blk is None:
+        b = block_bytes(s)
+        blk = {"plain": b["total"], "ffn": b["total"] - ffn_half_bytes(s), "input": b["input"]}
+    forward = full * blk["input"] + ffn * blk["ffn"] + plain * blk["plain"] + head
+    transient = 0.0
+    if full:
+        transient = blk["plain"] - blk["input"]
+    elif ffn:
+        transient = blk["plain"] - blk["ffn"]
+    recomputed = full + ffn * ffn_share(s)
+    return {"peak_bytes": forward + transient, "compute_factor": (3 * n + recomputed) / (3 * n)}
+
+
 def head_bytes(s: StepShape, chunk: int) -> int:
     b, n, d, v = s.batch, s.seq, s.d_model, s.vocab_size
     elt = 4 if s.precision == "fp32" else 2
@@ -89,23 +134,35 @@ def state_bytes(s: StepShape) -> float:
     return working + costs.training_state_bytes(rest, 0, 1, "ddp")
 
 
-def candidates(num_layers: int) -> list[str]:
-    """Strategies by recomputation: none, one level (every_k, k | N; sqrt), nested."""
+def candidates(num_layers: int, selective: bool = True) -> list[str]:
+    """Strategies by recomputation: none, one level (every_k, k | N; sqrt), nested; with
+    `selective`, ``ffn`` and every ``mixed_p<P>_f<F>`` between none and every_1."""
     every = [f"every_{k}" for k in range(1, num_layers + 1) if num_layers % k == 0]
-    return ["none", *every, "sqrt", "halving", "chain"]
+    mixed = []
+    if selective:
+        mixed = [
+            mixed_name(p, f)
+            for p in range(num_layers)
+            for f in range(num_layers - p + 1)
+            if (p, f) != (0, 0)
+        ]
+    return ["none", *every, "sqrt", "halving", "chain", "ffn", *mixed]
 
 
-def step_bytes(s: StepShape, strategy: str, chunk: int) -> dict[str, float]:
-    """Peak bytes per rank of one step under `strategy`, with its parts."""
-    blk = block_bytes(s)
-    cached = 0 if s.scheme == "fsdp" or s.master_weights else blk["weight_casts"]
-    act = costs.checkpoint_memory(
-        plan_for(strategy, s.num_layers),
-        blk["total"],
-        blk["input"],
-        head_bytes(s, chunk),
-        cached,
-    )
+def step_bytes(
+    s: StepShape, strategy: str, chunk: int, blk: dict[str, float] | None = None
+) -> dict[str, float]:
+    """Peak bytes per rank of one step under `strategy`, with its parts (`blk`: measured block
+    bytes for the selective strategies, mixed_bytes)."""
+    counts = mixed_counts(strategy, s.num_layers)
+    if counts is not None:
+        act = mixed_bytes(s, *counts, head_bytes(s, chunk), blk)
+    else:
+        b = block_bytes(s)
+        cached = 0 if s.scheme == "fsdp" or s.master_weights else b["weight_casts"]
+        act = costs.checkpoint_memory(
+            plan_for(strategy, s.num_layers), b["total"], b["input"], head_bytes(s, chunk), cached
+        )
     state = state_bytes(s)
     return {
         "strategy": strategy,
@@ -116,11 +173,18 @@ def step_bytes(s: StepShape, strategy: str, chunk: int) -> dict[str, float]:
     }
 
 
-def choose_checkpointing(s: StepShape, free_bytes: float, chunk: int) -> dict[str, float]:
+def choose_checkpointing(
+    s: StepShape,
+    free_bytes: float,
+    chunk: int,
+    selective: bool = True,
+    blk: dict[str, float] | None = None,
+) -> dict[str, float]:
     """The strategy with the least recomputation whose step fits (1 - MARGIN) of `free_bytes`
-    (ties: the least memory); the least memory of all when none fits (``fits`` False)."""
+    (ties: the least memory); the least memory of all when none fits (``fits`` False).
+    `selective`: consider ``ffn`` and ``mixed_*``; `blk`: their measured block bytes."""
     budget = free_bytes * (1 - MARGIN)
-    rows = [step_bytes(s, name, chunk) for name in candidates(s.num_layers)]
+    rows = [step_bytes(s, name, chunk, blk) for name in candidates(s.num_layers, selective)]
     fitting = [r for r in rows if r["total"] <= budget]
     if fitting:
         best = min(fitting, key=lambda r: (round(r["compute_factor"], 9), r["total"]))

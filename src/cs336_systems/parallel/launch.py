@@ -346,6 +346,15 @@ def slowest_rank(values: Sequence[float], ctx: WorkerContext) -> list[float]:
     return t.tolist()
 
 
+def every_rank(value: Any, ctx: WorkerContext) -> list[Any]:
+    """`value` (any picklable object) of every rank, in rank order, on every rank."""
+    import torch.distributed as dist
+
+    out: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(out, value)
+    return out
+
+
 def write_rows(rows: Sequence[dict], path: str | os.PathLike | None, ctx: WorkerContext) -> None:
     """Rank 0 writes all rows so far as JSON, atomically (call after every point)."""
     if path is None or not ctx.is_main:

@@ -14,26 +14,44 @@ import torch
 
 from cs336_systems.core.harness import StepClock, synchronize
 
+STEP_RANGE = "profiled_step"
+
 
 def profile_step(
     step, device, trace_path: Path | None, per_collective: bool = False, forward_gathers=None
 ) -> dict:
     """One profiled step: Chrome trace, and (GPU) the share of NCCL kernel time overlapped;
-    with `per_collective`, `collective_overlap`'s columns too (on the CPU as well)."""
-    from torch.profiler import ProfilerActivity, profile
+    with `per_collective`, `collective_overlap`'s columns too (on the CPU as well). The step's
+    wall time (`prof_step_ms`: host start to its last kernel's end) and, on a GPU, the part of
+    it any kernel ran (`prof_gpu_busy_ms`), communication ran alone (`prof_comm_exposed_ms`)
+    and nothing ran (`prof_gpu_idle_ms`: the GPU waited for the host), which add up to it."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from cs336_systems.profiling.timeline import gpu_kernels, split_step, step_window
 
     activities = [ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
     with profile(activities=activities) as prof:
-        step(StepClock(device))
+        with record_function(STEP_RANGE):
+            step(StepClock(device))
         synchronize(device)
     if trace_path is not None:
         trace_path.parent.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(trace_path))
     extra = collective_overlap(prof, device, forward_gathers) if per_collective else {}
     if device.type != "cuda":
-        return extra
+        ranges = [e for e in prof.events() if e.name == STEP_RANGE]
+        r = ranges[-1].time_range
+        return {**extra, "prof_step_ms": (r.end - r.start) / 1e3}
+    kernels = gpu_kernels(prof)
+    split = split_step(kernels, step_window(prof, STEP_RANGE, kernels), lambda path: "compute")
+    extra.update(
+        prof_step_ms=split["window"],
+        prof_gpu_busy_ms=split["compute_busy"] + split["communication_exposed"],
+        prof_comm_exposed_ms=split["communication_exposed"],
+        prof_gpu_idle_ms=split["idle"],
+    )
     comm, compute = [], []
     for ev in prof.events():
         if ev.device_type != torch.autograd.DeviceType.CUDA:

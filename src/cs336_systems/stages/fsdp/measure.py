@@ -4,11 +4,16 @@
     python -m cs336_systems.stages.fsdp --backend nccl --world-size 2 --size xl --out F.csv
 
 One torchrun launch runs the variants one after the other, each on a freshly built model (rank
-0's, broadcast by the wrapper) with AdamW:
+0's, broadcast by the wrapper) with AdamW (fused on CUDA, foreach on the CPU: the `optimizer`
+column):
 
-- `ddp`: the overlapped per-parameter DDP wrapper, full AdamW on every rank;
-- `sharded_optimizer`: the same wrapper with `ShardedOptimizer` (ZeRO-1's partitioning);
-- `fsdp`, `fsdp_bf16`: `FSDP(model)` and `FSDP(model, compute_dtype=torch.bfloat16)`.
+- `ddp`, `ddp_bf16`: the overlapped per-parameter DDP wrapper, full AdamW on every rank, in fp32
+  and under bf16 autocast (fp32 weights cast to bf16 for each matmul);
+- `sharded_optimizer`: the DDP wrapper with `ShardedOptimizer` (ZeRO-1's partitioning);
+- `fsdp`, `fsdp_bf16`: `FSDP(model)` and `FSDP(model, compute_dtype=torch.bfloat16)`, units of
+  a block (parallel/fsdp.py);
+- `fsdp_layer`, `fsdp_bf16_layer`: the same with units of one layer (each Linear gathered and
+  reduced alone).
 
 Per variant: warm-up and measured steps split into forward, backward, `comm` (the gradient
 communication left after backward: `finish_gradient_synchronization`) and the optimizer step,
@@ -16,7 +21,9 @@ each statistic over the slowest rank per step; one step under the counting colle
 and bytes per kind); one step under torch.profiler (Chrome trace kept with `--trace-dir`), from
 which `profiling/overlap.py` computes the all-gather and all communication time on the timeline
 and the part of it during compute (GPU: NCCL kernels against other kernels; CPU: gloo's worker
-threads against the main thread's ATen operators); and one step with memory marks. Memory per
+threads against the main thread's ATen operators); and one step with memory marks; the profiled step's wall time on the device timeline split
+into compute, exposed communication and idle time (`prof_step_ms`, `prof_gpu_busy_ms`:
+profiling/timeline.py; a step whose GPU idles most of it is host-bound). Memory per
 rank, max over ranks: the CUDA allocator's allocated and peak bytes after construction, the
 peaks of forward and of backward, allocated before and after the optimizer step (NaN on the
 CPU), and on every device the bytes of the tensors each rank holds (parameters, gradients,
@@ -29,6 +36,7 @@ row whose `command` column holds the exact command that runs it.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import shlex
@@ -42,7 +50,15 @@ from cs336_systems.core.log import get_logger, point, status_level
 from cs336_systems.parallel.launch import env_pairs, summarize_slowest
 from cs336_systems.profiling.overlap import profile_step
 
-VARIANTS = ("ddp", "sharded_optimizer", "fsdp", "fsdp_bf16")
+VARIANTS = (
+    "ddp",
+    "ddp_bf16",
+    "sharded_optimizer",
+    "fsdp",
+    "fsdp_bf16",
+    "fsdp_layer",
+    "fsdp_bf16_layer",
+)
 POINT_KEYS = ("variant",)
 BYTES_PER_MB = 2**20
 # the parts of a step, between the marks `training_step` sets
@@ -75,17 +91,34 @@ def make_batch(args, rank: int, device):
     return tokens[:, :-1], tokens[:, 1:]
 
 
-def param_split(model) -> tuple[int, int]:
-    """(parameters FSDP shards, the others), each shared tensor once."""
-    from cs336_systems.parallel.fsdp import is_shardable
-
-    sharded = {id(m.weight): m.weight.numel() for m in model.modules() if is_shardable(m)}
+def param_split(model, wrapper) -> tuple[int, int, int]:
+    """(parameters FSDP shards, the others, padding elements per rank), each shared tensor
+    once: as the wrapper grouped them (units of a block shard their norm gains too), or, for
+    the DDP variants, as FSDP by block would."""
     total = sum(p.numel() for p in model.parameters())
-    return sum(sharded.values()), total - sum(sharded.values())
+    flats = getattr(wrapper, "sharded", None)
+    if flats is None:  # DDP: what FSDP by block would shard
+        from cs336_systems.parallel.fsdp_units import blocks, is_shardable
+
+        shard = {id(p): p.numel() for _, b in blocks(model) for p in b.parameters()}
+        for m in model.modules():
+            if is_shardable(m):
+                shard.setdefault(id(m.weight), m.weight.numel())
+        n = sum(shard.values())
+        return n, total - n, 0
+    members = sum(m.numel for f in flats for m in f.members)
+    pad = sum(f.shard_numel for f in flats) - math.ceil(members / wrapper.world_size)
+    replicated = sum(p.numel() for p in getattr(wrapper, "replicated", []))
+    return members, replicated, pad
+
+
+def optimizer_name(device) -> str:
+    """The AdamW implementation every variant runs: fused kernels on CUDA, foreach on the CPU."""
+    return "adamw_fused" if device.type == "cuda" else "adamw_foreach"
 
 
 def build_variant(variant: str, args, ctx):
-    """(model, wrapper, optimizer, (sharded, replicated) parameter counts) of one variant."""
+    """(model, wrapper, optimizer, (sharded, replicated, padding) counts) of one variant."""
     import torch
 
     from cs336_systems.model import build_model
@@ -96,23 +129,28 @@ def build_variant(variant: str, args, ctx):
     torch.manual_seed(args.seed)
     with ctx.device:  # initialize on the device: a 2.7B model built on the host takes minutes
         model = build_model(args.size, args.context_length, edition=args.edition)
-    split = param_split(model)  # before FSDP replaces the weights by their shards
     adamw = {"lr": args.lr, "weight_decay": 0.01}
-    if variant in ("ddp", "sharded_optimizer"):
+    adamw.update(fused=True) if ctx.device.type == "cuda" else adamw.update(foreach=True)
+    if variant in ("ddp", "ddp_bf16", "sharded_optimizer"):
         wrapper = DDPOverlapIndividual(model)
-        if variant == "ddp":
-            optimizer = torch.optim.AdamW(model.parameters(), **adamw)
-        else:
+        if variant == "sharded_optimizer":
             optimizer = ShardedOptimizer(model.parameters(), torch.optim.AdamW, **adamw)
+        else:
+            optimizer = torch.optim.AdamW(model.parameters(), **adamw)
     else:
-        dtype = torch.bfloat16 if variant == "fsdp_bf16" else None
-        wrapper = FSDP(model, compute_dtype=dtype)
+        dtype = torch.bfloat16 if "bf16" in variant else None
+        units = "layer" if variant.endswith("_layer") else "block"
+        wrapper = FSDP(model, compute_dtype=dtype, units=units)
         optimizer = torch.optim.AdamW(wrapper.parameters(), **adamw)
-    return model, wrapper, optimizer, split
+    return model, wrapper, optimizer, param_split(model, wrapper)
 
 
-def training_step(wrapper, optimizer, x, y, marks: Callable[[str], None] | None = None):
+def _training_step(
+    wrapper, optimizer, x, y, marks: Callable[[str], None] | None = None, autocast_bf16=False
+):
     import torch.nn.functional as F
+
+    from cs336_systems.core.device import autocast
 
     def step(clock: StepClock) -> None:
         def mark(name: str) -> None:
@@ -121,7 +159,8 @@ def training_step(wrapper, optimizer, x, y, marks: Callable[[str], None] | None 
                 marks(name)
 
         mark("start")
-        logits = wrapper(x)
+        with autocast("bf16" if autocast_bf16 else "fp32", x.device):
+            logits = wrapper(x)
         loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
         mark("forward")
         loss.backward()
@@ -185,9 +224,10 @@ def measure_variant(variant: str, args, ctx) -> dict:
 
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
-    model, wrapper, optimizer, (sharded, replicated) = build_variant(variant, args, ctx)
+    model, wrapper, optimizer, (sharded, replicated, pad) = build_variant(variant, args, ctx)
     init_alloc, init_peak = allocated()
     x, y = make_batch(args, ctx.rank, device)
+    training_step = functools.partial(_training_step, autocast_bf16=variant == "ddp_bf16")
     try:
         times = timed_steps(
             training_step(wrapper, optimizer, x, y), args.warmup, args.steps, device, wrapper
@@ -268,6 +308,8 @@ def measure_variant(variant: str, args, ctx) -> dict:
         row.update(traffic)
         row.update(profiled)
         row.update({"sharded_params": sharded, "replicated_params": replicated})
+        row.update(fsdp_pad_elems=pad, optimizer=optimizer_name(device))
+        row.update(fsdp_units=getattr(wrapper, "units_kind", ""))
         return row
     finally:
         if hasattr(wrapper, "remove_hooks"):

@@ -3,18 +3,24 @@
 
     python -m cs336_systems.stages.leaderboard --backend nccl --world-size 2 --out L.csv
 
-Configurations (`config` column): `full`, the configured model on `--world-size` ranks (a
-machine with fewer GPUs writes `skipped` rows with the command that runs it); `reduced`, on one
-GPU when the full one cannot run there: the same widths, context and batch with the most layers
-the engine fits by the memory model (engine/memory.py). Each (config, variant) is first checked
-against the memory model: one that cannot fit is `skipped: needs X GB per rank, have Y` before
-anything is allocated. A point that runs: the seconds from an empty process to the end of the
-warm-up steps (build, compile, first steps: `setup_s`), the measured steps (slowest rank per
-step), tokens/s, TFLOP/s by core/costs.train_step_flops, MFU against the ceilings stage's
-measured bf16 peak (`--peak-csv`; NaN without it) times the world size, peak memory per rank
-(CUDA allocator; NaN on the CPU), the 10-minute rule (engine/budget.py) and one profiled step's
-breakdown (each kernel's device time on a GPU, each operator's self CPU time on the CPU, by
-the operator path around it: `timed_paths`).
+Configurations (`config` column, `--plans`): `full`, the configured model on `--world-size`
+ranks (a machine with fewer GPUs writes `skipped` rows with the command that runs it);
+`reduced`, on one GPU when the full one cannot run there: the same widths, context and batch
+with the most layers the engine fits by the memory model (engine/memory.py); `ablation`, the
+engine on the full configuration with one optimization turned off per row (`--ablations`,
+ABLATIONS; column `ablation`). Each row is first checked against the memory model: one that
+cannot fit is `skipped: needs X GB per rank, have Y` before anything is allocated. A point that
+runs: the seconds from an empty process to the end of the warm-up steps (build, compile, first
+steps: `setup_s`), the measured steps (slowest rank per step), tokens/s, TFLOP/s by
+core/costs.train_step_flops, MFU against the ceilings stage's measured bf16 peak of the path the
+matmuls take (`--peak-csv`; NaN without it) times the world size, peak memory per rank in GiB
+(CUDA allocator; NaN on the CPU), the 10-minute rule (engine/budget.py), the checkpointing the
+engine chose and what it measured to choose it, and one profiled step's breakdown per rank
+(`breakdown_r<rank>_<part>_ms`; rank 0's also as `breakdown_<part>_ms`): on a GPU the step's
+wall time on the device timeline, split into the compute parts, exposed communication and idle
+time, which add up to it (profiling/timeline.py), with the communication hidden behind compute
+beside them; on the CPU the main thread's operator self time by part and the rest (`host`),
+which add up to the step's host time.
 """
 
 from __future__ import annotations
@@ -31,7 +37,22 @@ from cs336_systems.parallel.launch import env_pairs
 
 log = get_logger(__name__)
 VARIANTS = ("engine", "plain")
+PLANS = ("full", "reduced", "ablation")
 DIMS = ("vocab", "d_model", "d_ff", "num_layers", "num_heads", "context_length", "batch")
+# the engine with one optimization turned off: the EngineOptions each row changes
+ABLATIONS: dict[str, dict] = {
+    "attention_ours": {"attention": "flash_triton"},  # our FlashAttention-2, not measured against
+    "attention_cudnn": {"attention": "sdpa_cudnn"},  # SDPA's cuDNN, not measured against ours
+    "sdpa": {"attention": "sdpa"},  # PyTorch's SDPA (its own backend choice)
+    "plain_loss": {"loss": "plain"},  # full logits and F.cross_entropy instead of the fused loss
+    "fsdp_per_layer": {"fsdp_units": "layer"},  # FSDP units of one Linear instead of a block
+    "no_prefetch": {"prefetch": False},  # each gather when its unit runs
+    "whole_blocks": {"selective": False},  # auto checkpointing of whole blocks only
+    "every_1": {"checkpoint": "every_1"},  # every block checkpointed alone
+    "every_2": {"checkpoint": "every_2"},  # pairs of blocks checkpointed
+    "no_compile": {"compile": False},  # eager blocks
+}
+STEP_RANGE = "leaderboard_step"  # the profiled step's record_function range
 
 
 def peak_tflops(path: str, matmul_path: str = "matmul") -> float:
@@ -47,11 +68,12 @@ def peak_tflops(path: str, matmul_path: str = "matmul") -> float:
 
 
 def matmul_path(variant: str, device_type: str, world_size: int) -> str:
-    """The path a variant's matmuls take: the engine keeps bf16 working weights (a plain bf16
-    matmul) where engine/step.py resolve_master_weights turns master weights on by default (bf16
-    on one CUDA device; tests/test_leaderboard.py holds the two rules together); else both
-    variants run fp32 weights under bf16 autocast."""
-    engine_bf16 = variant == "engine" and device_type == "cuda" and world_size == 1
+    """The path a variant's matmuls take: the engine's weights are bf16 when its matmuls run on
+    CUDA (one device: bf16 working weights, engine/step.py resolve_master_weights; several:
+    FSDP gathers them in bf16), a plain bf16 matmul; the plain model runs fp32 weights under bf16
+    autocast, as does the engine on the CPU (tests/test_leaderboard.py holds the rules
+    together)."""
+    engine_bf16 = variant == "engine" and device_type == "cuda"
     return "matmul" if engine_bf16 else "autocast_linear"
 
 
@@ -79,55 +101,65 @@ def with_path_mfu(df, ceilings_csv: str | Path):
 
 
 def _profile(step, device) -> dict[str, float]:
-    """One profiled step split into the leaderboard's parts (engine/budget.py: breakdown)."""
-    from torch.profiler import ProfilerActivity, profile
+    """One profiled step split into parts that add up to it (module doc), in milliseconds:
+    `<part>_ms` for each part, `window_ms` the whole; on a GPU also the communication hidden
+    behind compute and the optimizer's kernel time (all its kernels, for its byte floor)."""
+    from torch.profiler import ProfilerActivity, profile, record_function
 
     from cs336_systems.core.harness import synchronize
-    from cs336_systems.engine.budget import breakdown
+    from cs336_systems.engine.budget import classify
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=acts) as prof:
-        step()
+        with record_function(STEP_RANGE):
+            step()
         synchronize(device)
-    return {f"{part}_ms": ms for part, ms in breakdown(timed_paths(prof.events(), device)).items()}
+    if device.type == "cuda":
+        from cs336_systems.profiling.timeline import gpu_kernels, split_step, step_window
+
+        kernels = gpu_kernels(prof)
+        window = step_window(prof, STEP_RANGE, kernels)
+        split = split_step(kernels, window, classify)
+        inside = [k for k in kernels if k.start_us >= window[0] and not k.is_comm]
+        split["optimizer_kernels"] = (
+            sum(k.end_us - k.start_us for k in inside if classify(k.path) == "optimizer") / 1e3
+        )
+        return {f"{k}_ms": v for k, v in split.items()}
+    return _host_split(prof, classify)
 
 
-def timed_paths(events, device) -> list[tuple[str, float]]:
-    """(where, ms) for every piece of work of a profile, each counted once: on a GPU every
-    kernel with its duration, on the CPU every operator with its self time; `where` is the path
-    of operators around it, outermost first, then the kernel's name (" / "-joined), so the
-    kernels of the fused cross-entropy (generic reductions and elementwise kernels, under the
-    `_LinearCrossEntropy` Function and its backward node) count as the loss, and a matmul inside
-    it as the loss too (the parts' first matching rule wins). Summing `key_averages()` instead
-    counted each kernel twice (its own row and its operator's self device time) and gave the
-    loss nothing. Device work the profiler could not tie to an operator (measured on an H100:
-    4% of a toy step's kernel time) is one entry of its own, in `other`."""
-    out = []
-    device_us = 0.0
+def _host_split(prof, classify) -> dict[str, float]:
+    """CPU: the step's host time split by part over the main thread's operators (each one's
+    self time, by the path of operators around it), the rest `host` (Python, waits)."""
+    events = list(prof.events())
+    ranges = [e for e in events if e.name == STEP_RANGE]
+    if not ranges:
+        raise ValueError(f"no {STEP_RANGE!r} range in the profile")
+    r = ranges[-1]
+    main = r.thread
+    parts: dict[str, float] = {}
     for e in events:
-        kind = str(e.device_type).rsplit(".", 1)[-1]
-        if kind == "CUDA" and device.type == "cuda":
-            device_us += e.time_range.elapsed_us()
-        if kind != "CPU" or e.is_async:
+        if e.thread != main or e.is_async or e.name == STEP_RANGE:
+            continue
+        if not (r.time_range.start <= e.time_range.start < r.time_range.end):
+            continue
+        if e.self_cpu_time_total <= 0 or not e.name.startswith(("aten::", "c10d::")):
             continue
         chain, p = [], e
         while p is not None:
             chain.append(p.name)
             p = p.cpu_parent
-        where = " / ".join(reversed(chain))
-        if device.type == "cuda":
-            out += [(f"{where} / {k.name}", k.duration / 1e3) for k in e.kernels]
-        elif e.self_cpu_time_total > 0:
-            out.append((where, e.self_cpu_time_total / 1e3))
-    if device.type == "cuda":
-        left = device_us / 1e3 - sum(ms for _, ms in out)
-        if left > 1e-3:
-            out.append(("(device work without an operator)", left))
+        part = classify(" / ".join(reversed(chain)))
+        parts[part] = parts.get(part, 0.0) + e.self_cpu_time_total / 1e3
+    window = (r.time_range.end - r.time_range.start) / 1e3
+    out = {f"{k}_ms": v for k, v in parts.items()}
+    out.update(host_ms=max(0.0, window - sum(parts.values())), window_ms=window)
     return out
 
 
-def build(variant: str, dims: dict, layers: int, args, ctx):
-    """(step, description) of one variant on this rank's part of the batch."""
+def build(variant: str, dims: dict, layers: int, args, ctx, changes: dict | None = None):
+    """(step, engine or None) of one variant on this rank's part of the batch; `changes`: the
+    engine's options an ablation row turns off."""
     import torch
     import torch.nn.functional as F
 
@@ -151,9 +183,10 @@ def build(variant: str, dims: dict, layers: int, args, ctx):
     tokens = torch.randint(0, dims["vocab"], shape, device=ctx.device, generator=gen)
     targets = torch.randint(0, dims["vocab"], shape, device=ctx.device, generator=gen)
     if variant == "engine":
-        opts = EngineOptions(precision="bf16", checkpoint=args.checkpoint, compile=args.compile)
-        engine = Engine.build(lm, tokens, targets, opts)
-        return engine.step, engine.plan["strategy"]
+        opts = {"precision": "bf16", "checkpoint": args.checkpoint, "compile": args.compile}
+        opts.update(changes or {})
+        engine = Engine.build(lm, tokens, targets, EngineOptions(**opts))
+        return engine.step, engine
     net = lm
     if ctx.world_size > 1:
         from cs336_systems.parallel.ddp import wrap
@@ -173,10 +206,15 @@ def build(variant: str, dims: dict, layers: int, args, ctx):
             net.finish_gradient_synchronization()
         opt.step()
 
-    return step, "none"
+    return step, None
 
 
-def memory_check(variant: str, dims: dict, layers: int, ctx, world: int) -> tuple[str | None, dict]:
+def memory_check(
+    variant: str, dims: dict, layers: int, ctx, world: int, changes: dict | None = None
+) -> tuple[str | None, dict]:
+    """The memory model's verdict before anything is allocated: (a `skipped:` status or None,
+    {need_gb, free_gb}) in GB of 10^9 bytes; an ablation's `changes` that the model sees (whole
+    blocks only, a fixed checkpointing, the plain loss's b n V logits) are counted."""
     from cs336_systems.core.device import free_memory_mib
     from cs336_systems.engine import memory
     from cs336_systems.engine.fused_ce import chunk_for
@@ -196,8 +234,19 @@ def memory_check(variant: str, dims: dict, layers: int, ctx, world: int) -> tupl
         scheme="single" if world == 1 else "fsdp",
     )
     free = (free_memory_mib(ctx.device) or math.inf) * 2**20
+    changes = changes or {}
     if variant == "engine":
-        choice = memory.choose_checkpointing(s, free, chunk_for(s.vocab_size))
+        chunk = chunk_for(s.vocab_size)
+        if changes.get("checkpoint", "auto") != "auto":
+            fixed = memory.step_bytes(s, changes["checkpoint"], chunk)
+            choice = {**fixed, "fits": True, "budget": free * (1 - memory.MARGIN)}
+            choice["fits"] = fixed["total"] <= choice["budget"]
+        else:
+            choice = memory.choose_checkpointing(s, free, chunk, changes.get("selective", True))
+        if changes.get("loss") == "plain":  # the logits in bf16, their fp32 copy and softmax
+            logits = 10 * s.batch * s.seq * s.vocab_size
+            choice = {**choice, "total": choice["total"] + logits}
+            choice["fits"] = choice["total"] <= choice["budget"]
         reason = memory.shortfall(choice, world)
     else:
         choice = memory.plain_bytes(s)
@@ -216,18 +265,18 @@ def reduced_layers(dims: dict, ctx, cap: int = 0) -> int:
     return 0
 
 
-def measure(variant: str, dims: dict, layers: int, args, ctx) -> dict:
+def measure(variant: str, dims: dict, layers: int, args, ctx, changes=None, profile=True) -> dict:
     import torch
 
     from cs336_systems.core.costs import train_step_flops
-    from cs336_systems.core.harness import Stopwatch, peak_memory_mb, time_steps
+    from cs336_systems.core.harness import Stopwatch, time_steps
     from cs336_systems.engine.budget import benchmark_seconds, fits_budget
-    from cs336_systems.parallel.launch import slowest_rank
+    from cs336_systems.parallel.launch import every_rank, slowest_rank
 
     if ctx.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(ctx.device)
     with Stopwatch() as setup:
-        step, strategy = build(variant, dims, layers, args, ctx)
+        step, engine = build(variant, dims, layers, args, ctx, changes)
         warm, _ = time_steps(step, args.warmup, 1, ctx.device)  # the first steps: compile
     _, times = time_steps(step, 0, args.steps, ctx.device)
     times = slowest_rank(times, ctx)
@@ -236,24 +285,60 @@ def measure(variant: str, dims: dict, layers: int, args, ctx) -> dict:
     flops = train_step_flops(
         dims["vocab"], dims["d_model"], layers, dims["d_ff"], dims["batch"], dims["context_length"]
     )
+    peak = (
+        torch.cuda.max_memory_allocated(ctx.device) / 2**30
+        if ctx.device.type == "cuda"
+        else math.nan
+    )
     row = {
-        "checkpointing": strategy,
+        "checkpointing": engine.plan["strategy"] if engine is not None else "none",
         "matmul_path": matmul_path(variant, ctx.device.type, ctx.world_size),
         "step_ms_median": ms,
         "step_ms_min": min(times),
+        "step_ms_max": max(times),
         "tokens_per_s": dims["batch"] * dims["context_length"] / (ms / 1e3),
         "step_pflop": flops / 1e15,
         "tflops": flops / (ms / 1e3) / 1e12,
         "setup_s": setup_s,
         "benchmark_s": benchmark_seconds(setup_s, ms),
         "fits_10_min": fits_budget(setup_s, ms),
-        "peak_mem_gb_per_rank": slowest_rank([peak_memory_mb(ctx.device) / 1e3], ctx)[0]
-        if ctx.device.type == "cuda"
-        else math.nan,
+        "peak_mem_gib_per_rank": slowest_rank([peak], ctx)[0],
     }
-    if args.profile:
-        row.update({f"breakdown_{k}": v for k, v in _profile(step, ctx.device).items()})
+    if engine is not None:
+        o = engine.options
+        chosen = engine.plan["attention"]
+        row.update(
+            attention=chosen["chosen"],
+            attention_asked=o.attention,
+            **{f"attention_{k}_ms": v for k, v in chosen["ms"].items()},
+            attention_notes="; ".join(chosen["notes"]),
+            loss=o.loss,
+            fsdp_units=o.fsdp_units if ctx.world_size > 1 else "",
+            prefetch=o.prefetch,
+            compiled=o.compile,
+            fsdp_window=getattr(engine.net, "window", math.nan),
+        )
+        for key, value in (engine.calibration or {}).items():
+            row[f"calibration_{key}"] = value
+        # fused AdamW over this rank's fp32 parameters: read p, g, m, v; write p, m, v
+        local = sum(p.numel() for p in engine.optimizer.param_groups[0]["params"])
+        local += sum(p.numel() for g in engine.optimizer.param_groups[1:] for p in g["params"])
+        row["optimizer_bytes_per_rank"] = 28.0 * slowest_rank([local], ctx)[0]
+    if profile and args.profile:
+        ranks = every_rank(_profile(step, ctx.device), ctx)
+        for k, v in ranks[0].items():
+            row[f"breakdown_{k}"] = v
+        for r, parts in enumerate(ranks):
+            for k, v in parts.items():
+                row[f"breakdown_r{r}_{k}"] = v
     return row
+
+
+def points_of(args) -> list[tuple[str, str]]:
+    """(variant, ablation) of each row this job's configuration runs."""
+    if args.config == "ablation":
+        return [("engine", name) for name in args.ablations]
+    return [(v, "") for v in args.variants]
 
 
 def worker(args) -> None:
@@ -266,17 +351,24 @@ def worker(args) -> None:
     if args.config == "reduced":
         layers = reduced_layers(dims, ctx, args.reduced_layers)
     rows: list[dict] = []
-    for variant in args.variants:
-        row = {"config": args.config, "variant": variant, "num_layers": layers}
-        with point(args.config, variant, f"{layers} layers"):
-            reason, need = memory_check(variant, dims, layers, ctx, ctx.world_size)
+    for variant, ablation in points_of(args):
+        changes = ABLATIONS.get(ablation, {})
+        row = {"config": args.config, "variant": variant, "ablation": ablation}
+        row["num_layers"] = layers
+        with point(args.config, variant, ablation or "-", f"{layers} layers"):
+            reason, need = memory_check(variant, dims, layers, ctx, ctx.world_size, changes)
             row.update(need)
             if layers == 0:
                 reason = "skipped: not one layer fits by the memory model"
             if reason is not None:
                 row["status"] = reason
             else:
-                res = run_point(lambda v=variant: measure(v, dims, layers, args, ctx))
+                profile = args.config != "ablation"  # the ablation rows time steps only
+                res = run_point(
+                    lambda v=variant, c=changes, p=profile: measure(
+                        v, dims, layers, args, ctx, c, p
+                    )
+                )
                 row.update({"status": res.status, **(res.value or {})})
             release_memory()
             log.log(
@@ -301,6 +393,7 @@ def worker_argv(args, config: str) -> list[str]:
     out += [f"--{k.replace('_', '-')}={getattr(args, k)}" for k in DIMS]
     out += [
         f"--variants={','.join(args.variants)}",
+        f"--ablations={','.join(args.ablations)}",
         f"--warmup={args.warmup}",
         f"--steps={args.steps}",
         f"--checkpoint={args.checkpoint}",
@@ -316,12 +409,18 @@ def run(args, argv: list[str] | None = None) -> list[dict]:
     from cs336_systems.core.device import gpu_count
     from cs336_systems.parallel.launch import Topology, feasibility, fill_missing, launch
 
-    plans = [("full", args.world_size)]
-    if feasibility(args.backend, args.world_size) and args.backend == "nccl" and gpu_count() >= 1:
+    plans = []
+    if "full" in args.plans:
+        plans.append(("full", args.world_size))
+    short = feasibility(args.backend, args.world_size) is not None
+    if "reduced" in args.plans and short and args.backend == "nccl" and gpu_count() >= 1:
         plans.append(("reduced", 1))
+    if "ablation" in args.plans and args.ablations:
+        plans.append(("ablation", args.world_size))
     rows = []
     for config, world in plans:
-        planned = [{"config": config, "variant": v} for v in args.variants]
+        job = argparse.Namespace(**{**vars(args), "config": config})
+        planned = [{"config": config, "variant": v, "ablation": a} for v, a in points_of(job)]
         # one process needs no peer: feasibility's two-GPU floor is for collectives
         reason = feasibility(args.backend, world) if world > 1 else None
         if reason is None:
@@ -333,7 +432,9 @@ def run(args, argv: list[str] | None = None) -> list[dict]:
                 extra_env=args.env,
             )
             failure = result.status if result.status != "ok" else "error: no result from workers"
-            got = fill_missing(planned, result.rows, ("config", "variant"), failure)
+            for r in result.rows:
+                r.setdefault("ablation", "")
+            got = fill_missing(planned, result.rows, ("config", "variant", "ablation"), failure)
         else:
             got = [{**p, "status": reason} for p in planned]
             log.warning("%s; the command that runs it: %s", reason, this_command(argv))
@@ -350,11 +451,17 @@ def run(args, argv: list[str] | None = None) -> list[dict]:
     return with_path_mfu(pd.DataFrame(rows), args.peak_csv).to_dict("records")
 
 
-def _names(text: str) -> list[str]:
-    names = [x for x in text.split(",") if x.strip()]
-    if bad := sorted(set(names) - set(VARIANTS)):
-        raise argparse.ArgumentTypeError(f"unknown variant(s) {bad}; known: {VARIANTS}")
-    return names
+def _names_of(known) -> callable:
+    def parse(text: str) -> list[str]:
+        names = [x for x in text.split(",") if x.strip()]
+        if bad := sorted(set(names) - set(known)):
+            raise argparse.ArgumentTypeError(f"unknown name(s) {bad}; known: {tuple(known)}")
+        return names
+
+    return parse
+
+
+_names = _names_of(VARIANTS)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -376,6 +483,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ):
         ap.add_argument(f"--{k.replace('_', '-')}", type=int, default=v)
     ap.add_argument("--variants", type=_names, default=list(VARIANTS))
+    ap.add_argument(
+        "--plans",
+        type=_names_of(PLANS),
+        default=["full", "reduced"],
+        help="which configurations: full, reduced (one GPU, when full cannot run), ablation",
+    )
+    ap.add_argument(
+        "--ablations",
+        type=_names_of(ABLATIONS),
+        default=[],
+        help=f"the ablation plan's rows: {', '.join(ABLATIONS)}",
+    )
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--checkpoint", default="auto")
@@ -404,7 +523,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-COLUMNS_FIRST = ["backend", "world_size", "config", "variant", "num_layers", "status"]
+COLUMNS_FIRST = ["backend", "world_size", "config", "variant", "ablation", "num_layers", "status"]
 
 
 def main(argv: list[str] | None = None) -> None:
