@@ -4,6 +4,7 @@ one profiled step's breakdown per (config, variant)."""
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -25,11 +26,24 @@ from cs336_systems.core.analysis import (
 from cs336_systems.core.sanity import is_suspect
 from cs336_systems.stages.leaderboard.measure import with_path_mfu
 
-PARTS = ("attention", "matmul", "loss", "optimizer", "communication", "other")
+# the compute parts of a profiled step (engine/budget.py classify), then what adds the rest of
+# its wall time: communication no compute hid, and the GPU idle (GPU); or the host's (CPU)
+PARTS = ("attention", "matmul", "loss", "optimizer", "other")
+REST = ("communication_exposed", "idle", "host", "communication")
+GIB = 2**30
+PART_WORDS = {
+    "communication_exposed": "communication exposed",
+    "communication": "copies for collectives",  # compute-stream kernels under a collective call
+    "idle": "GPU idle",
+    "host": "host (Python, waits)",
+}
 
 
 def _label(r) -> str:
-    return f"{r['config']} / {r['variant']} (W={int(r['world_size'])}, L={int(r['num_layers'])})"
+    what = r["ablation"] if isinstance(r.get("ablation"), str) and r["ablation"] else r["variant"]
+    if r["config"] == "ablation":
+        what = f"engine without {what}"
+    return f"{r['config']} / {what} (W={int(r['world_size'])}, L={int(r['num_layers'])})"
 
 
 def results_table(d: pd.DataFrame) -> pd.DataFrame:
@@ -37,9 +51,13 @@ def results_table(d: pd.DataFrame) -> pd.DataFrame:
     rows = []
     doubted = is_suspect(d, "rate")
     for i, r in d.iterrows():
+        peak = r.get("peak_mem_gib_per_rank")
+        if (peak is None or pd.isna(peak)) and pd.notna(r.get("peak_mem_gb_per_rank")):
+            peak = float(r["peak_mem_gb_per_rank"]) * 1e3 / 1024  # MiB / 1000, written earlier
         rows.append(
             {
                 "run": _label(r),
+                "attention": r.get("attention", ""),
                 "checkpointing": r.get("checkpointing", ""),
                 "step (s)": fmt(r["step_ms_median"] / 1e3, 3),
                 "tokens/s": fmt(r["tokens_per_s"], 0),
@@ -47,7 +65,8 @@ def results_table(d: pd.DataFrame) -> pd.DataFrame:
                 "MFU": mark_suspect(pct(r["mfu"]), bool(doubted[i]))
                 if pd.notna(r["mfu"])
                 else "n/a (no bf16 ceiling)",
-                "peak GB/rank": fmt(r["peak_mem_gb_per_rank"], 1),
+                "matmul path": r.get("matmul_path", ""),
+                "peak GiB/rank": fmt(peak, 1),
                 "setup (s)": fmt(r["setup_s"], 1),
                 "benchmark (s)": fmt(r["benchmark_s"], 0),
                 "10-min rule": "fits" if bool(r["fits_10_min"]) else "over",
@@ -56,15 +75,100 @@ def results_table(d: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def breakdown_table(d: pd.DataFrame) -> pd.DataFrame:
-    cols = [f"breakdown_{p}_ms" for p in PARTS]
-    if not all(c in d for c in cols):
-        return pd.DataFrame()
-    out = []
-    for _, r in d.iterrows():
-        total = sum(float(r[c]) for c in cols)
-        out.append({"run": _label(r), **{p: pct(float(r[c]) / total) for p, c in zip(PARTS, cols)}})
-    return pd.DataFrame(out)
+def rank_parts(r: pd.Series) -> dict[int, dict[str, float]]:
+    """{rank: {part: ms}} of a row's profiled step, the window (`window`) included; rows written
+    before the per-rank columns: rank 0 from `breakdown_<part>_ms`."""
+    out: dict[int, dict[str, float]] = {}
+    for col, value in r.items():
+        m = re.fullmatch(r"breakdown_r(\d+)_(\w+)_ms", str(col))
+        if m and pd.notna(value):
+            out.setdefault(int(m.group(1)), {})[m.group(2)] = float(value)
+    return out
+
+
+def breakdown_table(r: pd.Series) -> tuple[pd.DataFrame, list[str]]:
+    """One row per rank: each part in ms and its share of the step's window, the window, and
+    the communication compute hid (beside the sum); with the ranks whose parts do not add up to
+    their window (within 0.1%)."""
+    rows, off = [], []
+    for rank, parts in sorted(rank_parts(r).items()):
+        window = parts.get("window", math.nan)
+        cells = [p for p in (*PARTS, *REST) if p in parts]
+        row = {"rank": rank}
+        for p in cells:
+            row[PART_WORDS.get(p, p)] = f"{fmt(parts[p], 0)} ({pct(parts[p] / window)})"
+        row["step on the timeline (ms)"] = fmt(window, 0)
+        if "communication_hidden" in parts:
+            row["communication hidden (ms)"] = fmt(parts["communication_hidden"], 0)
+        total = sum(parts[p] for p in cells)
+        if not abs(total - window) <= 1e-3 * window:
+            off.append(f"rank {rank}: {fmt(total, 1)} of {fmt(window, 1)} ms")
+        rows.append(row)
+    return pd.DataFrame(rows), off
+
+
+def optimizer_floor(r: pd.Series, ceilings: pd.DataFrame) -> str:
+    """The optimizer's kernels against the bytes AdamW must move at the measured copy rate."""
+    k = r.get("breakdown_optimizer_kernels_ms")
+    nbytes = r.get("optimizer_bytes_per_rank")
+    if k is None or nbytes is None or pd.isna(k) or pd.isna(nbytes) or not len(ceilings):
+        return ""
+    copy = ceilings[(ceilings.get("kind") == "copy") & (ceilings["status"] == "ok")]
+    if not len(copy) or "gbps" not in copy:
+        return ""
+    rate = float(copy["gbps"].max())
+    floor = nbytes / (rate * 1e9) * 1e3
+    return (
+        f"The optimizer's kernels take {fmt(k, 1)} ms of rank 0's step; fused AdamW reads the "
+        f"fp32 parameter, gradient and two moments and writes three of them back, 28 bytes for "
+        f"each of this rank's {fmt(nbytes / 28 / 1e9, 2)} billion parameters "
+        f"({fmt(nbytes / 1e9, 1)} GB), {fmt(floor, 1)} ms at the {fmt(rate, 0)} GB/s the "
+        f"ceilings stage copied: {fmt(k / floor, 2)}× its byte floor."
+    )
+
+
+def ablation_table(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """Each ablation row beside the full engine row: its step and what the optimization it
+    turns off buys (the row's step less the engine's), or why it did not run."""
+    base = ran(df)
+    base = base[(base["config"] == "full") & (base["variant"] == "engine")]
+    rows, buys = [], []
+    abl = df[df["config"] == "ablation"]
+    if not len(abl):
+        return pd.DataFrame(), []
+    ref = float(base["step_ms_median"].iloc[0]) if len(base) else math.nan
+    for _, r in abl.iterrows():
+        name = r["ablation"]
+        ok = r["status"] == "ok"
+        step = float(r["step_ms_median"]) if ok else math.nan
+        rows.append(
+            {
+                "turned off": ABLATION_WORDS.get(name, name),
+                "status": "ok" if ok else str(r["status"]),
+                "attention": r.get("attention", "") if ok else "",
+                "checkpointing": r.get("checkpointing", "") if ok else "",
+                "step (s)": fmt(step / 1e3, 3),
+                "vs the engine": f"{fmt(step / ref, 2)}×" if ok and ref == ref else "",
+                "peak GiB/rank": fmt(r.get("peak_mem_gib_per_rank"), 1) if ok else "",
+            }
+        )
+        if ok and ref == ref:
+            buys.append(f"{ABLATION_WORDS.get(name, name)}: {fmt((step - ref) / 1e3, 2)} s")
+    return pd.DataFrame(rows), buys
+
+
+ABLATION_WORDS = {
+    "attention_ours": "auto attention (our FlashAttention-2 forced)",
+    "attention_cudnn": "auto attention (SDPA's cuDNN forced)",
+    "sdpa": "auto attention (SDPA's own backend choice)",
+    "plain_loss": "the fused loss (full logits, F.cross_entropy)",
+    "fsdp_per_layer": "FSDP units of a block (one unit per Linear)",
+    "no_prefetch": "FSDP's prefetch (each gather when its unit runs)",
+    "whole_blocks": "selective checkpointing (whole blocks only)",
+    "every_1": "measured checkpointing (every block checkpointed)",
+    "every_2": "measured checkpointing (pairs of blocks checkpointed)",
+    "no_compile": "compiled blocks (eager)",
+}
 
 
 def q37(df: pd.DataFrame) -> str:
@@ -75,15 +179,51 @@ def q37(df: pd.DataFrame) -> str:
         reason = why.iloc[0] if len(why) else "not run"
         return f"The full configuration's engine step was not measured here ({reason})."
     r = full.iloc[0]
-    mfu = f", {pct(r['mfu'])} MFU" if pd.notna(r["mfu"]) else ""
+    mfu = ""
+    if pd.notna(r["mfu"]):
+        mfu = (
+            f", {pct(r['mfu'])} MFU against {fmt(r['peak_tflops_per_gpu'], 0)} TFLOP/s a GPU "
+            f"(the measured bf16 peak of the path its matmuls take, `{r['matmul_path']}`)"
+        )
     if bool(is_suspect(full, "rate").iloc[0]):
         mfu = f"; its MFU is left out: {r['sanity']}"
     rule = "within" if bool(r["fits_10_min"]) else "over"
+    peak = r.get("peak_mem_gib_per_rank")
+    mem = f", {fmt(peak, 1)} GiB at most on a rank" if peak is not None and pd.notna(peak) else ""
     return (
         f"The engine's step takes {fmt(r['step_ms_median'] / 1e3, 3)} s on "
-        f"{int(r['world_size'])} ranks ({fmt(r['tflops'], 1)} TFLOP/s{mfu}); the whole benchmark "
-        f"from an empty process would take {fmt(r['benchmark_s'], 0)} s, {rule} the 10 minutes."
+        f"{int(r['world_size'])} ranks ({fmt(r['tflops'], 1)} TFLOP/s{mfu}{mem}); setup "
+        f"(build, compile, warm-up) {fmt(r['setup_s'], 0)} s, so the whole benchmark from an "
+        f"empty process would take {fmt(r['benchmark_s'], 0)} s, {rule} the 10 minutes."
     )
+
+
+def choices(r: pd.Series) -> list[str]:
+    """What the engine measured to choose its attention and checkpointing."""
+    out = []
+    ours, peer = r.get("attention_flash_triton_ms"), r.get("attention_sdpa_cudnn_ms")
+    if ours is not None and pd.notna(ours):
+        peer_txt = (
+            f", SDPA's cuDNN {fmt(peer, 1)} ms" if peer is not None and pd.notna(peer) else ""
+        )
+        out.append(
+            f"Attention: forward + backward of one layer at this shape, our FlashAttention-2 "
+            f"{fmt(ours, 1)} ms{peer_txt}; the engine runs `{r['attention']}`."
+        )
+    if pd.notna(r.get("calibration_choice", math.nan)):
+        out.append(
+            "Checkpointing: a first step with the last block plain, the one before it with only "
+            f"its FFN half checkpointed and the rest checkpointed alone measured what a block "
+            f"keeps for backward: {fmt(r['calibration_block_plain_bytes'] / GIB, 2)} GiB plain, "
+            f"{fmt(r['calibration_block_ffn_bytes'] / GIB, 2)} GiB with its FFN half "
+            f"checkpointed, {fmt(r['calibration_block_input_bytes'] / GIB, 2)} GiB checkpointed "
+            f"whole (its output); the least recomputation whose predicted peak, "
+            f"{fmt(r['calibration_predicted_peak_bytes'] / GIB, 1)} GiB, fits the "
+            f"{fmt(r['calibration_budget_bytes'] / GIB, 1)} GiB budget is "
+            f"`{r['calibration_choice']}` (the memory model alone chose "
+            f"`{r['calibration_model_choice']}`)."
+        )
+    return out
 
 
 def _load(results_dir: Path) -> pd.DataFrame:
@@ -118,34 +258,51 @@ def context(results_dir: Path) -> dict:
     }
     if len(d):
         ctx["results_table"] = md_table(results_table(d))
-        b = breakdown_table(d)
-        ctx["breakdown_table"] = md_table(b) if len(b) else ""
         ctx["device_time"] = bool((d["backend"] == "nccl").any())
+        full = d[(d["config"].isin(["full", "reduced"])) & (d["variant"] == "engine")]
+        if len(full):
+            r = full.iloc[0]
+            table, off = breakdown_table(r)
+            ctx["breakdown_run"] = _label(r)
+            ctx["breakdown_table"] = md_table(table) if len(table) else ""
+            ctx["breakdown_off"] = off
+            ctx["top_kernels"] = str(r.get("breakdown_top_kernels", "") or "")
+            if ctx["top_kernels"] == "nan":
+                ctx["top_kernels"] = ""
+            ceilings = Path(results_dir) / "ceilings.csv"
+            ceil = pd.read_csv(ceilings) if ceilings.exists() else pd.DataFrame()
+            ctx["optimizer_floor"] = optimizer_floor(r, ceil)
+            ctx["choices"] = choices(r)
+        abl, buys = ablation_table(df)
+        ctx["ablation_table"] = md_table(abl) if len(abl) else ""
+        ctx["ablation_buys"] = buys
     return ctx
 
 
 def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
+    """Rank by rank, the engine's profiled step on its timeline: the compute parts, exposed
+    communication and idle time (GPU) or the host's rest (CPU), adding up to the step."""
     df = _load(results_dir)
     path = Path(fig_dir) / "leaderboard_breakdown.png"
     d = ran(df) if len(df) else pd.DataFrame()
-    cols = [f"breakdown_{p}_ms" for p in PARTS]
-    if len(d) == 0 or not all(c in d for c in cols):
+    full = d[d["config"].isin(["full", "reduced"]) & (d["variant"] == "engine")] if len(d) else d
+    ranks = rank_parts(full.iloc[0]) if len(full) else {}
+    if not ranks:
         why = "no profiled leaderboard step" + (
             f" ({df['status'].iloc[0]})" if len(df) and "status" in df else ""
         )
         return [empty_figure(path, why)]
-    fig, ax = plt.subplots(figsize=(9, 4))
-    labels = [_label(r) for _, r in d.iterrows()]
-    bottom = np.zeros(len(d))
-    for p, c in zip(PARTS, cols):
-        vals = d[c].fillna(0).to_numpy() / 1e3
-        ax.barh(labels, vals, left=bottom, label=p)
-        bottom += vals
-    ax.set_xlabel("seconds in one profiled step (self time per kernel / operator)")
-    ax.set_title("where a leaderboard step goes")
-    ax.legend(fontsize=7)
-    if not math.isfinite(float(bottom.max())):  # pragma: no cover - a profile without times
-        ax.set_xlim(0, 1)
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.6 * len(ranks)))
+    labels = [f"rank {k}" for k in sorted(ranks)]
+    bottom = np.zeros(len(ranks))
+    for p in (*PARTS, *REST):
+        vals = np.array([ranks[k].get(p, 0.0) for k in sorted(ranks)]) / 1e3
+        if vals.any():
+            ax.barh(labels, vals, left=bottom, label=PART_WORDS.get(p, p))
+            bottom += vals
+    ax.set_xlabel("seconds of one profiled step (device timeline: parts add up to the step)")
+    ax.set_title(f"where a leaderboard step goes: {_label(full.iloc[0])}")
+    ax.legend(fontsize=7, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.12))
     return [save(fig, path)]
 
 
