@@ -113,7 +113,7 @@ def train(
     else:
         ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.1)
         opt = torch.optim.AdamW(fsdp.parameters(), lr=1e-2, weight_decay=0.1)
-    diffs, counts, unplanned, peaks = [], [], [], []
+    diffs, counts, unplanned, peaks, in_flight = [], [], [], [], []
     for x, y in batches(world):
         grads = []
         for r in range(world):  # the reference: rank-order sum of micro-batch gradients / W
@@ -137,6 +137,7 @@ def train(
         opt.step()
         counts.append({k: v["calls"] for k, v in counter.totals().items()})
         unplanned.append(fsdp.unplanned_gathers)
+        in_flight.append(fsdp.peak_reduce_in_flight)
         peaks.append(fsdp.peak_resident)
         full = fsdp.gather_full_params()
         diffs.append(
@@ -150,6 +151,7 @@ def train(
         "counts": counts,
         "unplanned": unplanned,
         "peaks": peaks,
+        "in_flight": in_flight,
         "resident_after": fsdp.resident_layers(),
         "units": [(u.label, u.kind, len(u.flat.members)) for u in fsdp.units],
         "names": sorted(fsdp.gather_full_params()),
@@ -238,6 +240,15 @@ def test_one_collective_per_unit_and_pass_all_prefetched(run, case, backward_gat
         # after the first step every gather was predicted and prefetched
         assert r["unplanned"][1:] == [0] * (STEPS - 1), r["unplanned"]
         assert r["resident_after"] == []
+
+
+@pytest.mark.slow
+def test_at_most_two_reduce_scatters_in_flight(run):
+    # six units reduce in backward; the gradients of all but two are landed as they come
+    _, ranks = run
+    for res in ranks:
+        assert max(res["fp32_none"]["in_flight"]) == 2
+        assert max(res["fp32_every_2"]["in_flight"]) == 2
 
 
 @pytest.mark.slow

@@ -226,3 +226,53 @@ def test_the_section_of_a_gloo_run_names_its_clock_and_path_peaks(tmp_path):
     assert engine["mfu"] == engine["tflops"] / (2 * autocast)
     text = " ".join(report.render(tmp_path, ["leaderboard"]).split())
     assert "which needs CUDA: this run timed its steps on the host clock" in text
+
+
+def test_the_two_gpu_reference_section_withholds_a_halved_breakdown_and_flags_lost_rows(tmp_path):
+    """The 2x H200 reference's leaderboard rows: the engine's step and MFU against the bf16
+    matmul path, the choices it measured, its breakdown withheld (recorded before the
+    profiler's own ranges were left out), and the ablation rows after the first whose GPUs had
+    less memory free than the first's flagged instead of read as the configuration's."""
+    import shutil
+
+    import pandas as pd
+    from pipeline_utils import ROOT
+
+    from cs336_systems.stages.leaderboard import analysis
+
+    ref = ROOT / "report" / "reference" / "h200-x2" / "csv"
+    for name in ("leaderboard", "ceilings"):
+        shutil.copy(ref / f"{name}.csv", tmp_path / f"{name}.csv")
+    ctx = analysis.context(tmp_path)
+    df = pd.read_csv(tmp_path / "leaderboard.csv")
+    full = df[(df["config"] == "full") & (df["variant"] == "engine")].iloc[0]
+    assert f"takes {full.step_ms_median / 1e3:.3f} s on 2 ranks" in ctx["q37"]
+    assert "`matmul`" in ctx["q37"]
+    assert ctx["breakdown_unsound"] and not ctx["breakdown_table"]
+    assert any("SDPA's cuDNN" in c for c in ctx["choices"])
+    lost = [r for r in ctx["ablation_table"].splitlines() if "memory earlier rows kept" in r]
+    abl = df[df["config"] == "ablation"]
+    first = abl["free_gb"].iloc[0]
+    assert len(lost) == int(((abl["free_gb"] < 0.9 * first) & (abl["status"] != "ok")).sum())
+    assert len(lost) >= 1
+
+
+def test_a_current_gpu_breakdown_is_shown_and_adds_up():
+    """A row with breakdown_version 2: per rank, the parts add up to the step's window."""
+    import pandas as pd
+
+    from cs336_systems.stages.leaderboard import analysis
+
+    parts = {"attention": 2000.0, "matmul": 2100.0, "loss": 350.0, "optimizer": 33.0,
+             "other": 200.0, "communication_exposed": 20.0, "idle": 7.0}  # fmt: skip
+    row = {"backend": "nccl", "breakdown_version": 2}
+    for r in (0, 1):
+        for p, v in parts.items():
+            row[f"breakdown_r{r}_{p}_ms"] = v
+        row[f"breakdown_r{r}_window_ms"] = sum(parts.values())
+    r = pd.Series(row)
+    assert not analysis.breakdown_unsound(r)
+    table, off = analysis.breakdown_table(r)
+    assert off == [] and len(table) == 2
+    row["breakdown_r1_window_ms"] += 50  # a rank whose parts miss 50 ms is named
+    assert analysis.breakdown_table(pd.Series(row))[1] == ["rank 1: 4,710 of 4,760 ms"]

@@ -127,11 +127,17 @@ def _num(x: float) -> str:
 # --------------------------------------------------------------------------------- check kinds
 
 
-def std_above_mean(df: pd.DataFrame, skip_if: dict | None = None, **_) -> pd.Series:
-    """A time's sample std above its mean: one outlier dominates, the mean describes nothing."""
+def std_above_mean(
+    df: pd.DataFrame, skip_if: dict | None = None, columns: str | None = None, **_
+) -> pd.Series:
+    """A time's sample std above its mean: one outlier dominates, the mean describes nothing.
+    `columns`: a regular expression the std columns checked must match (default: all)."""
     out = _blank(df)
     rows = _checked(df) & ~_skip(df, skip_if)
-    for std in [c for c in df.columns if c.endswith("_std")]:
+    stds = [c for c in df.columns if c.endswith("_std")]
+    if columns is not None:
+        stds = [c for c in stds if re.search(columns, c)]
+    for std in stds:
         mean = std[: -len("_std")] + "_mean"
         if mean not in df:
             continue

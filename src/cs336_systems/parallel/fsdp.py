@@ -32,8 +32,10 @@ checkpoint (torch.utils.checkpoint, non-reentrant) saved nothing and is gathered
 checkpoint recomputes it; either is freed once the unit's gradients are out. Each unit's
 gradients are copied into one flat buffer in the reduce dtype (`compute_dtype` unless given),
 divided by W and reduce-scattered with one collective as soon as autograd has produced them all;
-``finish_gradient_synchronization`` waits for every collective and leaves each shard an fp32
-gradient of its own shape. Host work per step grows with the units, not the parameters.
+at most `reduce_window` (default 2) of those are in flight (an older one is waited for when a
+newer one starts, so backward holds a few units' gradients, not all of them);
+``finish_gradient_synchronization`` waits for the rest and leaves each shard an fp32 gradient
+of its own shape. Host work per step grows with the units, not the parameters.
 
 ``.module`` is the wrapped model itself: a layer unit holds its flat local slice as ``weight``,
 a block unit as ``flat_param`` (its members are taken off their modules), so an optimizer over
@@ -128,7 +130,8 @@ class _Entry:
 class FSDP(nn.Module):
     """See the module docstring. `window`: how many units may be gathered at once;
     `reduce_dtype`: dtype of the gradient reduce-scatter (default: `compute_dtype`, else the
-    parameters'); `units`: ``"block"`` (default) or ``"layer"``."""
+    parameters'); `units`: ``"block"`` (default) or ``"layer"``; `reduce_window`: how many
+    reduce-scatters (each holding its unit's whole gradient) may be in flight at once."""
 
     def __init__(
         self,
@@ -138,12 +141,15 @@ class FSDP(nn.Module):
         window: int = 2,
         reduce_dtype: torch.dtype | None = None,
         units: str = "block",
+        reduce_window: int = 2,
     ):
         super().__init__()
         if not dist.is_initialized():
             raise RuntimeError("initialize torch.distributed before wrapping a model in FSDP")
-        if window < 1:
-            raise ValueError(f"window must be >= 1, got {window}")
+        if window < 1 or reduce_window < 1:
+            raise ValueError(
+                f"window and reduce_window must be >= 1, got {window}, {reduce_window}"
+            )
         if units not in UNITS:
             raise ValueError(f"unknown FSDP units {units!r}; known: {UNITS}")
         self.module = module
@@ -151,6 +157,8 @@ class FSDP(nn.Module):
         self.reduce_dtype = reduce_dtype or compute_dtype
         self.process_group = process_group
         self.window = window
+        self.reduce_window = reduce_window
+        self.peak_reduce_in_flight = 0  # most reduce-scatters not yet waited for, at once
         self.units_kind = units
         self.world_size = dist.get_world_size(process_group)
         self.rank = dist.get_rank(process_group)
@@ -485,6 +493,12 @@ class FSDP(nn.Module):
         work = collectives.reduce_scatter_tensor(out, send, group=self.process_group, async_op=True)
         self._pending.append((flat, work, out))
         self._unit_backward_done(use)
+        # each reduce-scatter's input, the unit's whole gradient, lives until the collective is
+        # waited for: wait for all but the last `reduce_window` now (on NCCL this only orders
+        # the streams), so backward holds a few units' gradients, not every unit's
+        while len(self._pending) > self.reduce_window:
+            self._land(*self._pending.pop(0))
+        self.peak_reduce_in_flight = max(self.peak_reduce_in_flight, len(self._pending))
 
     def _end_backward(self) -> None:
         if self._bwd is not None:
@@ -505,15 +519,20 @@ class FSDP(nn.Module):
             collectives.all_reduce(p.grad, group=self.process_group, async_op=True)
         )
 
+    @staticmethod
+    def _land(flat: FlatShard, work: Any, out: torch.Tensor) -> None:
+        """Wait for one reduce-scatter and add its slice to the shard's fp32 gradient."""
+        work.wait()
+        grad = out.to(flat.param.dtype)
+        if flat.param.grad is None:
+            flat.param.grad = grad
+        else:
+            flat.param.grad.add_(grad)
+
     def finish_gradient_synchronization(self) -> None:
         """Wait for every gradient collective; each shard then holds its fp32 gradient."""
         for flat, work, out in self._pending:
-            work.wait()
-            grad = out.to(flat.param.dtype)
-            if flat.param.grad is None:
-                flat.param.grad = grad
-            else:
-                flat.param.grad.add_(grad)
+            self._land(flat, work, out)
         for work in self._pending_replicated:
             work.wait()
         self._pending.clear()

@@ -2,7 +2,8 @@
 launched it, and the step's wall time split into parts that add up to it.
 
 `gpu_kernels(prof)` reads torch.profiler's Kineto events: every kernel, memcpy and memset with
-its start, end and stream, and the path of CPU operators around the call that launched it
+its start, end and stream (not the device-side copies of record_function ranges, which span
+the kernels they enclose), and the path of CPU operators around the call that launched it
 (outermost first, then the kernel's name, " / "-joined), found through the correlation id that
 links a device event to its launching operator.
 
@@ -51,7 +52,9 @@ def gpu_kernels(prof) -> list[Kernel]:
             ops.setdefault(e.id, e)
     out = []
     for k in results.events():
-        if k.device_type() != DeviceType.CUDA:
+        # a record_function range also appears on the device as a user annotation spanning its
+        # kernels: work of nobody's, and counted as a kernel it would take half of every instant
+        if k.device_type() != DeviceType.CUDA or k.is_user_annotation():
             continue
         chain, p = [], ops.get(k.linked_correlation_id())
         while p is not None:

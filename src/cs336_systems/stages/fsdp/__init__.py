@@ -15,3 +15,10 @@ QUESTIONS = {
     32: {"evidence": ["q32"], "needs": "gpus:2"},
     33: {"evidence": ["q33"], "needs": "gpus:2"},
 }
+
+# the step and its compute phases must not be dominated by an outlier; the sync after backward
+# is a wait for the last collectives, near zero in most steps and the collective's length in a
+# few (a skewed wait, whose std above its mean is what such a wait looks like, not an error)
+SANITY = {
+    "fsdp.csv": [{"kind": "std_above_mean", "columns": r"^(step|fwd|bwd|opt)_ms_std$"}],
+}

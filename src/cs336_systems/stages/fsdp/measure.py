@@ -310,6 +310,10 @@ def measure_variant(variant: str, args, ctx) -> dict:
         row.update({"sharded_params": sharded, "replicated_params": replicated})
         row.update(fsdp_pad_elems=pad, optimizer=optimizer_name(device))
         row.update(fsdp_units=getattr(wrapper, "units_kind", ""))
+        row.update(
+            fsdp_reduce_window=getattr(wrapper, "reduce_window", math.nan),
+            fsdp_reduce_in_flight_peak=getattr(wrapper, "peak_reduce_in_flight", math.nan),
+        )
         return row
     finally:
         if hasattr(wrapper, "remove_hooks"):

@@ -107,6 +107,15 @@ def breakdown_table(r: pd.Series) -> tuple[pd.DataFrame, list[str]]:
     return pd.DataFrame(rows), off
 
 
+def breakdown_unsound(r: pd.Series) -> bool:
+    """A GPU row profiled before the timeline left out the device-side copies of
+    record_function ranges (no `breakdown_version`, or below 2): its parts are halved."""
+    if r.get("backend") != "nccl" or not rank_parts(r):
+        return False
+    v = r.get("breakdown_version")
+    return v is None or pd.isna(v) or float(v) < 2
+
+
 def optimizer_floor(r: pd.Series, ceilings: pd.DataFrame) -> str:
     """The optimizer's kernels against the bytes AdamW must move at the measured copy rate."""
     k = r.get("breakdown_optimizer_kernels_ms")
@@ -137,14 +146,24 @@ def ablation_table(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     if not len(abl):
         return pd.DataFrame(), []
     ref = float(base["step_ms_median"].iloc[0]) if len(base) else math.nan
+    first_free = float(abl["free_gb"].iloc[0]) if "free_gb" in abl else math.nan
     for _, r in abl.iterrows():
         name = r["ablation"]
         ok = r["status"] == "ok"
         step = float(r["step_ms_median"]) if ok else math.nan
+        status = "ok" if ok else str(r["status"])
+        free = float(r.get("free_gb", math.nan))
+        if not ok and free == free and first_free == first_free and free < 0.9 * first_free:
+            # the same GPUs had less free than at the job's first row: rows before it left
+            # memory allocated, so this status says nothing of the configuration itself
+            status = (
+                f"{status} ⚠ suspect: {fmt(free, 1)} GB free at this row against "
+                f"{fmt(first_free, 1)} at the job's first: memory earlier rows kept"
+            )
         rows.append(
             {
                 "turned off": ABLATION_WORDS.get(name, name),
-                "status": "ok" if ok else str(r["status"]),
+                "status": status,
                 "attention": r.get("attention", "") if ok else "",
                 "checkpointing": r.get("checkpointing", "") if ok else "",
                 "step (s)": fmt(step / 1e3, 3),
@@ -263,6 +282,18 @@ def context(results_dir: Path) -> dict:
         if len(full):
             r = full.iloc[0]
             table, off = breakdown_table(r)
+            if breakdown_unsound(r):
+                table, off = pd.DataFrame(), []
+                ctx["breakdown_unsound"] = (
+                    f"The profiled step of {_label(r)} was split by code that counted the "
+                    f"profiler's own range around the step, which CUDA also records as a device "
+                    f"event spanning every kernel, as one more kernel: it took half of each "
+                    f"instant, so every part below it read half its time and `other` the rest "
+                    f"(its 'other' read {pct(rank_parts(r).get(0, {}).get('other', math.nan) / rank_parts(r).get(0, {}).get('window', math.nan))} "
+                    f"of the step). Its parts are not shown; the step time is unaffected. The "
+                    f"leaderboard stage's code now leaves such ranges out (its rows carry "
+                    f"`breakdown_version` 2)."
+                )
             ctx["breakdown_run"] = _label(r)
             ctx["breakdown_table"] = md_table(table) if len(table) else ""
             ctx["breakdown_off"] = off
@@ -271,11 +302,15 @@ def context(results_dir: Path) -> dict:
                 ctx["top_kernels"] = ""
             ceilings = Path(results_dir) / "ceilings.csv"
             ceil = pd.read_csv(ceilings) if ceilings.exists() else pd.DataFrame()
-            ctx["optimizer_floor"] = optimizer_floor(r, ceil)
+            ctx["optimizer_floor"] = "" if breakdown_unsound(r) else optimizer_floor(r, ceil)
             ctx["choices"] = choices(r)
         abl, buys = ablation_table(df)
         ctx["ablation_table"] = md_table(abl) if len(abl) else ""
         ctx["ablation_buys"] = buys
+    for key in ("breakdown_unsound", "breakdown_table", "top_kernels", "optimizer_floor"):
+        ctx.setdefault(key, "")
+    ctx.setdefault("choices", [])
+    ctx.setdefault("breakdown_off", [])
     return ctx
 
 

@@ -53,6 +53,9 @@ ABLATIONS: dict[str, dict] = {
     "no_compile": {"compile": False},  # eager blocks
 }
 STEP_RANGE = "leaderboard_step"  # the profiled step's record_function range
+# 2: the device timeline without the record_function ranges' device-side annotations (which
+# version 1 counted as a kernel spanning the step: half of every instant went to "other")
+BREAKDOWN_VERSION = 2
 
 
 def peak_tflops(path: str, matmul_path: str = "matmul") -> float:
@@ -115,17 +118,39 @@ def _profile(step, device) -> dict[str, float]:
             step()
         synchronize(device)
     if device.type == "cuda":
-        from cs336_systems.profiling.timeline import gpu_kernels, split_step, step_window
+        from cs336_systems.profiling.timeline import COMM, gpu_kernels, split_step, step_window
+
+        def compute_part(path: str) -> str:
+            # a compute kernel is never communication: a collective's range that the profiler
+            # nests around a later launch on the same thread does not make it one
+            return classify(" / ".join(p for p in path.split(" / ") if not COMM.search(p)))
 
         kernels = gpu_kernels(prof)
         window = step_window(prof, STEP_RANGE, kernels)
-        split = split_step(kernels, window, classify)
+        split = split_step(kernels, window, compute_part)
         inside = [k for k in kernels if k.start_us >= window[0] and not k.is_comm]
         split["optimizer_kernels"] = (
-            sum(k.end_us - k.start_us for k in inside if classify(k.path) == "optimizer") / 1e3
+            sum(k.end_us - k.start_us for k in inside if compute_part(k.path) == "optimizer") / 1e3
         )
-        return {f"{k}_ms": v for k, v in split.items()}
+        out: dict = {f"{k}_ms": v for k, v in split.items()}
+        out["top_kernels"] = top_kernels(inside, compute_part)
+        out["version"] = BREAKDOWN_VERSION
+        return out
     return _host_split(prof, classify)
+
+
+def top_kernels(kernels, classify, per_part: int = 3) -> str:
+    """What each part is made of: its `per_part` kernels with the most time (summed over their
+    launches, ms; names cut to 60 characters), "part: name ms, ...; part: ..."."""
+    by: dict[str, dict[str, float]] = {}
+    for k in kernels:
+        part = by.setdefault(classify(k.path), {})
+        part[k.name[:60]] = part.get(k.name[:60], 0.0) + (k.end_us - k.start_us) / 1e3
+    return "; ".join(
+        f"{part}: "
+        + ", ".join(f"{n} {ms:.0f}" for n, ms in sorted(d.items(), key=lambda x: -x[1])[:per_part])
+        for part, d in sorted(by.items())
+    )
 
 
 def _host_split(prof, classify) -> dict[str, float]:
@@ -370,6 +395,11 @@ def worker(args) -> None:
                     )
                 )
                 row.update({"status": res.status, **(res.value or {})})
+            # torch.compile's caches keep the last engine's modules (and their parameters and
+            # gradients, 33 GB a rank at 8B) alive; the next row must start from an empty GPU
+            import torch._dynamo
+
+            torch._dynamo.reset()
             release_memory()
             log.log(
                 status_level(row["status"]),
