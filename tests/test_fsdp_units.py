@@ -171,6 +171,23 @@ CASES = {
 }
 
 
+def freed_after_use(rank: int, world: int) -> bool:
+    """A wrapper trained a step and dropped is freed with its model (hooks on parameters live in
+    C++, out of the garbage collector's sight: a strong one to the wrapper kept both)."""
+    import gc
+    import weakref
+
+    torch.manual_seed(0)
+    fsdp = FSDP(make_lm(), compute_dtype=torch.bfloat16)
+    x, y = batches(world)[0]
+    loss_fn(fsdp(x[:PER_RANK]), y[:PER_RANK]).backward()
+    fsdp.finish_gradient_synchronization()
+    refs = [weakref.ref(fsdp), weakref.ref(fsdp.sharded[1].param)]
+    del fsdp
+    gc.collect()
+    return all(r() is None for r in refs)
+
+
 def _worker(rank: int, store_path: str, out_dir: str, world: int) -> None:
     import os
 
@@ -181,6 +198,7 @@ def _worker(rank: int, store_path: str, out_dir: str, world: int) -> None:
     with collectives.use(collectives.TorchCollectives(ordered=world > 2)):
         for name, kw in CASES.items():
             out[name] = train(rank, world, **kw)
+        out["freed"] = freed_after_use(rank, world)
     torch.save(out, os.path.join(out_dir, f"rank{rank}.pt"))
     dist.barrier()
     dist.destroy_process_group()
@@ -294,3 +312,9 @@ def test_bf16_compute_and_reduction_match_the_cast_reference(run, case):
         worst = max(d for s in r["diffs"] for d in s.values())
         assert worst < 2e-3, worst
         assert r["resident_after"] == []
+
+
+@pytest.mark.slow
+def test_a_dropped_wrapper_frees_its_model(run):
+    _, ranks = run
+    assert all(res["freed"] for res in ranks)

@@ -70,6 +70,7 @@ from cs336_systems.parallel.fsdp_units import (
     Use,
     is_shardable,
     plan_units,
+    weak_hook,
 )
 
 __all__ = ["FSDP", "UNITS", "FlatShard", "is_shardable"]
@@ -185,7 +186,8 @@ class FSDP(nn.Module):
                 unit.module.register_forward_hook(self._post_forward, always_call=True)
             )
         for p in self.replicated:
-            self._handles.append(p.register_post_accumulate_grad_hook(self._replicated_ready))
+            hook = weak_hook(self._replicated_ready)
+            self._handles.append(p.register_post_accumulate_grad_hook(hook))
 
         self._order: list[nn.Module] = [u.module for u in self.units]  # predicted forward
         self._record: list[nn.Module] = []
@@ -402,7 +404,8 @@ class FSDP(nn.Module):
             tree_map_only(torch.Tensor, tensors.append, output)
             for t in tensors:
                 if t.requires_grad:
-                    t.register_hook(lambda grad, u=use: self._pre_backward(u))
+                    pre = weak_hook(self._pre_backward)
+                    t.register_hook(lambda grad, u=use, pre=pre: pre(u))
         return output
 
     # ---- backward ------------------------------------------------------------------------

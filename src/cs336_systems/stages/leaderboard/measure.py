@@ -395,11 +395,6 @@ def worker(args) -> None:
                     )
                 )
                 row.update({"status": res.status, **(res.value or {})})
-            # torch.compile's caches keep the last engine's modules (and their parameters and
-            # gradients, 33 GB a rank at 8B) alive; the next row must start from an empty GPU
-            import torch._dynamo
-
-            torch._dynamo.reset()
             release_memory()
             log.log(
                 status_level(row["status"]),
