@@ -275,11 +275,9 @@ class FSDP(nn.Module):
             self.forward_gathers = len(self._record)
         if self._bwd is not None:
             self._bwd.release()
-        self._bwd = self._backward_plan()
+        self._bwd = self._backward_plan()  # pumped by backward's first gather
         self._bwd_pos = 0
         self._bwd_record = []
-        if self._bwd is not None:
-            self._bwd.pump()  # the first gathers of backward start behind the forward's tail
 
     def _backward_plan(self) -> Prefetch | None:
         """The gathers the coming backward will ask for, as the last backward asked (the saved
