@@ -15,13 +15,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 
 from cs336_systems.core import sanity
 from cs336_systems.core.analysis import (
-    empty_figure,
     failed_points,
     fmt,
     load,
@@ -31,7 +28,6 @@ from cs336_systems.core.analysis import (
     pct,
     plot_main,
     ran,
-    save,
 )
 from cs336_systems.core.costs import fsdp_saving_vs_optimizer_sharding, training_state_bytes
 
@@ -117,14 +113,12 @@ def time_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _calls(g: dict) -> str:
-    parts = [
-        (g.get(f"{k}_calls", math.nan), name)
-        for k, name in (
-            ("all_gather_into_tensor", "AG"),
-            ("reduce_scatter_tensor", "RS"),
-            ("all_reduce", "AR"),
-        )
-    ]
+    kinds = (
+        ("all_gather_into_tensor", "AG"),
+        ("reduce_scatter_tensor", "RS"),
+        ("all_reduce", "AR"),
+    )
+    parts = [(g.get(f"{k}_calls", math.nan), name) for k, name in kinds]
     return ", ".join(f"{int(n)} {name}" for n, name in parts if n == n and n > 0) or "0"
 
 
@@ -418,6 +412,11 @@ def q33(df: pd.DataFrame) -> str:
     return text + _left_out(df, ("fsdp", "fsdp_bf16", "ddp", "ddp_bf16"))
 
 
+def _ncalls(r: pd.Series) -> int:
+    kinds = ("all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce")
+    return int(sum(_num(r, f"{k}_calls") for k in kinds))
+
+
 def _units_sentence(df: pd.DataFrame) -> str:
     """Units of a block against units of a layer, per compute dtype: calls, step, exposed."""
     out = []
@@ -428,13 +427,9 @@ def _units_sentence(df: pd.DataFrame) -> str:
         b, lay = _row(df, block), _row(df, layer)
         if b is None or lay is None:
             continue
-        calls = lambda r: int(  # noqa: E731
-            _num(r, "all_gather_into_tensor_calls") + _num(r, "reduce_scatter_tensor_calls")
-            + _num(r, "all_reduce_calls")
-        )  # fmt: skip
         out.append(
-            f"In {what}, units of a block make {calls(b)} collective calls a step against "
-            f"{calls(lay)} with a unit per layer, for the same bytes; the step takes "
+            f"In {what}, units of a block make {_ncalls(b)} collective calls a step against "
+            f"{_ncalls(lay)} with a unit per layer, for the same bytes; the step takes "
             f"{fmt(float(b.step_ms_mean))} ms against {fmt(float(lay.step_ms_mean))} ms "
             f"({fmt(float(lay.step_ms_mean) / float(b.step_ms_mean))}×), with "
             f"{fmt(_exposed(b))} and {fmt(_exposed(lay))} ms of all-gather exposed."
@@ -490,14 +485,11 @@ def context(results_dir: Path) -> dict:
     d = ok(df)
     skipped = df[df["status"].astype(str).str.startswith("skipped")]
     kinds = sorted(set(df.get("optimizer", pd.Series(dtype=str)).dropna().astype(str)))
+    words = {"adamw_fused": "fused kernels", "adamw_foreach": "foreach kernels"}
     ctx: dict = {
         "available": True,
         "setup": _setup(first),
-        "optimizer": " and ".join(
-            {"adamw_fused": "fused kernels", "adamw_foreach": "foreach kernels"}.get(k, k)
-            for k in kinds
-        )
-        or "the implementation was not recorded",
+        "optimizer": " and ".join(words.get(k, k) for k in kinds) or "its kind not recorded",
         "n_points": len(df),
         "n_ok": len(ran(df)),
         "failed_table": md_table(failed_points(df, ["variant"]).drop_duplicates())
@@ -537,83 +529,10 @@ def context(results_dir: Path) -> dict:
 
 
 def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
-    df = load(results_dir, "fsdp")
-    fig_dir = Path(fig_dir)
-    paths = {n: fig_dir / f"fsdp_{n}.png" for n in ("memory", "time")}
-    d = ok(df) if len(df) else pd.DataFrame()
-    if len(d) == 0:
-        why = "no successful FSDP runs" + (
-            f" ({df['status'].iloc[0]})" if len(df) and "status" in df else ""
-        )
-        return [empty_figure(p, why) for p in paths.values()]
-    labels = [LABELS.get(v, v) for v in d["variant"]]
-    out = []
+    """The section's figures (stages/fsdp/figures.py)."""
+    from cs336_systems.stages.fsdp.figures import draw
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    bottom = np.zeros(len(d))
-    for col, name in (
-        ("params_mb", "parameters"),
-        ("grads_mb", "gradients"),
-        ("optimizer_state_mb", "optimizer state"),
-        ("gathered_peak_mb", "gathered weights (peak)"),
-    ):
-        vals = d[col].fillna(0).to_numpy()
-        axes[0].bar(labels, vals, bottom=bottom, label=name)
-        bottom += vals
-    a = analytic(df)
-    if len(a):
-        axes[0].plot(list(a["run"]), a["analytic (MiB)"], "k_", ms=30, mew=2, label="analytic")
-    axes[0].set_ylabel("MiB per rank (max over ranks)")
-    axes[0].set_title("tensors each rank holds")
-    axes[0].tick_params(axis="x", labelrotation=15)
-    axes[0].legend(fontsize=7)
-    peaks = [
-        ("mem_init_peak_mb", "construction"),
-        ("mem_forward_peak_mb", "forward"),
-        ("mem_backward_peak_mb", "backward"),
-        ("mem_step_peak_mb", "optimizer step"),
-    ]
-    if d["mem_step_peak_mb"].notna().any():
-        x = np.arange(len(peaks))
-        width = 0.8 / len(d)
-        for i, r in enumerate(d.itertuples()):
-            axes[1].bar(x + width * i, [getattr(r, c) for c, _ in peaks], width, label=labels[i])
-        axes[1].set_xticks(x + 0.4 - width / 2, [name for _, name in peaks])
-        axes[1].set_ylabel("peak allocated MiB (max over ranks)")
-        axes[1].legend(fontsize=7)
-    else:
-        axes[1].axis("off")
-        axes[1].text(0.5, 0.5, "allocator peaks are measured on CUDA only", ha="center")
-    axes[1].set_title("peak memory by phase")
-    out.append(save(fig, paths["memory"]))
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    bottom = np.zeros(len(d))
-    for col, name in (
-        ("fwd_ms_mean", "forward"),
-        ("bwd_ms_mean", "backward"),
-        ("comm_ms_mean", "sync after backward"),
-        ("opt_ms_mean", "optimizer step"),
-    ):
-        vals = d[col].to_numpy()
-        axes[0].bar(labels, vals, bottom=bottom, label=name)
-        bottom += vals
-    axes[0].errorbar(labels, d["step_ms_mean"], yerr=d["step_ms_std"], fmt="k.", label="step")
-    axes[0].set_ylabel("ms per step (slowest rank)")
-    axes[0].set_title("time per training step")
-    axes[0].tick_params(axis="x", labelrotation=15)
-    axes[0].legend(fontsize=7)
-    if "prof_all_gather_ms" in d:
-        hidden = d["prof_all_gather_overlapped_ms"].fillna(0).to_numpy()
-        total = d["prof_all_gather_ms"].fillna(0).to_numpy()
-        axes[1].bar(labels, hidden, label="during compute")
-        axes[1].bar(labels, total - hidden, bottom=hidden, label="exposed")
-        axes[1].set_ylabel("all-gather ms in the profiled step")
-        axes[1].legend(fontsize=7)
-    axes[1].set_title("weight all-gathers: hidden behind compute or not")
-    axes[1].tick_params(axis="x", labelrotation=15)
-    out.append(save(fig, paths["time"]))
-    return out
+    return draw(results_dir, fig_dir)
 
 
 if __name__ == "__main__":
