@@ -197,11 +197,22 @@ def provenance(machine: str, preset: str, edition: int = DEFAULT_EDITION) -> dic
     return {c: row[c] for c in PROVENANCE_COLUMNS}
 
 
+def _umask() -> int:
+    """The process's umask (read by setting it and setting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write `text` to `path` through a temp file and a rename. The file gets the mode a plain
+    `open()` would give it (0644 under umask 022): mkstemp's own 0600 would leave results in a
+    group's shared folder unreadable to the rest of the group."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, path)
