@@ -281,6 +281,49 @@ def test_flash_gating_caps_and_checks(results):
     assert set(df["kernel_tests"].dropna()) <= {"passed", "failed"}
 
 
+def test_a_kernel_no_selected_test_checked_is_not_timed(results, tmp_path):
+    """A kernel_tests selection that runs none of a kernel's tests (here `-k pytorch`) leaves
+    that kernel unverified: the flash stage writes a `skipped` row for it, saying so, instead
+    of timing it; the kernel whose tests passed is timed."""
+    test_file = tmp_path / "test_synthetic.py"
+    test_file.write_text(SYNTHETIC_TESTS)
+    gate = tmp_path / "kernel_tests.csv"
+    kernel_tests_stage.main(
+        [*COMMON, "--files", str(test_file), "--kernel=flash_pytorch=^test_pytorch_",
+         "--kernel=flash_triton=^test_triton_", "--select", "pytorch", "--junit",
+         str(tmp_path / "j.xml"), "--out", str(gate)]
+    )  # fmt: skip
+    assert kernel_results.verdicts(gate) == {"flash_pytorch": "passed"}
+    out = tmp_path / "flash.csv"
+    flash_benchmark.main(
+        ["sweep", *COMMON, "--impls", "flash_pytorch,flash_triton", "--dtype", "fp32",
+         "--head-dims", "16", "--seq-lens", "16", "--warmup-steps", "0", "--steps", "1",
+         "--kernel-tests", str(gate), "--out", str(out)]
+    )  # fmt: skip
+    df = pd.read_csv(out).set_index("impl")
+    assert df.loc["flash_pytorch", "status"] == "ok"
+    assert df.loc["flash_triton", "status"] == (
+        "skipped: kernel tests did not check flash_triton (no test of it selected)"
+    )
+    assert df.loc["flash_triton", "kernel_tests"] == "not selected"
+    # every selected test of a kernel skipped: not checked either
+    cpu = torch.device("cpu")
+    why = flash_benchmark.skip_reason(
+        "flash_triton", 16, "fp32", cpu, {}, {"flash_triton": "not run"}
+    )
+    assert why == "skipped: kernel tests did not check flash_triton (every selected test skipped)"
+    # without the kernel_tests stage in the run nothing gates; an ungated implementation is timed
+    assert flash_benchmark.skip_reason("flash_triton", 16, "fp32", cpu, {}, None) == ""
+    assert flash_benchmark.skip_reason("naive_eager", 16, "fp32", cpu, {}, {}) == ""
+    # and the report says why it was not benchmarked
+    res = tmp_path / "res"
+    res.mkdir()
+    pd.read_csv(out).to_csv(res / "flash.csv", index=False)
+    ctx = flash_analysis.context(res)
+    assert ctx["gated"] == ["our FA2 (Triton)"]
+    assert "did not check flash_triton" in ctx["gated_why"]
+
+
 def test_flash_caps_per_implementation_or_per_dtype():
     """max_seq_len caps an implementation at every dtype ({impl: n}) or at some ({impl: {dtype:
     n}}); the sweep's --max-seq-len carries both forms, and the skip row names which."""
@@ -294,11 +337,11 @@ def test_flash_caps_per_implementation_or_per_dtype():
     assert flash_plan.seq_cap(caps, "flash_triton", "bf16") == math.inf
     assert flash_plan.seq_cap(caps, "flash_pytorch", "bf16") == 16384
     cpu = torch.device("cpu")
-    why = flash_benchmark.skip_reason("flash_triton", 8192, "fp32", cpu, caps, {})
+    why = flash_benchmark.skip_reason("flash_triton", 8192, "fp32", cpu, caps, None)
     assert why == "skipped: n above this preset's max_seq_len 4096 for flash_triton in fp32"
-    assert flash_benchmark.skip_reason("flash_triton", 4096, "fp32", cpu, caps, {}) == ""
-    assert flash_benchmark.skip_reason("flash_triton", 8192, "fp16", cpu, caps, {}) == ""
-    why = flash_benchmark.skip_reason("flash_pytorch", 32768, "fp16", cpu, caps, {})
+    assert flash_benchmark.skip_reason("flash_triton", 4096, "fp32", cpu, caps, None) == ""
+    assert flash_benchmark.skip_reason("flash_triton", 8192, "fp16", cpu, caps, None) == ""
+    why = flash_benchmark.skip_reason("flash_pytorch", 32768, "fp16", cpu, caps, None)
     assert why == "skipped: n above this preset's max_seq_len 16384 for flash_pytorch"
 
 
@@ -448,7 +491,7 @@ def test_plots_and_report_sections(stage_results, tmp_path):
             assert path.exists() and path.stat().st_size > 1000 and path.name.endswith(".png")
     text = report.render(stage_results, ["kernel_tests", "attention", "flash"])
     assert "Not benchmarked" in text and "flash_triton" in text
-    assert "not benchmarked, because the kernel tests failed" in text
+    assert "not benchmarked** (kernel tests failed; see Kernel tests)" in text
     assert "The smallest configuration that ran out of memory is batch 2, d = 16, n = 64" in text
     assert "### Q21. The leaderboard configuration" in text
 

@@ -471,7 +471,7 @@ def context(results_dir: Path) -> dict:
     sw = sweep(df)
     first = df.iloc[0]
     statuses = status_counts(df)
-    gated = df[df["status"] == "skipped: kernel tests failed"]
+    gated = df[df["status"].astype(str).str.startswith("skipped: kernel tests")]
     verdicts = {}
     if "kernel_tests" in df:
         for impl in ("flash_pytorch", "flash_triton"):
@@ -535,6 +535,8 @@ def context(results_dir: Path) -> dict:
         "statuses": statuses,
         "verdicts": verdicts,
         "gated": sorted(gated["impl"].map(lambda i: IMPL_LABELS.get(i, i)).unique()),
+        # why: the kernel tests failed, or none of the selected tests checked the kernel
+        "gated_why": "; ".join(sorted(set(gated["status"].str.removeprefix("skipped: ")))),
         "pairs": {dt: triton_vs_pytorch_table(df, dt) for dt in dtypes},
         "all_fwd_bwd": {dt: all_impls_table(df, dt) for dt in dtypes},
         "tflops": tflops_table(df),

@@ -304,12 +304,30 @@ def measure(
     return row
 
 
-def kernel_verdicts(path: str | None) -> dict[str, str]:
+def kernel_verdicts(path: str | None) -> dict[str, str] | None:
+    """{kernel: verdict} of the kernel_tests stage's CSV (core/results.py:verdicts), where the
+    stage ran (`path`); None where it did not (nothing gates the kernels)."""
     if not path:
-        return {}
+        return None
     from cs336_systems.core.results import verdicts
 
     return verdicts(path)
+
+
+def gate_verdict(impl: str, verdicts: dict[str, str] | None) -> str:
+    """What the kernel tests said of the kernel behind `impl`: '' for an implementation no test
+    gates or a run without the kernel_tests stage; `not selected` where the stage ran and its
+    selection held none of the kernel's tests."""
+    kernel = GATED_BY.get(impl)
+    if not kernel or verdicts is None:
+        return ""
+    return verdicts.get(kernel, "not selected")
+
+
+def gate_passed(impl: str, verdicts: dict[str, str] | None) -> bool:
+    """Our kernel may be timed: its tests passed, or nothing gates it. A kernel that no selected
+    test checked (verdict `not selected` or `not run`) is not timed: an unverified kernel."""
+    return gate_verdict(impl, verdicts) in ("", "passed")
 
 
 def skip_reason(
@@ -318,11 +336,15 @@ def skip_reason(
     dtype_name: str,
     device: torch.device,
     max_seq_len: dict,
-    verdicts: dict[str, str],
+    verdicts: dict[str, str] | None,
 ) -> str:
-    kernel = GATED_BY.get(impl)
-    if kernel and verdicts.get(kernel) == "failed":
+    verdict = gate_verdict(impl, verdicts)
+    if verdict == "failed":
         return "skipped: kernel tests failed"
+    if not gate_passed(impl, verdicts):
+        what = {"not selected": "no test of it selected", "not run": "every selected test skipped"}
+        why = what.get(verdict, verdict)
+        return f"skipped: kernel tests did not check {GATED_BY[impl]} ({why})"
     if n > (cap := seq_cap(max_seq_len, impl, dtype_name)):
         per = f"{impl} in {dtype_name}" if isinstance(max_seq_len.get(impl), dict) else impl
         return f"skipped: n above this preset's max_seq_len {cap} for {per}"
@@ -388,7 +410,7 @@ def run(
     device: torch.device,
     timer: Timer,
     max_seq_len: dict,
-    verdicts: dict[str, str],
+    verdicts: dict[str, str] | None,
     flash_tiles: tuple[int, int],
     grid: str,
     base: dict,
@@ -403,11 +425,7 @@ def run(
         log.info("resuming: %d finished rows in %s", len(done), partial)
     fns: dict = {}
     extra: dict = {}
-    if (
-        "flash_triton" in impls
-        and device.type == "cuda"
-        and verdicts.get("flash_triton") != "failed"
-    ):
+    if "flash_triton" in impls and device.type == "cuda" and gate_passed("flash_triton", verdicts):
         from cs336_systems.kernels.flash_triton_launch import precompile
 
         done = precompile(dtypes=(dtype,), head_dims=tuple(head_dims), causal=(True,))
@@ -433,7 +451,7 @@ def run(
                     "timer": timer.name,
                     "timing": timer.settings,
                     "fp32_matmul_precision": torch.get_float32_matmul_precision(),
-                    "kernel_tests": verdicts.get(GATED_BY.get(impl, ""), ""),
+                    "kernel_tests": gate_verdict(impl, verdicts),
                 }
                 if impl == "flash_pytorch":
                     row["flash_tiles"] = f"{flash_tiles[0]}x{flash_tiles[1]}"
