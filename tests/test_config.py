@@ -539,3 +539,22 @@ def test_describe_and_key_paths():
         "items": {"type": "integer", "minimum": 1},
     }
     assert cfg.describe(schema) == "a non-empty list of integers >= 1, each once"
+
+
+def test_what_stops_a_run_from_starting():
+    """core/config.py:start_problems, checked by the workflow's onstart (not by a dry run)."""
+    from cs336_systems.core.config import start_problems
+
+    h100 = [Gpu("NVIDIA H100 80GB HBM3", "GPU-1", 81559.0)]
+    auto = {"preset": "auto", "machine": "auto"}
+    named = {"preset": "gpu", "machine": "h100"}
+    assert start_problems(named, "cpu", [], cluster=False) == []
+    assert start_problems(named, "gpu", h100, cluster=False) == []
+    (refused,) = start_problems(named, "gpu", [], cluster=False)
+    assert str(refused).startswith("config: preset: 'gpu' — the gpu preset measures on a GPU")
+    (full,) = start_problems({"preset": "full"}, "full", [], cluster=False)
+    assert "the full preset" in str(full)
+    # on a cluster the planning host's GPUs say nothing; `auto` cannot be resolved there
+    assert start_problems(named, "gpu", [], cluster=True) == []
+    (cluster,) = start_problems(auto, "cpu", [], cluster=True)
+    assert str(cluster).startswith("config: machine: 'auto' — on a cluster, name the preset")

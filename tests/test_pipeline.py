@@ -262,3 +262,20 @@ def test_a_copied_run_continues_without_rerunning_finished_jobs(tiny_run, tmp_pa
     assert "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout[-3000:]
     shutil.rmtree(copy / ".snakemake" / "metadata")
     assert planned_jobs(copy, *TINY, *STAGES)["benchmark"] > 0
+
+
+def test_the_gpu_preset_without_a_gpu_is_refused_before_any_job(bare_copy):
+    """`--config preset=gpu` on a machine without a GPU would run the GPU grid on the CPU for
+    hours under this machine's results folder: refused before the first job, naming the preset
+    and the missing GPU. A dry run still plans it (a user checks a GPU run on a laptop)."""
+    cfg = ["--config", "preset=gpu", "machine=gpu-probe"]
+    proc = snakemake(bare_copy, "report", *cfg, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert (
+        "config: preset: 'gpu' — the gpu preset measures on a GPU and this machine has none" in out
+    )
+    results = bare_copy / "results" / "gpu-probe"
+    assert not any(results.glob("*.csv")) and not (results / "logs").exists(), out[-2000:]
+    jobs = planned_jobs(bare_copy, "report", *cfg)
+    assert jobs["benchmark"] > 0 and jobs["flash"] > 0

@@ -161,14 +161,8 @@ def compare_inputs(wc):
 
 
 onstart:
-    if workflow.non_local_exec and "auto" in (config["preset"], config["machine"]):
-        raise ConfigError(
-            [
-                run_config.Problem(
-                    ("machine" if config["machine"] == "auto" else "preset",),
-                    "auto",
-                    "on a cluster, name the preset and the machine (--config preset=gpu "
-                    "machine=<your GPU>): the host planning the run cannot see the nodes' GPUs",
-                )
-            ]
-        )
+    # before the first job, not while planning: `-n` plans any preset anywhere
+    if _problems := run_config.start_problems(
+        config, PRESET, _GPUS, workflow.non_local_exec
+    ):
+        raise ConfigError(_problems)

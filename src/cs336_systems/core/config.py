@@ -555,6 +555,36 @@ def check_run(
     return Run(preset=preset, machine=machine, stages=list(stages), notes=notes, edition=edition)
 
 
+def start_problems(config: Mapping, preset: str, gpus: list[Gpu], cluster: bool) -> list[Problem]:
+    """What stops a run from starting, checked when its first job is about to run (a dry run,
+    `-n`, plans it anyway): on a cluster, a preset or machine left `auto` (the planning host
+    cannot see the nodes' GPUs); here, a GPU preset on a machine without a GPU (it would
+    measure the GPU grid on the CPU for hours, under this machine's results folder)."""
+    if cluster:
+        auto = [k for k in ("machine", "preset") if config.get(k) == "auto"]
+        return [
+            Problem(
+                (key,),
+                "auto",
+                "on a cluster, name the preset and the machine (--config preset=gpu "
+                "machine=<your GPU>): the host planning the run cannot see the nodes' GPUs",
+            )
+            for key in auto[:1]
+        ]
+    if preset != "cpu" and not gpus:
+        return [
+            Problem(
+                ("preset",),
+                preset,
+                f"the {preset} preset measures on a GPU and this machine has none (no GPU in "
+                "nvidia-smi or the driver, or CUDA_VISIBLE_DEVICES hides them): run "
+                "--config preset=cpu here, plan it with -n, or submit it to a cluster "
+                "(--profile profiles/slurm, docs/slurm.md)",
+            )
+        ]
+    return []
+
+
 def _stage_schema_problems(config, schemas, stage_names):
     problems, notes = [], []
     for stage in stage_names:
