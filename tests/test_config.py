@@ -558,3 +558,40 @@ def test_what_stops_a_run_from_starting():
     assert start_problems(named, "gpu", [], cluster=True) == []
     (cluster,) = start_problems(auto, "cpu", [], cluster=True)
     assert str(cluster).startswith("config: machine: 'auto' — on a cluster, name the preset")
+
+
+def test_nested_command_line_values_arrive_as_text_and_are_read_as_numbers():
+    """Snakemake reads a nested --config value with YAML's base loader, so that
+    `benchmark={cpu: {context_lengths: [128]}}` arrives as ['128']: where the schema wants a
+    number, true/false or null, command-line text is read as one, and said so. The same text
+    in a config file (not command-line text) is still refused, and text that reads as no
+    number is refused as before."""
+    stages, schemas, checks = setup()
+    line = {
+        "benchmark": {"cpu": {"context_lengths": ["32", "64"], "max_point_s": "12.5"}},
+        "fsdp": {"cpu": {"profile": "false"}},
+        "profile": {"cpu": {"probe": {"start": "16"}}},
+    }
+    user = cfg.merge(copy.deepcopy(DEFAULTS), {"preset": "cpu", "machine": "auto"})
+    user = cfg.merge(user, copy.deepcopy(line))
+    cfg.with_stage_defaults(user, ROOT / "config" / "stages")
+    run = cfg.check_run(user, schemas, checks, [], None, command_line=line)
+    assert user["benchmark"]["cpu"]["context_lengths"] == [32, 64]
+    assert user["benchmark"]["cpu"]["max_point_s"] == 12.5
+    assert user["fsdp"]["cpu"]["profile"] is False
+    assert user["profile"]["cpu"]["probe"]["start"] == 16
+    notes = [str(n) for n in run.notes]
+    assert (
+        "config: benchmark.cpu.context_lengths[0]: '32' — text from the command line (--config), "
+        "read as the integer 32" in notes
+    )
+    assert any("fsdp.cpu.profile: 'false'" in n and "the boolean false" in n for n in notes)
+    # from a config file the same text is a wrong type
+    found = problems({"benchmark": cpu(context_lengths=["32", "64"])})
+    assert "config: benchmark.cpu.context_lengths[0]: '32' — an integer >= 1" in found
+    # and text that is no number stays refused
+    bad = {"benchmark": {"cpu": {"context_lengths": ["12x8"]}}}
+    user = cfg.merge(copy.deepcopy(DEFAULTS), {"preset": "cpu", "machine": "auto", **bad})
+    cfg.with_stage_defaults(user, ROOT / "config" / "stages")
+    with pytest.raises(cfg.ConfigError, match=r"context_lengths\[0\]: '12x8' — an integer"):
+        cfg.check_run(user, schemas, checks, [], None, command_line=bad)

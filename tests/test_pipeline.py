@@ -217,6 +217,21 @@ def test_an_integer_written_2_0_reaches_the_job_as_2(tmp_path):
     assert "--batch-size 2 " in out and "--batch-size 2.0" not in out
 
 
+def test_nested_numbers_on_the_command_line_reach_the_job_as_numbers(bare_copy):
+    """Snakemake hands a nested --config value over as text ('24'): read as the number the
+    schema wants, said so on one line, and passed to the job as 24."""
+    proc = snakemake(
+        bare_copy, "--dry-run", "-p", *TINY, "--config", "stages=[ceilings,benchmark]",
+        "benchmark={cpu: {context_lengths: [16, 24], warmup_sweep: {context_length: 16}}}",
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert (
+        "config: benchmark.cpu.context_lengths[1]: '24' — text from the command line "
+        "(--config), read as the integer 24" in out
+    )
+    assert "--context-length 24 " in out
+
+
 def test_nothing_to_do_is_decided_in_seconds(tiny_run):
     """A rerun of the default target on a finished run: no torch import, each table checked
     once, no source parsed again (the import graph is cached): under 5 s on CI (2 cores)."""

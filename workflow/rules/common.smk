@@ -45,6 +45,8 @@ _RUN = run_config.check_run(
     {stage: _stage_check(stage) for stage in STAGE_NAMES},
     gpus=_GPUS,
     host_memory_mib=this_machine.host_memory_mib(),
+    # nested --config values arrive as text: '128' where a number is meant is read as 128
+    command_line=workflow.config_settings.config,
 )
 for _note in _RUN.notes:
     print(_note, file=sys.stderr)

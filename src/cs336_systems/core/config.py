@@ -394,15 +394,84 @@ def _set(container, path: tuple, value) -> None:
     container[path[-1]] = value
 
 
+def text_paths(command_line: Any, path: tuple = ()) -> frozenset[tuple]:
+    """The key paths of the text values of `--config` (Snakemake reads a nested value, such as
+    `benchmark={cpu: {context_lengths: [128]}}`, with YAML's base loader: every scalar in it,
+    128 included, arrives as the string '128')."""
+    if isinstance(command_line, Mapping):
+        items = command_line.items()
+    elif isinstance(command_line, list | tuple):
+        items = enumerate(command_line)
+    else:
+        return frozenset([path]) if isinstance(command_line, str) else frozenset()
+    return frozenset().union(*(text_paths(v, (*path, k)) for k, v in items))
+
+
+def _from_text(text: str, types: list[str]) -> tuple[Any, str]:
+    """(value, its kind in words) of command-line text where the schema wants one of `types`
+    (an integer, a number, true/false, null); (MISSING, '') when the text reads as none."""
+    t = text.strip()
+    for kind in ("integer", "number"):
+        if kind not in types:
+            continue
+        try:
+            return int(t), "the integer"
+        except ValueError:
+            pass
+        try:
+            x = float(t)
+        except ValueError:
+            continue
+        if math.isfinite(x) and (kind == "number" or x.is_integer()):
+            return (x if kind == "number" else int(x)), f"the {kind}"
+    if "boolean" in types and t.lower() in ("true", "false"):
+        return t.lower() == "true", "the boolean"
+    if "null" in types and t.lower() in ("null", "~"):
+        return None, "null"
+    return MISSING, ""
+
+
+def _errors_within(err):
+    """A jsonschema error and, for anyOf/oneOf, its branches' errors, however deep."""
+    yield err
+    for sub in err.context or []:
+        yield from _errors_within(sub)
+
+
 def schema_problems(
-    instance: Any, schema: Schema, prefix: tuple = ()
+    instance: Any, schema: Schema, prefix: tuple = (), text: frozenset[tuple] = frozenset()
 ) -> tuple[list[Problem], list[Problem]]:
     """(problems, notes) of `instance` against `schema`. An integral float where an integer is
-    expected (`2.0`) is replaced by the integer in `instance` and reported as a note."""
+    expected (`2.0`) is replaced by the integer in `instance` and reported as a note; so is
+    command-line text (`text`: its key paths, `text_paths`) where the schema wants a number,
+    true/false or null ('128' read as 128)."""
     notes: list[Problem] = []
     for _ in range(10_000):
         errors = list(schema.validator.iter_errors(instance))
         converted = False
+        done: set[tuple] = set()
+        for err in (e for top in errors for e in _errors_within(top)):
+            where = tuple(err.absolute_path)
+            if (
+                err.validator == "type"
+                and isinstance(err.instance, str)
+                and where
+                and where not in done
+                and prefix + where in text
+            ):
+                value, kind = _from_text(err.instance, _types(err.schema))
+                if value is not MISSING:
+                    done.add(where)
+                    _set(instance, where, value)
+                    notes.append(
+                        Problem(
+                            prefix + where,
+                            err.instance,
+                            f"text from the command line (--config), read as {kind} "
+                            f"{json.dumps(value)}",
+                        )
+                    )
+                    converted = True
         for err in errors:
             value = err.instance
             if (
@@ -484,12 +553,15 @@ def check_run(
     stage_checks: Mapping[str, StageCheck | None],
     gpus: list[Gpu],
     host_memory_mib: float | None = None,
+    command_line: Mapping | None = None,
 ) -> Run:
     """Check the merged config (global keys and every stage's block for every preset) and
     resolve preset, machine and stages; raise ConfigError listing every problem.
 
     `schemas` holds `config` (the global keys) and one schema per stage; `config` is changed in
-    place where an integer was written as `2.0`."""
+    place where an integer was written as `2.0`, and where `command_line` (the `--config`
+    values, nested ones arriving as text) gave text for a number, true/false or null."""
+    text = text_paths(command_line or {})
     stage_names = sorted(k for k in schemas if k != "config")
     problems: list[Problem] = []
     notes: list[Problem] = []
@@ -498,7 +570,7 @@ def check_run(
         if key not in allowed:
             problems.append(Problem((key,), config[key], f"unknown key; allowed: {names(allowed)}"))
     top = {k: v for k, v in config.items() if k in GLOBAL_KEYS}
-    found, top_notes = schema_problems(top, schemas["config"])
+    found, top_notes = schema_problems(top, schemas["config"], text=text)
     problems += found
     notes += top_notes
     config.update(top)
@@ -527,11 +599,11 @@ def check_run(
         edition = int(config.get("edition", DEFAULT_EDITION))
     problems += [Problem(*p) for p in edition_overrides(config, stage_names, edition)]
     if problems:  # the stages' checks need valid globals
-        raise ConfigError(problems + _stage_schema_problems(config, schemas, stage_names)[0])
+        raise ConfigError(problems + _stage_schema_problems(config, schemas, stage_names, text)[0])
 
     for stage in stage_names:
         block = config.get(stage, {})
-        found, stage_notes = schema_problems(block, schemas[stage], (stage,))
+        found, stage_notes = schema_problems(block, schemas[stage], (stage,), text)
         problems += found
         notes += stage_notes
         if isinstance(block, dict):
@@ -585,10 +657,10 @@ def start_problems(config: Mapping, preset: str, gpus: list[Gpu], cluster: bool)
     return []
 
 
-def _stage_schema_problems(config, schemas, stage_names):
+def _stage_schema_problems(config, schemas, stage_names, text=frozenset()):
     problems, notes = [], []
     for stage in stage_names:
-        found, more = schema_problems(config.get(stage, {}), schemas[stage], (stage,))
+        found, more = schema_problems(config.get(stage, {}), schemas[stage], (stage,), text)
         problems += found
         notes += more
     return problems, notes
