@@ -58,12 +58,14 @@ def env_for(workdir: Path) -> dict:
 
 
 def snakemake(
-    workdir: Path, *args: str, check: bool = True, timeout: int = 900
+    workdir: Path, *args: str, check: bool = True, timeout: int = 900, env: dict | None = None
 ) -> subprocess.CompletedProcess:
+    """`snakemake --cores 1 ARGS` in `workdir` (a later --cores wins); `env`: the environment
+    instead of `env_for(workdir)`."""
     proc = subprocess.run(
         [*SNAKEMAKE, "--cores", "1", *args],
         cwd=workdir,
-        env=env_for(workdir),
+        env=env if env is not None else env_for(workdir),
         capture_output=True,
         text=True,
         timeout=timeout,

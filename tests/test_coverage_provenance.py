@@ -216,3 +216,20 @@ def test_provenance_numbers_are_written_alike():
     )
     row = report.provenance_row("ceilings", frame)
     assert row["GPU power limit"] == "700 W" and row["GPU max SM clock"] == "1980 MHz"
+
+
+def test_the_report_says_which_card_measured_a_stage(monkeypatch):
+    """Each row records the card(s) its job measured on (`gpu_index`: what core/gpus.py claimed
+    for it); a stage's provenance row lists them."""
+    from cs336_systems.core import results
+
+    monkeypatch.setenv("CS336_GPU_CLAIMED", "2")
+    assert results.gpu_index() == "2"
+    monkeypatch.delenv("CS336_GPU_CLAIMED")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,3")
+    assert results.gpu_index() == "1,3"
+    rows = pd.DataFrame(
+        [{**prov(machine="h100-x4", device="NVIDIA H100", gpus=4), "gpu_index": i} for i in "013"]
+    )
+    assert report.provenance_row("benchmark", rows)["GPU index"] == "0, 1, 3"
+    assert report.provenance_row("benchmark", pd.DataFrame([prov()]))["GPU index"] == "–"

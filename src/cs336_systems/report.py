@@ -150,6 +150,8 @@ def provenance_row(stage: str, prov: pd.DataFrame) -> dict:
         "NCCL": _joined(prov, "nccl") if gpus or "nccl" in prov else ABSENT,
         "nsys": _joined(prov, "nsys"),
         "CPU": cpu,
+        # the cards its rows were measured on (core/gpus.py gives each job its own)
+        "GPU index": _joined(prov, "gpu_index") if gpus else ABSENT,
         "GPU max SM clock": _unit(_numbers(prov, "gpu_sm_clock_max_mhz"), "MHz"),
         "GPU power limit": _unit(_numbers(prov, "gpu_power_limit_w"), "W"),
         "torch / triton": f"{_joined(prov, 'torch')} / {_joined(prov, 'triton')}",

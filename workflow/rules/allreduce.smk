@@ -21,8 +21,11 @@ rule allreduce:
         f"{RESULTS}/jobs/allreduce/{{backend}}.tsv"
     wildcard_constraints:
         backend="gloo|nccl",
+    # one process per rank of the largest world
+    threads: max(ALLREDUCE["world_sizes"])
     resources:
         **launcher_resources("allreduce"),
+        gpu=gpus(max(ALLREDUCE["world_sizes"]), only=lambda wc: wc.backend == "nccl"),
     params:
         cfg=ALLREDUCE,
         world_sizes=cli_list(ALLREDUCE["world_sizes"]),
@@ -33,7 +36,8 @@ rule allreduce:
         env=cli_list(f"{k}={v}" for k, v in sorted(ALLREDUCE["env"].items())),
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.stages.allreduce {params.common} --out {output}"
+        "python3 -m cs336_systems.core.gpus {resources.gpu}"
+        " python3 -m cs336_systems.stages.allreduce {params.common} --out {output}"
         " --backend {wildcards.backend} --world-sizes {params.world_sizes}"
         " --sizes-mb {params.sizes} --buffers {params.buffers}"
         " --warmup {params.cfg[warmup]} --repeats {params.cfg[repeats]}"

@@ -11,8 +11,8 @@ ARITHMETIC_INPUTS = arithmetic_plan.inputs(STAGES, RESULTS)
 
 rule arithmetic:
     input:
-        code=code("cs336_systems.stages.arithmetic"),
         **ARITHMETIC_INPUTS,
+        code=code("cs336_systems.stages.arithmetic"),
     output:
         f"{RESULTS}/arithmetic.csv",
     log:

@@ -17,6 +17,8 @@ rule attention:
         f"{RESULTS}/jobs/attention/{{impl}}.tsv"
     wildcard_constraints:
         impl=r"naive_[a-z]+",
+    resources:
+        gpu=gpus(1),
     params:
         cfg=ATTENTION,
         head_dims=cli_list(ATTENTION["head_dims"]),
@@ -24,7 +26,8 @@ rule attention:
         causal="--causal" if ATTENTION["causal"] else "",
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.stages.attention {params.common} --out {output}"
+        "python3 -m cs336_systems.core.gpus {resources.gpu}"
+        " python3 -m cs336_systems.stages.attention {params.common} --out {output}"
         " --impl {wildcards.impl} --batch-size {params.cfg[batch_size]}"
         " --head-dims {params.head_dims} --seq-lens {params.seq_lens} {params.causal}"
         " --warmup {params.cfg[warmup_steps]} --fwd-steps {params.cfg[fwd_steps]}"

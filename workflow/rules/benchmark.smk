@@ -27,6 +27,8 @@ rule benchmark:
         f"{RESULTS}/logs/benchmark/{{size}}_ctx{{ctx}}_{{attention}}.log",
     benchmark:
         f"{RESULTS}/jobs/benchmark/{{size}}_ctx{{ctx}}_{{attention}}.tsv"
+    resources:
+        gpu=gpus(1),
     params:
         compile=lambda wc: benchmark_plan.compile_arg(
             BENCHMARK, wc.size, int(wc.ctx), wc.attention
@@ -37,7 +39,8 @@ rule benchmark:
         engines=lambda wc: benchmark_plan.engines_arg(BENCHMARK, wc.attention),
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.stages.benchmark run {params.common} --out {output}"
+        "python3 -m cs336_systems.core.gpus {resources.gpu}"
+        " python3 -m cs336_systems.stages.benchmark run {params.common} --out {output}"
         " --size {wildcards.size} --context-length {wildcards.ctx}"
         " --attention {wildcards.attention} --compile {params.compile} {params.shared}"
         " --engines {params.engines}"
@@ -54,13 +57,16 @@ rule benchmark_warmup:
         f"{RESULTS}/logs/benchmark/warmup_{{size}}.log",
     benchmark:
         f"{RESULTS}/jobs/benchmark/warmup_{{size}}.tsv"
+    resources:
+        gpu=gpus(1),
     params:
         cfg=BENCHMARK["warmup_sweep"],
         warmups=cli_list(BENCHMARK["warmup_sweep"]["warmups"]),
         batch=BENCHMARK["batch_size"],
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.stages.benchmark warmup {params.common} --out {output}"
+        "python3 -m cs336_systems.core.gpus {resources.gpu}"
+        " python3 -m cs336_systems.stages.benchmark warmup {params.common} --out {output}"
         " --size {wildcards.size} --context-length {params.cfg[context_length]}"
         " --warmups {params.warmups} --steps {params.cfg[measure_steps]}"
         " --mode {params.cfg[mode]} --precision {params.cfg[precision]}"

@@ -14,13 +14,16 @@ rule ceilings:
         f"{RESULTS}/logs/ceilings.log",
     benchmark:
         f"{RESULTS}/jobs/ceilings.tsv"
+    resources:
+        gpu=gpus(1),
     params:
         cfg=CEILINGS,
         dtypes=cli_list(CEILINGS["dtypes"]),
         size_of=ceilings_plan.cli_sizes(CEILINGS),
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.stages.ceilings {params.common} --out {output}"
+        "python3 -m cs336_systems.core.gpus {resources.gpu}"
+        " python3 -m cs336_systems.stages.ceilings {params.common} --out {output}"
         " --matmul-size {params.cfg[matmul_size]} --matmul-size-of '{params.size_of}'"
         " --dtypes {params.dtypes}"
         " --copy-mb {params.cfg[copy_mb]} --reps {params.cfg[reps]} 2>&1 | tee {log}"

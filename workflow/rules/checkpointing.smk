@@ -18,11 +18,14 @@ rule checkpointing_accounting:
         f"{RESULTS}/logs/checkpointing/accounting.log",
     benchmark:
         f"{RESULTS}/jobs/checkpointing/accounting.tsv"
+    resources:
+        gpu=gpus(1),
     params:
         cfg=lambda wc: stage_config("checkpointing")["accounting"],
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.stages.checkpointing accounting {params.common}"
+        "python3 -m cs336_systems.core.gpus {resources.gpu}"
+        " python3 -m cs336_systems.stages.checkpointing accounting {params.common}"
         " --size {params.cfg[size]} --batch-size {params.cfg[batch_size]}"
         " --context-length {params.cfg[context_length]} --device {params.cfg[device]}"
         " --compile-backend {params.cfg[compile_backend]} --out {output} 2>&1 | tee {log}"
@@ -39,16 +42,21 @@ rule checkpointing:
         f"{RESULTS}/jobs/checkpointing/strategies_{{precision}}.tsv"
     wildcard_constraints:
         precision="fp32|bf16",
+    resources:
+        gpu=gpus(1),
     params:
         cfg=lambda wc: stage_config("checkpointing"),
         strategies=lambda wc: cli_list(
             checkpointing_plan.strategies(stage_config("checkpointing"))
         ),
-        layers=lambda wc: checkpointing_plan.num_layers(stage_config("checkpointing"), EDITION),
+        layers=lambda wc: checkpointing_plan.num_layers(
+            stage_config("checkpointing"), EDITION
+        ),
         vocab=lambda wc: checkpointing_plan.vocab_arg(stage_config("checkpointing")),
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.stages.checkpointing strategies {params.common}"
+        "python3 -m cs336_systems.core.gpus {resources.gpu}"
+        " python3 -m cs336_systems.stages.checkpointing strategies {params.common}"
         " --size {params.cfg[size]} --num-layers {params.layers}"
         " {params.vocab} --batch-size {params.cfg[batch_size]}"
         " --context-length {params.cfg[context_length]} --precision {wildcards.precision}"

@@ -63,12 +63,37 @@ REPORT_DIR = f"report/{MACHINE}"
 # job compiled, instead of each process starting from empty caches in /tmp. `$PWD` is the
 # working directory when the job starts, so the results folder may be moved with its cache.
 COMPILE_CACHE = f"{RESULTS}/.cache"
+
+# The GPUs this run's jobs share: this host's visible ones (nvidia-smi indices). A job that
+# measures on GPUs asks for the `gpu` resource (`gpus(n)`; the default profile provides the
+# host's count, so Snakemake runs at most that many GPU jobs at once) and starts its stage
+# through core/gpus.py, which gives it free cards of this pool of its own (CUDA_VISIBLE_DEVICES
+# per job): under `--cores 4` on a 4-GPU host, four measurements at once, each alone on a card.
+GPU_POOL = this_machine.gpu_indices(_GPUS)
+
+
+def gpus(n=1, only=None):
+    """The `gpu` resource of a job measuring on `n` GPUs (`only(wildcards)`: whether this job
+    uses GPUs at all, e.g. its backend is NCCL): at most this host's (a distributed stage writes
+    `skipped` rows for the world sizes it lacks), 0 without GPUs. On a cluster 0: profiles/slurm
+    asks SLURM for each rule's GPUs (`gpu`, or `gres` for distributed rules). Evaluated per job:
+    Snakemake knows the executor then, not while it reads the rules."""
+
+    def resource(wildcards):
+        if workflow.non_local_exec or (only is not None and not only(wildcards)):
+            return 0
+        return min(n, len(GPU_POOL))
+
+    return resource
+
+
 # (the prefix replaces Snakemake's own, so it keeps `set -euo pipefail`: a failing stage piped
 # through `tee` still fails its job)
 shell.prefix(
     "set -euo pipefail; "
     f'export TORCHINDUCTOR_CACHE_DIR="$PWD/{COMPILE_CACHE}/inductor"'
-    f' TRITON_CACHE_DIR="$PWD/{COMPILE_CACHE}/triton"; '
+    f' TRITON_CACHE_DIR="$PWD/{COMPILE_CACHE}/triton"'
+    f' CS336_GPU_POOL={",".join(map(str, GPU_POOL))}; '
 )
 
 # Each stage's rules file registers what the report needs from it: {stage: [files]}.
@@ -168,3 +193,6 @@ onstart:
         config, PRESET, _GPUS, workflow.non_local_exec
     ):
         raise ConfigError(_problems)
+    if workflow.non_local_exec and "gpu" in workflow.global_resources:
+        # the default profile's count is this host's GPUs, not the cluster's: SLURM decides
+        workflow.register_resource("gpu", sys.maxsize)

@@ -20,8 +20,11 @@ rule ddp:
         f"{RESULTS}/jobs/ddp/{{kind}}.tsv"
     wildcard_constraints:
         kind="variants|sharding",
+    # one process per rank
+    threads: DDP["world_size"]
     resources:
         **launcher_resources("ddp"),
+        gpu=gpus(DDP["world_size"], only=lambda wc: DDP["backend"] == "nccl"),
     params:
         cfg=DDP,
         variants=cli_list(DDP["variants"]),
@@ -38,7 +41,8 @@ rule ddp:
         ),
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.stages.ddp {wildcards.kind} {params.common}"
+        "python3 -m cs336_systems.core.gpus {resources.gpu}"
+        " python3 -m cs336_systems.stages.ddp {wildcards.kind} {params.common}"
         " --out {output} --backend {params.cfg[backend]} --world-size {params.cfg[world_size]}"
         " --size {params.cfg[size]} --context-length {params.cfg[context_length]}"
         " --batch-per-rank {params.cfg[batch_per_rank]} --variants={params.variants}"

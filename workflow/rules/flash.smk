@@ -22,6 +22,8 @@ rule flash:
         f"{RESULTS}/jobs/flash/{{dtype}}.tsv"
     wildcard_constraints:
         dtype=r"fp32|bf16|fp16",
+    resources:
+        gpu=gpus(1),
     params:
         impls=cli_list(FLASH["impls"]),
         head_dims=cli_list(FLASH["head_dims"]),
@@ -34,7 +36,8 @@ rule flash:
         # with an interrupted job); a rerun keeps its ok rows and measures the rest
         partial=lambda wc: f"{RESULTS}/flash/partial/{wc.dtype}.csv",
     shell:
-        "python3 -m cs336_systems.stages.flash sweep {params.common} --out {output}"
+        "python3 -m cs336_systems.core.gpus {resources.gpu}"
+        " python3 -m cs336_systems.stages.flash sweep {params.common} --out {output}"
         " --partial {params.partial} --dtype {wildcards.dtype} --impls {params.impls} --batch-size {params.batch}"
         " --head-dims {params.head_dims} --seq-lens {params.seq_lens} {params.options}"
         " {params.gate} 2>&1 | tee {log}"
@@ -50,6 +53,8 @@ rule flash_leaderboard:
         f"{RESULTS}/logs/flash/leaderboard.log",
     benchmark:
         f"{RESULTS}/jobs/flash/leaderboard.tsv"
+    resources:
+        gpu=gpus(1),
     params:
         board=lambda wc: FLASH["leaderboard"],
         impls=lambda wc: cli_list(FLASH["leaderboard"]["impls"]),
@@ -59,7 +64,8 @@ rule flash_leaderboard:
         common=common_args(),
         partial=f"{RESULTS}/flash/partial/leaderboard.csv",
     shell:
-        "python3 -m cs336_systems.stages.flash leaderboard {params.common} --out {output}"
+        "python3 -m cs336_systems.core.gpus {resources.gpu}"
+        " python3 -m cs336_systems.stages.flash leaderboard {params.common} --out {output}"
         " --partial {params.partial}"
         " --impls {params.impls} --dtype {params.board[dtype]}"
         " --batch-size {params.board[batch_size]} --heads {params.board[heads]}"
@@ -77,6 +83,8 @@ rule flash_target:
         f"{RESULTS}/logs/flash/target.log",
     benchmark:
         f"{RESULTS}/jobs/flash/target.tsv"
+    resources:
+        gpu=gpus(1),
     params:
         t=lambda wc: FLASH["target"],
         impls=lambda wc: cli_list(FLASH["target"]["impls"]),
@@ -88,7 +96,8 @@ rule flash_target:
         common=common_args(),
         partial=f"{RESULTS}/flash/partial/target.csv",
     shell:
-        "python3 -m cs336_systems.stages.flash sweep --grid target {params.common} --out {output}"
+        "python3 -m cs336_systems.core.gpus {resources.gpu}"
+        " python3 -m cs336_systems.stages.flash sweep --grid target {params.common} --out {output}"
         " --partial {params.partial} --impls {params.impls} --dtype {params.t[dtype]}"
         " --batch-size {params.t[batch_size]} --heads {params.t[heads]}"
         " --head-dims {params.head_dims} --seq-lens {params.seq_lens}"

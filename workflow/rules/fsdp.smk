@@ -15,6 +15,13 @@ rule fsdp:
         f"{RESULTS}/logs/fsdp/runs.log",
     benchmark:
         f"{RESULTS}/jobs/fsdp/runs.tsv"
+    # one process per rank
+    threads: stage_config("fsdp")["world_size"]
+    resources:
+        gpu=gpus(
+            stage_config("fsdp")["world_size"],
+            only=lambda wc: stage_config("fsdp")["backend"] == "nccl",
+        ),
     params:
         cfg=lambda wc: stage_config("fsdp"),
         variants=lambda wc: cli_list(stage_config("fsdp")["variants"]),
@@ -30,7 +37,8 @@ rule fsdp:
         ),
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.stages.fsdp {params.common} --out {output}"
+        "python3 -m cs336_systems.core.gpus {resources.gpu}"
+        " python3 -m cs336_systems.stages.fsdp {params.common} --out {output}"
         " --backend {params.cfg[backend]} --world-size {params.cfg[world_size]}"
         " --size {params.cfg[size]} --context-length {params.cfg[context_length]}"
         " --batch-per-rank {params.cfg[batch_per_rank]} --variants={params.variants}"

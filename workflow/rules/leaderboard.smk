@@ -20,6 +20,13 @@ rule leaderboard:
         f"{RESULTS}/logs/leaderboard/runs.log",
     benchmark:
         f"{RESULTS}/jobs/leaderboard/runs.tsv"
+    # one process per rank
+    threads: stage_config("leaderboard")["world_size"]
+    resources:
+        gpu=gpus(
+            stage_config("leaderboard")["world_size"],
+            only=lambda wc: stage_config("leaderboard")["backend"] == "nccl",
+        ),
     params:
         cfg=lambda wc: stage_config("leaderboard"),
         variants=lambda wc: cli_list(stage_config("leaderboard")["variants"]),
@@ -36,7 +43,8 @@ rule leaderboard:
         ),
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.stages.leaderboard {params.common} --out {output}"
+        "python3 -m cs336_systems.core.gpus {resources.gpu}"
+        " python3 -m cs336_systems.stages.leaderboard {params.common} --out {output}"
         " --plans full,reduced"
         " --backend {params.cfg[backend]} --world-size {params.cfg[world_size]}"
         " --vocab {params.cfg[vocab]} --d-model {params.cfg[d_model]} --d-ff {params.cfg[d_ff]}"
@@ -59,6 +67,13 @@ rule leaderboard_ablation:
         f"{RESULTS}/logs/leaderboard/ablation.log",
     benchmark:
         f"{RESULTS}/jobs/leaderboard/ablation.tsv"
+    # one process per rank
+    threads: stage_config("leaderboard")["world_size"]
+    resources:
+        gpu=gpus(
+            stage_config("leaderboard")["world_size"],
+            only=lambda wc: stage_config("leaderboard")["backend"] == "nccl",
+        ),
     params:
         cfg=lambda wc: stage_config("leaderboard"),
         variants=lambda wc: cli_list(stage_config("leaderboard")["variants"]),
@@ -76,7 +91,8 @@ rule leaderboard_ablation:
         ),
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.stages.leaderboard {params.common} --out {output}"
+        "python3 -m cs336_systems.core.gpus {resources.gpu}"
+        " python3 -m cs336_systems.stages.leaderboard {params.common} --out {output}"
         " --plans ablation --ablations={params.ablations}"
         " --backend {params.cfg[backend]} --world-size {params.cfg[world_size]}"
         " --vocab {params.cfg[vocab]} --d-model {params.cfg[d_model]} --d-ff {params.cfg[d_ff]}"
@@ -122,4 +138,7 @@ rule leaderboard_plots:
 
 
 if "leaderboard" in STAGES:
-    REPORT_INPUTS["leaderboard"] = [rules.leaderboard_aggregate.output[0], *LEADERBOARD_FIGURES]
+    REPORT_INPUTS["leaderboard"] = [
+        rules.leaderboard_aggregate.output[0],
+        *LEADERBOARD_FIGURES,
+    ]

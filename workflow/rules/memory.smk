@@ -5,7 +5,9 @@ MEMORY = stage_config("memory")
 MEMORY_POINTS = f"{RESULTS}/memory/{{size}}.csv"
 MEMORY_ALLOCATIONS = f"{RESULTS}/memory/{{size}}.allocations.csv"
 MEMORY_BLOCKS = f"{RESULTS}/memory/{{size}}.blocks.csv"
-MEMORY_CHECKPOINT = MEMORY.get("checkpoint", {"contexts": [], "modes": [], "strategy": "best"})
+MEMORY_CHECKPOINT = MEMORY.get(
+    "checkpoint", {"contexts": [], "modes": [], "strategy": "best"}
+)
 MEMORY_SOURCES = code("cs336_systems.stages.memory")
 MEMORY_FIGURES = [
     f"{REPORT_DIR}/figures/memory_{name}.png"
@@ -24,6 +26,8 @@ rule memory:
         f"{RESULTS}/logs/memory/{{size}}.log",
     benchmark:
         f"{RESULTS}/jobs/memory/{{size}}.tsv"
+    resources:
+        gpu=gpus(1),
     params:
         contexts=cli_list(MEMORY["context_lengths"]),
         modes=cli_list(MEMORY["modes"]),
@@ -42,7 +46,8 @@ rule memory:
         timelines=f"{RESULTS}/memory/timelines",
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.stages.memory run {params.common} --size {wildcards.size}"
+        "python3 -m cs336_systems.core.gpus {resources.gpu}"
+        " python3 -m cs336_systems.stages.memory run {params.common} --size {wildcards.size}"
         " --contexts {params.contexts} --modes {params.modes} --precisions {params.precisions}"
         " --batch-size {params.batch} --warmup {params.warmup}"
         " --max-entries {params.max_entries} --raw-dir {params.raw}"

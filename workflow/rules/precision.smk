@@ -22,11 +22,14 @@ rule precision:
         f"{RESULTS}/logs/precision.log",
     benchmark:
         f"{RESULTS}/jobs/precision.tsv"
+    resources:
+        gpu=gpus(1),
     params:
         devices=cli_list(PRECISION["devices"]),
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.stages.precision run {params.common} --devices {params.devices}"
+        "python3 -m cs336_systems.core.gpus {resources.gpu}"
+        " python3 -m cs336_systems.stages.precision run {params.common} --devices {params.devices}"
         " --out {output.accumulation} --dtypes-out {output.dtypes}"
         " --layernorm-out {output.layernorm} 2>&1 | tee {log}"
 

@@ -6,7 +6,8 @@ PROFILE_POINTS = f"{RESULTS}/profile/{{size}}.csv"
 PROFILE_KERNELS = f"{RESULTS}/profile/{{size}}.kernels.csv"
 PROFILE_PROBE = f"{RESULTS}/profile/{{size}}.probe.csv"
 PROFILE_PROBE_CFG = PROFILE.get(
-    "probe", {"start": 256, "max": 16384, "mode": "forward_backward", "above": 128, "count": 3}
+    "probe",
+    {"start": 256, "max": 16384, "mode": "forward_backward", "above": 128, "count": 3},
 )
 PROFILE_SOURCES = code("cs336_systems.stages.profile")
 PROFILE_FIGURES = [
@@ -26,6 +27,8 @@ rule profile:
         f"{RESULTS}/logs/profile/{{size}}.log",
     benchmark:
         f"{RESULTS}/jobs/profile/{{size}}.tsv"
+    resources:
+        gpu=gpus(1),
     params:
         # `probe`: the job finds the largest context that fits first (stages/profile/probe.py)
         contexts=(
@@ -50,7 +53,8 @@ rule profile:
         raw=f"{RESULTS}/profile/raw",
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.stages.profile run {params.common} --size {wildcards.size}"
+        "python3 -m cs336_systems.core.gpus {resources.gpu}"
+        " python3 -m cs336_systems.stages.profile run {params.common} --size {wildcards.size}"
         " --contexts {params.contexts} --modes {params.modes} --precision {params.precision}"
         " --batch-size {params.batch} --warmup {params.warmup} --steps {params.steps}"
         " --profiler {params.profiler} --nsys={params.nsys:q} --timeout {params.timeout}"

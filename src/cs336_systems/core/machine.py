@@ -123,6 +123,17 @@ def _installed() -> tuple[Gpu, ...]:
     return tuple(found if found is not None else _from_proc())
 
 
+def installed_gpus() -> list[Gpu]:
+    """Every GPU of this host, in nvidia-smi's order (its indices), whatever is visible."""
+    return list(_installed())
+
+
+def gpu_indices(gpus: list[Gpu]) -> list[int]:
+    """nvidia-smi's indices of `gpus` (GPUs of this host, e.g. the visible ones)."""
+    installed = installed_gpus()
+    return [installed.index(g) for g in gpus if g in installed]
+
+
 def visible_gpus() -> list[Gpu]:
     """The GPUs CUDA would show this process (no torch, no CUDA context)."""
     env = os.environ.get("CUDA_VISIBLE_DEVICES")

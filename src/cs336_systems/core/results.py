@@ -1,9 +1,11 @@
 """Tidy results: provenance columns, atomic CSV writes, the machine tag.
 
 Every row carries `provenance(machine, preset, edition)`: the course's edition it answers, the
-machine and its software as the job saw them. `cuda` is the CUDA this machine runs (`none` without a GPU), `torch_cuda` the CUDA torch
-was built for; driver, GPU clock and power limit come from `nvidia-smi` (absent: `–`); the git
-commit is suffixed `-dirty` when tracked files differ from it, and `git_dirty_files` names them.
+machine and its software as the job saw them. `cuda` is the CUDA this machine runs (`none`
+without a GPU), `torch_cuda` the CUDA torch was built for, `gpu_index` the card(s) the job
+measured on (nvidia-smi's indices); driver, GPU clock and power limit come from `nvidia-smi`
+(absent: `–`); the git commit is suffixed `-dirty` when tracked files differ from it, and
+`git_dirty_files` names them.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ PROVENANCE_COLUMNS = [
     "cpu_model",
     "cpu_cores",
     "gpu_count",
+    "gpu_index",
     "gpu_sm_clock_max_mhz",
     "gpu_power_limit_w",
     "git_commit",
@@ -142,6 +145,20 @@ def nsys_version() -> str:
     return m.group(0) if m else out.strip()
 
 
+def gpu_index() -> str:
+    """Which of the host's GPUs this job measured on: nvidia-smi's indices of the cards
+    core/gpus.py claimed for it, else CUDA_VISIBLE_DEVICES' entries, else every index."""
+    import torch
+
+    from cs336_systems.core.gpus import CLAIMED_ENV
+
+    if claimed := os.environ.get(CLAIMED_ENV):
+        return claimed
+    if (visible := os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()) and visible[0] != "-":
+        return visible
+    return ",".join(str(i) for i in range(torch.cuda.device_count()))
+
+
 def machine_provenance() -> dict:
     """The machine's software and hardware as a job sees it (see the module docstring)."""
     import torch
@@ -166,6 +183,7 @@ def machine_provenance() -> dict:
         "cpu_model": cpu_model(),
         "cpu_cores": available_cores(),
         "gpu_count": torch.cuda.device_count() if cuda_ok else 0,
+        "gpu_index": gpu_index() if cuda_ok else ABSENT,
         "gpu_sm_clock_max_mhz": smi.get("clocks.max.sm", ABSENT),
         "gpu_power_limit_w": smi.get("power.limit", ABSENT),
         "git_commit": commit,

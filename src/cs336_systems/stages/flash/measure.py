@@ -33,7 +33,7 @@ from cs336_systems.core import costs as flops
 from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import device_time, is_oom, release_memory, short_reason, timer_name
 from cs336_systems.core.log import configure, get_logger, point, status_level
-from cs336_systems.core.results import provenance, write_csv
+from cs336_systems.core.results import provenance, verdicts, write_csv
 from cs336_systems.stages.flash.plan import parse_caps, seq_cap
 
 log = get_logger(__name__)
@@ -305,19 +305,13 @@ def measure(
 
 
 def kernel_verdicts(path: str | None) -> dict[str, str] | None:
-    """{kernel: verdict} of the kernel_tests stage's CSV (core/results.py:verdicts), where the
-    stage ran (`path`); None where it did not (nothing gates the kernels)."""
-    if not path:
-        return None
-    from cs336_systems.core.results import verdicts
-
-    return verdicts(path)
+    """{kernel: verdict} of the kernel_tests CSV; None without the stage (nothing gates)."""
+    return verdicts(path) if path else None
 
 
 def gate_verdict(impl: str, verdicts: dict[str, str] | None) -> str:
-    """What the kernel tests said of the kernel behind `impl`: '' for an implementation no test
-    gates or a run without the kernel_tests stage; `not selected` where the stage ran and its
-    selection held none of the kernel's tests."""
+    """The kernel tests' verdict on `impl`'s kernel ('' ungated; `not selected`: no test of it
+    ran). Only '' and `passed` are timed: an unverified kernel is a `skipped` row."""
     kernel = GATED_BY.get(impl)
     if not kernel or verdicts is None:
         return ""
@@ -325,8 +319,6 @@ def gate_verdict(impl: str, verdicts: dict[str, str] | None) -> str:
 
 
 def gate_passed(impl: str, verdicts: dict[str, str] | None) -> bool:
-    """Our kernel may be timed: its tests passed, or nothing gates it. A kernel that no selected
-    test checked (verdict `not selected` or `not run`) is not timed: an unverified kernel."""
     return gate_verdict(impl, verdicts) in ("", "passed")
 
 
@@ -342,9 +334,8 @@ def skip_reason(
     if verdict == "failed":
         return "skipped: kernel tests failed"
     if not gate_passed(impl, verdicts):
-        what = {"not selected": "no test of it selected", "not run": "every selected test skipped"}
-        why = what.get(verdict, verdict)
-        return f"skipped: kernel tests did not check {GATED_BY[impl]} ({why})"
+        why = {"not selected": "no test of it selected", "not run": "every selected test skipped"}
+        return f"skipped: kernel tests did not check {GATED_BY[impl]} ({why.get(verdict)})"
     if n > (cap := seq_cap(max_seq_len, impl, dtype_name)):
         per = f"{impl} in {dtype_name}" if isinstance(max_seq_len.get(impl), dict) else impl
         return f"skipped: n above this preset's max_seq_len {cap} for {per}"

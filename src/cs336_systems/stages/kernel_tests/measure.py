@@ -28,7 +28,11 @@ from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import Stopwatch
 from cs336_systems.core.log import configure, get_logger
 from cs336_systems.core.results import provenance, verdicts, write_csv
-from cs336_systems.stages.kernel_tests.plan import expression_problem
+from cs336_systems.stages.kernel_tests.plan import (  # noqa: F401 (MAX_AUTO_WORKERS)
+    MAX_AUTO_WORKERS,
+    expression_problem,
+    worker_count,
+)
 
 log = get_logger(__name__)
 
@@ -72,18 +76,6 @@ def status_of(outcome: str, message: str) -> str:
     if outcome == "skipped":
         return f"skipped: {reason or 'skipped'}"
     return f"error: test {outcome}: {reason}"
-
-
-# the most xdist workers `auto` starts: more compete for one GPU and its compiler threads
-MAX_AUTO_WORKERS = 16
-
-
-def worker_count(requested: str) -> int:
-    """pytest-xdist workers: `auto` is this process's CPU cores (at most MAX_AUTO_WORKERS)."""
-    if requested == "auto":
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-        return max(1, min(MAX_AUTO_WORKERS, cores or 1))
-    return max(1, int(requested))
 
 
 def xdist_args(workers: int) -> list[str]:

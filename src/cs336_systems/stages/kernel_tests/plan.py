@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import shlex
 import sys
@@ -10,6 +11,18 @@ from functools import cache
 from pathlib import Path
 
 from cs336_systems.core.config import Checker, Facts
+
+# the most xdist workers `auto` starts: more compete for one GPU and its compiler threads
+MAX_AUTO_WORKERS = 16
+
+
+def worker_count(requested: str | int) -> int:
+    """pytest-xdist workers: `auto` is this process's CPU cores (at most MAX_AUTO_WORKERS). The
+    rule declares them as its `threads`, so that Snakemake runs nothing else on those cores."""
+    if requested == "auto":
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        return max(1, min(MAX_AUTO_WORKERS, cores or 1))
+    return max(1, int(requested))
 
 
 def kernel_args(cfg: dict) -> str:

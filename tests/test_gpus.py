@@ -1,0 +1,191 @@
+"""GPU jobs never share a GPU: core/gpus.py's claims, and the workflow on fake 1- and 4-GPU
+machines (an nvidia-smi stub; the measuring stages replaced by a stand-in that records which
+card it got and when), planned and run under `--cores 8`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+from itertools import combinations
+from pathlib import Path
+
+import pytest
+from pipeline_utils import copy_workflow, env_for, snakemake
+
+from cs336_systems.core import gpus
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def cards(n: int) -> list[gpus.Card]:
+    """Cards of a pool set by index on a host whose GPUs nvidia-smi does not show (here)."""
+    return [gpus.Card(i) for i in range(n)]
+
+
+def test_claims_take_free_cards_and_a_crash_frees_them(tmp_path):
+    """A job holding a card (its process keeps the lock across exec) keeps others off it; when
+    the job dies, even by SIGKILL, its card is free again."""
+    env = {**os.environ, gpus.LOCKS_ENV: str(tmp_path), gpus.POOL_ENV: "0,1"}
+    env.pop("SLURM_JOB_ID", None)
+    holder = subprocess.Popen(
+        [sys.executable, "-m", "cs336_systems.core.gpus", "1", "sh", "-c",
+         'echo "$CUDA_VISIBLE_DEVICES $CS336_GPU_CLAIMED $CUDA_DEVICE_ORDER"; sleep 60'],
+        env=env, stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().split() == ["0", "0", "PCI_BUS_ID"]
+        # card 0 is held: the next claim gets card 1, and a claim of both must wait
+        assert gpus.try_lock(tmp_path, cards(2)[0]) is None
+        held = gpus.claim(1, cards(2), tmp_path)
+        assert [c.index for c, _ in held] == [1]
+        for _, fd in held:
+            os.close(fd)
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait(timeout=10)
+        fd = gpus.try_lock(tmp_path, cards(2)[0])
+        assert fd is not None, "a killed job's card stayed locked"
+        os.close(fd)
+    finally:
+        if holder.poll() is None:
+            os.killpg(holder.pid, signal.SIGKILL)
+
+
+def test_no_claim_without_gpus_under_slurm_or_when_switched_off(monkeypatch):
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.delenv(gpus.SWITCH_ENV, raising=False)
+    assert gpus.wanted(1) and not gpus.wanted(0)
+    monkeypatch.setenv("SLURM_JOB_ID", "7")  # SLURM gives each job its own GPUs
+    assert not gpus.wanted(1)
+    monkeypatch.delenv("SLURM_JOB_ID")
+    monkeypatch.setenv(gpus.SWITCH_ENV, "off")
+    assert not gpus.wanted(1)
+    installed = [gpus.machine.Gpu(H100, f"GPU-{i}") for i in range(4)]
+    assert gpus.pool_from_env("", installed) == []
+    assert gpus.pool_from_env("1,3", installed) == [gpus.Card(1, "GPU-1"), gpus.Card(3, "GPU-3")]
+
+
+# ---- the workflow on a fake GPU machine ------------------------------------------------------
+
+# stands in for a measuring stage: records the card it got and when, writes its outputs
+FAKE_STAGE = """
+import json, os, sys, time
+args = sys.argv[1:]
+start = time.time()
+time.sleep({seconds})
+with open({record!r}, "a") as f:
+    f.write(json.dumps({{"stage": args[1], "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                         "start": start, "end": time.time()}}) + "\\n")
+for flag, value in zip(args, args[1:]):
+    if flag == "--out" or flag.endswith("-out") or flag == "--junit":
+        os.makedirs(os.path.dirname(value) or ".", exist_ok=True)
+        open(value, "w").close()
+"""
+PYTHON_SHIM = """#!/bin/sh
+if [ "$1" = "-m" ]; then
+  case "$2" in cs336_systems.stages.*) exec {python} {fake} "$@";; esac
+fi
+exec {python} "$@"
+"""
+
+
+def fake_machine(folder: Path, n_gpus: int, record: Path, seconds: float) -> dict:
+    """The environment of a host with `n_gpus` H100s whose measuring stages are stand-ins."""
+    folder.mkdir()
+    smi = folder / "nvidia-smi"
+    lines = [f"{H100}, 81559, GPU-fake-{i}" for i in range(n_gpus)]
+    smi.write_text("#!/bin/sh\ncat <<'EOF'\n" + "\n".join(lines) + "\nEOF\n")
+    fake = folder / "fake_stage.py"
+    fake.write_text(FAKE_STAGE.format(seconds=seconds, record=str(record)))
+    shim = folder / "python3"
+    shim.write_text(PYTHON_SHIM.format(python=sys.executable, fake=fake))
+    for exe in (smi, shim):
+        exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    env = env_for(folder)
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    env.pop("SLURM_JOB_ID", None)
+    env["PATH"] = f"{folder}{os.pathsep}{env['PATH']}"
+    env[gpus.LOCKS_ENV] = str(folder / "locks")
+    return env
+
+
+def run_on_fake_gpus(tmp_path: Path, n_gpus: int, seconds: float) -> list[dict]:
+    """Every GPU job of the gpu preset's ceilings, benchmark and attention stages, run under
+    `--cores 8` on a fake `n_gpus`-GPU machine: [{stage, gpus, start, end}]. Snakemake's `gpu`
+    resource (the default profile's count) keeps the GPU jobs at the GPUs: no job had to wait
+    for a card."""
+    work = copy_workflow(tmp_path / "wf")
+    record = tmp_path / "gpu_jobs.jsonl"
+    env = fake_machine(tmp_path / "bin", n_gpus, record, seconds)
+    env["PYTHONPATH"] = f"{work / 'src'}{os.pathsep}{env['PYTHONPATH']}"
+    proc = snakemake(
+        work, "--cores", "8", "--config", "stages=[ceilings,benchmark,attention]",
+        "--until", "benchmark", "benchmark_warmup", "attention",
+        env=env, timeout=600,
+    )  # fmt: skip
+    assert f'Provided resources: gpu=Resource("gpu", {n_gpus})' in proc.stderr
+    jobs = [json.loads(line) for line in record.read_text().splitlines()]
+    # the gpu preset: ceilings, 7 benchmark points, a warm-up sweep, 2 attention jobs
+    assert len(jobs) == 11, jobs
+    logs = [p.read_text() for p in (work / "results").rglob("logs/**/*.log")]
+    assert len(logs) == 11 and not [text for text in logs if "[gpus] waiting" in text]
+    return jobs
+
+
+def overlap(a: dict, b: dict) -> bool:
+    return a["start"] < b["end"] and b["start"] < a["end"]
+
+
+def most_at_once(jobs: list[dict]) -> list[dict]:
+    """The largest set of jobs running at one instant."""
+    best: list[dict] = []
+    for t in sorted(j["start"] for j in jobs):
+        now = [j for j in jobs if j["start"] <= t < j["end"]]
+        best = now if len(now) > len(best) else best
+    return best
+
+
+@pytest.mark.slow
+def test_one_gpu_runs_one_measurement_at_a_time(tmp_path):
+    jobs = run_on_fake_gpus(tmp_path, 1, seconds=1.0)
+    assert {j["gpus"] for j in jobs} == {"0"}
+    together = [(a["stage"], b["stage"]) for a, b in combinations(jobs, 2) if overlap(a, b)]
+    assert not together, f"GPU jobs ran together on one GPU: {together}"
+
+
+@pytest.mark.slow
+def test_four_gpus_run_four_measurements_at_once_each_alone_on_its_card(tmp_path):
+    jobs = run_on_fake_gpus(tmp_path, 4, seconds=2.0)
+    assert all(j["gpus"] in {"0", "1", "2", "3"} for j in jobs), jobs
+    for a, b in combinations(jobs, 2):
+        assert not (overlap(a, b) and a["gpus"] == b["gpus"]), (a, b)
+    peak = most_at_once(jobs)
+    assert len(peak) == 4, [(j["stage"], j["gpus"]) for j in peak]
+    assert sorted(j["gpus"] for j in peak) == ["0", "1", "2", "3"]
+
+
+def test_the_default_profile_provides_this_machines_gpu_count(tmp_path):
+    """profiles/default gives Snakemake the visible GPUs' count as the `gpu` resource (none on
+    a machine without GPUs); the measuring rules ask for it."""
+    from snakemake.cli import parse_args
+
+    env = fake_machine(tmp_path / "bin", 3, tmp_path / "unused.jsonl", 0)
+    old_env, old_cwd = dict(os.environ), Path.cwd()
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(Path(__file__).resolve().parents[1])
+    gpus.machine._installed.cache_clear()
+    try:
+        _, args = parse_args(["report"])
+        assert args.resources["gpu"].value == 3
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+        _, args = parse_args(["report"])
+        assert "gpu" not in (args.resources or {})
+    finally:
+        os.environ.clear()
+        os.environ.update(old_env)
+        os.chdir(old_cwd)
+        gpus.machine._installed.cache_clear()
