@@ -131,7 +131,7 @@ def run_on_fake_gpus(tmp_path: Path, n_gpus: int, seconds: float) -> list[dict]:
     # the gpu preset: ceilings, 7 benchmark points, a warm-up sweep, 2 attention jobs
     assert len(jobs) == 11, jobs
     logs = [p.read_text() for p in (work / "results").rglob("logs/**/*.log")]
-    assert len(logs) == 11 and not [text for text in logs if "[gpus] waiting" in text]
+    assert len(logs) == 11 and not [text for text in logs if "free GPU(s) of" in text]
     return jobs
 
 

@@ -169,3 +169,23 @@ def test_python_warnings_are_logged_in_the_format():
     assert lines and all(lines), proc.stderr
     assert lines[0]["level"] == "WARNING" and lines[0]["point"] == "plots"
     assert "UserWarning: No artists with labels found" in lines[0]["msg"]
+
+
+def test_warnings_that_say_nothing_are_dropped():
+    """A library warning is logged in our format, but for those of QUIET_WARNINGS (torch's
+    profiler on a schedule of one cycle, whose events we all read): in a fresh process, as
+    above."""
+    import subprocess
+    import sys
+
+    code = (
+        "import warnings\n"
+        "from cs336_systems.core import log\n"
+        "log.configure('demo')\n"
+        "warnings.warn('Warning: Profiler clears events at the end of each cycle.Only events "
+        "from the current cycle will be reported.', UserWarning)\n"
+        "warnings.warn('a warning worth reading', UserWarning)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "a warning worth reading" in proc.stderr
+    assert "Profiler clears events" not in proc.stderr, proc.stderr

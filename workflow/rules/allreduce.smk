@@ -12,7 +12,7 @@ ALLREDUCE_FIGURES = [
 
 rule allreduce:
     input:
-        code("cs336_systems.stages.allreduce"),
+        code_stamp("allreduce", "cs336_systems.stages.allreduce"),
     output:
         ALLREDUCE_POINTS,
     log:
@@ -50,7 +50,7 @@ rule allreduce:
 rule allreduce_aggregate:
     input:
         points=expand(ALLREDUCE_POINTS, backend=ALLREDUCE["backends"]),
-        code=code("cs336_systems.core.results"),
+        code=code_stamp("results", "cs336_systems.core.results"),
     output:
         f"{RESULTS}/allreduce.csv",
     log:
@@ -63,7 +63,7 @@ rule allreduce_aggregate:
 rule allreduce_plots:
     input:
         data=rules.allreduce_aggregate.output[0],
-        code=code("cs336_systems.stages.allreduce.analysis"),
+        code=code_stamp("allreduce_analysis", "cs336_systems.stages.allreduce.analysis"),
     output:
         ALLREDUCE_FIGURES,
     log:

@@ -12,7 +12,7 @@ ARITHMETIC_INPUTS = arithmetic_plan.inputs(STAGES, RESULTS)
 rule arithmetic:
     input:
         **ARITHMETIC_INPUTS,
-        code=code("cs336_systems.stages.arithmetic"),
+        code=code_stamp("arithmetic", "cs336_systems.stages.arithmetic"),
     output:
         f"{RESULTS}/arithmetic.csv",
     log:

@@ -8,7 +8,7 @@ ATTENTION = stage_config("attention")
 
 rule attention:
     input:
-        code("cs336_systems.stages.attention"),
+        code_stamp("attention", "cs336_systems.stages.attention"),
     output:
         f"{RESULTS}/attention/points/{{impl}}.csv",
     log:
@@ -37,7 +37,7 @@ rule attention:
 rule attention_aggregate:
     input:
         points=attention_plan.point_files(ATTENTION, RESULTS),
-        code=code("cs336_systems.core.results"),
+        code=code_stamp("results", "cs336_systems.core.results"),
     output:
         f"{RESULTS}/attention.csv",
     log:
@@ -50,7 +50,7 @@ rule attention_aggregate:
 rule attention_plots:
     input:
         csv=rules.attention_aggregate.output[0],
-        code=code("cs336_systems.stages.attention.analysis"),
+        code=code_stamp("attention_analysis", "cs336_systems.stages.attention.analysis"),
     output:
         [
             f"{REPORT_DIR}/figures/attention_{n}.png"

@@ -82,7 +82,7 @@ rule benchmark_aggregate:
             for p in benchmark_plan.points(BENCHMARK)
         ],
         ceilings=f"{RESULTS}/ceilings.csv",
-        code=code("cs336_systems.stages.benchmark"),
+        code=code_stamp("benchmark", "cs336_systems.stages.benchmark"),
     output:
         f"{RESULTS}/benchmark.csv",
     log:
@@ -98,7 +98,7 @@ rule benchmark_warmup_aggregate:
         points=expand(
             rules.benchmark_warmup.output[0], size=BENCHMARK["warmup_sweep"]["sizes"]
         ),
-        code=code("cs336_systems.core.results"),
+        code=code_stamp("results", "cs336_systems.core.results"),
     output:
         f"{RESULTS}/benchmark_warmup.csv",
     log:
@@ -118,7 +118,7 @@ rule benchmark_plots:
     input:
         benchmark=rules.benchmark_aggregate.output[0],
         warmup=rules.benchmark_warmup_aggregate.output[0],
-        code=code("cs336_systems.stages.benchmark.analysis"),
+        code=code_stamp("benchmark_analysis", "cs336_systems.stages.benchmark.analysis"),
     output:
         BENCHMARK_FIGURES,
     log:

@@ -7,7 +7,7 @@ CEILINGS = stage_config("ceilings")
 
 rule ceilings:
     input:
-        code("cs336_systems.stages.ceilings"),
+        code_stamp("ceilings", "cs336_systems.stages.ceilings"),
     output:
         f"{RESULTS}/ceilings.csv",
     log:

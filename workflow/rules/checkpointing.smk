@@ -4,7 +4,9 @@
 
 from cs336_systems.stages.checkpointing import plan as checkpointing_plan
 
-CHECKPOINTING_SOURCES = code("cs336_systems.stages.checkpointing")
+CHECKPOINTING_SOURCES = code_stamp(
+    "checkpointing", "cs336_systems.stages.checkpointing"
+)
 CHECKPOINTING_POINTS = f"{RESULTS}/checkpointing/strategies_{{precision}}.csv"
 CHECKPOINTING_FIGURES = [f"{REPORT_DIR}/figures/checkpointing_strategies.png"]
 
@@ -72,7 +74,7 @@ rule checkpointing_aggregate:
             precision=stage_config("checkpointing")["precisions"],
         ),
         saved=rules.checkpointing_accounting.output[0],
-        code=code("cs336_systems.core.results"),
+        code=code_stamp("results", "cs336_systems.core.results"),
     output:
         points=f"{RESULTS}/checkpointing.csv",
         saved=f"{RESULTS}/checkpointing_saved.csv",
@@ -89,7 +91,9 @@ rule checkpointing_plots:
     input:
         points=rules.checkpointing_aggregate.output.points,
         saved=rules.checkpointing_aggregate.output.saved,
-        code=code("cs336_systems.stages.checkpointing.analysis"),
+        code=code_stamp(
+            "checkpointing_analysis", "cs336_systems.stages.checkpointing.analysis"
+        ),
     output:
         CHECKPOINTING_FIGURES,
     log:

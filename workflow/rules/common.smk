@@ -1,7 +1,9 @@
 # The frame every stage plugs into: config validation, the preset, the machine tag, sweep
 # tables and the helpers rules share.
 import importlib
+import os
 import sys
+import time
 from pathlib import Path
 
 from snakemake.utils import min_version
@@ -87,14 +89,21 @@ def gpus(n=1, only=None):
     return resource
 
 
+# The run's estimate (written by onstart below) and each job's progress line after it: the
+# time left (core/eta.py).
+ETA_DIR = f"{RESULTS}/eta"
+
 # (the prefix replaces Snakemake's own, so it keeps `set -euo pipefail`: a failing stage piped
-# through `tee` still fails its job)
+# through `tee` still fails its job, and prints no progress line after it)
 shell.prefix(
     "set -euo pipefail; "
     f'export TORCHINDUCTOR_CACHE_DIR="$PWD/{COMPILE_CACHE}/inductor"'
     f' TRITON_CACHE_DIR="$PWD/{COMPILE_CACHE}/triton"'
-    f' CS336_GPU_POOL={",".join(map(str, GPU_POOL))}; '
+    f' CS336_GPU_POOL={",".join(map(str, GPU_POOL))} CS336_ETA="$PWD/{ETA_DIR}/eta.json"'
+    # kineto's `gpuGetDeviceCount failed` lines on a machine without a GPU say nothing
+    + ("" if GPU_POOL else ' KINETO_LOG_LEVEL="${{KINETO_LOG_LEVEL:-5}}"') + "; "
 )
+shell.suffix("; python3 -m cs336_systems.core.eta")
 
 # Each stage's rules file registers what the report needs from it: {stage: [files]}.
 REPORT_INPUTS = {}
@@ -116,13 +125,16 @@ def code(*modules, files=()):
     return [str(p.relative_to(ROOT)) for p in found]
 
 
-def code_stamp(name, *modules, files=()):
-    """One input standing for `code(*modules, files=files)`: `results/<machine>/code/<name>.sha256`
-    lists those files with their hashes and is rewritten, here while planning, only when one of
-    them changed, so its mtime reruns the jobs exactly as the files' own would. For rules with a
-    job per sweep point: Snakemake spends about a millisecond per input file and job."""
+def code_stamp(name, *modules, files=(), extra=()):
+    """One input standing for `code(*modules, files=files)` and the `extra` files (templates,
+    declarations): `results/<machine>/code/<name>.sha256` lists them with their hashes and is
+    rewritten, here while planning, only when one of them changed, so its mtime reruns the jobs
+    exactly as the files' own would. Rules take their code so: a job's header names one file
+    instead of every source file it imports, and Snakemake, which spends about a millisecond
+    per input file and job, plans a sweep of thousands of points in seconds."""
     stamp = f"{RESULTS}/code/{name}.sha256"
-    imports.write_stamp(stamp, imports.digest(ROOT, code(*modules, files=files)))
+    listed = [*code(*modules, files=files), *extra]
+    imports.write_stamp(stamp, imports.digest(ROOT, listed))
     return stamp
 
 
@@ -187,6 +199,47 @@ def compare_inputs(wc):
     return files
 
 
+def start_estimate():
+    """The estimate of the jobs about to run, printed and written for their progress lines
+    (core/eta.py). budget/eta.py imports torch (seconds): it runs beside the first jobs.
+    """
+    import json
+    import subprocess
+
+    jobs = [
+        {
+            "rule": job.rule.name,
+            "wildcards": dict(job.wildcards_dict),
+            "outputs": [str(f) for f in job.output],
+        }
+        for job in workflow.dag.needrun_jobs()
+        if job.rule.name != "all"
+    ]
+    folder = Path(ETA_DIR)
+    folder.mkdir(parents=True, exist_ok=True)
+    Path(folder, "eta.json").unlink(missing_ok=True)  # a past run's
+    Path(folder, "jobs.json").write_text(json.dumps(jobs))
+    Path(folder, "config.json").write_text(json.dumps(config, default=str))
+    if workflow.non_local_exec:
+        parallel = workflow.nodes or 1
+    elif PRESET == "cpu" or not GPU_POOL:
+        parallel = min(workflow.cores or 1, os.cpu_count() or 1)
+    else:
+        parallel = min(workflow.cores or 1, len(GPU_POOL))
+    subprocess.Popen(
+        [
+            sys.executable, "-m", "cs336_systems.budget.eta",
+            "--jobs", f"{folder}/jobs.json", "--config", f"{folder}/config.json",
+            "--out", f"{folder}/eta.json", "--preset", PRESET,
+            "--parallel", str(parallel), "--start", str(time.time()),
+        ],
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
+        },
+    )  # fmt: skip
+
+
 onstart:
     # before the first job, not while planning: `-n` plans any preset anywhere
     if _problems := run_config.start_problems(
@@ -196,3 +249,4 @@ onstart:
     if workflow.non_local_exec and "gpu" in workflow.global_resources:
         # the default profile's count is this host's GPUs, not the cluster's: SLURM decides
         workflow.register_resource("gpu", sys.maxsize)
+    start_estimate()

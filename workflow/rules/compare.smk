@@ -7,7 +7,8 @@ rule compare:
         data=compare_inputs,
         template="report/templates/compare.md.j2",
         # compare.py reads every stage's package (what it compares) and its analysis (how)
-        code=code(
+        code=code_stamp(
+            "compare",
             "cs336_systems.compare",
             *(f"cs336_systems.stages.{s}.analysis" for s in STAGE_NAMES),
         ),

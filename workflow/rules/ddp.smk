@@ -11,7 +11,7 @@ DDP_FIGURES = [
 
 rule ddp:
     input:
-        code("cs336_systems.stages.ddp"),
+        code_stamp("ddp", "cs336_systems.stages.ddp"),
     output:
         DDP_POINTS,
     log:
@@ -60,7 +60,7 @@ rule ddp_aggregate:
             DDP_POINTS,
             kind=["variants", "sharding"] if DDP["sharding"] else ["variants"],
         ),
-        code=code("cs336_systems.core.results"),
+        code=code_stamp("results", "cs336_systems.core.results"),
     output:
         f"{RESULTS}/ddp.csv",
     log:
@@ -77,7 +77,7 @@ rule ddp_plots:
         allreduce=lambda wc: (
             [rules.allreduce_aggregate.output[0]] if "allreduce" in STAGES else []
         ),
-        code=code("cs336_systems.stages.ddp.analysis"),
+        code=code_stamp("ddp_analysis", "cs336_systems.stages.ddp.analysis"),
     output:
         DDP_FIGURES,
     log:

@@ -6,7 +6,7 @@
 from cs336_systems.stages.flash import plan as flash_plan
 
 FLASH = stage_config("flash")
-FLASH_SOURCES = code("cs336_systems.stages.flash")
+FLASH_SOURCES = code_stamp("flash", "cs336_systems.stages.flash")
 FLASH_GATE = flash_plan.gate(STAGES, RESULTS)
 
 
@@ -107,7 +107,7 @@ rule flash_target:
 rule flash_aggregate:
     input:
         points=flash_plan.point_files(FLASH, RESULTS),
-        code=code("cs336_systems.core.results"),
+        code=code_stamp("results", "cs336_systems.core.results"),
     output:
         f"{RESULTS}/flash.csv",
     log:
@@ -120,7 +120,7 @@ rule flash_aggregate:
 rule flash_plots:
     input:
         csv=rules.flash_aggregate.output[0],
-        code=code("cs336_systems.stages.flash.analysis"),
+        code=code_stamp("flash_analysis", "cs336_systems.stages.flash.analysis"),
     output:
         [
             f"{REPORT_DIR}/figures/flash_{n}.png"

@@ -8,7 +8,7 @@ FSDP_FIGURES = [f"{REPORT_DIR}/figures/fsdp_{name}.png" for name in ("memory", "
 
 rule fsdp:
     input:
-        code("cs336_systems.stages.fsdp"),
+        code_stamp("fsdp", "cs336_systems.stages.fsdp"),
     output:
         f"{RESULTS}/fsdp/runs.csv",
     log:
@@ -51,7 +51,7 @@ rule fsdp:
 rule fsdp_aggregate:
     input:
         points=rules.fsdp.output[0],
-        code=code("cs336_systems.core.results"),
+        code=code_stamp("results", "cs336_systems.core.results"),
     output:
         f"{RESULTS}/fsdp.csv",
     log:
@@ -64,7 +64,7 @@ rule fsdp_aggregate:
 rule fsdp_plots:
     input:
         data=rules.fsdp_aggregate.output[0],
-        code=code("cs336_systems.stages.fsdp.analysis"),
+        code=code_stamp("fsdp_analysis", "cs336_systems.stages.fsdp.analysis"),
     output:
         FSDP_FIGURES,
     log:

@@ -9,8 +9,10 @@ KERNEL_TESTS = stage_config("kernel_tests")
 rule kernel_tests:
     input:
         # read when the stage runs: its test files need not exist in a run without it
-        code=lambda wc: code(
-            "cs336_systems.stages.kernel_tests", files=KERNEL_TESTS["files"]
+        code=lambda wc: code_stamp(
+            "kernel_tests",
+            "cs336_systems.stages.kernel_tests",
+            files=KERNEL_TESTS["files"],
         ),
         tests=KERNEL_TESTS["files"],
         conftest="tests/conftest.py",
@@ -43,7 +45,9 @@ rule kernel_tests:
 rule kernel_tests_plots:
     input:
         csv=rules.kernel_tests.output.csv,
-        code=code("cs336_systems.stages.kernel_tests.analysis"),
+        code=code_stamp(
+            "kernel_tests_analysis", "cs336_systems.stages.kernel_tests.analysis"
+        ),
     output:
         f"{REPORT_DIR}/figures/kernel_tests_durations.png",
     log:

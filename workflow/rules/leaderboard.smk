@@ -12,7 +12,7 @@ LEADERBOARD_FIGURES = [f"{REPORT_DIR}/figures/leaderboard_breakdown.png"]
 
 rule leaderboard:
     input:
-        code("cs336_systems.stages.leaderboard"),
+        code_stamp("leaderboard", "cs336_systems.stages.leaderboard"),
         ceilings=f"{RESULTS}/ceilings.csv",
     output:
         f"{RESULTS}/leaderboard/runs.csv",
@@ -59,7 +59,7 @@ rule leaderboard:
 
 rule leaderboard_ablation:
     input:
-        code("cs336_systems.stages.leaderboard"),
+        code_stamp("leaderboard", "cs336_systems.stages.leaderboard"),
         ceilings=f"{RESULTS}/ceilings.csv",
     output:
         f"{RESULTS}/leaderboard/ablation.csv",
@@ -109,7 +109,7 @@ rule leaderboard_aggregate:
     input:
         points=rules.leaderboard.output[0],
         ablation=[rules.leaderboard_ablation.output[0]] if LEADERBOARD_ABLATIONS else [],
-        code=code("cs336_systems.core.results"),
+        code=code_stamp("results", "cs336_systems.core.results"),
     output:
         f"{RESULTS}/leaderboard.csv",
     log:
@@ -123,7 +123,9 @@ rule leaderboard_aggregate:
 rule leaderboard_plots:
     input:
         data=rules.leaderboard_aggregate.output[0],
-        code=code("cs336_systems.stages.leaderboard.analysis"),
+        code=code_stamp(
+            "leaderboard_analysis", "cs336_systems.stages.leaderboard.analysis"
+        ),
     output:
         LEADERBOARD_FIGURES,
     log:

@@ -8,7 +8,7 @@ MEMORY_BLOCKS = f"{RESULTS}/memory/{{size}}.blocks.csv"
 MEMORY_CHECKPOINT = MEMORY.get(
     "checkpoint", {"contexts": [], "modes": [], "strategy": "best"}
 )
-MEMORY_SOURCES = code("cs336_systems.stages.memory")
+MEMORY_SOURCES = code_stamp("memory", "cs336_systems.stages.memory")
 MEMORY_FIGURES = [
     f"{REPORT_DIR}/figures/memory_{name}.png"
     for name in ("peak", "activations", "timelines")
@@ -64,7 +64,7 @@ rule memory_aggregate:
         points=expand(MEMORY_POINTS, size=MEMORY["sizes"]),
         allocations=expand(MEMORY_ALLOCATIONS, size=MEMORY["sizes"]),
         blocks=expand(MEMORY_BLOCKS, size=MEMORY["sizes"]),
-        code=code("cs336_systems.core.results"),
+        code=code_stamp("results", "cs336_systems.core.results"),
     output:
         points=f"{RESULTS}/memory.csv",
         allocations=f"{RESULTS}/memory_allocations.csv",
@@ -83,7 +83,7 @@ rule memory_plots:
     input:
         points=rules.memory_aggregate.output.points,
         allocations=rules.memory_aggregate.output.allocations,
-        code=code("cs336_systems.stages.memory.analysis"),
+        code=code_stamp("memory_analysis", "cs336_systems.stages.memory.analysis"),
     output:
         MEMORY_FIGURES,
     log:

@@ -15,7 +15,7 @@ PRECISION_FIGURES = [
 
 rule precision:
     input:
-        code("cs336_systems.stages.precision"),
+        code_stamp("precision", "cs336_systems.stages.precision"),
     output:
         **PRECISION_OUTPUTS,
     log:
@@ -37,7 +37,7 @@ rule precision:
 rule precision_plots:
     input:
         **PRECISION_OUTPUTS,
-        code=code("cs336_systems.stages.precision.analysis"),
+        code=code_stamp("precision_analysis", "cs336_systems.stages.precision.analysis"),
     output:
         PRECISION_FIGURES,
     log:

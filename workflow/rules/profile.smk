@@ -9,7 +9,7 @@ PROFILE_PROBE_CFG = PROFILE.get(
     "probe",
     {"start": 256, "max": 16384, "mode": "forward_backward", "above": 128, "count": 3},
 )
-PROFILE_SOURCES = code("cs336_systems.stages.profile")
+PROFILE_SOURCES = code_stamp("profile", "cs336_systems.stages.profile")
 PROFILE_FIGURES = [
     f"{REPORT_DIR}/figures/profile_{name}.png"
     for name in ("kernel_share", "gemm_share", "attention")
@@ -68,7 +68,7 @@ rule profile_aggregate:
         points=expand(PROFILE_POINTS, size=PROFILE["sizes"]),
         kernels=expand(PROFILE_KERNELS, size=PROFILE["sizes"]),
         probe=expand(PROFILE_PROBE, size=PROFILE["sizes"]),
-        code=code("cs336_systems.core.results"),
+        code=code_stamp("results", "cs336_systems.core.results"),
     output:
         points=f"{RESULTS}/profile.csv",
         kernels=f"{RESULTS}/profile_kernels.csv",
@@ -87,7 +87,7 @@ rule profile_plots:
     input:
         points=rules.profile_aggregate.output.points,
         kernels=rules.profile_aggregate.output.kernels,
-        code=code("cs336_systems.stages.profile.analysis"),
+        code=code_stamp("profile_analysis", "cs336_systems.stages.profile.analysis"),
     output:
         PROFILE_FIGURES,
     log:

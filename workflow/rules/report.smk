@@ -4,15 +4,18 @@
 rule report:
     input:
         data=lambda wc: [f for stage in STAGES for f in REPORT_INPUTS.get(stage, [])],
-        templates=lambda wc: ["report/templates/report.md.j2"]
-        + [f"report/templates/sections/{s}.md.j2" for s in STAGES],
-        # report.py imports each stage's analysis by name
-        code=lambda wc: code(
+        # report.py imports each stage's analysis by name, reads every stage's declarations
+        # (questions for the coverage table, checks) and renders the stages' templates
+        code=lambda wc: code_stamp(
+            "report",
             "cs336_systems.report",
             *(f"cs336_systems.stages.{s}.analysis" for s in STAGES),
+            extra=[
+                "report/templates/report.md.j2",
+                *(f"report/templates/sections/{s}.md.j2" for s in STAGES),
+                *(f"src/cs336_systems/stages/{s}/__init__.py" for s in STAGE_NAMES),
+            ],
         ),
-        # and reads every stage's declarations (questions for the coverage table, checks)
-        declarations=[f"src/cs336_systems/stages/{s}/__init__.py" for s in STAGE_NAMES],
     output:
         f"{REPORT_DIR}/report.md",
     log:

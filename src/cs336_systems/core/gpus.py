@@ -33,6 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cs336_systems.core import machine
+from cs336_systems.core.log import configure, get_logger
+
+log = get_logger(__name__)
 
 POOL_ENV = "CS336_GPU_POOL"
 LOCKS_ENV = "CS336_GPU_LOCKS"
@@ -126,17 +129,18 @@ def claim(n: int, cards: list[Card], folder: Path) -> list[tuple[Card, int]]:
                 held.append((card, fd))
         if len(held) == n:
             if waited:
-                print(f"[gpus] {n} free after {waited:.0f} s", file=sys.stderr, flush=True)
+                log.info("GPU(s) %s free after %.0f s", [c.index for c, _ in held], waited)
             return held
         for _, fd in held:
             os.close(fd)
         if waited - said >= REMIND_S:
             busy = [c.index for c in cards if not any(c == h for h, _ in held)]
-            print(
-                f"[gpus] waiting for {n} free GPU(s) of {[c.index for c in cards]}: held by "
-                f"other jobs ({busy}; lock files in {folder})",
-                file=sys.stderr,
-                flush=True,
+            log.warning(
+                "waiting for %d free GPU(s) of %s: held by other jobs (%s; lock files in %s)",
+                n,
+                [c.index for c in cards],
+                busy,
+                folder,
             )
             said = waited
         time.sleep(POLL_S)
@@ -168,6 +172,7 @@ def main(argv: list[str] | None = None) -> None:
     n, command = int(argv[0]), argv[1:]
     cards = pool() if wanted(n) else []
     if cards:
+        configure("gpus")
         held = claim(n, cards, lock_dir())
         for _, fd in held:
             os.set_inheritable(fd, True)  # the lock lives as long as the job's process

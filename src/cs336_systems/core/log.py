@@ -14,7 +14,8 @@ Use:
 
 Lines go to stderr, flushed one by one, so the rules' ``2>&1 | tee {log}`` shows progress in
 the job log while the job runs; every line of a multi-line message (a traceback, a subprocess's
-output) carries the prefix, and Python warnings are logged in the same format.
+output) carries the prefix, and Python warnings are logged in the same format (but those of
+QUIET_WARNINGS, a library's that say nothing about our runs).
 ``CS336_LOG_LEVEL=DEBUG`` shows debug lines. Standard library only: the workflow may import
 ``core`` modules while planning without loading torch.
 """
@@ -26,11 +27,18 @@ import contextvars
 import logging
 import os
 import sys
+import warnings
 from collections.abc import Iterator
 
 ROOT = "cs336_systems"
 DATEFMT = "%Y-%m-%d %H:%M:%S"
 LEVEL_ENV = "CS336_LOG_LEVEL"
+
+# library warnings that say nothing about our runs (regexes on the message's start)
+QUIET_WARNINGS = (
+    # torch.profiler with a schedule of one cycle: we read every event of that cycle
+    r"Warning: Profiler clears events at the end of each cycle",
+)
 
 _point: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("point", default=())
 _where = {"stage": "-", "rank": None}
@@ -135,6 +143,8 @@ def configure(stage: str, rank: int | None = None, level: str | int | None = Non
         logger.propagate = False
     logging.getLogger(ROOT).setLevel(level.upper() if isinstance(level, str) else level)
     logging.captureWarnings(True)
+    for message in QUIET_WARNINGS:
+        warnings.filterwarnings("ignore", message=message)
 
 
 def status_level(status: str) -> int:
