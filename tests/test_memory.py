@@ -165,6 +165,25 @@ def test_user_frames_skip_torch_and_stdlib():
 def test_render_timeline(tmp_path):
     png = mem.render_timeline(mem.active_timeline(_snapshot()), tmp_path / "t.png", "tiny")
     assert png.exists() and png.stat().st_size > 2000
+    assert png.with_suffix(".pdf").read_bytes().startswith(b"%PDF")  # for a write-up
+
+
+@pytest.mark.skipif(not SNAPSHOT_FIXTURE.exists(), reason="no captured snapshot yet")
+def test_a_memory_viz_page_beside_a_snapshot(tmp_path):
+    """The page torch's memory_viz draws from a snapshot (a real one, captured on a GPU), the
+    snapshot embedded in it: it opens in a browser without uploading the pickle."""
+    import base64
+    import json
+    import pickle
+    import re
+
+    snap = snapshots.load_snapshot(SNAPSHOT_FIXTURE)
+    page = snapshots.write_viz_page(snap, tmp_path / "snapshot.html").read_text()
+    assert "<!DOCTYPE html>" in page[:100]
+    assert "Active Memory Timeline" in page and "MemoryViz.js" in page
+    files = json.loads(re.search(r"const local_files = (\[.*?\])\n", page).group(1))
+    embedded = pickle.loads(base64.b64decode(files[0]["base64"]))  # stops at its end
+    assert len(embedded["segments"]) == len(snap["segments"])
 
 
 @pytest.mark.skipif(not SNAPSHOT_FIXTURE.exists(), reason="no captured snapshot yet")

@@ -5,6 +5,8 @@
 Every number and sentence comes from the stage analyses (`cs336_systems.stages.<stage>.analysis.context`).
 The report opens with the coverage table (core/coverage.py: which questions this run answers),
 the header (the machine and its software, the run's wall time) and each stage's provenance.
+Beside report.md go report.html (the same report as one page, figures embedded: Snakemake's
+own report shows it) and tables/ (every table as LaTeX and Typst, core/export.py).
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from cs336_systems.core import coverage, sanity
+from cs336_systems.core import coverage, export, sanity
 from cs336_systems.core.analysis import fmt, md_table, pct, sig, status_summary
 from cs336_systems.core.log import configure, get_logger
+from cs336_systems.core.markdown import to_html
 from cs336_systems.core.results import ABSENT, PROVENANCE_COLUMNS, atomic_write_text, git_state
 
 log = get_logger(__name__)
@@ -314,7 +317,13 @@ def coverage_of(
 # -------------------------------------------------------------------------------------- render
 
 
-def environment(templates: Path = TEMPLATES) -> jinja2.Environment:
+def environment(
+    templates: Path = TEMPLATES, results_dir: Path | None = None, report_dir: Path | None = None
+) -> jinja2.Environment:
+    """The templates' environment. `link(path)` makes a path of the results (relative to the
+    working directory, as the analyses name them) a markdown link from the report's folder
+    (`report_dir`, default report/<machine>/); `raw_link(stage)` links the stage's raw
+    captures, results/<machine>/<stage>/raw/."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates)),
         undefined=jinja2.StrictUndefined,
@@ -322,20 +331,34 @@ def environment(templates: Path = TEMPLATES) -> jinja2.Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
-    env.filters.update(fmt=fmt, pct=pct, sig=sig, status_summary=status_summary)
-    env.globals.update(md_table=md_table)
+    results_dir = Path(results_dir) if results_dir is not None else Path("results", "machine")
+    report_dir = Path(report_dir) if report_dir is not None else Path("report", results_dir.name)
+
+    def link(path) -> str:
+        href = Path(os.path.relpath(Path(path), report_dir)).as_posix()
+        return f"[`{path}`]({href}{'/' if str(path).endswith('/') else ''})"
+
+    env.filters.update(fmt=fmt, pct=pct, sig=sig, status_summary=status_summary, link=link)
+    env.globals.update(
+        md_table=md_table, raw_link=lambda stage: link(f"{results_dir.as_posix()}/{stage}/raw/")
+    )
     return env
 
 
-def contexts_of(results_dir: Path, stages: list[str]) -> tuple[dict, dict]:
+def contexts_of(
+    results_dir: Path, stages: list[str], tables: dict | None = None
+) -> tuple[dict, dict]:
     """({stage: context}, {stage: suspect rows}) of the stages, each context computed with the
-    sanity checks' findings collected."""
+    sanity checks' findings collected; `tables` gets every table a context renders, by name
+    (core/export.py)."""
     contexts, suspects = {}, {}
     for stage in order_stages(stages):
         module = importlib.import_module(f"cs336_systems.stages.{stage}.analysis")
-        with sanity.collecting() as found:
+        with sanity.collecting() as found, export.recording() as rendered:
             contexts[stage] = module.context(Path(results_dir))
         suspects[stage] = sanity.owned(found, stage)
+        if tables is not None:
+            tables.update(export.name_tables(stage, contexts[stage], rendered))
     return contexts, suspects
 
 
@@ -345,39 +368,52 @@ def render(
     fig_dir: str = "figures",
     templates: Path = TEMPLATES,
     edition: str | None = None,
+    tables: dict | None = None,
+    report_dir: Path | None = None,
 ) -> str:
-    env = environment(templates)
+    """The report's markdown; `tables` (a dict) gets every table in it, by name, for the
+    write-up's LaTeX and Typst copies."""
     results_dir = Path(results_dir)
-    contexts, suspects = contexts_of(results_dir, stages)
+    env = environment(templates, results_dir, report_dir)
+    contexts, suspects = contexts_of(results_dir, stages, tables)
     sections = []
     for stage, ctx in contexts.items():
         body = env.get_template(f"sections/{stage}.md.j2").render(s=ctx, fig_dir=fig_dir)
         suspect = suspects[stage]
+        with export.recording() as rendered:
+            suspect_table = md_table(suspect) if len(suspect) else ""
+        if tables is not None:
+            tables.update(export.name_tables(stage, {"suspect": suspect_table}, rendered))
         sections.append(
             {
                 "stage": stage,
                 "title": stage_package(stage).TITLE,
                 "body": body,
-                "suspect": md_table(suspect) if len(suspect) else "",
+                "suspect": suspect_table,
                 "n_suspect": len(suspect),
             }
         )
-    h = header(results_dir, list(contexts))
-    edition = edition or edition_of(results_dir)
-    for sec in sections:
-        sec["edition"] = section_edition(results_dir, sec["stage"], edition)
-    cov = coverage_of(
-        results_dir,
-        contexts,
-        edition,
-        results_dir.name,
-        {st: len(rows) for st, rows in suspects.items()},
-    )
+    with export.recording() as rendered:
+        h = header(results_dir, list(contexts))
+        edition = edition or edition_of(results_dir)
+        for sec in sections:
+            sec["edition"] = section_edition(results_dir, sec["stage"], edition)
+        cov = coverage_of(
+            results_dir,
+            contexts,
+            edition,
+            results_dir.name,
+            {st: len(rows) for st, rows in suspects.items()},
+        )
+        coverage_table = md_table(cov, numparse=False)
+    if tables is not None:
+        named = {"provenance": h["provenance_table"], "coverage": coverage_table}
+        tables.update(export.name_tables("report", named, rendered))
     return env.get_template("report.md.j2").render(
         h=h,
         sections=sections,
         edition=edition,
-        coverage=md_table(cov, numparse=False),
+        coverage=coverage_table,
         coverage_counts=coverage.summary(cov),
     )
 
@@ -394,9 +430,21 @@ def main(argv: list[str] | None = None) -> None:
     configure("report")
     stages = [s for s in args.stages.split(",") if s]
     fig_dir = os.path.relpath(args.out.parent / "figures", args.out.parent)
-    text = render(args.results, stages, fig_dir, edition=args.edition)
+    tables: dict = {}
+    text = render(
+        args.results, stages, fig_dir, edition=args.edition, tables=tables,
+        report_dir=args.out.parent,
+    )  # fmt: skip
     atomic_write_text(args.out, text)
     log.info("wrote %s (%d lines, stages: %s)", args.out, len(text.splitlines()), ", ".join(stages))
+    # the same report as one page (figures embedded): a page of Snakemake's own report
+    html = args.out.with_suffix(".html")
+    atomic_write_text(html, to_html(text, args.out.parent, title=text.splitlines()[0].lstrip("# ")))
+    # every table for a write-up, as LaTeX (booktabs) and Typst
+    export.write_tables(tables, args.out.parent / "tables")
+    log.info(
+        "wrote %s and %d tables (.tex, .typ) in %s", html, len(tables), args.out.parent / "tables"
+    )
 
 
 if __name__ == "__main__":

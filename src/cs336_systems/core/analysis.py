@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from cs336_systems.core import sanity  # noqa: E402
+from cs336_systems.core import export, sanity  # noqa: E402
 from cs336_systems.core.log import configure, get_logger  # noqa: E402
 from cs336_systems.core.results import read_csv  # noqa: E402
 
@@ -168,9 +168,13 @@ def md_table(df: pd.DataFrame, floatfmt: int = 2, numparse: bool = True) -> str:
         else:
             shown[c] = shown[c].map(lambda v: fmt(v, floatfmt) if isinstance(v, float | int) else v)
     if not numparse:
-        return shown.to_markdown(index=False, disable_numparse=True)
-    align = ["right" if _numeric_column(shown[c]) else "left" for c in shown.columns]
-    return shown.to_markdown(index=False, disable_numparse=True, colalign=align)
+        align = ["left"] * len(shown.columns)
+        text = shown.to_markdown(index=False, disable_numparse=True)
+    else:
+        align = ["right" if _numeric_column(shown[c]) else "left" for c in shown.columns]
+        text = shown.to_markdown(index=False, disable_numparse=True, colalign=align)
+    export.record(text, shown, align)  # the write-up's LaTeX and Typst copies (core/export.py)
+    return text
 
 
 def pct(x: float) -> str:
@@ -178,10 +182,14 @@ def pct(x: float) -> str:
 
 
 def save(fig, path: Path) -> Path:
+    """The figure as `path` (PNG, for the report) and beside it as PDF (vector, for a write-up:
+    LaTeX's \\includegraphics, Typst's image); returns the PNG's path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    # no creation date: the same figure is the same file
+    fig.savefig(path.with_suffix(".pdf"), metadata={"CreationDate": None})
     plt.close(fig)
     return path
 

@@ -18,6 +18,17 @@ TOP_ALLOCATIONS = 10
 MARK_PREFIX = "_memory_mark_"
 
 
+def write_viz_page(snapshot: dict, path: str | Path) -> Path:
+    """`path` as torch's memory_viz page of `snapshot` (torch.cuda._memory_viz.trace_plot: the
+    active-memory timeline, stack frames on hover; the snapshot embedded, the viewer's script
+    loaded from its CDN when the page opens); returns `path`."""
+    from torch.cuda import _memory_viz
+
+    path = Path(path)
+    path.write_text(_memory_viz.trace_plot(snapshot))
+    return path
+
+
 def load_snapshot(path: str | Path) -> dict:
     with open(path, "rb") as f:
         return pickle.load(f)
@@ -203,5 +214,6 @@ def render_timeline(timeline: pd.DataFrame, png: str | Path, title: str) -> Path
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
+    fig.savefig(Path(png).with_suffix(".pdf"), metadata={"CreationDate": None})  # for write-ups
     plt.close(fig)
     return png

@@ -153,8 +153,10 @@ def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
 
     timelines = _timeline_files(results_dir)
     if timelines:
-        for t in timelines:  # the individual timelines go next to the report too
-            shutil.copy2(t, fig_dir / t.name)
+        for t in timelines:  # the individual timelines go next to the report too (and PDF)
+            for f in (t, t.with_suffix(".pdf")):
+                if f.exists():
+                    shutil.copy2(f, fig_dir / f.name)
         chosen = _montage_choice(d, timelines)
         fig, axes = plt.subplots(len(chosen), 1, figsize=(9, 3.3 * len(chosen)), squeeze=False)
         for ax, t in zip(axes[:, 0], chosen, strict=True):

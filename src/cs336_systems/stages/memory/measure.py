@@ -49,6 +49,7 @@ from cs336_systems.profiling.memory_snapshot import (
     largest_allocations,
     render_timeline,
     timeline_summary,
+    write_viz_page,
 )
 from cs336_systems.stages.memory import blocks
 
@@ -487,7 +488,9 @@ def run(args) -> tuple[pd.DataFrame, pd.DataFrame]:
                         for r in top.to_dict("records"):
                             r["likely_tensor"] = likely_tensor(r["size_bytes"], known)
                             allocs.append({**base, **key, "status": "ok", **r})
-                        if not args.keep_raw:
+                        if args.keep_raw:  # memory_viz's page beside the snapshot
+                            write_viz_page(snapshot, snap_path.with_suffix(".html"))
+                        else:
                             snap_path.unlink(missing_ok=True)
                     else:
                         row["timeline_png"] = row["snapshot"] = skip_cuda
