@@ -7,6 +7,11 @@ from pathlib import Path
 configfile: "config/config.yaml"
 
 
+# Snakemake's own report (`snakemake --report report.zip` after a run): this description, and
+# every figure and table of the study with its caption (workflow/report/)
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 
 

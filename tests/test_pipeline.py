@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import time
+import zipfile
 from collections import Counter
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pandas as pd
 import pytest
@@ -69,11 +72,57 @@ def test_run_produces_report_and_tidy_csvs(tiny_run):
     assert "## End-to-end benchmarks" in report and "## Machine ceilings" in report
     assert "backward (forward+backward minus forward) takes" in report
     for fig in ["latency", "bwd_fwd", "warmup", "speedups", "mfu"]:
-        assert (
-            tiny_run / "report" / MACHINE / "figures" / f"benchmark_{fig}.png"
-        ).stat().st_size > 1000
+        png = tiny_run / "report" / MACHINE / "figures" / f"benchmark_{fig}.png"
+        assert png.stat().st_size > 1000
+        assert png.with_suffix(".pdf").read_bytes().startswith(b"%PDF")  # for a write-up
+    # every table of the report as LaTeX and Typst, and the report as one page
+    tables = tiny_run / "report" / MACHINE / "tables"
+    assert {"ceilings_table.tex", "ceilings_table.typ", "benchmark_mfu_table.tex"} <= {
+        p.name for p in tables.iterdir()
+    }
+    assert (
+        "<h2>End-to-end benchmarks</h2>"
+        in (tiny_run / "report" / MACHINE / "report.html").read_text()
+    )
     # every rule has a log
     assert (results / "logs" / "ceilings.log").exists()
+
+
+def test_snakemakes_report_holds_the_study(tiny_run, tmp_path):
+    """After a run, `snakemake --report report.zip` is a browsable archive of the study: the
+    report as one page, every figure and stage table of the run, each with its caption from
+    workflow/report/, in its stage's category, and the workflow's description."""
+    archive = tmp_path / "report.zip"
+    snakemake(tiny_run, *TINY, *STAGES, "--report", str(archive))
+    with zipfile.ZipFile(archive) as z:
+        names = z.namelist()
+        page = z.read("report/report.html").decode()
+    figures = {f"benchmark_{f}.png" for f in ("latency", "bwd_fwd", "warmup", "speedups", "mfu")}
+    tables = {"ceilings.csv", "benchmark.csv", "benchmark_warmup.csv"}
+    items = {PurePosixPath(n).name for n in names if "/data/raw/" in n}
+    assert items == {"report.html", *figures, *tables}
+
+    def decoded(var: str):
+        """The JSON the page assigns to `var` (`var results = {...}`)."""
+        start = page.index(f"var {var} = {{") + len(f"var {var} = ")
+        return json.JSONDecoder().raw_decode(page[start:])[0]
+
+    results = {Path(k).name: v for k, v in decoded("results").items()}
+    captions = tiny_run / "workflow" / "report"
+    for name, item in results.items():
+        stem = name.removesuffix(".png").removesuffix(".csv").removeprefix("benchmark_")
+        stage = "ceilings" if name == "ceilings.csv" else "benchmark"
+        rst = captions / ("report.rst" if name == "report.html" else f"{stage}/{stem}.rst")
+        first = rst.read_text().split()[:3]
+        assert re.sub(r"<[^>]+>", "", item["caption"]).split()[:3] == first, (name, item)
+    categories = decoded("categories")
+    assert sorted(categories) == [
+        "00. The study: the whole report, one page",
+        "02. Machine ceilings",
+        "03. End-to-end benchmarks",
+    ]
+    assert set(categories["03. End-to-end benchmarks"]) == {"figures", "tables"}
+    assert "How transformer training uses a GPU, measured and explained" in page
 
 
 def test_second_run_does_nothing(tiny_run):

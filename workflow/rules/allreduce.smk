@@ -5,9 +5,8 @@
 
 ALLREDUCE = stage_config("allreduce")
 ALLREDUCE_POINTS = f"{RESULTS}/allreduce/{{backend}}.csv"
-ALLREDUCE_FIGURES = [
-    f"{REPORT_DIR}/figures/allreduce_{name}.png" for name in ("bandwidth", "time")
-]
+ALLREDUCE_PLOTS = ["bandwidth", "time"]
+ALLREDUCE_FIGURES = figures("allreduce", ALLREDUCE_PLOTS)
 
 
 rule allreduce:
@@ -52,7 +51,7 @@ rule allreduce_aggregate:
         points=expand(ALLREDUCE_POINTS, backend=ALLREDUCE["backends"]),
         code=code_stamp("results", "cs336_systems.core.results"),
     output:
-        f"{RESULTS}/allreduce.csv",
+        report_table("allreduce", f"{RESULTS}/allreduce.csv"),
     log:
         f"{RESULTS}/logs/allreduce_aggregate.log",
     localrule: True
@@ -62,10 +61,11 @@ rule allreduce_aggregate:
 
 rule allreduce_plots:
     input:
-        data=rules.allreduce_aggregate.output[0],
+        data=str(rules.allreduce_aggregate.output[0]),
         code=code_stamp("allreduce_analysis", "cs336_systems.stages.allreduce.analysis"),
     output:
         ALLREDUCE_FIGURES,
+        vector_figures("allreduce", ALLREDUCE_PLOTS),
     log:
         f"{RESULTS}/logs/allreduce_plots.log",
     localrule: True

@@ -14,7 +14,7 @@ rule arithmetic:
         **ARITHMETIC_INPUTS,
         code=code_stamp("arithmetic", "cs336_systems.stages.arithmetic"),
     output:
-        f"{RESULTS}/arithmetic.csv",
+        report_table("arithmetic", f"{RESULTS}/arithmetic.csv"),
     log:
         f"{RESULTS}/logs/arithmetic.log",
     localrule: True

@@ -4,6 +4,7 @@
 from cs336_systems.stages.attention import plan as attention_plan
 
 ATTENTION = stage_config("attention")
+ATTENTION_PLOTS = ["time", "memory", "compile"]
 
 
 rule attention:
@@ -39,7 +40,7 @@ rule attention_aggregate:
         points=attention_plan.point_files(ATTENTION, RESULTS),
         code=code_stamp("results", "cs336_systems.core.results"),
     output:
-        f"{RESULTS}/attention.csv",
+        report_table("attention", f"{RESULTS}/attention.csv"),
     log:
         f"{RESULTS}/logs/attention_aggregate.log",
     localrule: True
@@ -49,13 +50,11 @@ rule attention_aggregate:
 
 rule attention_plots:
     input:
-        csv=rules.attention_aggregate.output[0],
+        csv=str(rules.attention_aggregate.output[0]),
         code=code_stamp("attention_analysis", "cs336_systems.stages.attention.analysis"),
     output:
-        [
-            f"{REPORT_DIR}/figures/attention_{n}.png"
-            for n in ("time", "memory", "compile")
-        ],
+        figures("attention", ATTENTION_PLOTS),
+        vector_figures("attention", ATTENTION_PLOTS),
     log:
         f"{RESULTS}/logs/attention_plots.log",
     localrule: True

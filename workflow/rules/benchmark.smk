@@ -84,7 +84,7 @@ rule benchmark_aggregate:
         ceilings=f"{RESULTS}/ceilings.csv",
         code=code_stamp("benchmark", "cs336_systems.stages.benchmark"),
     output:
-        f"{RESULTS}/benchmark.csv",
+        report_table("benchmark", f"{RESULTS}/benchmark.csv"),
     log:
         f"{RESULTS}/logs/benchmark_aggregate.log",
     localrule: True
@@ -100,7 +100,7 @@ rule benchmark_warmup_aggregate:
         ),
         code=code_stamp("results", "cs336_systems.core.results"),
     output:
-        f"{RESULTS}/benchmark_warmup.csv",
+        report_table("benchmark", f"{RESULTS}/benchmark_warmup.csv"),
     log:
         f"{RESULTS}/logs/benchmark_warmup_aggregate.log",
     localrule: True
@@ -108,19 +108,18 @@ rule benchmark_warmup_aggregate:
         "python3 -m cs336_systems.core.results --out {output} {input.points} 2>&1 | tee {log}"
 
 
-BENCHMARK_FIGURES = [
-    f"{REPORT_DIR}/figures/benchmark_{name}.png"
-    for name in ("latency", "bwd_fwd", "warmup", "speedups", "mfu")
-]
+BENCHMARK_PLOTS = ["latency", "bwd_fwd", "warmup", "speedups", "mfu"]
+BENCHMARK_FIGURES = figures("benchmark", BENCHMARK_PLOTS)
 
 
 rule benchmark_plots:
     input:
-        benchmark=rules.benchmark_aggregate.output[0],
-        warmup=rules.benchmark_warmup_aggregate.output[0],
+        benchmark=str(rules.benchmark_aggregate.output[0]),
+        warmup=str(rules.benchmark_warmup_aggregate.output[0]),
         code=code_stamp("benchmark_analysis", "cs336_systems.stages.benchmark.analysis"),
     output:
         BENCHMARK_FIGURES,
+        vector_figures("benchmark", BENCHMARK_PLOTS),
     log:
         f"{RESULTS}/logs/benchmark_plots.log",
     localrule: True

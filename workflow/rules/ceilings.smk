@@ -9,7 +9,7 @@ rule ceilings:
     input:
         code_stamp("ceilings", "cs336_systems.stages.ceilings"),
     output:
-        f"{RESULTS}/ceilings.csv",
+        report_table("ceilings", f"{RESULTS}/ceilings.csv"),
     log:
         f"{RESULTS}/logs/ceilings.log",
     benchmark:

@@ -8,7 +8,7 @@ CHECKPOINTING_SOURCES = code_stamp(
     "checkpointing", "cs336_systems.stages.checkpointing"
 )
 CHECKPOINTING_POINTS = f"{RESULTS}/checkpointing/strategies_{{precision}}.csv"
-CHECKPOINTING_FIGURES = [f"{REPORT_DIR}/figures/checkpointing_strategies.png"]
+CHECKPOINTING_FIGURES = figures("checkpointing", ["strategies"])
 
 
 rule checkpointing_accounting:
@@ -73,11 +73,11 @@ rule checkpointing_aggregate:
             CHECKPOINTING_POINTS,
             precision=stage_config("checkpointing")["precisions"],
         ),
-        saved=rules.checkpointing_accounting.output[0],
+        saved=str(rules.checkpointing_accounting.output[0]),
         code=code_stamp("results", "cs336_systems.core.results"),
     output:
-        points=f"{RESULTS}/checkpointing.csv",
-        saved=f"{RESULTS}/checkpointing_saved.csv",
+        points=report_table("checkpointing", f"{RESULTS}/checkpointing.csv"),
+        saved=report_table("checkpointing", f"{RESULTS}/checkpointing_saved.csv"),
     log:
         f"{RESULTS}/logs/checkpointing_aggregate.log",
     localrule: True
@@ -89,13 +89,14 @@ rule checkpointing_aggregate:
 
 rule checkpointing_plots:
     input:
-        points=rules.checkpointing_aggregate.output.points,
-        saved=rules.checkpointing_aggregate.output.saved,
+        points=str(rules.checkpointing_aggregate.output.points),
+        saved=str(rules.checkpointing_aggregate.output.saved),
         code=code_stamp(
             "checkpointing_analysis", "cs336_systems.stages.checkpointing.analysis"
         ),
     output:
         CHECKPOINTING_FIGURES,
+        vector_figures("checkpointing", ["strategies"]),
     log:
         f"{RESULTS}/logs/checkpointing_plots.log",
     localrule: True

@@ -153,6 +153,58 @@ def parent(path):
     return str(Path(path).parent)
 
 
+# Snakemake's own report (`snakemake --report report.zip`, workflow/report/): each stage's
+# figures and tables are items of it, one caption each (workflow/report/<stage>/<item>.rst),
+# in a category per stage numbered in the report's order (the viewer sorts categories by name)
+_STAGE_ORDER = sorted(
+    STAGE_NAMES,
+    key=lambda s: (
+        getattr(importlib.import_module(f"cs336_systems.stages.{s}"), "ORDER", 999),
+        s,
+    ),
+)
+REPORT_CATEGORY = "00. The study: the whole report, one page"
+
+
+def report_category(stage):
+    title = importlib.import_module(f"cs336_systems.stages.{stage}").TITLE
+    return f"{_STAGE_ORDER.index(stage) + 1:02d}. {title}"
+
+
+def figures(stage, names):
+    """The stage's figures (`report/<machine>/figures/<stage>_<name>.png`), each an item of
+    Snakemake's report with its caption."""
+    items = []
+    for name in names:
+        item = report(
+            f"{REPORT_DIR}/figures/{stage}_{name}.png",
+            caption=f"../report/{stage}/{name}.rst",
+            category=report_category(stage),
+            subcategory="figures",
+            labels={"figure": name.replace("_", " ")},
+        )
+        items.append(item)
+    return items
+
+
+def vector_figures(stage, names):
+    """The same figures as PDF, for a write-up (core/analysis.py:save writes both)."""
+    return [f"{REPORT_DIR}/figures/{stage}_{name}.pdf" for name in names]
+
+
+def report_table(stage, path):
+    """A stage's CSV (`results/<machine>/<name>.csv`) as an item of Snakemake's report."""
+    name = Path(path).stem
+    item = report(
+        path,
+        caption=f"../report/{stage}/{name}.rst",
+        category=report_category(stage),
+        subcategory="tables",
+        labels={"table": f"{name}.csv"},
+    )
+    return item
+
+
 print(
     f"[cs336] machine={MACHINE} preset={PRESET} edition={EDITION} stages={','.join(STAGES)}",
     file=sys.stderr,

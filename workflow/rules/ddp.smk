@@ -4,9 +4,8 @@
 
 DDP = stage_config("ddp")
 DDP_POINTS = f"{RESULTS}/ddp/{{kind}}.csv"
-DDP_FIGURES = [
-    f"{REPORT_DIR}/figures/ddp_{name}.png" for name in ("variants", "buckets", "memory")
-]
+DDP_PLOTS = ["variants", "buckets", "memory"]
+DDP_FIGURES = figures("ddp", DDP_PLOTS)
 
 
 rule ddp:
@@ -62,7 +61,7 @@ rule ddp_aggregate:
         ),
         code=code_stamp("results", "cs336_systems.core.results"),
     output:
-        f"{RESULTS}/ddp.csv",
+        report_table("ddp", f"{RESULTS}/ddp.csv"),
     log:
         f"{RESULTS}/logs/ddp_aggregate.log",
     localrule: True
@@ -72,14 +71,15 @@ rule ddp_aggregate:
 
 rule ddp_plots:
     input:
-        data=rules.ddp_aggregate.output[0],
+        data=str(rules.ddp_aggregate.output[0]),
         # the bucket-size model is fitted to the measured all-reduce latency and bandwidth
         allreduce=lambda wc: (
-            [rules.allreduce_aggregate.output[0]] if "allreduce" in STAGES else []
+            [str(rules.allreduce_aggregate.output[0])] if "allreduce" in STAGES else []
         ),
         code=code_stamp("ddp_analysis", "cs336_systems.stages.ddp.analysis"),
     output:
         DDP_FIGURES,
+        vector_figures("ddp", DDP_PLOTS),
     log:
         f"{RESULTS}/logs/ddp_plots.log",
     localrule: True

@@ -6,6 +6,7 @@
 from cs336_systems.stages.flash import plan as flash_plan
 
 FLASH = stage_config("flash")
+FLASH_PLOTS = ["latency", "tflops", "speedup"]
 FLASH_SOURCES = code_stamp("flash", "cs336_systems.stages.flash")
 FLASH_GATE = flash_plan.gate(STAGES, RESULTS)
 
@@ -109,7 +110,7 @@ rule flash_aggregate:
         points=flash_plan.point_files(FLASH, RESULTS),
         code=code_stamp("results", "cs336_systems.core.results"),
     output:
-        f"{RESULTS}/flash.csv",
+        report_table("flash", f"{RESULTS}/flash.csv"),
     log:
         f"{RESULTS}/logs/flash_aggregate.log",
     localrule: True
@@ -119,13 +120,11 @@ rule flash_aggregate:
 
 rule flash_plots:
     input:
-        csv=rules.flash_aggregate.output[0],
+        csv=str(rules.flash_aggregate.output[0]),
         code=code_stamp("flash_analysis", "cs336_systems.stages.flash.analysis"),
     output:
-        [
-            f"{REPORT_DIR}/figures/flash_{n}.png"
-            for n in ("latency", "tflops", "speedup")
-        ],
+        figures("flash", FLASH_PLOTS),
+        vector_figures("flash", FLASH_PLOTS),
     log:
         f"{RESULTS}/logs/flash_plots.log",
     localrule: True

@@ -3,7 +3,8 @@
 # torchrun launch (a machine with too few GPUs writes `skipped` rows with the command to run).
 
 
-FSDP_FIGURES = [f"{REPORT_DIR}/figures/fsdp_{name}.png" for name in ("memory", "time")]
+FSDP_PLOTS = ["memory", "time"]
+FSDP_FIGURES = figures("fsdp", FSDP_PLOTS)
 
 
 rule fsdp:
@@ -50,10 +51,10 @@ rule fsdp:
 
 rule fsdp_aggregate:
     input:
-        points=rules.fsdp.output[0],
+        points=str(rules.fsdp.output[0]),
         code=code_stamp("results", "cs336_systems.core.results"),
     output:
-        f"{RESULTS}/fsdp.csv",
+        report_table("fsdp", f"{RESULTS}/fsdp.csv"),
     log:
         f"{RESULTS}/logs/fsdp_aggregate.log",
     localrule: True
@@ -63,10 +64,11 @@ rule fsdp_aggregate:
 
 rule fsdp_plots:
     input:
-        data=rules.fsdp_aggregate.output[0],
+        data=str(rules.fsdp_aggregate.output[0]),
         code=code_stamp("fsdp_analysis", "cs336_systems.stages.fsdp.analysis"),
     output:
         FSDP_FIGURES,
+        vector_figures("fsdp", FSDP_PLOTS),
     log:
         f"{RESULTS}/logs/fsdp_plots.log",
     localrule: True

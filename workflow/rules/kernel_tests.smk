@@ -17,7 +17,7 @@ rule kernel_tests:
         tests=KERNEL_TESTS["files"],
         conftest="tests/conftest.py",
     output:
-        csv=f"{RESULTS}/kernel_tests.csv",
+        csv=report_table("kernel_tests", f"{RESULTS}/kernel_tests.csv"),
         junit=f"{RESULTS}/kernel_tests/junit.xml",
     log:
         f"{RESULTS}/logs/kernel_tests.log",
@@ -44,12 +44,13 @@ rule kernel_tests:
 
 rule kernel_tests_plots:
     input:
-        csv=rules.kernel_tests.output.csv,
+        csv=str(rules.kernel_tests.output.csv),
         code=code_stamp(
             "kernel_tests_analysis", "cs336_systems.stages.kernel_tests.analysis"
         ),
     output:
-        f"{REPORT_DIR}/figures/kernel_tests_durations.png",
+        figures("kernel_tests", ["durations"]),
+        vector_figures("kernel_tests", ["durations"]),
     log:
         f"{RESULTS}/logs/kernel_tests_plots.log",
     localrule: True

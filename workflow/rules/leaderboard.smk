@@ -7,7 +7,7 @@
 LEADERBOARD_ABLATIONS = stage_config("leaderboard")["ablations"]
 
 
-LEADERBOARD_FIGURES = [f"{REPORT_DIR}/figures/leaderboard_breakdown.png"]
+LEADERBOARD_FIGURES = figures("leaderboard", ["breakdown"])
 
 
 rule leaderboard:
@@ -107,11 +107,11 @@ rule leaderboard_ablation:
 
 rule leaderboard_aggregate:
     input:
-        points=rules.leaderboard.output[0],
+        points=str(rules.leaderboard.output[0]),
         ablation=[rules.leaderboard_ablation.output[0]] if LEADERBOARD_ABLATIONS else [],
         code=code_stamp("results", "cs336_systems.core.results"),
     output:
-        f"{RESULTS}/leaderboard.csv",
+        report_table("leaderboard", f"{RESULTS}/leaderboard.csv"),
     log:
         f"{RESULTS}/logs/leaderboard_aggregate.log",
     localrule: True
@@ -122,12 +122,13 @@ rule leaderboard_aggregate:
 
 rule leaderboard_plots:
     input:
-        data=rules.leaderboard_aggregate.output[0],
+        data=str(rules.leaderboard_aggregate.output[0]),
         code=code_stamp(
             "leaderboard_analysis", "cs336_systems.stages.leaderboard.analysis"
         ),
     output:
         LEADERBOARD_FIGURES,
+        vector_figures("leaderboard", ["breakdown"]),
     log:
         f"{RESULTS}/logs/leaderboard_plots.log",
     localrule: True

@@ -9,10 +9,8 @@ MEMORY_CHECKPOINT = MEMORY.get(
     "checkpoint", {"contexts": [], "modes": [], "strategy": "best"}
 )
 MEMORY_SOURCES = code_stamp("memory", "cs336_systems.stages.memory")
-MEMORY_FIGURES = [
-    f"{REPORT_DIR}/figures/memory_{name}.png"
-    for name in ("peak", "activations", "timelines")
-]
+MEMORY_PLOTS = ["peak", "activations", "timelines"]
+MEMORY_FIGURES = figures("memory", MEMORY_PLOTS)
 
 
 rule memory:
@@ -66,9 +64,9 @@ rule memory_aggregate:
         blocks=expand(MEMORY_BLOCKS, size=MEMORY["sizes"]),
         code=code_stamp("results", "cs336_systems.core.results"),
     output:
-        points=f"{RESULTS}/memory.csv",
-        allocations=f"{RESULTS}/memory_allocations.csv",
-        blocks=f"{RESULTS}/memory_blocks.csv",
+        points=report_table("memory", f"{RESULTS}/memory.csv"),
+        allocations=report_table("memory", f"{RESULTS}/memory_allocations.csv"),
+        blocks=report_table("memory", f"{RESULTS}/memory_blocks.csv"),
     log:
         f"{RESULTS}/logs/memory_aggregate.log",
     localrule: True
@@ -81,11 +79,12 @@ rule memory_aggregate:
 
 rule memory_plots:
     input:
-        points=rules.memory_aggregate.output.points,
-        allocations=rules.memory_aggregate.output.allocations,
+        points=str(rules.memory_aggregate.output.points),
+        allocations=str(rules.memory_aggregate.output.allocations),
         code=code_stamp("memory_analysis", "cs336_systems.stages.memory.analysis"),
     output:
         MEMORY_FIGURES,
+        vector_figures("memory", MEMORY_PLOTS),
     log:
         f"{RESULTS}/logs/memory_plots.log",
     localrule: True

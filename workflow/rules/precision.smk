@@ -7,17 +7,15 @@ PRECISION_OUTPUTS = {
     "dtypes": f"{RESULTS}/precision_dtypes.csv",
     "layernorm": f"{RESULTS}/precision_layernorm.csv",
 }
-PRECISION_FIGURES = [
-    f"{REPORT_DIR}/figures/precision_{name}.png"
-    for name in ("accumulation", "layernorm")
-]
+PRECISION_PLOTS = ["accumulation", "layernorm"]
+PRECISION_FIGURES = figures("precision", PRECISION_PLOTS)
 
 
 rule precision:
     input:
         code_stamp("precision", "cs336_systems.stages.precision"),
     output:
-        **PRECISION_OUTPUTS,
+        **{k: report_table("precision", v) for k, v in PRECISION_OUTPUTS.items()},
     log:
         f"{RESULTS}/logs/precision.log",
     benchmark:
@@ -40,6 +38,7 @@ rule precision_plots:
         code=code_stamp("precision_analysis", "cs336_systems.stages.precision.analysis"),
     output:
         PRECISION_FIGURES,
+        vector_figures("precision", PRECISION_PLOTS),
     log:
         f"{RESULTS}/logs/precision_plots.log",
     localrule: True

@@ -10,10 +10,8 @@ PROFILE_PROBE_CFG = PROFILE.get(
     {"start": 256, "max": 16384, "mode": "forward_backward", "above": 128, "count": 3},
 )
 PROFILE_SOURCES = code_stamp("profile", "cs336_systems.stages.profile")
-PROFILE_FIGURES = [
-    f"{REPORT_DIR}/figures/profile_{name}.png"
-    for name in ("kernel_share", "gemm_share", "attention")
-]
+PROFILE_PLOTS = ["kernel_share", "gemm_share", "attention"]
+PROFILE_FIGURES = figures("profile", PROFILE_PLOTS)
 
 
 rule profile:
@@ -70,9 +68,9 @@ rule profile_aggregate:
         probe=expand(PROFILE_PROBE, size=PROFILE["sizes"]),
         code=code_stamp("results", "cs336_systems.core.results"),
     output:
-        points=f"{RESULTS}/profile.csv",
-        kernels=f"{RESULTS}/profile_kernels.csv",
-        probe=f"{RESULTS}/profile_probe.csv",
+        points=report_table("profile", f"{RESULTS}/profile.csv"),
+        kernels=report_table("profile", f"{RESULTS}/profile_kernels.csv"),
+        probe=report_table("profile", f"{RESULTS}/profile_probe.csv"),
     log:
         f"{RESULTS}/logs/profile_aggregate.log",
     localrule: True
@@ -85,11 +83,12 @@ rule profile_aggregate:
 
 rule profile_plots:
     input:
-        points=rules.profile_aggregate.output.points,
-        kernels=rules.profile_aggregate.output.kernels,
+        points=str(rules.profile_aggregate.output.points),
+        kernels=str(rules.profile_aggregate.output.kernels),
         code=code_stamp("profile_analysis", "cs336_systems.stages.profile.analysis"),
     output:
         PROFILE_FIGURES,
+        vector_figures("profile", PROFILE_PLOTS),
     log:
         f"{RESULTS}/logs/profile_plots.log",
     localrule: True

@@ -1,9 +1,13 @@
-# The report: renders report/<machine>/report.md from every enabled stage's CSVs and figures.
+# The report: renders report/<machine>/report.md from every enabled stage's CSVs and figures,
+# with report.html (the same, one page) and tables/ (LaTeX and Typst copies of its tables).
 
 
 rule report:
     input:
-        data=lambda wc: [f for stage in STAGES for f in REPORT_INPUTS.get(stage, [])],
+        # (as plain paths: a report item is its producing rule's, caption and all)
+        data=lambda wc: [
+            str(f) for stage in STAGES for f in REPORT_INPUTS.get(stage, [])
+        ],
         # report.py imports each stage's analysis by name, reads every stage's declarations
         # (questions for the coverage table, checks) and renders the stages' templates
         code=lambda wc: code_stamp(
@@ -17,7 +21,16 @@ rule report:
             ],
         ),
     output:
-        f"{REPORT_DIR}/report.md",
+        md=f"{REPORT_DIR}/report.md",
+        # the same report as one page, figures embedded: the first page of Snakemake's report
+        html=report(
+            f"{REPORT_DIR}/report.html",
+            caption="../report/report.rst",
+            category=REPORT_CATEGORY,
+            labels={"page": "report.md"},
+        ),
+        # every table of the report as LaTeX (booktabs) and Typst, for a write-up
+        tables=directory(f"{REPORT_DIR}/tables"),
     log:
         f"{RESULTS}/logs/report.log",
     localrule: True
@@ -27,5 +40,5 @@ rule report:
         # the run's edition (config `edition`), whatever a stage's rows say
         edition=EDITION,
     shell:
-        "python3 -m cs336_systems.report --results {params.results} --out {output}"
+        "python3 -m cs336_systems.report --results {params.results} --out {output.md}"
         " --stages {params.stages} --edition {params.edition} 2>&1 | tee {log}"
