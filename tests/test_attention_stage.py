@@ -489,6 +489,7 @@ def test_plots_and_report_sections(stage_results, tmp_path):
     for module in (attention_analysis, flash_analysis, kernel_tests_analysis):
         for path in module.plot(stage_results, tmp_path):
             assert path.exists() and path.stat().st_size > 1000 and path.name.endswith(".png")
+            assert path.with_suffix(".pdf").exists(), path  # its vector twin, for a write-up
     text = report.render(stage_results, ["kernel_tests", "attention", "flash"])
     assert "Not benchmarked" in text and "flash_triton" in text
     assert "not benchmarked** (kernel tests failed; see Kernel tests)" in text

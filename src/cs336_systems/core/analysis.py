@@ -181,12 +181,14 @@ def pct(x: float) -> str:
     return "–" if x is None or math.isnan(x) else f"{100 * x:.1f}%"
 
 
-def save(fig, path: Path) -> Path:
+def save(fig, path: Path, tight: bool = True) -> Path:
     """The figure as `path` (PNG, for the report) and beside it as PDF (vector, for a write-up:
-    LaTeX's \\includegraphics, Typst's image); returns the PNG's path."""
+    LaTeX's \\includegraphics, Typst's image); returns the PNG's path. `tight=False`: the
+    caller laid the figure out itself."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
+    if tight:
+        fig.tight_layout()
     fig.savefig(path, dpi=110)
     # no creation date: the same figure is the same file
     fig.savefig(path.with_suffix(".pdf"), metadata={"CreationDate": None})

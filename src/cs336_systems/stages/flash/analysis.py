@@ -95,9 +95,7 @@ def _grid_figure(df: pd.DataFrame, value, ylabel: str, title: str, path: Path, l
     fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=8)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0.08, 1, 0.95))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path, tight=False)
 
 
 def speedups(df: pd.DataFrame, ours: str = "flash_triton", prefix: str = "fwd_bwd") -> pd.DataFrame:
