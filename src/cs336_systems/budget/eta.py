@@ -37,6 +37,7 @@ KEYS = {
     "allreduce": lambda w: ("allreduce", w["backend"]),
     "ddp": lambda w: ("ddp", w["kind"]),
     "fsdp": lambda w: ("fsdp", "runs"),
+    "leaderboard_ablation": lambda w: ("leaderboard", "ablation"),
     "kernel_tests": lambda w: ("kernel_tests", "kernel_tests"),
     "ceilings": lambda w: ("ceilings", "ceilings"),
     "precision": lambda w: ("precision", "precision"),
