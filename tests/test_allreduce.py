@@ -74,15 +74,6 @@ def test_commands_and_environment(monkeypatch):
     assert env["NVSHMEM_DISABLE_NVLS"] == "1"
     assert env["NCCL_DEBUG"] == "WARN"
     assert SRC in env["PYTHONPATH"].split(os.pathsep)
-    # a job's threads (Snakemake's OMP_NUM_THREADS) split over the node's workers
-    assert (
-        launch.worker_env(launch.Topology(2), base={"OMP_NUM_THREADS": "4"})["OMP_NUM_THREADS"]
-        == "2"
-    )
-    assert (
-        launch.worker_env(launch.Topology(4), base={"OMP_NUM_THREADS": "2"})["OMP_NUM_THREADS"]
-        == "1"
-    )
 
 
 def test_fill_missing_keeps_order_and_reason():

@@ -20,7 +20,8 @@ rule allreduce:
         f"{RESULTS}/jobs/allreduce/{{backend}}.tsv"
     wildcard_constraints:
         backend="gloo|nccl",
-    # one process per rank of the largest world
+    # one process per rank of the largest world (for the scheduler: each computes on one
+    # thread, OMP_NUM_THREADS=1 below, as Snakemake's default of 1 thread had it)
     threads: max(ALLREDUCE["world_sizes"])
     resources:
         **launcher_resources("allreduce"),
@@ -35,7 +36,7 @@ rule allreduce:
         env=cli_list(f"{k}={v}" for k, v in sorted(ALLREDUCE["env"].items())),
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.core.gpus {resources.gpu}"
+        "OMP_NUM_THREADS=1 python3 -m cs336_systems.core.gpus {resources.gpu}"
         " python3 -m cs336_systems.stages.allreduce {params.common} --out {output}"
         " --backend {wildcards.backend} --world-sizes {params.world_sizes}"
         " --sizes-mb {params.sizes} --buffers {params.buffers}"

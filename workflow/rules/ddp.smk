@@ -19,7 +19,8 @@ rule ddp:
         f"{RESULTS}/jobs/ddp/{{kind}}.tsv"
     wildcard_constraints:
         kind="variants|sharding",
-    # one process per rank
+    # one process per rank (for the scheduler: each computes on one thread, OMP_NUM_THREADS=1
+    # below, as Snakemake's default of 1 thread had it)
     threads: DDP["world_size"]
     resources:
         **launcher_resources("ddp"),
@@ -40,7 +41,7 @@ rule ddp:
         ),
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.core.gpus {resources.gpu}"
+        "OMP_NUM_THREADS=1 python3 -m cs336_systems.core.gpus {resources.gpu}"
         " python3 -m cs336_systems.stages.ddp {wildcards.kind} {params.common}"
         " --out {output} --backend {params.cfg[backend]} --world-size {params.cfg[world_size]}"
         " --size {params.cfg[size]} --context-length {params.cfg[context_length]}"

@@ -38,7 +38,7 @@ rule fsdp:
         ),
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.core.gpus {resources.gpu}"
+        "OMP_NUM_THREADS=1 python3 -m cs336_systems.core.gpus {resources.gpu}"
         " python3 -m cs336_systems.stages.fsdp {params.common} --out {output}"
         " --backend {params.cfg[backend]} --world-size {params.cfg[world_size]}"
         " --size {params.cfg[size]} --context-length {params.cfg[context_length]}"

@@ -23,7 +23,7 @@ rule kernel_tests:
         f"{RESULTS}/logs/kernel_tests.log",
     benchmark:
         f"{RESULTS}/jobs/kernel_tests.tsv"
-    # pytest-xdist workers, each a process on its own core
+    # pytest-xdist workers, each a process on its own core (one thread each, OMP_NUM_THREADS=1)
     threads: kernel_tests_plan.worker_count(KERNEL_TESTS.get("workers", 1))
     resources:
         gpu=gpus(1),
@@ -36,7 +36,7 @@ rule kernel_tests:
         workers=KERNEL_TESTS.get("workers", 1),
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.core.gpus {resources.gpu}"
+        "OMP_NUM_THREADS=1 python3 -m cs336_systems.core.gpus {resources.gpu}"
         " python3 -m cs336_systems.stages.kernel_tests {params.common} --files {params.files}"
         " {params.kernels} --select {params.select} --marker {params.marker}"
         " --timeout {params.timeout} --workers {params.workers} --junit {output.junit} --out {output.csv} 2>&1 | tee {log}"

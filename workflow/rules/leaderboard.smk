@@ -43,7 +43,7 @@ rule leaderboard:
         ),
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.core.gpus {resources.gpu}"
+        "OMP_NUM_THREADS=1 python3 -m cs336_systems.core.gpus {resources.gpu}"
         " python3 -m cs336_systems.stages.leaderboard {params.common} --out {output}"
         " --plans full,reduced"
         " --backend {params.cfg[backend]} --world-size {params.cfg[world_size]}"
@@ -91,7 +91,7 @@ rule leaderboard_ablation:
         ),
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.core.gpus {resources.gpu}"
+        "OMP_NUM_THREADS=1 python3 -m cs336_systems.core.gpus {resources.gpu}"
         " python3 -m cs336_systems.stages.leaderboard {params.common} --out {output}"
         " --plans ablation --ablations={params.ablations}"
         " --backend {params.cfg[backend]} --world-size {params.cfg[world_size]}"

@@ -162,10 +162,9 @@ def worker_env(
     """The environment of every worker: caller's, the multicast-off settings, then `extra`."""
     env = dict(os.environ if base is None else base)
     env.update(DISTRIBUTED_ENV)
-    # CPU workers share the job's cores (torchrun would otherwise force 1 thread, warning):
-    # Snakemake gives a job its `threads` as OMP_NUM_THREADS, the node's workers split them
-    cores = int(env.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
-    env["OMP_NUM_THREADS"] = str(max(1, cores // topology.nproc_per_node))
+    # CPU workers share the cores; torchrun would otherwise force 1 thread with a warning
+    cores = os.cpu_count() or 1
+    env.setdefault("OMP_NUM_THREADS", str(max(1, cores // topology.nproc_per_node)))
     # the workers import this package: make sure they find it even without an installed copy
     src = str(Path(__file__).resolve().parents[2])
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
