@@ -7,6 +7,7 @@ compares the replicas with single-process training on the whole batch.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import pytest
@@ -17,6 +18,7 @@ from dist_utils import run_forked_ranks
 from torch import nn
 
 from cs336_systems import adapters
+from cs336_systems.parallel import collectives
 from cs336_systems.parallel.ddp import DDPBucketed, DDPFlat, DDPNaive, DDPOverlapIndividual, wrap
 
 WORLD = 2
@@ -193,6 +195,131 @@ def test_bucket_layout(replicas, bucket):
         assert len(layouts[0]) == 1
     if bucket <= 0.001:
         assert len(layouts[0]) > 2
+
+
+# ------------------------------------------ a gradient accumulated twice in one step (tied)
+
+
+class TiedAcrossCheckpoint(nn.Module):
+    """A weight tied between a reentrant-checkpointed segment and the layer after it. The
+    segment's backward is an autograd pass of its own, so in one backward the weight's gradient
+    is accumulated twice (the layer's part, then the segment's) and its hooks fire twice."""
+
+    def __init__(self, d: int = 6):
+        super().__init__()
+        self.pre = nn.Linear(d, d)
+        self.inner = nn.Linear(d, d, bias=False)
+        self.mid = nn.Linear(d, d)
+        self.outer = nn.Linear(d, d, bias=False)
+        self.outer.weight = self.inner.weight
+        self.head = nn.Linear(d, 3)
+
+    def segment(self, h: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.mid(torch.tanh(self.inner(h))))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.utils.checkpoint import checkpoint
+
+        h = checkpoint(self.segment, torch.tanh(self.pre(x)), use_reentrant=True)
+        return self.head(torch.tanh(self.outer(h)))
+
+
+class _Deferred:
+    def __init__(self, run):
+        self._run, self._done = run, False
+
+    def wait(self, timeout=None) -> bool:
+        if not self._done:
+            self._run()
+            self._done = True
+        return True
+
+    def is_completed(self) -> bool:
+        return self._done
+
+
+class DeferredCollectives(collectives.TorchCollectives):
+    """An all-reduce started asynchronously reads and writes its tensor only when waited on:
+    the slowest network there is. It forces the interleaving where backward adds into a
+    gradient before the all-reduce already started on it has read it."""
+
+    def all_reduce(self, tensor, group=None, async_op=False):
+        run = functools.partial(collectives.TorchCollectives.all_reduce, self, tensor, group)
+        if not async_op:
+            return run()
+        return _Deferred(run)
+
+
+TIED_CONFIGS = [
+    (variant, bucket, deferred)
+    for variant, bucket in (("overlap", None), ("bucketed", 1e-6), ("bucketed", 1000.0))
+    for deferred in (False, True)
+]
+
+
+def tied_batch() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(3)
+    return torch.randn(8, 6, generator=g, dtype=torch.float64), torch.randint(
+        0, 3, (8,), generator=g
+    )
+
+
+def tied_model(seed: int) -> TiedAcrossCheckpoint:
+    torch.manual_seed(seed)
+    return TiedAcrossCheckpoint().double()
+
+
+def _tied_grads(variant: str, bucket: float | None, deferred: bool, rank: int) -> dict:
+    model = tied_model(seed=10 + rank)  # the wrapper broadcasts rank 0's
+    fired = []
+    model.inner.weight.register_post_accumulate_grad_hook(lambda p: fired.append(1))
+    impl = DeferredCollectives() if deferred else collectives.current()
+    with collectives.use(impl):
+        ddp = wrap(model, variant, bucket)
+        x, y = tied_batch()
+        half = slice(4 * rank, 4 * (rank + 1))
+        ddp.on_train_batch_start()
+        F.cross_entropy(ddp(x[half]), y[half]).backward()
+        ddp.finish_gradient_synchronization()
+    ddp.remove_hooks()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    return {"grads": grads, "accumulations": len(fired)}
+
+
+def _tied_worker(rank: int, store_path: str, out_dir: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=WORLD)
+    torch.set_num_threads(1)
+    results = {c: _tied_grads(*c, rank) for c in TIED_CONFIGS}
+    torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def tied_replicas() -> list[dict]:
+    return run_forked_ranks(_tied_worker, WORLD)
+
+
+@pytest.mark.parametrize(
+    ("variant", "bucket", "deferred"),
+    TIED_CONFIGS,
+    ids=[f"{v}-{b}-{'deferred' if d else 'gloo'}" for v, b, d in TIED_CONFIGS],
+)
+def test_a_weight_accumulated_twice_is_averaged_once(tied_replicas, variant, bucket, deferred):
+    """The overlapping wrappers average a gradient accumulated twice in one step exactly: the
+    all-reduce started after the first accumulation is finished before the second one adds
+    into the gradient (with deferred collectives the addition would otherwise land before the
+    all-reduce reads it), and the sum is sent again."""
+    model = tied_model(seed=10)
+    x, y = tied_batch()
+    F.cross_entropy(model(x), y).backward()  # the whole batch in one process
+    for rank, result in enumerate(tied_replicas):
+        got = result[(variant, bucket, deferred)]
+        assert got["accumulations"] == 2  # the case under test happened
+        for name, p in model.named_parameters():
+            torch.testing.assert_close(
+                got["grads"][name], p.grad, rtol=1e-12, atol=1e-14, msg=f"rank {rank}: {name}"
+            )
 
 
 @pytest.fixture

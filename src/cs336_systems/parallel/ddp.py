@@ -29,6 +29,16 @@ Averaging divides by the world size before the sum (gloo has no AVG reduction). 
 requires grad but got no gradient in a step keeps ``grad=None``, as in single-process training;
 every rank must then leave the same parameters unused (as torch's DDP without
 ``find_unused_parameters``), or the ranks' collectives no longer match.
+
+A parameter's gradient can be accumulated more than once in one step: a weight tied between a
+reentrant-checkpointed segment and the rest of the model (the segment's backward is a separate
+autograd pass), or two backward passes before synchronizing. Its post-accumulate-grad hook then
+fires once per accumulation, and the next accumulation adds into ``.grad`` in place, while the
+all-reduce started by the previous hook may still be reading or writing it (a data race: the
+sum then depends on which thread got there first). So the overlapping variants also hook in
+before each accumulation: an all-reduce of that gradient still in flight is finished first, and
+the gradient is sent again once the new part is in. Sending the sum again is exact: the earlier
+part is already the average, the same on every rank, and averaging leaves it unchanged.
 """
 
 from __future__ import annotations
@@ -127,20 +137,34 @@ class DDPFlat(_DataParallelBase):
             torch._foreach_copy_(grads, _unflatten_dense_tensors(flat, grads))
 
 
+def _hook_accumulation(ddp: _DataParallelBase, before, after) -> None:
+    """`before(p)` just before each accumulation into p.grad (a tensor hook on the leaf runs
+    before AccumulateGrad), `after(p)` just after it, for every parameter `ddp` synchronizes."""
+    for p in ddp.sync_params:
+        ddp._hook_handles.append(p.register_hook(lambda grad, p=p: before(p)))
+        ddp._hook_handles.append(p.register_post_accumulate_grad_hook(after))
+
+
 class DDPOverlapIndividual(_DataParallelBase):
     """Asynchronous all-reduce of each gradient as soon as backward has accumulated it."""
 
     def __init__(self, module: nn.Module, process_group: dist.ProcessGroup | None = None):
         super().__init__(module, process_group)
-        self._pending: list[Any] = []
-        for p in self.sync_params:
-            self._hook_handles.append(p.register_post_accumulate_grad_hook(self._on_grad_ready))
+        self._pending: dict[int, Any] = {}  # id(parameter) -> its all-reduce in flight
+        _hook_accumulation(self, self._before_accumulation, self._on_grad_ready)
+
+    def _before_accumulation(self, p: nn.Parameter) -> None:
+        # more gradient is about to be added into p.grad: its all-reduce in flight (in place on
+        # p.grad) finishes first (module doc)
+        work = self._pending.pop(id(p), None)
+        if work is not None:
+            work.wait()
 
     def _on_grad_ready(self, p: nn.Parameter) -> None:
-        self._pending.append(self._all_reduce(p.grad, async_op=True))
+        self._pending[id(p)] = self._all_reduce(p.grad, async_op=True)
 
     def finish_gradient_synchronization(self) -> None:
-        for work in self._pending:
+        for work in self._pending.values():
             work.wait()
         self._pending.clear()
 
@@ -150,7 +174,7 @@ class _Bucket:
 
     def __init__(self, params: list[nn.Parameter]):
         self.params = params
-        self.ready = 0
+        self.ready: set[int] = set()  # id() of the parameters whose gradient is in
         self.work: Any = None
         self.flat: torch.Tensor | None = None
 
@@ -181,8 +205,7 @@ class DDPBucketed(_DataParallelBase):
         for bucket in self.buckets:
             for p in bucket.params:
                 self._bucket_of[id(p)] = bucket
-        for p in self.sync_params:
-            self._hook_handles.append(p.register_post_accumulate_grad_hook(self._on_grad_ready))
+        _hook_accumulation(self, self._before_accumulation, self._on_grad_ready)
 
     def _make_buckets(self, limit_bytes: float) -> list[_Bucket]:
         buckets: list[list[nn.Parameter]] = []
@@ -209,18 +232,38 @@ class DDPBucketed(_DataParallelBase):
         for bucket in self.buckets:
             if bucket.work is not None:  # a step that never finished: drain it first
                 bucket.work.wait()
-            bucket.ready, bucket.work, bucket.flat = 0, None, None
+            bucket.ready, bucket.work, bucket.flat = set(), None, None
 
     def _launch(self, bucket: _Bucket) -> None:
         # a parameter without a gradient this step contributes zeros and stays grad=None
         parts = [p.grad if p.grad is not None else torch.zeros_like(p) for p in bucket.params]
-        bucket.flat = _flatten_dense_tensors(parts)
+        bucket.flat = _flatten_dense_tensors(parts)  # one tensor: a view of its .grad
         bucket.work = self._all_reduce(bucket.flat, async_op=True)
+
+    def _complete(self, bucket: _Bucket) -> None:
+        """Wait for the bucket's all-reduce, write the averages into the gradients, and start
+        the bucket over (no gradient counted in)."""
+        bucket.work.wait()
+        synced = _unflatten_dense_tensors(bucket.flat, [p.data for p in bucket.params])
+        pairs = [
+            (p.grad, s) for p, s in zip(bucket.params, synced, strict=True) if p.grad is not None
+        ]
+        if pairs:
+            torch._foreach_copy_([g for g, _ in pairs], [s for _, s in pairs])
+        bucket.ready, bucket.work, bucket.flat = set(), None, None
+
+    def _before_accumulation(self, p: nn.Parameter) -> None:
+        # more gradient for a parameter whose bucket was already sent (module doc): the bucket
+        # completes first, then collects again; the parameters that get no more gradient this
+        # step send their averages again from finish_gradient_synchronization (unchanged)
+        bucket = self._bucket_of[id(p)]
+        if bucket.work is not None:
+            self._complete(bucket)
 
     def _on_grad_ready(self, p: nn.Parameter) -> None:
         bucket = self._bucket_of[id(p)]
-        bucket.ready += 1
-        if bucket.ready == len(bucket.params):
+        bucket.ready.add(id(p))  # a set: a second accumulation does not count twice
+        if len(bucket.ready) == len(bucket.params):
             self._launch(bucket)
 
     def finish_gradient_synchronization(self) -> None:
@@ -228,16 +271,7 @@ class DDPBucketed(_DataParallelBase):
             if bucket.work is None:
                 self._launch(bucket)
         for bucket in self.buckets:
-            bucket.work.wait()
-            synced = _unflatten_dense_tensors(bucket.flat, [p.data for p in bucket.params])
-            pairs = [
-                (p.grad, s)
-                for p, s in zip(bucket.params, synced, strict=True)
-                if p.grad is not None
-            ]
-            if pairs:
-                torch._foreach_copy_([g for g, _ in pairs], [s for _, s in pairs])
-            bucket.ready, bucket.work, bucket.flat = 0, None, None
+            self._complete(bucket)
 
 
 def overhead_model(s_bytes: float, w_bps: float, o_s: float, n_b: float) -> float:
