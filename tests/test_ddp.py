@@ -393,6 +393,7 @@ def test_ddp_benchmark_end_to_end(tmp_path):
     for key, r in rows.items():
         assert r["status"] == "ok", (key, r["status"])
         assert r["step_ms_mean"] > 0
+        assert r["optimizer"] == "adamw_forloop"  # CPU tensors: AdamW's per-tensor loop
     for key in (("naive", None), ("bucketed", 1.0)):
         r = rows[key]
         assert r["replica_spread"] == 0.0
@@ -503,3 +504,71 @@ def test_report_shows_suspect_ddp_runs_marked_and_keeps_them_out_of_sentences(tm
     assert "Peak memory is not measured without CUDA" in section
     assert "CUDA allocator's maximum" not in section and "does not change" not in section
     assert "communication kernels" not in section
+
+
+def _bucket_rows(overlap: tuple, buckets: list[tuple]):
+    """ddp.csv rows of an overlap run (step, std, sync after backward) and bucketed runs
+    (bucket MiB, buckets, step, std, sync), 435 gradient tensors, as on two H200s (xl)."""
+    import pandas as pd
+    from fixture_rows import prov
+
+    common = {**prov(gpus=2), "kind": "variants", "backend": "nccl", "device": "cuda"}
+    common |= {"world_size": 2, "size": "xl", "params": 2e9, "context_length": 512}
+    common |= {"batch_per_rank": 4, "status": "ok", "warmup_steps": 2, "measure_steps": 5}
+    common |= {"num_grad_tensors": 435, "grad_mb": 7622.66, "optimizer": "adamw_fused"}
+    common |= {"opt_ms_mean": 16.0}
+    step, std, sync = overlap
+    rows = [{**common, "variant": "overlap", "step_ms_mean": step, "step_ms_std": std}]
+    rows[0] |= {"comm_ms_mean": sync, "comm_ms_std": 0.01, "fwd_bwd_ms_mean": step - 30}
+    rows[0] |= {"comm_share": sync / step}
+    for mib, n, step, std, sync in buckets:
+        rows.append(
+            {
+                **common,
+                "variant": "bucketed",
+                "bucket_size_mb": mib,
+                "num_buckets": n,
+                "step_ms_mean": step,
+                "step_ms_std": std,
+                "comm_ms_mean": sync,
+                "comm_ms_std": 0.01,
+                "fwd_bwd_ms_mean": step - 30 - sync,
+                "comm_share": sync / step,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def test_each_row_says_which_optimizer_it_ran(tmp_path):
+    from fixture_rows import write_results
+
+    from cs336_systems.stages.ddp import analysis
+
+    d = _bucket_rows((1025.0, 0.6, 0.44), [(1.0, 435, 1035.6, 0.5, 10.25)])
+    ctx = analysis.context(write_results(tmp_path / "a", ddp=d))
+    assert "fp32, AdamW (`adamw_fused`);" in ctx["setup"]
+    d.loc[0, "optimizer"] = "adamw_foreach"
+    ctx = analysis.context(write_results(tmp_path / "b", ddp=d))
+    assert "AdamW (`adamw_foreach`, `adamw_fused`: each run's in the table)" in ctx["setup"]
+    rows = [[c.strip() for c in x.split("|")] for x in ctx["variant_table"].splitlines()]
+    col = rows[0].index("optimizer")
+    assert [r[col] for r in rows[2:]] == ["adamw_foreach", "adamw_fused"]
+
+
+def test_optimizer_impl_names_what_step_runs():
+    from cs336_systems.model import optimizer_impl
+
+    params = list(nn.Linear(3, 3).parameters())
+    assert optimizer_impl(torch.optim.AdamW(params, fused=True)) == "adamw_fused"
+    assert optimizer_impl(torch.optim.AdamW(params, foreach=True)) == "adamw_foreach"
+    assert optimizer_impl(torch.optim.AdamW(params, foreach=False)) == "adamw_forloop"
+    # neither given: torch's own choice (for-loop for CPU tensors, foreach for CUDA ones)
+    assert optimizer_impl(torch.optim.AdamW(params)) == "adamw_forloop"
+    assert optimizer_impl(torch.optim.SGD(params, lr=0.1, foreach=True)) == "sgd_foreach"
+
+    class Wrapper(torch.optim.Optimizer):  # a sharded optimizer: reports the one it steps
+        def __init__(self):
+            super().__init__(params, {})
+            self.local_optimizer = torch.optim.AdamW(params, fused=True)
+
+    assert optimizer_impl(Wrapper()) == "adamw_fused"

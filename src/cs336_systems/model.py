@@ -283,3 +283,23 @@ def make_optimizer(model: nn.Module, lr: float = 1e-4) -> torch.optim.Optimizer:
     """AdamW, fused on CUDA."""
     on_cuda = next(model.parameters()).is_cuda
     return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, fused=on_cuda)
+
+
+def optimizer_impl(optimizer: torch.optim.Optimizer) -> str:
+    """The implementation `optimizer.step()` runs, as `<class>_<fused|foreach|forloop>` (e.g.
+    `adamw_fused`): the same optimizer can differ several-fold in time and temporary memory by
+    implementation, so a row records which one it timed. A wrapper holding the optimizer it
+    steps as `local_optimizer` (the sharded optimizer) reports that one's."""
+    from torch.optim.optimizer import _default_to_fused_or_foreach
+
+    inner = getattr(optimizer, "local_optimizer", None) or optimizer
+    d = inner.defaults
+    if d.get("fused"):
+        impl = "fused"
+    elif d.get("foreach") is not None:
+        impl = "foreach" if d["foreach"] else "forloop"
+    else:  # torch's own choice when neither is given
+        params = [p for g in inner.param_groups for p in g["params"]]
+        foreach = _default_to_fused_or_foreach(params, bool(d.get("differentiable")), False)[1]
+        impl = "foreach" if foreach else "forloop"
+    return f"{type(inner).__name__.lower()}_{impl}"

@@ -78,6 +78,24 @@ def _missing(d: pd.DataFrame, variants: tuple[str, ...], failed: str) -> str:
     return sanity.missing_answer([v for v in variants if _suspect(d, v)], failed, " and the ")
 
 
+def _optimizers(df: pd.DataFrame) -> str:
+    """'AdamW (`adamw_fused`)': the optimizer implementation the runs record (column
+    `optimizer`, `model.optimizer_impl`); where runs differ, the variant table names each run's
+    ('AdamW, the implementation per run in the table'); 'AdamW' for a CSV that does not record
+    it."""
+    names = _optimizer_names(df)
+    if not names:
+        return "AdamW"
+    if len(names) == 1:
+        return f"AdamW (`{names[0]}`)"
+    return "AdamW (" + ", ".join(f"`{n}`" for n in names) + ": each run's in the table)"
+
+
+def _optimizer_names(df: pd.DataFrame) -> list[str]:
+    r = ran(df)
+    return sorted(set(r["optimizer"].dropna())) if "optimizer" in r else []
+
+
 def comm_fits(df: pd.DataFrame, allreduce: pd.DataFrame) -> dict[str, dict]:
     """Latency o (s) and bandwidth w (B/s) from the all-reduce stage (same backend, world size,
     default buffers) and from this stage's naive and flat runs (per-call cost from their
@@ -151,6 +169,8 @@ def _variant_table(d: pd.DataFrame, base_ms: float) -> pd.DataFrame:
             "sync share": pct(r.comm_share) if r.variant != "baseline" else "–",
             "vs compute only": f"{fmt(r.step_ms_mean / base_ms)}×" if base_ms else "–",
         }
+        if len(_optimizer_names(d)) > 1:
+            row["optimizer"] = getattr(r, "optimizer", "–")
         if "prof_overlap_share" in d:
             share = getattr(r, "prof_overlap_share", math.nan)
             row["NCCL time overlapped"] = pct(share) if isinstance(share, float) else "–"
@@ -230,7 +250,7 @@ def context(results_dir: Path) -> dict:
             f"{int(first['context_length'])}, batch {int(first['batch_per_rank'])} per rank, "
             f"{first['backend']} with {int(first['world_size'])} processes"
             f"{' (one per GPU)' if first['backend'] == 'nccl' else ' on the CPU'}, "
-            f"fp32, AdamW; {int(first['warmup_steps'])} warm-up and "
+            f"fp32, {_optimizers(df)}; {int(first['warmup_steps'])} warm-up and "
             f"{int(first['measure_steps'])} measured steps per run"
         ),
         "n_points": len(df),

@@ -118,7 +118,7 @@ def replicas_agree(model, ctx) -> float:
 
 def measure_variant(model, variant: str, bucket: float | None, args, ctx, x, y) -> dict:
     """Warm-up and measured steps of one DDP variant on `model`, then the replica check."""
-    from cs336_systems.model import make_optimizer
+    from cs336_systems.model import make_optimizer, optimizer_impl
     from cs336_systems.parallel.ddp import wrap
 
     ddp = wrap(model, variant, bucket)
@@ -130,6 +130,7 @@ def measure_variant(model, variant: str, bucket: float | None, args, ctx, x, y) 
         )
         spread = replicas_agree(model, ctx)
         row = summarize_slowest(times, ctx)
+        row["optimizer"] = optimizer_impl(optimizer)
         row["replica_spread"] = spread
         row["num_buckets"] = getattr(ddp, "num_buckets", None)
         row["num_grad_tensors"] = len(ddp.sync_params)
@@ -165,7 +166,7 @@ def run_variants(args, ctx) -> list[dict]:
     import torch.distributed as dist
 
     from cs336_systems.core.harness import run_point
-    from cs336_systems.model import make_optimizer
+    from cs336_systems.model import make_optimizer, optimizer_impl
     from cs336_systems.parallel.launch import write_rows
 
     device = ctx.device
@@ -193,6 +194,7 @@ def run_variants(args, ctx) -> list[dict]:
             optimizer = make_optimizer(model, lr=args.lr)
             step = training_step(model, optimizer, x, y)
             row = summarize_slowest(timed_steps(step, args.warmup, args.steps, device), None)
+            row["optimizer"] = optimizer_impl(optimizer)
             model.zero_grad(set_to_none=True)
             return row
 
@@ -252,6 +254,7 @@ def _mb(nbytes: float) -> float:
 def _memory_point(args, ctx, sharded: bool) -> dict:
     import torch
 
+    from cs336_systems.model import optimizer_impl
     from cs336_systems.parallel.ddp import DDPOverlapIndividual
     from cs336_systems.parallel.launch import slowest_rank
     from cs336_systems.parallel.sharded_optimizer import ShardedOptimizer
@@ -343,6 +346,7 @@ def _memory_point(args, ctx, sharded: bool) -> dict:
             "params_mb": params_mb,
             "grads_mb": memory["grads_mb"],
             "num_params": sum(p.numel() for p in model.parameters()),
+            "optimizer": optimizer_impl(optimizer),
         }
     )
     ddp.remove_hooks()
@@ -567,6 +571,7 @@ COLUMNS_FIRST = [
     "batch_per_rank",
     "variant",
     "bucket_size_mb",
+    "optimizer",
     "status",
 ]
 
