@@ -203,3 +203,95 @@ def test_the_size_sentence_follows_the_curve_and_the_backend():
     text = analysis._size_sentence("gloo", 2, falling, "gloo")
     assert "bandwidth falls from 2.00 GB/s" in text and "fixed cost" not in text
     assert "peaking" not in text
+
+
+# ---------------------------- report: a suspect point is kept out of every fit, table and count
+
+H200_CSV = Path(__file__).resolve().parents[1] / "report" / "reference" / "h200-x2" / "csv"
+
+
+def _h200_results(tmp_path, clean: bool = False) -> Path:
+    """The committed two-H200 run's all-reduce and DDP CSVs, its NCCL 1 MiB point (default
+    buffers, 2 ranks) given a time std above its mean, so that the generic check flags it on
+    load (as it flagged the 1 MiB point of another run on the same machine); `clean`: as run."""
+    import pandas as pd
+    from fixture_rows import write_results
+
+    ar_df = pd.read_csv(H200_CSV / "allreduce.csv")
+    one = (ar_df["backend"] == "nccl") & (ar_df["buffers"] == "default") & (ar_df["size_mb"] == 1)
+    one &= ar_df["status"] == "ok"
+    assert one.sum() == 1
+    if not clean:
+        ar_df.loc[one, "time_ms_std"] = 1.5 * ar_df.loc[one, "time_ms_mean"]
+    ddp = pd.read_csv(H200_CSV / "ddp.csv")
+    folder = tmp_path / ("as-run" if clean else "flagged") / "h200-x2"
+    return write_results(folder, allreduce=ar_df, ddp=ddp)
+
+
+def _nccl_fit(results: Path):
+    from cs336_systems.core.analysis import load
+    from cs336_systems.core.costs import fit_latency_bandwidth
+
+    fit = fit_latency_bandwidth(load(results, "allreduce"))
+    return fit.set_index(["backend", "buffers", "world_size"]).loc[("nccl", "default", 2)]
+
+
+def test_a_suspect_point_stays_out_of_the_latency_fit(tmp_path):
+    import pandas as pd
+
+    from cs336_systems.core.costs import fit_latency_bandwidth
+
+    fit = _nccl_fit(_h200_results(tmp_path))
+    assert (fit["points"], fit["suspect"]) == (3, 1)
+    # the fit of the three other points alone
+    df = pd.read_csv(H200_CSV / "allreduce.csv")
+    rest = df[(df["backend"] == "nccl") & (df["buffers"] == "default") & (df["size_mb"] > 1)]
+    alone = fit_latency_bandwidth(rest[rest["status"] == "ok"]).iloc[0]
+    assert fit["latency_us"] == pytest.approx(alone["latency_us"])
+    assert fit["bandwidth_gbps"] == pytest.approx(alone["bandwidth_gbps"])
+    # unflagged, the 1 MiB point is fitted and moves the latency (the test is not vacuous)
+    kept = _nccl_fit(_h200_results(tmp_path, clean=True))
+    assert (kept["points"], kept["suspect"]) == (4, 0)
+    assert kept["latency_us"] != pytest.approx(fit["latency_us"], rel=0.01)
+
+
+def test_the_suspect_point_stays_out_of_the_ddp_model_and_the_ring_table(tmp_path):
+    """The data-parallel section's bucket-size model and the arithmetic stage's ring-model
+    table use the all-reduce points that passed the checks, and say how many they left out."""
+    import pandas as pd
+
+    from cs336_systems.core.analysis import load
+    from cs336_systems.stages.arithmetic.measure import main as arithmetic
+    from cs336_systems.stages.ddp import analysis as ddp
+
+    results = _h200_results(tmp_path)
+    fits = ddp.comm_fits(load(results, "ddp"), load(results, "allreduce"))
+    fit = _nccl_fit(results)
+    assert fits["allreduce stage"]["o"] == pytest.approx(fit["latency_us"] * 1e-6)
+    assert fits["allreduce stage"]["suspect"] == 1
+    clean = ddp.comm_fits(load(results, "ddp"), load(_h200_results(tmp_path, True), "allreduce"))
+    assert clean["allreduce stage"]["o"] != pytest.approx(fits["allreduce stage"]["o"], rel=0.01)
+    ctx = ddp.context(results)
+    assert ctx["fits"][0].endswith("GB/s (1 suspect point excluded: see Suspect numbers)")
+    # the ring-model rows: every NCCL point that ran but the suspect one
+    out = tmp_path / "arithmetic.csv"
+    arithmetic(
+        [
+            "--shapes",
+            "s:64:16:48",
+            "--backends",
+            "nccl",
+            "--allreduce",
+            str(results / "allreduce.csv"),
+        ]
+        + ["--machine", "h200-x2", "--preset", "gpu", "--out", str(out)]
+    )
+    ring = pd.read_csv(out).query("problem == 'ring_check'")
+    assert len(ring) == 7 and len(ring[ring["message_mb"] == 1.0]) == 1  # registered only
+    ring_clean = tmp_path / "arithmetic_clean.csv"
+    arithmetic(
+        ["--shapes", "s:64:16:48", "--backends", "nccl"]
+        + ["--allreduce", str(_h200_results(tmp_path, True) / "allreduce.csv")]
+        + ["--machine", "h200-x2", "--preset", "gpu", "--out", str(ring_clean)]
+    )
+    assert len(pd.read_csv(ring_clean).query("problem == 'ring_check'")) == 8

@@ -11,6 +11,8 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from cs336_systems.core import sanity
+
 MODE_MULTIPLIER = {"forward": 1.0, "forward_backward": 3.0, "train_step": 3.0}
 
 
@@ -88,12 +90,17 @@ def fit_latency_bandwidth(df: pd.DataFrame) -> pd.DataFrame:
 
     Least squares on relative error (each point weighted by 1/t), so the small messages fix
     the latency o and the large ones the bandwidth w; o is clipped at 0. w is an algorithmic
-    bandwidth (bytes of the message per second), as the bucket-size model wants it.
+    bandwidth (bytes of the message per second), as the bucket-size model wants it. A row
+    flagged suspect (core/sanity.py) is left out; `points` counts the rows fitted, `suspect`
+    those left out.
     """
     rows = []
     if len(df) and "buffers" not in df:
         df = df.assign(buffers="default")
-    d = df[df["status"] == "ok"]
+    ran = df[df["status"] == "ok"]
+    out = sanity.is_suspect(ran)
+    d = ran[~out]
+    n_out = ran[out].groupby(ALLREDUCE_GROUP).size().to_dict() if out.any() else {}
     for key, g in d.groupby(ALLREDUCE_GROUP):
         g = g[g["time_ms_median"] > 0]
         if len(g) < 2:
@@ -112,6 +119,7 @@ def fit_latency_bandwidth(df: pd.DataFrame) -> pd.DataFrame:
                 "bandwidth_gbps": 1 / inv_w / 1e9,
                 "max_rel_residual": float(np.max(np.abs(pred - t) / t)),
                 "points": len(g),
+                "suspect": int(n_out.get(key, 0)),
             }
         )
     return pd.DataFrame(rows)

@@ -420,13 +420,19 @@ def _join(a: str, b: str) -> str:
     return a if b in a.split("; ") else f"{a}; {b}"
 
 
+def _text(column: pd.Series) -> pd.Series:
+    """A text column, '' where empty: a CSV whose column is empty throughout reads back as
+    float NaN (filling that with '' is deprecated in pandas)."""
+    return column.astype(object).where(column.notna(), "").astype(str)
+
+
 def _existing(df: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     """(reasons, scopes) already recorded; a reason recorded without its scope doubts all."""
     if COLUMN not in df:
         return _blank(df), _blank(df)
-    reasons = df[COLUMN].fillna("").astype(str).str.removeprefix(PREFIX)
+    reasons = _text(df[COLUMN]).str.removeprefix(PREFIX)
     if SCOPE_COLUMN in df:
-        scopes = df[SCOPE_COLUMN].fillna("").astype(str)
+        scopes = _text(df[SCOPE_COLUMN])
     else:
         scopes = reasons.map(lambda r: "all" if r else "")
     return reasons, scopes
@@ -474,12 +480,12 @@ def is_suspect(df: pd.DataFrame, scope: str | None = None) -> pd.Series:
     doubt numbers of that kind (or all of a row's numbers)."""
     if COLUMN not in df:
         return pd.Series(False, index=df.index)
-    flagged = df[COLUMN].fillna("").astype(str).str.startswith(PREFIX)
+    flagged = _text(df[COLUMN]).str.startswith(PREFIX)
     if scope is None:
         return flagged
     if SCOPE_COLUMN not in df:
         return flagged
-    kinds = df[SCOPE_COLUMN].fillna("").astype(str).str.split(";")
+    kinds = _text(df[SCOPE_COLUMN]).str.split(";")
     return flagged & kinds.map(lambda ks: scope in ks or "all" in ks or ks == [""])
 
 

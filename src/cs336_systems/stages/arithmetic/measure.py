@@ -14,7 +14,8 @@ Cases:
   which is the handout's W). A number the inputs lack makes that case's rows `skipped: <why>`.
 
 `ring_check` rows put the ring all-reduce time 2 (N-1)/N S / W (W the best bus bandwidth)
-beside each all-reduce the allreduce stage measured: measured / predicted per size.
+beside each all-reduce the allreduce stage measured: measured / predicted per size. An
+all-reduce that failed a sanity check (core/sanity.py) gives neither W nor a row.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cs336_systems.core import costs
+from cs336_systems.core import costs, sanity
 from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.log import configure, get_logger, point
 from cs336_systems.core.results import provenance, write_csv
@@ -209,6 +210,8 @@ def main(argv: list[str] | None = None) -> None:
     splits = [tuple(int(v) for v in s.split("x")) for s in args.splits.split(",")]
     ceilings, why_c = _read(args.ceilings, "ceilings")
     allreduce, why_w = _read(args.allreduce, "allreduce")
+    if allreduce is not None:  # a point that failed a sanity check gives neither W nor a ring row
+        allreduce = allreduce[~sanity.is_suspect(sanity.flag(allreduce, "allreduce"))]
     b200 = (
         f"handout: C = {args.b200_tflops:g} TFLOP/s (FP16); "
         f"config: W = {args.b200_egress_gbps:g} GB/s (NVLink 5 per direction, not in the handout)"

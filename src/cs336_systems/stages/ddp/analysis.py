@@ -98,8 +98,9 @@ def _optimizer_names(df: pd.DataFrame) -> list[str]:
 
 def comm_fits(df: pd.DataFrame, allreduce: pd.DataFrame) -> dict[str, dict]:
     """Latency o (s) and bandwidth w (B/s) from the all-reduce stage (same backend, world size,
-    default buffers) and from this stage's naive and flat runs (per-call cost from their
-    difference: naive makes one call per gradient tensor, flat one)."""
+    default buffers; its suspect points left out, `suspect` counts them) and from this stage's
+    naive and flat runs (per-call cost from their difference: naive makes one call per gradient
+    tensor, flat one)."""
     fits: dict[str, dict] = {}
     d = _variants(df)
     if len(d) == 0:
@@ -111,7 +112,11 @@ def comm_fits(df: pd.DataFrame, allreduce: pd.DataFrame) -> dict[str, dict]:
             f = f[(f["backend"] == backend) & (f["world_size"] == n) & (f["buffers"] == "default")]
         if len(f):
             r = f.iloc[0]
-            fits["allreduce stage"] = {"o": r.latency_us * 1e-6, "w": r.bandwidth_gbps * 1e9}
+            fits["allreduce stage"] = {
+                "o": r.latency_us * 1e-6,
+                "w": r.bandwidth_gbps * 1e9,
+                "suspect": int(r.suspect),
+            }
     naive, flat = _one(d, "naive"), _one(d, "flat")
     if naive is not None and flat is not None and naive.num_grad_tensors > 1:
         s = naive.grad_mb * BYTES_PER_MB
@@ -345,6 +350,7 @@ def context(results_dir: Path) -> dict:
     fits = comm_fits(df, allreduce)
     ctx["fits"] = [
         f"{name}: o = {fmt(f['o'] * 1e6, 1)} us per call, w = {fmt(f['w'] / 1e9)} GB/s"
+        + sanity.excluded(f.get("suspect", 0))
         for name, f in fits.items()
     ]
     n_pair = sum(_suspect(d, v) for v in ("naive", "flat"))
