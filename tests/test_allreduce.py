@@ -195,8 +195,8 @@ def test_the_size_sentence_follows_the_curve_and_the_backend():
 
     h = pd.DataFrame({"size_mb": [1.0, 10.0, 100.0], "busbw_gbps": [0.81, 1.10, 1.03]})
     text = analysis._size_sentence("gloo", 2, h, "gloo")
-    assert text.startswith("gloo, 2 processes: bus bandwidth rises from 0.81 GB/s at 1 MB")
-    assert "peaking at 1.10 GB/s at 10 MB" in text
+    assert text.startswith("gloo, 2 processes: bus bandwidth rises from 0.81 GB/s at 1 MiB")
+    assert "peaking at 1.10 GB/s at 10 MiB" in text
     assert "host processes copy and add" in text and "link" not in text
     assert "approach what the links carry" in analysis._size_sentence("nccl", 2, h, "nccl")
     falling = h.assign(busbw_gbps=[2.0, 1.5, 1.0])
@@ -253,6 +253,28 @@ def test_a_suspect_point_stays_out_of_the_latency_fit(tmp_path):
     kept = _nccl_fit(_h200_results(tmp_path, clean=True))
     assert (kept["points"], kept["suspect"]) == (4, 0)
     assert kept["latency_us"] != pytest.approx(fit["latency_us"], rel=0.01)
+
+
+def test_the_allreduce_section_counts_each_kind_once_and_labels_binary_units(tmp_path):
+    import re
+
+    from cs336_systems import report
+
+    section = report.render(_h200_results(tmp_path), ["allreduce"])
+    section = section.split('<a id="allreduce"></a>', 1)[1]
+    # 24 points: 8 ran (every one with status ok), 16 skipped; 1 of the 8 is suspect
+    assert "8 of 24 points ran (8 ok, 16 skipped); 1 of them failed a sanity check" in section
+    # the points that did not run, each reason with how many points it stands for
+    assert re.search(r"\| nccl +\| default +\| +4 \| +4 \| skipped: needs 4 GPUs", section)
+    # a suspect point is shown marked, and no sentence or fit rests on it
+    assert "| 1 MiB     | 0.022 ms (47.86 GB/s) ⚠ suspect |" in section
+    assert "nccl, 2 processes: bus bandwidth rises from 197 GB/s at 10 MiB" in section
+    assert "(1 suspect point excluded: see Suspect numbers)" in section
+    fit_row = [x for x in section.splitlines() if x.startswith("| nccl      | default")][-1]
+    assert [c.strip() for c in fit_row.split("|")[-3:-1]] == ["3", "1"]
+    # sizes are MiB and GiB (2**20, 2**30 bytes); rates GB/s (10**9 bytes/s), as labelled
+    assert "1 GiB" in section and "MiB = 2^20 bytes" in section and "GB = 10^9 bytes" in section
+    assert not re.search(r"\d MB\b|\d GB\b(?!/s)", section)
 
 
 def test_the_suspect_point_stays_out_of_the_ddp_model_and_the_ring_table(tmp_path):

@@ -8,15 +8,16 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from cs336_systems.core import costs
+from cs336_systems.core import costs, sanity
 from cs336_systems.core.analysis import (
     empty_figure,
-    failed_points,
     fmt,
     load,
+    mark_suspect,
     md_table,
     ok,
     plot_main,
+    ran,
     save,
 )
 
@@ -29,20 +30,24 @@ def _with_defaults(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def _size_label(mb: float) -> str:
-    return f"{mb / 1024:g} GB" if mb >= 1024 else f"{mb:g} MB"
+def _size_label(mib: float) -> str:
+    """A message size given in MiB (the CSV's `size_mb`: 2**20 bytes), as MiB or GiB."""
+    return f"{mib / 1024:g} GiB" if mib >= 1024 else f"{mib:g} MiB"
 
 
 def pivot(df: pd.DataFrame, backend: str, buffers: str = "default") -> str:
-    """Rows: message size; columns: world size; cells: median time (busbw)."""
-    d = ok(_with_defaults(df))
+    """Rows: message size; columns: world size; cells: median time (busbw), every point that
+    ran (a suspect one marked)."""
+    d = ran(_with_defaults(df))
     d = d[(d["backend"] == backend) & (d["buffers"] == buffers)]
     if len(d) == 0:
         return ""
     d = d.assign(
         cell=[
-            f"{fmt(t, 3)} ms ({fmt(bw, 2)} GB/s)"
-            for t, bw in zip(d.time_ms_median, d.busbw_gbps, strict=True)
+            mark_suspect(f"{fmt(t, 3)} ms ({fmt(bw, 2)} GB/s)", flag)
+            for t, bw, flag in zip(
+                d.time_ms_median, d.busbw_gbps, sanity.is_suspect(d), strict=True
+            )
         ]
     )
     t = d.pivot_table(index="size_mb", columns="world_size", values="cell", aggfunc="first")
@@ -75,15 +80,26 @@ def _size_sentence(label: str, n: int, h: pd.DataFrame, backend: str) -> str:
     return text + f": small messages pay the fixed cost of each call, {bound}."
 
 
-def _sentences(d: pd.DataFrame) -> list[str]:
+def _sentences(d: pd.DataFrame, shown: pd.DataFrame) -> list[str]:
+    """One sentence per curve of the points that passed the checks (`d`), saying how many
+    suspect points of the curve (in `shown`, every point that ran) it leaves out."""
     out = []
+    suspect = shown[sanity.is_suspect(shown)]
     for (backend, buffers), g in d.groupby(["backend", "buffers"]):
         label = backend + ("" if buffers == "default" else f" ({buffers} buffers)")
         for n, h in g.groupby("world_size"):
             h = h.sort_values("size_mb")
             if len(h) < 2:
                 continue
-            out.append(_size_sentence(label, n, h, backend))
+            n_out = int(
+                (
+                    (suspect["backend"] == backend)
+                    & (suspect["buffers"] == buffers)
+                    & (suspect["world_size"] == n)
+                ).sum()
+            )
+            text = _size_sentence(label, n, h, backend)
+            out.append(text[:-1] + sanity.excluded(n_out) + "." if n_out else text)
         sizes = sorted(set.intersection(*(set(h["size_mb"]) for _, h in g.groupby("world_size"))))
         if g["world_size"].nunique() > 1 and sizes:
             big = g[g["size_mb"] == sizes[-1]].sort_values("world_size")
@@ -109,6 +125,7 @@ def context(results_dir: Path) -> dict:
     if len(df) == 0:
         return {"available": False}
     d = ok(df)
+    shown = ran(df)
     statuses = df["status"].value_counts().to_dict()
     tables = {}
     for backend in ("gloo", "nccl"):
@@ -116,23 +133,32 @@ def context(results_dir: Path) -> dict:
             text = pivot(df, backend, buffers)
             if text:
                 tables[backend + ("" if buffers == "default" else f" ({buffers} buffers)")] = text
-    fits = costs.fit_latency_bandwidth(df)
+    fits = costs.fit_latency_bandwidth(df)  # suspect rows left out
     fit_table = (
         md_table(
-            fits[[*GROUP, "latency_us", "bandwidth_gbps", "max_rel_residual", "points"]].rename(
+            fits[
+                [*GROUP, "latency_us", "bandwidth_gbps", "max_rel_residual", "points", "suspect"]
+            ].rename(
                 columns={
                     "latency_us": "latency o (us)",
                     "bandwidth_gbps": "bandwidth w (GB/s)",
                     "max_rel_residual": "max rel. residual",
+                    "points": "points fitted",
+                    "suspect": "suspect points left out",
                 }
             )
         )
         if len(fits)
         else ""
     )
-    skipped = failed_points(df, ["backend", "buffers", "world_size", "size_mb"])
-    # one row per (backend, world size, status) is enough to say why
-    skipped = skipped.drop_duplicates(subset=["backend", "world_size", "status"])
+    # one row per (backend, buffers, world size, reason), with how many points it stands for
+    bad = df[df["status"] != "ok"]
+    skipped = (
+        bad.groupby(["backend", "buffers", "world_size", "status"], sort=False)
+        .size()
+        .reset_index(name="points")[["backend", "buffers", "world_size", "points", "status"]]
+        .rename(columns={"world_size": "world size"})
+    )
     compare = ""
     common = d.groupby("size_mb")["backend"].nunique()
     both = [s for s, k in common.items() if k > 1]
@@ -164,25 +190,27 @@ def context(results_dir: Path) -> dict:
             + ". A host with that many GPUs measures it (`snakemake --cores 1 report` there)."
         )
     iters = ""
-    if len(d):
+    if len(shown):
         iters = (
-            f"Per point {_span(d['warmup'])} warm-up all-reduces, then {_span(d['repeats'])} "
+            f"Per point {_span(shown['warmup'])} warm-up all-reduces, then "
+            f"{_span(shown['repeats'])} "
             f"timed samples (fewer for large messages, within a time budget per point)"
         )
     return {
         "available": True,
         "n_points": len(df),
-        "n_ok": len(d),
+        "n_ran": len(shown),
+        "n_suspect": sanity.n_suspect(shown),
         "statuses": statuses,
         "tables": tables,
         "fit_table": fit_table,
         "failed_table": md_table(skipped) if len(skipped) else "",
-        "sentences": _sentences(d),
+        "sentences": _sentences(d, shown),
         "compare": compare,
         "best": best,
         "nccl_note": nccl_note,
         "iterations": iters,
-        "max_rel_err": float(d["max_rel_err"].max()) if len(d) else math.nan,
+        "max_rel_err": float(shown["max_rel_err"].max()) if len(shown) else math.nan,
     }
 
 
@@ -210,7 +238,7 @@ def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
             ax.set_xscale("log")
             if name == "time":
                 ax.set_yscale("log")
-            ax.set_xlabel("message size (MB, float32)")
+            ax.set_xlabel("message size (MiB, float32)")
             ax.set_ylabel(ylabel)
             ax.set_title(f"{backend} ({'GPU' if backend == 'nccl' else 'CPU'})")
             ax.grid(True, which="both", alpha=0.3)
