@@ -36,15 +36,14 @@ from cs336_systems.core.analysis import (
     save,
 )
 from cs336_systems.core.costs import fit_latency_bandwidth
-from cs336_systems.parallel.ddp import optimal_bucket, overhead_model
+from cs336_systems.parallel.ddp import BYTES_PER_MB, optimal_bucket, overhead_model
 
-BYTES_PER_MB = 2**20
 PARTS = [("fwd_bwd", "forward+backward"), ("comm", "gradient sync"), ("opt", "optimizer step")]
 
 
 def run_label(variant: str, bucket: float | None) -> str:
     if variant == "bucketed":
-        return f"bucketed {bucket:g} MB"
+        return f"bucketed {bucket:g} MiB"
     return {"baseline": "compute only (1 process)", "overlap": "overlap (per parameter)"}.get(
         variant, variant
     )
@@ -79,10 +78,8 @@ def _missing(d: pd.DataFrame, variants: tuple[str, ...], failed: str) -> str:
 
 
 def _optimizers(df: pd.DataFrame) -> str:
-    """'AdamW (`adamw_fused`)': the optimizer implementation the runs record (column
-    `optimizer`, `model.optimizer_impl`); where runs differ, the variant table names each run's
-    ('AdamW, the implementation per run in the table'); 'AdamW' for a CSV that does not record
-    it."""
+    """'AdamW (`adamw_fused`)', the implementation the runs record (`model.optimizer_impl`);
+    where they differ, the variant table names each run's; 'AdamW' where none is recorded."""
     names = _optimizer_names(df)
     if not names:
         return "AdamW"
@@ -136,7 +133,7 @@ def bucket_table(df: pd.DataFrame, fit: dict | None) -> pd.DataFrame:
     for r, flag in zip(b.itertuples(), sanity.is_suspect(b), strict=True):
         row = {
             "suspect": bool(flag),
-            "bucket (MB)": r.bucket_size_mb,
+            "bucket (MiB)": r.bucket_size_mb,
             "buckets": int(r.num_buckets),
             "step (ms)": r.step_ms_mean,
             "std (ms)": r.step_ms_std,
@@ -148,6 +145,82 @@ def bucket_table(df: pd.DataFrame, fit: dict | None) -> pd.DataFrame:
             row["model step (ms)"] = base.step_ms_mean + over * 1e3
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _and(items) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    items = list(items)
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _span_ms(values: pd.Series) -> str:
+    lo, hi = float(values.min()), float(values.max())
+    return f"{fmt(lo)} ms" if fmt(lo) == fmt(hi) else f"{fmt(lo)}–{fmt(hi)} ms"
+
+
+def bucket_vs_overlap(d: pd.DataFrame) -> list[str]:
+    """The bucketed runs against each other and against per-parameter overlap (runs that passed
+    the checks): their step times' spread, each gap to overlap beside the step std, the sync
+    left after backward, and apart the bucket sizes with one tensor per bucket, as overlap."""
+    good = ok(d)
+    b = good[good["variant"] == "bucketed"].sort_values("bucket_size_mb")
+    o = _one(d, "overlap")
+    out: list[str] = []
+    if len(b) == 0:
+        return out
+    sizes = ", ".join(f"{x:g}" for x in b["bucket_size_mb"])
+    if len(b) > 1:
+        spread = float(b["step_ms_mean"].max() - b["step_ms_mean"].min())
+        out.append(
+            f"The {len(b)} bucket sizes ({sizes} MiB) take {_span_ms(b['step_ms_mean'])} per "
+            f"step, within {fmt(spread)} ms of each other (step std {_span_ms(b['step_ms_std'])})."
+        )
+    if o is None:
+        return out
+    gap = b["step_ms_mean"] - o.step_ms_mean
+    noise = float(max(b["step_ms_std"].max(), o.step_ms_std))
+    lo, hi = float(gap.min()), float(gap.max())
+    every = "Every bucket size is" if len(b) > 1 else f"The {sizes} MiB run is"
+    overlap = f"per-parameter overlap ({fmt(o.step_ms_mean)} ms)"
+    if lo > 0:
+        text = f"{every} slower than {overlap}, by {_span_ms(gap)}"
+    elif hi < 0:
+        text = f"{every} faster than {overlap}, by {_span_ms(-gap)}"
+    else:
+        text = (
+            f"Against {overlap} the bucket sizes range from {fmt(-lo)} ms faster to "
+            f"{fmt(hi)} ms slower"
+        )
+    beyond = (
+        "every gap larger than the step std of either run"
+        if float(gap.abs().min()) > noise
+        else "not every gap larger than the runs' step std"
+    )
+    out.append(f"{text} ({beyond}, at most {fmt(noise)} ms).")
+    left = ", ".join(
+        f"{x:g} MiB {fmt(c)} ms"
+        for x, c in zip(b["bucket_size_mb"], b["comm_ms_mean"], strict=True)
+    )
+    out.append(f"Sync left after backward: {left}, against {fmt(o.comm_ms_mean)} ms for overlap.")
+    one = b[b["num_buckets"] == b["num_grad_tensors"]]
+    if len(one):
+        n = int(one["num_buckets"].iloc[0])
+        extra = one["comm_ms_mean"] - o.comm_ms_mean
+        text = (
+            f"With {_and(f'{x:g}' for x in one['bucket_size_mb'])} MiB buckets each bucket holds "
+            f"one gradient tensor ({n} buckets for {n} tensors), the same {n} all-reduces "
+            f"overlap sends, yet {_and(fmt(x) for x in one['comm_ms_mean'])} ms are left after "
+            f"backward against {fmt(o.comm_ms_mean)} ms"
+        )
+        if (extra > 0).all():
+            text += (
+                f": {_and(fmt(x) for x in extra)} ms more, "
+                f"{_and(fmt(x / n * 1e3) for x in extra)} us per bucket, spent after backward "
+                "on what the bucketed wrapper does there per bucket (it waits for the bucket's "
+                "all-reduce and copies the result back into the gradients; overlap only waits)"
+            )
+        out.append(text + ".")
+    return out
 
 
 def _shown_buckets(bt: pd.DataFrame) -> str:
@@ -203,7 +276,7 @@ def _memory(df: pd.DataFrame) -> dict:
     t = shown.set_index("variant")[list(cols)].rename(columns=cols).T
     flags = dict(zip(shown["variant"], sanity.is_suspect(shown), strict=True))
     t = t.rename(columns={v: mark_suspect(v, bool(f)) for v, f in flags.items()})
-    t = t.reset_index().rename(columns={"index": "MB per rank (max over ranks)"})
+    t = t.reset_index().rename(columns={"index": "MiB per rank (max over ranks)"})
     t.columns.name = None
     out = {
         "memory_table": md_table(t),
@@ -217,19 +290,19 @@ def _memory(df: pd.DataFrame) -> dict:
         s = m[m["variant"] == "sharded"].iloc[0]
         n = int(s.world_size)
         out["state"] = (
-            f"The optimizer state held per rank falls from {fmt(u.optimizer_state_mb)} MB to "
-            f"{fmt(s.optimizer_state_mb)} MB ({fmt(s.optimizer_state_mb / u.optimizer_state_mb)}×; "
+            f"The optimizer state held per rank falls from {fmt(u.optimizer_state_mb)} MiB to "
+            f"{fmt(s.optimizer_state_mb)} MiB ({fmt(s.optimizer_state_mb / u.optimizer_state_mb)}×; "
             f"an even split over {n} ranks would be {fmt(1 / n)}× — parameters are assigned whole, "
             f"so the largest tensors limit the balance)."
         )
         if out["measured_peaks"]:
             saved = u.mem_after_step_peak_mb - s.mem_after_step_peak_mb
             out["peaks"] = (
-                f"Peak memory after the optimizer step: {fmt(u.mem_after_step_peak_mb)} MB "
-                f"unsharded vs {fmt(s.mem_after_step_peak_mb)} MB sharded ({fmt(saved)} MB saved, "
+                f"Peak memory after the optimizer step: {fmt(u.mem_after_step_peak_mb)} MiB "
+                f"unsharded vs {fmt(s.mem_after_step_peak_mb)} MiB sharded ({fmt(saved)} MiB saved, "
                 f"{pct(saved / u.mem_after_step_peak_mb)}); before the step "
-                f"{fmt(u.mem_before_step_peak_mb)} vs {fmt(s.mem_before_step_peak_mb)} MB; after "
-                f"construction {fmt(u.mem_init_peak_mb)} vs {fmt(s.mem_init_peak_mb)} MB (AdamW "
+                f"{fmt(u.mem_before_step_peak_mb)} vs {fmt(s.mem_before_step_peak_mb)} MiB; after "
+                f"construction {fmt(u.mem_init_peak_mb)} vs {fmt(s.mem_init_peak_mb)} MiB (AdamW "
                 f"allocates its state at the first step, so construction costs the same)."
             )
         out["time"] = (
@@ -287,7 +360,7 @@ def context(results_dir: Path) -> dict:
     if naive is not None:
         ctx["q23"] = (
             f"Naive DDP (one blocking all-reduce per parameter tensor, "
-            f"{int(naive.num_grad_tensors)} calls for {fmt(naive.grad_mb)} MB of gradients): "
+            f"{int(naive.num_grad_tensors)} calls for {fmt(naive.grad_mb)} MiB of gradients): "
             f"{fmt(naive.step_ms_mean)} ms per step, of which {fmt(naive.comm_ms_mean)} ms "
             f"({pct(naive.comm_share)}) is spent communicating gradients"
             + (
@@ -367,7 +440,7 @@ def context(results_dir: Path) -> dict:
         best = bucketed.loc[bucketed["step_ms_mean"].idxmin()]
         ctx["best_bucket"] = (
             f"The fastest measured bucket size{sanity.excluded(n_out)} is "
-            f"{fmt(best.bucket_size_mb)} MB "
+            f"{fmt(best.bucket_size_mb)} MiB "
             f"({fmt(best.step_ms_mean)} ms per step"
             + (
                 f", {fmt(best.step_ms_mean / base_ms)}× the compute-only step)."
@@ -379,9 +452,9 @@ def context(results_dir: Path) -> dict:
             s = float(best.grad_mb) * BYTES_PER_MB
             opt = optimal_bucket(s, fit["w"], fit["o"])
             ctx["model_best"] = (
-                f"With s = {fmt(best.grad_mb)} MB of gradients and the {fit_name} fit, the model "
+                f"With s = {fmt(best.grad_mb)} MiB of gradients and the {fit_name} fit, the model "
                 f"puts the optimum at n_b* = sqrt(s/(w·o)) = {fmt(opt['n_b'], 1)} buckets, a "
-                f"bucket size of b* = sqrt(s·w·o) = {fmt(opt['bucket_mb'])} MB, with "
+                f"bucket size of b* = sqrt(s·w·o) = {fmt(opt['bucket_mb'])} MiB, with "
                 f"{fmt(opt['overhead_ms'])} ms of overhead"
                 + (
                     "; since n_b* < 1, one bucket holding every gradient is the best the model "
@@ -406,6 +479,8 @@ def context(results_dir: Path) -> dict:
                     f"buckets are not equal and backward does not produce gradients at a "
                     f"constant rate."
                 )
+        ctx["bucket_vs_overlap"] = bucket_vs_overlap(d)
+        ctx["bucket_vs_overlap_excluded"] = sanity.excluded(n_out + _suspect(d, "overlap"))
     ctx.update(_memory(df))
     return ctx
 
@@ -474,7 +549,7 @@ def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
                 label=run_label(r.variant, None),
             )
         ax.set_xscale("log")
-        ax.set_xlabel("bucket size (MB)")
+        ax.set_xlabel("bucket size (MiB)")
         ax.set_ylabel("ms per training step")
         ax.set_title("Bucketed DDP: step time vs bucket size")
         ax.legend(fontsize=7)
@@ -496,7 +571,7 @@ def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
             vals = m[col].fillna(0).to_numpy()
             axes[0].bar(names, vals, bottom=bottom, label=label)
             bottom += vals
-        axes[0].set_ylabel("MB per rank")
+        axes[0].set_ylabel("MiB per rank")
         axes[0].set_title("tensors held per rank")
         axes[0].legend(fontsize=8)
         peaks = [
@@ -509,7 +584,7 @@ def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
             for i, r in enumerate(m.itertuples()):
                 axes[1].bar(x + 0.4 * i, [getattr(r, c) for c, _ in peaks], 0.4, label=r.variant)
             axes[1].set_xticks(x + 0.2, [label for _, label in peaks])
-            axes[1].set_ylabel("peak allocated MB (max over ranks)")
+            axes[1].set_ylabel("peak allocated MiB (max over ranks)")
             axes[1].legend(fontsize=8)
         else:
             axes[1].axis("off")
