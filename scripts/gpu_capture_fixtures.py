@@ -1,6 +1,6 @@
 """Capture the small real fixtures the profile and memory tests read, on a GPU host.
 
-    source scripts/gpu/env.sh          # NSYS, LD_LIBRARY_PATH with libdw (../shared/gpu/README.md)
+    source scripts/gpu/env.sh          # NSYS, LD_LIBRARY_PATH with libdw (see its header)
     python3 scripts/gpu_capture_fixtures.py tests/fixtures/gpu
 
 Writes into the folder (each file kept under ~1 MB):

@@ -458,7 +458,7 @@ def test_flash_context(stage_results):
     assert ctx["verdicts"]["our FA2 (Triton)"] == "failed"
     assert "FA2-pt f+b" in ctx["pairs"]["fp32"]
     assert ctx["leaderboard"]["available"] and "16 heads" in ctx["leaderboard"]["config"]
-    assert 21 not in ctx["coverage"]
+    assert "ours.flash_leaderboard" not in ctx["coverage"]
 
 
 def test_a_run_without_the_leaderboard_block_says_so_in_the_coverage(results, tmp_path):
@@ -467,12 +467,14 @@ def test_a_run_without_the_leaderboard_block_says_so_in_the_coverage(results, tm
     flash = pd.read_csv(results / "flash" / "fp32.csv")
     flash.to_csv(tmp_path / "flash.csv", index=False)
     ctx = flash_analysis.context(tmp_path)
-    assert ctx["coverage"][21]["why"].endswith("has no `flash.leaderboard` block "
-                                               "(config/stages/flash.yaml)")  # fmt: skip
-    table = coverage.coverage_table(
-        "2026", report.declared_questions(), {"flash": ctx}, coverage.Machine(0, "cpu")
-    ).set_index("Q")
-    assert table.loc[21, "status"] == "not" and "flash.leaderboard" in table.loc[21, "why"]
+    why = ctx["coverage"]["ours.flash_leaderboard"]["why"]
+    assert why.endswith("has no `flash.leaderboard` block (config/stages/flash.yaml)")
+    for edition, part in (("2026", "ours.flash_leaderboard"), ("2025", "flash_leaderboard")):
+        table = coverage.coverage_table(
+            edition, report.declared_questions(), {"flash": ctx}, coverage.Machine(0, "cpu")
+        )
+        table.index = coverage.edition_questions(edition)
+        assert table.loc[part, "status"] == "not" and "flash.leaderboard" in table.loc[part, "why"]
 
 
 def test_kernel_tests_context(stage_results, tmp_path):

@@ -18,60 +18,93 @@ from cs336_systems.core.results import git_state, provenance
 # ------------------------------------------------------------------------------ coverage
 
 
-def test_every_question_of_each_edition_is_listed():
-    assert coverage.edition_questions("2025") == list(range(1, 28))
-    assert coverage.edition_questions("2026") == list(range(1, 38))
+def test_every_part_of_each_edition_is_listed():
+    """One row per lettered part: the 2025 handout's 45, the 2026 one's 61 (docs/questions.md)."""
+    p25, p26 = coverage.edition_questions("2025"), coverage.edition_questions("2026")
+    assert len(p25) == len(set(p25)) == 45 and len(p26) == len(set(p26)) == 61
+    assert "communication_accounting.c" in p25 and "communication_accounting.c" not in p26
+    assert "ddp_bucketed_benchmarking.b" in p25 and "ddp_bucketed_benchmarking.b" not in p26
+    assert "memory_profiling.f" in p26 and "memory_profiling.f" not in p25
+    assert {"nsys_profile." + x for x in "abcde"} <= set(p25) & set(p26)
     with pytest.raises(ValueError):
         coverage.edition_questions("2024")
 
 
-def test_stage_declarations_name_known_questions_and_context_keys():
-    declared = report.declared_questions()
-    for stage, questions in declared.items():
-        for q, spec in questions.items():
-            assert q in coverage.QUESTIONS, (stage, q)
-            assert spec["evidence"], (stage, q)
-            coverage._needs_gpus(spec.get("needs"))  # a known need
-    answered = {q for qs in declared.values() for q in qs}
-    assert set(range(1, 28)) <= answered
+def _by_part(table):
+    t = table.copy()
+    t["id"] = coverage.edition_questions("2026" if len(t) == 61 else "2025")
+    return t.set_index("id")
 
 
 def test_coverage_verdicts():
     declared = {
-        "benchmark": {1: {"evidence": ["a", "b"]}, 4: {"evidence": ["m"], "needs": "gpu"}},
-        "ddp": {23: {"evidence": ["q23"], "needs": "gpus:2"}},
-        "precision": {10: {"evidence": ["t"]}},
+        "benchmark": {
+            "benchmarking_script.b": {"evidence": ["a", "b"]},
+            "ours.mfu": {"evidence": ["m"], "needs": "gpu"},
+        },
+        "ddp": {"naive_ddp_benchmarking": {"evidence": ["q23"], "needs": "gpus:2"}},
+        "precision": {"mixed_precision_accumulation": {"evidence": ["t"]}},
     }
     contexts = {
         "benchmark": {"available": True, "a": "table", "b": "", "m": "best"},
         "ddp": {"available": True, "q23": "text"},
     }
-    cpu = coverage.coverage_table("2025", declared, contexts, coverage.Machine(0, "cpu"))
-    row = cpu.set_index("Q")
-    assert row.loc[1, "status"] == "partly" and "`b`" in row.loc[1, "why"]
-    assert row.loc[4, "status"] == "partly" and "no GPU" in row.loc[4, "why"]
-    assert "on a CUDA GPU" in row.loc[4, "what answers it"]
-    assert row.loc[10, "status"] == "not" and "not in this run" in row.loc[10, "why"]
-    assert "stages=all" in row.loc[10, "what answers it"]
-    assert row.loc[23, "status"] == "partly" and "2 GPUs" in row.loc[23, "what answers it"]
-    assert row.loc[2, "status"] == "not" and row.loc[2, "stages"] == "–"
+    cpu = _by_part(coverage.coverage_table("2025", declared, contexts, coverage.Machine(0, "cpu")))
+    row = cpu.loc["benchmarking_script.b"]
+    assert row["status"] == "partly" and "`b`" in row["why"]
+    assert row["part"] == "[benchmarking_script (b)](../../docs/questions.md#benchmarking-script)"
+    assert row["answered in"].startswith("Q1 (") and "[benchmark](#benchmark)" in row["answered in"]
+    assert cpu.loc["ours.mfu", "status"] == "partly" and "no GPU" in cpu.loc["ours.mfu", "why"]
+    assert "on a CUDA GPU" in cpu.loc["ours.mfu", "what answers it"]
+    acc = cpu.loc["mixed_precision_accumulation"]
+    assert acc["status"] == "not" and "not in this run" in acc["why"]
+    assert "stages=all" in acc["what answers it"]
+    naive = cpu.loc["naive_ddp_benchmarking"]
+    assert naive["status"] == "partly" and "2 GPUs" in naive["what answers it"]
+    assert cpu.loc["benchmarking_script.c", "status"] == "not"
+    assert cpu.loc["benchmarking_script.c", "answered in"] == "–"
+    # an implementation is a `code` row naming its module and its tests
+    code = cpu.loc["naive_ddp"]
+    assert code["status"] == "code" and code["kind"] == "code"
+    assert (
+        "parallel/ddp.py" in code["answered in"] and "tests/test_ddp.py" in code["what answers it"]
+    )
     # nothing measured where the question needs more GPUs than the machine has: the reason
     # says so first, then which data is missing
-    one = coverage.coverage_table(
-        "2025", declared, {**contexts, "ddp": {"available": True}}, coverage.Machine(1, "h100")
-    ).set_index("Q")
-    assert one.loc[23, "status"] == "not"
-    assert (
-        one.loc[23, "why"] == "needs 2 GPUs (this machine has 1); stage `ddp` has no data for `q23`"
-    )
-    assert "one host with 2 GPUs" in one.loc[23, "what answers it"]
-    gpu = coverage.coverage_table("2025", declared, contexts, coverage.Machine(2, "h100-x2"))
-    assert gpu.set_index("Q").loc[4, "status"] == "answered"
-    assert gpu.set_index("Q").loc[23, "status"] == "answered"
+    one = _by_part(
+        coverage.coverage_table(
+            "2025", declared, {**contexts, "ddp": {"available": True}}, coverage.Machine(1, "h100")
+        )
+    ).loc["naive_ddp_benchmarking"]
+    assert one["status"] == "not"
+    assert one["why"] == "needs 2 GPUs (this machine has 1); stage `ddp` has no data for `q23`"
+    assert "one host with 2 GPUs" in one["what answers it"]
+    # ... unless its rows ran and were flagged: then the flag is the reason, not the machine
+    flagged = _by_part(
+        coverage.coverage_table(
+            "2025", declared, {**contexts, "ddp": {"available": True}},
+            coverage.Machine(0, "cpu"), {"ddp": 2},
+        )
+    ).loc["naive_ddp_benchmarking"]  # fmt: skip
+    assert flagged["status"] == "not" and "needs 2 GPUs" not in flagged["why"]
+    assert "2 of its measured rows ran but failed a sanity check" in flagged["why"]
+    gpu = _by_part(coverage.coverage_table("2025", declared, contexts, coverage.Machine(2, "x2")))
+    assert gpu.loc["ours.mfu", "status"] == "answered"
+    assert gpu.loc["naive_ddp_benchmarking", "status"] == "answered"
     # a stage's own coverage note lowers its verdict and gives the reason
-    contexts["ddp"]["coverage"] = {23: {"status": "partly", "why": "only gloo ran"}}
-    gpu = coverage.coverage_table("2025", declared, contexts, coverage.Machine(2, "h100-x2"))
-    assert tuple(gpu.set_index("Q").loc[23, ["status", "why"]]) == ("partly", "only gloo ran")
+    contexts["ddp"]["coverage"] = {"naive_ddp_benchmarking": {"status": "partly", "why": "gloo"}}
+    gpu = _by_part(coverage.coverage_table("2025", declared, contexts, coverage.Machine(2, "x2")))
+    assert tuple(gpu.loc["naive_ddp_benchmarking", ["status", "why"]]) == ("partly", "gloo")
+
+
+def test_the_counts_add_up_to_the_parts():
+    declared = report.declared_questions()
+    for edition in ("2025", "2026"):
+        table = coverage.coverage_table(edition, declared, {}, coverage.Machine(0, "cpu"))
+        counts = coverage.summary(table)
+        assert counts["parts"] == len(table) == len(coverage.edition_questions(edition))
+        assert counts["answered"] + counts["partly"] + counts["not"] == counts["measured"]
+        assert counts["measured"] + counts["code"] == counts["parts"]
 
 
 @pytest.fixture
@@ -91,17 +124,20 @@ def test_report_opens_with_the_coverage_table_of_a_partial_run(partial_run):
     rows = [
         [c.strip() for c in line.strip("|").split("|")]
         for line in head.split("## Coverage")[1].split("## Provenance")[0].splitlines()
-        if line.startswith("| ") and line.split("|")[1].strip().isdigit()
+        if line.startswith("| [")
     ]
-    status = {int(r[0]): r[2] for r in rows}
-    assert sorted(status) == list(range(1, 38))  # the 2026 edition by default
-    assert status[1] == "partly"  # measured, but on a CPU
-    assert status[10] == "not"  # precision is not in this run
-    assert status[28] == "not"
+    assert len(rows) == 61  # the 2026 edition's parts by default, one row each
+    status = {r[0].split("](")[0].strip("["): r[3] for r in rows}
+    assert status["benchmarking_script (b)"] == "partly"  # measured, but on a CPU
+    assert status["mixed_precision_accumulation"] == "not"  # precision is not in this run
+    assert status["memory_profiling (f)"] == "not"
+    assert status["fsdp"] == "code"
     assert "snakemake --cores 1 report" in head
-    assert "questions answered" in head
+    assert "Of the 61 parts of the 2026 handout's problems" in head
+    assert "[docs/questions.md](../../docs/questions.md)" in head
     text_2025 = report.render(partial_run, ["ceilings", "benchmark"], edition="2025")
-    assert "| 28 " not in text_2025.split('<a id="ceilings"></a>')[0]
+    head_2025 = text_2025.split('<a id="ceilings"></a>')[0]
+    assert "memory_profiling (f)" not in head_2025 and "communication_accounting (d)" in head_2025
 
 
 # ---------------------------------------------------------------------------- provenance

@@ -1,4 +1,4 @@
-# Source this on a GPU host without network (see ../shared/gpu/README.md of the team): makes
+# Source this on a GPU host without network (the README, "Running on a GPU"): makes
 # Snakemake available from a carried wheel folder (.whl, built by snakemake-wheels.sh), puts the
 # package on PYTHONPATH, Nsight Systems' missing libdw on LD_LIBRARY_PATH (.libdw, from
 # nsys-libs.sh), and keeps NVLink multicast off for NCCL.

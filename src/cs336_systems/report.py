@@ -3,7 +3,8 @@
     python -m cs336_systems.report --results results/M --out report/M/report.md --stages a,b
 
 Every number and sentence comes from the stage analyses (`cs336_systems.stages.<stage>.analysis.context`).
-The report opens with the coverage table (core/coverage.py: which questions this run answers),
+The report opens with the coverage table (core/coverage.py: which parts of the handout's
+problems, docs/questions.md, this run answers),
 the header (the machine and its software, the run's wall time) and each stage's provenance.
 Beside report.md go report.html (the same report as one page, figures embedded: Snakemake's
 own report shows it) and tables/ (every table as LaTeX and Typst, core/export.py).
@@ -21,7 +22,7 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from cs336_systems.core import coverage, export, sanity
+from cs336_systems.core import coverage, export, questions, sanity
 from cs336_systems.core.analysis import fmt, md_table, pct, sig, status_summary
 from cs336_systems.core.log import configure, get_logger
 from cs336_systems.core.markdown import to_html
@@ -267,8 +268,8 @@ def renderer_text(prov: pd.DataFrame) -> str:
 # ------------------------------------------------------------------------------------ coverage
 
 
-def declared_questions() -> dict[str, dict[int, dict]]:
-    """Every stage's QUESTIONS declaration, whether or not it ran."""
+def declared_questions() -> dict[str, dict[str, dict]]:
+    """Every stage's QUESTIONS declaration (part id -> evidence), whether or not it ran."""
     return {st: getattr(stage_package(st), "QUESTIONS", {}) for st in all_stages()}
 
 
@@ -312,6 +313,24 @@ def coverage_of(
         coverage.Machine(gpus=gpu_count(prov), name=machine),
         suspects,
     )
+
+
+def protocol_of(results_dir: Path, preset: str) -> str:
+    """The run's protocol against the handout's (core/questions.py: PROTOCOL), from the columns
+    the stages' rows recorded."""
+    used = {}
+    for stage, keys in questions.PROTOCOL.items():
+        csv = Path(results_dir) / f"{stage}.csv"
+        try:
+            df = pd.read_csv(csv, usecols=lambda c, keys=keys: c in keys)
+        except (FileNotFoundError, pd.errors.EmptyDataError, ValueError):
+            continue
+        used[stage] = {
+            k: sorted({int(v) for v in pd.to_numeric(df[k], errors="coerce").dropna()})
+            for k in keys
+            if k in df
+        }
+    return questions.protocol_note(used, preset)
 
 
 # -------------------------------------------------------------------------------------- render
@@ -415,6 +434,7 @@ def render(
         edition=edition,
         coverage=coverage_table,
         coverage_counts=coverage.summary(cov),
+        protocol=protocol_of(results_dir, h["preset"]),
     )
 
 

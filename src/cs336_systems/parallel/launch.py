@@ -13,8 +13,8 @@ Topologies:
   (``--nnodes $SLURM_NNODES --nproc-per-node G``) with a c10d rendezvous on the allocation's first
   node, at a free port picked there (the batch script runs on that node).
 
-Every process gets the NCCL environment our GPU hosts need (NVLink multicast off, see
-../shared/gpu/README.md), on top of the caller's environment and any extra settings.
+Every process gets the NCCL environment our GPU hosts need (NVLink multicast off:
+`DISTRIBUTED_ENV`), on top of the caller's environment and any extra settings.
 
 The worker side calls :func:`init_worker` (process group from torchrun's environment variables,
 one GPU per local rank for NCCL), :func:`slowest_rank` (per-iteration max over ranks) and

@@ -9,9 +9,9 @@ TITLE = "Distributed communication"
 # where the section sits in the report (ascending)
 ORDER = 90
 
-# the questions of QUESTIONS.md this stage answers and how the report tells (core/coverage.py)
+# the parts of docs/questions.md this stage answers and how the report tells (core/coverage.py)
 QUESTIONS = {
-    22: {"evidence": ["tables"], "needs": "gpus:6"},
+    "distributed_communication_single_node": {"evidence": ["tables"], "needs": "gpus:6"},
 }
 
 # the numbers the comparison report puts side by side across machines (compare.py)

@@ -12,10 +12,26 @@ TITLE = "Communication arithmetic"
 # where the section sits in the report (ascending): after DDP (100) and FSDP (105)
 ORDER = 110
 
-# the questions of QUESTIONS.md this stage answers and how the report tells (core/coverage.py);
+# the parts of docs/questions.md this stage answers and how the report tells (core/coverage.py);
 # analytic: no GPU needed for the B200 answers (the measured case says what it lacks)
 QUESTIONS = {
-    34: {"evidence": ["q34"]},
-    35: {"evidence": ["q35"]},
-    36: {"evidence": ["q36"]},
+    "alternate_ring_all_reduce": {"evidence": ["q34"]},
+    "data_parallel_calcs.a": {"evidence": ["q35"]},
+    "data_parallel_calcs.b": {"evidence": ["q35"]},
+    "data_parallel_calcs.c": {"evidence": ["q35"]},
+    "fsdp_calcs.a": {"evidence": ["q35"]},
+    "fsdp_calcs.b": {"evidence": ["q35"]},
+    "fsdp_calcs.c": {"evidence": ["q35"]},
+    "tp_calcs.a": {"evidence": ["q35"]},
+    "tp_calcs.b": {"evidence": ["q35"]},
+    "tp_calcs.c": {"evidence": ["q35"]},
+    "tp_calcs.d": {"evidence": ["q35"]},
+    "fsdp_tp_calcs.a": {"evidence": ["q36"]},
+    "fsdp_tp_calcs.b": {"evidence": ["q36"]},
+    "fsdp_tp_calcs.c": {"evidence": ["q36"]},
+    "fsdp_tp_calcs.d": {"evidence": ["q36"]},
+    "communication_accounting.a": {"evidence": ["q38.a"]},
+    "communication_accounting.b": {"evidence": ["q38.b"]},
+    "communication_accounting.c": {"evidence": ["q38.c"]},
+    "communication_accounting.d": {"evidence": ["q38.d"]},
 }

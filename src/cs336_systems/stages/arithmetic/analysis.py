@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from cs336_systems.core import questions
 from cs336_systems.core.analysis import load, md_table, ok, plot_main, sig
 
 STRATEGIES = {"data_parallel_calcs": "DP", "fsdp_calcs": "FSDP", "tp_calcs": "TP"}
@@ -292,7 +293,8 @@ def context(results_dir: Path) -> dict:
                     else "add the ceilings and allreduce stages to the run"
                 ),
             }
-            for q in (34, 35, 36)
+            for q in questions.declarations()["arithmetic"]
+            if not q.startswith("communication_accounting")
         }
     return ctx
 

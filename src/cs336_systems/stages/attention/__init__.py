@@ -9,10 +9,11 @@ TITLE = "Attention"
 # where the section sits in the report (ascending)
 ORDER = 70
 
-# the questions of QUESTIONS.md this stage answers and how the report tells (core/coverage.py)
+# the parts of docs/questions.md this stage answers and how the report tells (core/coverage.py)
 QUESTIONS = {
-    18: {"evidence": ["timing_table"], "needs": "gpu"},
-    19: {"evidence": ["compile.available", "model_compile.available"], "needs": "gpu"},
+    "pytorch_attention.a": {"evidence": ["timing_table"], "needs": "gpu"},
+    "torch_compile.a": {"evidence": ["compile.available"], "needs": "gpu"},
+    "torch_compile.b": {"evidence": ["model_compile.available"], "needs": "gpu"},
 }
 
 # the numbers the comparison report puts side by side across machines (compare.py)

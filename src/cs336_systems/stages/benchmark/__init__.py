@@ -27,12 +27,13 @@ SANITY = {
     "benchmark_warmup": [{"kind": "std_above_mean", "skip_if": {"warmup_steps": 0}}],
 }
 
-# the questions of QUESTIONS.md this stage answers and how the report tells (core/coverage.py)
+# the parts of docs/questions.md this stage answers and how the report tells (core/coverage.py)
 QUESTIONS = {
-    1: {"evidence": ["latency_fp32", "bwd"], "needs": "gpu"},
-    2: {"evidence": ["warmup"], "needs": "gpu"},
-    3: {"evidence": ["bf16.table", "compile.table"], "needs": "gpu"},
-    4: {"evidence": ["mfu_best", "mfu_table"], "needs": "gpu"},
+    "benchmarking_script.b": {"evidence": ["latency_fp32", "bwd"], "needs": "gpu"},
+    "benchmarking_script.c": {"evidence": ["warmup"], "needs": "gpu"},
+    "benchmarking_mixed_precision.c": {"evidence": ["bf16.table"], "needs": "gpu"},
+    "torch_compile.b": {"evidence": ["compile.table"], "needs": "gpu"},
+    "ours.mfu": {"evidence": ["mfu_best", "mfu_table"], "needs": "gpu"},
 }
 
 # the numbers the comparison report puts side by side across machines (compare.py)

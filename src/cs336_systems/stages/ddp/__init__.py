@@ -9,13 +9,20 @@ TITLE = "Data-parallel training and optimizer-state sharding"
 # where the section sits in the report (ascending)
 ORDER = 100
 
-# the questions of QUESTIONS.md this stage answers and how the report tells (core/coverage.py)
+# the parts of docs/questions.md this stage answers and how the report tells (core/coverage.py)
 QUESTIONS = {
-    23: {"evidence": ["q23"], "needs": "gpus:2"},
-    24: {"evidence": ["q24"], "needs": "gpus:2"},
-    25: {"evidence": ["q25"], "needs": "gpus:2"},
-    26: {"evidence": ["bucket_table", "best_bucket"], "needs": "gpus:2"},
-    27: {"evidence": ["memory_table"], "needs": "gpus:2"},
+    "naive_ddp_benchmarking": {"evidence": ["q23"], "needs": "gpus:2"},
+    "minimal_ddp_flat_benchmarking": {"evidence": ["q24"], "needs": "gpus:2"},
+    "ddp_overlap_individual_parameters_benchmarking.a": {"evidence": ["q25"], "needs": "gpus:2"},
+    "ddp_overlap_individual_parameters_benchmarking.b": {
+        "evidence": ["q25", "traces"],
+        "needs": "gpus:2",
+    },
+    "ddp_bucketed_benchmarking.a": {"evidence": ["bucket_table"], "needs": "gpus:2"},
+    "ddp_bucketed_benchmarking.b": {"evidence": ["best_bucket"], "needs": "gpus:2"},
+    "optimizer_state_sharding_accounting.a": {"evidence": ["memory_table"], "needs": "gpus:2"},
+    "optimizer_state_sharding_accounting.b": {"evidence": ["memory_table"], "needs": "gpus:2"},
+    "optimizer_state_sharding_accounting.c": {"evidence": ["memory_table"], "needs": "gpus:2"},
 }
 
 # the numbers the comparison report puts side by side across machines (compare.py)

@@ -10,10 +10,10 @@ TITLE = "Fully sharded data parallel (FSDP)"
 # where the section sits in the report (ascending): right after DDP
 ORDER = 105
 
-# the questions of QUESTIONS.md this stage answers and how the report tells (core/coverage.py)
+# the parts of docs/questions.md this stage answers and how the report tells (core/coverage.py)
 QUESTIONS = {
-    32: {"evidence": ["q32"], "needs": "gpus:2"},
-    33: {"evidence": ["q33"], "needs": "gpus:2"},
+    "fsdp_accounting.a": {"evidence": ["q32"], "needs": "gpus:2"},
+    "fsdp_accounting.b": {"evidence": ["q33"], "needs": "gpus:2"},
 }
 
 # the step and its compute phases must not be dominated by an outlier; the sync after backward

@@ -8,3 +8,11 @@ the stage's jobs. Keep this file free of heavy imports: the workflow reads it wh
 TITLE = "Kernel tests"
 # where the section sits in the report (ascending)
 ORDER = 10
+
+# the parts of docs/questions.md this stage answers and how the report tells (core/coverage.py)
+QUESTIONS = {
+    "flash_forward.a": {"evidence": ["verdicts.flash_pytorch"]},
+    "flash_forward.b": {"evidence": ["verdicts.flash_triton"]},
+    "flash_forward.c": {"evidence": ["verdicts.flash_triton"]},
+    "flash_backward": {"evidence": ["verdicts.flash_pytorch", "verdicts.flash_triton"]},
+}

@@ -9,14 +9,14 @@ TITLE = "Memory"
 # where the section sits in the report (ascending)
 ORDER = 60
 
-# the questions of QUESTIONS.md this stage answers and how the report tells (core/coverage.py)
+# the parts of docs/questions.md this stage answers and how the report tells (core/coverage.py)
 QUESTIONS = {
-    13: {"evidence": ["timelines"], "needs": "gpu"},
-    14: {"evidence": ["peak_table"], "needs": "gpu"},
-    15: {"evidence": ["precision_sentence"], "needs": "gpu"},
-    16: {"evidence": ["residual_sentence", "activation_sentence"]},
-    17: {"evidence": ["alloc_table"], "needs": "gpu"},
-    28: {"evidence": ["y2026.block_sentences"]},
+    "memory_profiling.a": {"evidence": ["timelines"], "needs": "gpu"},
+    "memory_profiling.b": {"evidence": ["peak_table"], "needs": "gpu"},
+    "memory_profiling.c": {"evidence": ["precision_sentence"], "needs": "gpu"},
+    "memory_profiling.d": {"evidence": ["residual_sentence", "activation_sentence"]},
+    "memory_profiling.e": {"evidence": ["alloc_table"], "needs": "gpu"},
+    "memory_profiling.f": {"evidence": ["y2026.block_sentences"]},
 }
 # numbers that cannot be right (core/sanity.py): a step's peak below the parameters it holds
 SANITY = {

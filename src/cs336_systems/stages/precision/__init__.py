@@ -9,9 +9,9 @@ TITLE = "Mixed precision"
 # where the section sits in the report (ascending)
 ORDER = 50
 
-# the questions of QUESTIONS.md this stage answers and how the report tells (core/coverage.py)
+# the parts of docs/questions.md this stage answers and how the report tells (core/coverage.py)
 QUESTIONS = {
-    10: {"evidence": ["accumulation.table"]},
-    11: {"evidence": ["dtypes.table"], "needs": "gpu"},
-    12: {"evidence": ["layernorm.table"]},
+    "mixed_precision_accumulation": {"evidence": ["accumulation.table"]},
+    "benchmarking_mixed_precision.a": {"evidence": ["dtypes.table"], "needs": "gpu"},
+    "benchmarking_mixed_precision.b": {"evidence": ["layernorm.table"]},
 }

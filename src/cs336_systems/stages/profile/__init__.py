@@ -9,13 +9,13 @@ TITLE = "Profiling"
 # where the section sits in the report (ascending)
 ORDER = 40
 
-# the questions of QUESTIONS.md this stage answers and how the report tells (core/coverage.py)
+# the parts of docs/questions.md this stage answers and how the report tells (core/coverage.py)
 QUESTIONS = {
-    5: {"evidence": ["harness_table"], "needs": "gpu"},
-    6: {"evidence": ["top_sentence"], "needs": "gpu"},
-    7: {"evidence": ["nontrivial_sentence"], "needs": "gpu"},
-    8: {"evidence": ["gemm_sentence"], "needs": "gpu"},
-    9: {"evidence": ["attention_sentence"], "needs": "gpu"},
+    "nsys_profile.a": {"evidence": ["harness_table"], "needs": "gpu"},
+    "nsys_profile.b": {"evidence": ["top_sentence"], "needs": "gpu"},
+    "nsys_profile.c": {"evidence": ["nontrivial_sentence"], "needs": "gpu"},
+    "nsys_profile.d": {"evidence": ["gemm_sentence"], "needs": "gpu"},
+    "nsys_profile.e": {"evidence": ["attention_sentence"], "needs": "gpu"},
 }
 # numbers that cannot be right (core/sanity.py): on one stream the summed kernel time of a step
 # cannot exceed the step's own wall time (2% allowance for the range's clock)
