@@ -26,6 +26,45 @@ def test_the_preset_fits_its_budget(preset):
     assert budget.check(jobs, dev) == "", tables.markdown(preset, jobs, dev)
 
 
+def test_the_gpu_preset_runs_the_handouts_protocol_and_grids():
+    """5 warm-up and 10 measured steps, 100 attention passes (both handouts); 2025's profiling
+    grid (every size at 128-1024) and memory grid (2.7B at 128-512), within the budget."""
+    from cs336_systems.core.questions import PROTOCOL
+
+    for stage, keys in PROTOCOL.items():
+        for edition in (2025, 2026):
+            block = budget.run_config(edition=edition)[stage]["gpu"]
+            assert {k: block[k] for k in keys} == keys, (stage, edition)
+    cfg = budget.run_config(edition=2025)
+    assert cfg["profile"]["gpu"]["sizes"] == ["small", "medium", "large", "xl", "2.7B"]
+    assert cfg["profile"]["gpu"]["context_lengths"] == [128, 256, 512, 1024]
+    assert cfg["memory"]["gpu"]["context_lengths"] == [128, 256, 512]
+    assert cfg["memory"]["gpu"]["sizes"] == ["2.7B"]
+    jobs = budget.plan(cfg, "gpu", budget.H100, budget.EDITION_STAGES)
+    assert {j.stage for j in jobs} == {*budget.EDITION_STAGES, "(local)"}
+    assert budget.check(jobs, budget.H100) == ""
+    profiles = [j for j in jobs if j.stage == "profile"]
+    assert len(profiles) == 5 and all(j.how == "12 captures" for j in profiles)
+
+
+def test_a_reference_run_is_estimated_under_the_step_counts_it_recorded(tmp_path):
+    """The calibration compares a job log with the estimate of what that run ran: its rows'
+    step counts replace the config's (the H100 reference: 2 warm-up, 6 measured steps)."""
+    from cs336_systems.budget.measured import as_run
+
+    (tmp_path / "benchmark.csv").write_text("warmup_steps,measure_steps\n2,6\n2,6\n")
+    (tmp_path / "attention.csv").write_text("warmup_steps,fwd_steps,bwd_steps\n3,30,30\n")
+    ran = as_run(CONFIG, "gpu", tmp_path)
+    assert (
+        ran["benchmark"]["gpu"]["measure_steps"] == 6 and ran["attention"]["gpu"]["fwd_steps"] == 30
+    )
+    assert CONFIG["benchmark"]["gpu"]["measure_steps"] == 10  # the config itself is untouched
+    now = sum(j.seconds for j in budget.plan(CONFIG, "gpu", budget.H100))
+    then = sum(j.seconds for j in budget.plan(ran, "gpu", budget.H100))
+    assert then < now
+    assert as_run(CONFIG, "gpu", tmp_path / "absent") == CONFIG
+
+
 def test_the_full_grid_does_not_fit_and_the_verdict_names_the_longest_jobs():
     dev = budget.H100
     jobs = budget.plan(CONFIG, "full", dev)

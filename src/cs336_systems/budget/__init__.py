@@ -502,8 +502,16 @@ ESTIMATES = {
 LOCAL_JOB_S = 1.5
 
 
-def run_config(root: Path = ROOT) -> dict:
+# the stages whose grids differ between the editions: a 2025 run is these under its own machine
+# tag (README, "Presets and configuration"); the others answer both editions alike
+EDITION_STAGES = ("ceilings", "benchmark", "memory", "profile")
+
+
+def run_config(root: Path = ROOT, edition: int | None = None) -> dict:
+    """The default run's config (`edition`: that edition's grids instead of config.yaml's)."""
     config = load_yaml(root / "config" / "config.yaml")
+    if edition is not None:
+        config["edition"] = edition
     stages = with_stage_defaults(config, root / "config" / "stages")
     problems = edition_overrides(config, stages, config.get("edition", DEFAULT_EDITION))
     if problems:
@@ -511,14 +519,17 @@ def run_config(root: Path = ROOT) -> dict:
     return config
 
 
-def plan(config: dict, preset: str, dev: Device) -> list[Job]:
+def plan(config: dict, preset: str, dev: Device, only: tuple[str, ...] | None = None) -> list[Job]:
+    """Every job the run plans (`only`: these stages' jobs, as `stages=[...]` runs them)."""
     jobs = []
     for stage, estimate in ESTIMATES.items():
+        if only is not None and stage not in only:
+            continue
         if stage == "flash":
             estimate = partial(_flash, shared_cache="kernel_tests" in config)
         if stage in config and preset in config[stage]:
             jobs += estimate(config[stage][preset], dev, config.get("edition", DEFAULT_EDITION))
-    stages = [s for s in ESTIMATES if s in config]
+    stages = [s for s in ESTIMATES if s in config and (only is None or s in only)]
     jobs.append(Job("(local)", "aggregates, plots, report", LOCAL_JOB_S * 2 * len(stages),
                     f"about {2 * len(stages)} short jobs"))  # fmt: skip
     return jobs

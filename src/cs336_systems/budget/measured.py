@@ -10,12 +10,38 @@ against itself: when its times move, the test says which constant to revisit.
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
+
+import pandas as pd
 
 from cs336_systems.budget import CPU2, H100, ROOT, Device, Job, plan
 
 REFERENCE_JOBS = ROOT / "report" / "reference" / "h100-80gb-hbm3" / "jobs"
 CPU_JOBS = ROOT / "report" / "reference" / "cpu" / "jobs"
+# the step counts a run records in its rows: a reference run made under other counts than the
+# config's is estimated under its own (its `csv/` beside `jobs/`)
+RUN_KEYS = {
+    "benchmark": ("warmup_steps", "measure_steps"),
+    "attention": ("warmup_steps", "fwd_steps", "bwd_steps"),
+}
+
+
+def as_run(config: dict, preset: str, csv_dir: Path) -> dict:
+    """`config` with the step counts the run in `csv_dir` recorded (one value per key), so that
+    its job log is compared with the estimate of what it ran, not of today's config."""
+    config = copy.deepcopy(config)
+    for stage, keys in RUN_KEYS.items():
+        csv = Path(csv_dir) / f"{stage}.csv"
+        block = config.get(stage, {}).get(preset)
+        if block is None or not csv.exists():
+            continue
+        df = pd.read_csv(csv, usecols=lambda c, keys=keys: c in keys)
+        for key in keys:
+            vals = pd.to_numeric(df.get(key, pd.Series(dtype=float)), errors="coerce").dropna()
+            if vals.nunique() == 1 and key in block:
+                block[key] = int(vals.iloc[0])
+    return config
 
 
 def log_name(job: Job) -> str:
@@ -49,6 +75,7 @@ def calibration(
     """((stage, job, measured s, estimated s) for every planned job the log holds; the planned
     jobs it lacks (local rules write no benchmark file); the logged jobs the plan lacks)."""
     times = measured_jobs(jobs_dir)
+    config = as_run(config, preset, Path(jobs_dir).parent / "csv")
     jobs = [j for j in plan(config, preset, dev or H100) if j.stage != "(local)"]
     rows = [(j.stage, j.job, times[log_name(j)], j.seconds) for j in jobs if log_name(j) in times]
     missing = [log_name(j) for j in jobs if log_name(j) not in times]

@@ -8,7 +8,16 @@ import argparse
 import copy
 from pathlib import Path
 
-from cs336_systems.budget import DEVICES, ROOT, Device, Job, check, plan, run_config
+from cs336_systems.budget import (
+    DEVICES,
+    EDITION_STAGES,
+    ROOT,
+    Device,
+    Job,
+    check,
+    plan,
+    run_config,
+)
 from cs336_systems.budget.measured import calibration_markdown
 from cs336_systems.core.log import configure, get_logger
 from cs336_systems.core.results import atomic_write_text
@@ -16,13 +25,13 @@ from cs336_systems.core.results import atomic_write_text
 log = get_logger(__name__)
 
 
-def markdown(preset: str, jobs: list[Job], dev: Device) -> str:
+def markdown(preset: str, jobs: list[Job], dev: Device, what: str = "") -> str:
     total = sum(j.seconds for j in jobs) / dev.parallel
     by_stage: dict[str, float] = {}
     for j in jobs:
         by_stage[j.stage] = by_stage.get(j.stage, 0.0) + j.seconds
     lines = [
-        f"### preset `{preset}` on {dev.name}: {total / 60:.1f} min estimated, "
+        f"### preset `{preset}`{what} on {dev.name}: {total / 60:.1f} min estimated, "
         + (
             "no budget (the handout's whole grid)"
             if preset == "full"
@@ -48,7 +57,9 @@ DOC_HEAD = """# Time budgets of the presets
 Written by `python -m cs336_systems.budget --out docs/budgets.md` from the config (every job the
 workflow plans, its estimate and what it costs; the model and constants are in
 `src/cs336_systems/budget/`). `tests/test_budget.py` holds the gpu and cpu presets to their
-budgets and fails when this file is stale. Estimates to plan with; the profile probe's contexts
+budgets (the gpu preset in both editions: 2025's grids are a run of the stages they change)
+and fails when this file is stale. The gpu preset runs the handouts' protocol: 5 warm-up and 10
+measured steps a benchmark point, 100 forward and 100 backward passes an attention point. Estimates to plan with; the profile probe's contexts
 are the memory model's (core/costs.py step_memory_bytes within 79 GiB), not a measurement.
 
 """
@@ -86,5 +97,13 @@ def document(presets: list[str], root: Path = ROOT) -> tuple[str, list[str]]:
         if why and preset != "full":
             failed.append(f"preset {preset}: {why}")
         parts.append("\n")
+        if preset == "gpu":
+            # the 2025 edition's own grids: a run of their stages under its own machine tag
+            jobs = plan(run_config(root, 2025), preset, dev, EDITION_STAGES)
+            what = f", edition 2025 (`stages=[{','.join(EDITION_STAGES)}]`)"
+            parts += [markdown(preset, jobs, dev, what), "\n"]
+            why = check(jobs, dev)
+            if why:
+                failed.append(f"preset {preset}, edition 2025: {why}")
     parts.append(calibration_markdown(copy.deepcopy(config)))
     return "".join(parts).rstrip("\n") + "\n", failed
