@@ -171,7 +171,12 @@ def test_report_section_from_the_rows(tmp_path):
     b200 = [s for s in ctx["q35"]["sentences"] if s.startswith("B200")]
     assert "communication-bound already on two devices" in b200[0]
     assert "1.02 devices" in b200[0]
-    assert any("1.00× the model's" in s for s in ctx["ring"]["sentences"])
+    # W is the bus bandwidth of one measured row: that row matches by construction, is marked
+    # so, and no sentence quotes it as agreement
+    assert ctx["ring"]["sentences"][0].startswith("gloo: W = ")
+    assert "equals the measurement there by construction" in ctx["ring"]["sentences"][0]
+    assert ctx["ring"]["table"].count("1× (W measured here)") == 1
+    assert not any("1.00× the model's" in s for s in ctx["ring"]["sentences"])
     # without the allreduce CSV the measured case is skipped and the coverage says partly
     (tmp_path / "arithmetic.csv").unlink()
     run(tmp_path, "--ceilings", ceilings_csv(tmp_path / "c.csv"))
@@ -199,9 +204,13 @@ def test_plan_inputs_options_and_checks():
         "splits": [[1, 1], [2, 2]],
         "message_mb": 1,
         "b200": {"tflops": 2500, "egress_gbps": 900},
+        "xxl": {"d_model": 16384, "d_ff": 53248, "blocks": 126},
+        "tpu": {"tflops": 460, "ici_gbps": 180, "hbm_gb": 95, "mesh": [16, 4], "axes": [2, 1]},
+        "h100_gb": 80,
         "measured": {"dtypes": ["bf16"], "backends": ["gloo"]},
     }
     assert "--shapes a:8:4:16,a:8:4:16 --devices 2 --splits 1x1,2x2" in plan.options(cfg)
+    assert "--xxl 16384:53248:126 --tpu 460:180:95:16x4:2x1 --h100-gb 80" in plan.options(cfg)
     at = Checker(("arithmetic", "cpu"))
     plan.check(cfg, at, Facts("cpu", True, "m", ("arithmetic",)))
     where = [p.path for p in at.problems]
@@ -218,3 +227,48 @@ def test_dry_run_plans_the_stage_with_its_inputs(tmp_path):
     proc = snakemake(work, "--dry-run", "-p", *cfg, "--config", "stages=[ceilings,arithmetic]")
     out = proc.stdout + proc.stderr
     assert "--ceilings results/tiny-test/ceilings.csv" in out and "--allreduce" not in out
+
+
+def test_communication_accounting_answers_every_part(tmp_path):
+    """The 2025 handout's XXL model on TPU v5p: each part's numbers from core/costs.py's
+    formulas, each sentence from the rows, and the 2025 coverage rows answered."""
+    from cs336_systems import report
+    from cs336_systems.core import coverage
+
+    run(tmp_path)
+    df = pd.read_csv(tmp_path / "arithmetic.csv")
+    acc = df[df["problem"] == "communication_accounting"]
+    handout = acc[acc["variant"] == "handout"].set_index("quantity")["value"]
+    # P = 2 D D_FF L; 16 bytes a parameter; GB = 1e9 as the handout's
+    assert handout["params"] == 2 * 16384 * 53248 * 126
+    assert handout["state_bytes"] == pytest.approx(3.5176e12, rel=1e-4)
+    assert handout["state_h100s"] == pytest.approx(43.97, abs=0.01)
+    assert handout["activation_bytes_per_token"] == 2 * 126 * (16384 + 53248)
+    # b >= C / (W_ici M_X Y) = 4.6e14 / (1.8e11 * 2 * 4); B = 64 b
+    assert handout["batch_per_device"] == pytest.approx(4.6e14 / (1.8e11 * 8))
+    assert handout["batch"] == pytest.approx(64 * handout["batch_per_device"])
+    assert handout["min_devices_state"] == pytest.approx(3.5176e12 / 95e9, rel=1e-4)
+    assert handout["min_devices_state"] < handout["min_devices"] < 39
+    # at the rounded-up N the per-device memory fits the 95 GB, one device fewer it does not
+    assert handout["per_device_bytes"] <= 95e9
+    # part (d): every variant lowers the per-device batch; more TP stays within its bound
+    per_variant = acc[acc["quantity"] == "batch_per_device"].set_index("variant")["value"]
+    assert set(per_variant.index) == {
+        "handout", "more TP", "8-bit all-gathers", "more TP and 8-bit all-gathers"
+    }  # fmt: skip
+    assert (per_variant.drop("handout") < per_variant["handout"]).all()
+    more_tp = acc[(acc["variant"] == "more TP")]
+    assert int(more_tp["n_tp"].iloc[0]) <= handout["max_tp"]
+    assert int(more_tp["devices"].iloc[0]) == 64
+    ctx = analysis.context(tmp_path)
+    q = ctx["q38"]
+    assert "3,518 GB" in q["a"] and "44.0 H100 80GB" in q["a"]
+    assert "N_FSDP = 39" in q["b"] and "so 38 devices" in q["b"]
+    assert "20,444 tokens" in q["c"] and "319 tokens per device" in q["c"]
+    assert "79.9 tokens a device" in q["d"] and "pipeline parallelism" in q["d"]
+    table = coverage.coverage_table(
+        "2025", report.declared_questions(), {"arithmetic": ctx}, coverage.Machine(0, "cpu")
+    )
+    table.index = coverage.edition_questions("2025")
+    for part in "abcd":
+        assert table.loc[f"communication_accounting.{part}", "status"] == "answered"

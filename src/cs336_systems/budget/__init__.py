@@ -502,9 +502,9 @@ ESTIMATES = {
 LOCAL_JOB_S = 1.5
 
 
-# the stages whose grids differ between the editions: a 2025 run is these under its own machine
-# tag (README, "Presets and configuration"); the others answer both editions alike
-EDITION_STAGES = ("ceilings", "benchmark", "memory", "profile")
+# the stages whose grids or problems differ between the editions: a 2025 run is these under its
+# own machine tag (README, "Presets and configuration"); the others answer both editions alike
+EDITION_STAGES = ("ceilings", "benchmark", "memory", "profile", "arithmetic")
 
 
 def run_config(root: Path = ROOT, edition: int | None = None) -> dict:

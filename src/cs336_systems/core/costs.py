@@ -6,6 +6,7 @@ forward+backward (or a training step; AdamW's elementwise work is negligible) is
 
 from __future__ import annotations
 
+from math import ceil, inf
 from typing import NamedTuple
 
 import numpy as np
@@ -29,13 +30,7 @@ def matmul_param_count(vocab_size: int, d_model: int, num_layers: int, d_ff: int
 
 
 def model_flops(
-    vocab_size: int,
-    d_model: int,
-    num_layers: int,
-    d_ff: int,
-    batch: int,
-    seq: int,
-    mode: str,
+    vocab_size: int, d_model: int, num_layers: int, d_ff: int, batch: int, seq: int, mode: str
 ) -> float:
     """FLOPs of one step: 2 N tokens for the weights (6 N tokens with backward) plus the attention
     term 4 b n^2 d per layer forward (QK^T and PV, full matrices as the naive model computes
@@ -131,14 +126,9 @@ MEMORY_SCHEMES = ("ddp", "sharded_optimizer", "fsdp")
 
 
 def training_state_bytes(
-    sharded: int,
-    replicated: int,
-    world: int,
-    scheme: str,
-    param_bytes: int = 4,
-    grad_bytes: int = 4,
-    state_bytes: int = 8,
-) -> float:
+    sharded: int, replicated: int, world: int, scheme: str,
+    param_bytes: int = 4, grad_bytes: int = 4, state_bytes: int = 8,
+) -> float:  # fmt: skip
     """Bytes of parameters, gradients and optimizer state (AdamW: two fp32 moments, 8 B) that
     one of `world` ranks holds; `sharded`: parameters FSDP shards (Linear and Embedding
     weights), `replicated`: the rest (norm gains). Activations and communication buffers (FSDP's
@@ -176,14 +166,9 @@ BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 
 def block_saved_bytes(
-    batch: int,
-    seq: int,
-    d_model: int,
-    num_heads: int,
-    d_ff: int,
-    precision: str = "fp32",
-    device_type: str = "cuda",
-) -> dict[str, int]:
+    batch: int, seq: int, d_model: int, num_heads: int, d_ff: int,
+    precision: str = "fp32", device_type: str = "cuda",
+) -> dict[str, int]:  # fmt: skip
     """Bytes one eager TransformerBlock of our model saves for backward (naive attention,
     RMSNorm in fp32, SwiGLU, RoPE; parameters and RoPE tables excluded), split into its input
     (``input``: the residual stream it reads, b n d fp32) and the rest (``inner``).
@@ -476,15 +461,23 @@ def fsdp_tp(
     (c) overlapped, each axis must hide behind compute on its own: N_FSDP <= 1 + B W / C and
         N_TP <= 1 + 3 D_FF W / (2 C), so N <= (1 + B W/C)(1 + 3 D_FF W/(2C))
         ~ 3 B D_FF W^2 / (2 C^2);
-    (d) not overlapped (large N, N-1 ~ N): 6 D D_FF/(N_TP W) + 4 B D/(N_FSDP W) <=
-        6 B D D_FF/(N C), i.e. 6 D_FF N_FSDP + 4 B N_TP <= 6 B D_FF W / C; the product N is
-        largest with the two terms equal: N_FSDP = B W/(2C), N_TP = 3 D_FF W/(4C),
-        N <= 3 B D_FF W^2 / (8 C^2), a quarter of (c)."""
+    (d) not overlapped: T_FSDP + T_TP <= 6 B D D_FF/(N C) is, exactly (times N W / (2 D)),
+        3 D_FF (N_FSDP-1) + 2 B (N_TP-1) <= R = 3 B D_FF W / C; N = N_FSDP N_TP is largest
+        where the line's two terms balance: N_FSDP = (R + 2B + 3 D_FF)/(6 D_FF), N_TP =
+        (R + 2B + 3 D_FF)/(4 B), N <= (R + 2B + 3 D_FF)^2 / (24 B D_FF); a split below one
+        device is clamped to 1 and the other axis takes the whole line (N_FSDP = 1: N <= 1 +
+        R/(2B), TP alone). For large N this is N <= 3 B D_FF W^2 / (8 C^2), a quarter of (c)."""
     n = n_fsdp * n_tp
     flops = ffn_flops(b, d, d_ff)["forward"] / n
     t_fsdp = ring_all_gather_time(3.0 * d * d_ff * FP16 / n_tp, n_fsdp, w)
     t_tp = ring_all_reduce_time(float(b) * d * FP16 / n_fsdp, n_tp, w)
     f_best, tp_best = 1 + b * w / c, 1 + 1.5 * d_ff * w / c
+    r = 3.0 * b * d_ff * w / c
+    sf, st = (r + 2 * b + 3 * d_ff) / (6 * d_ff), (r + 2 * b + 3 * d_ff) / (4 * b)
+    if sf < 1:
+        sf, st = 1.0, 1 + r / (2 * b)
+    elif st < 1:
+        sf, st = 1 + r / (3 * d_ff), 1.0
     return {
         "forward_flops": Quantity(flops, "FLOP", "6 B D D_FF / (N_FSDP N_TP)"),
         "forward_compute_time": Quantity(flops / c, "s", "6 B D D_FF / (N_FSDP N_TP C)"),
@@ -500,26 +493,72 @@ def fsdp_tp(
         "max_devices_large_n": Quantity(
             1.5 * b * d_ff * w * w / c**2, "devices", "N <= 3 B D_FF W^2 / (2 C^2)"
         ),
-        "serial_best_n_fsdp": Quantity(b * w / (2 * c), "devices", "N_FSDP = B W / (2 C)"),
-        "serial_best_n_tp": Quantity(0.75 * d_ff * w / c, "devices", "N_TP = 3 D_FF W / (4 C)"),
+        "serial_best_n_fsdp": Quantity(
+            sf, "devices", "N_FSDP = max(1, (R + 2 B + 3 D_FF) / (6 D_FF)), R = 3 B D_FF W / C"
+        ),
+        "serial_best_n_tp": Quantity(st, "devices", "N_TP = max(1, (R + 2 B + 3 D_FF) / (4 B))"),
         "serial_max_devices": Quantity(
+            sf * st, "devices", "N <= (R + 2 B + 3 D_FF)^2 / (24 B D_FF) (a split >= 1 each)"
+        ),
+        "serial_max_devices_large_n": Quantity(
             0.375 * b * d_ff * w * w / c**2, "devices", "N <= 3 B D_FF W^2 / (8 C^2)"
         ),
     }
 
 
+# ---- communication accounting (2025 handout, section 2.4): the XXL model on TPU v5p ----------
+
+
+def xxl_accounting(
+    d: int, d_ff: int, blocks: int, device_bytes: float, h100_bytes: float,
+    c: float, w_ici: float, x: int, y: int, m_x: int, m_y: int, weight_bytes: int = 2,
+) -> dict[str, Quantity]:  # fmt: skip
+    """Problem communication_accounting: `blocks` blocks of two linears (D x D_FF, D_FF x D),
+    no attention, embeddings or head; fp32 master weights, accumulated gradients and AdamW's
+    two moments (16 B a parameter); bf16 activations and communication; B counts tokens.
+
+    (a) P = 2 D D_FF L parameters; state 16 P bytes; each block saves the inputs of its two
+        linears for backward, 2 (D + D_FF) bytes a token: 2 L (D + D_FF) bytes a token.
+    (b) state, gradients and half the activations sharded over N: per device 16 P / N +
+        A (1 + 1/N) / 2, A = 2 L (D + D_FF) b the device's activations (b its tokens); it fits
+        M bytes from N >= (16 P + A/2) / (M - A/2), and only while A < 2 M.
+    (c) forward, the Scaling Book's FSDP x TP (part 5): per layer T_math = 4 B D D_FF / (N C),
+        T_FSDP = 4 D D_FF / (Y W_ici M_X) (gathering the bf16 weights' Y-shards over X),
+        T_TP = 4 B D / (X W_ici M_Y); compute-bound when both are below T_math: B/X >=
+        C / (W_ici M_X), i.e. a per-device batch b = B/(X Y) >= C / (W_ici M_X Y), and
+        Y <= D_FF M_Y W_ici / C; the overall batch X Y b.
+    (d) the same bound under changes that shrink it: more tensor parallelism (Y up to its
+        bound at the same N), 8-bit weight all-gathers (weight_bytes 1: half T_FSDP)."""
+    p, alpha = 2.0 * d * d_ff * blocks, c / w_ici
+    state, act_tok = 16 * p, 2.0 * blocks * (d + d_ff)
+    b_dev = alpha * weight_bytes / 2 / (m_x * y)
+    a_dev = act_tok * b_dev
+    n_min = (state + a_dev / 2) / (device_bytes - a_dev / 2) if a_dev < 2 * device_bytes else inf
+    n_fit = ceil(n_min) if n_min < inf else inf
+    return {
+        "params": Quantity(p, "parameters", "P = 2 D D_FF L"),
+        "state_bytes": Quantity(state, "bytes", "16 P"),
+        "state_h100s": Quantity(state / h100_bytes, "GPUs", "16 P / 80 GB"),
+        "activation_bytes_per_token": Quantity(act_tok, "bytes", "2 L (D + D_FF)"),
+        "min_devices_state": Quantity(state / device_bytes, "devices", "N >= 16 P / M"),
+        "max_tokens_per_device": Quantity(2 * device_bytes / act_tok, "tokens", "b < M / (L (D + D_FF))"),
+        "alpha": Quantity(alpha, "FLOP/byte", "C / W_ici"),
+        "batch_per_device": Quantity(b_dev, "tokens", "b >= C / (W_ici M_X Y)"),
+        "batch": Quantity(b_dev * x * y, "tokens", "B = X Y b >= X C / (W_ici M_X)"),
+        "max_tp": Quantity(d_ff * m_y / alpha, "devices", "Y <= D_FF M_Y W_ici / C"),
+        "activation_bytes": Quantity(a_dev, "bytes", "2 L (D + D_FF) b"),
+        "activation_h100s": Quantity(a_dev * x * y / h100_bytes, "GPUs", "X Y A / 80 GB"),
+        "min_devices": Quantity(n_min, "devices", "N >= (16 P + A/2) / (M - A/2)"),
+        "per_device_bytes": Quantity(
+            state / n_fit + a_dev * (1 + 1 / n_fit) / 2, "bytes", "16 P / N + A (1 + 1/N) / 2",
+        ),
+    }  # fmt: skip
+
+
 def step_memory_bytes(
-    vocab_size: int,
-    d_model: int,
-    num_layers: int,
-    num_heads: int,
-    d_ff: int,
-    batch: int,
-    seq: int,
-    mode: str,
-    precision: str = "fp32",
-    device_type: str = "cuda",
-) -> dict[str, float]:
+    vocab_size: int, d_model: int, num_layers: int, num_heads: int, d_ff: int, batch: int,
+    seq: int, mode: str, precision: str = "fp32", device_type: str = "cuda",
+) -> dict[str, float]:  # fmt: skip
     """Bytes one step of `mode` needs on one device, before it runs: the fp32 training state
     (``training_state_bytes`` on one rank: parameters 4 B each; with backward their gradients,
     4 B; a train step AdamW's two moments, 8 B: 16 B per parameter) plus the activations saved

@@ -1,6 +1,7 @@
 """Stage `arithmetic`: the 2026 handout's communication arithmetic (section 8) for one SwiGLU
 FFN, evaluated for the handout's B200 and for this machine's measured matmul peak and bus
-bandwidth, with the ring all-reduce time model checked against the all-reduce stage's times.
+bandwidth, with the ring all-reduce time model checked against the all-reduce stage's times;
+and the 2025 handout's communication accounting of the XXL model on TPU v5p (section 2.4).
 
 `python -m cs336_systems.stages.arithmetic` computes (see measure.py; the formulas are in
 core/costs.py); analysis.py turns the CSV into the report's sentences; plan.py holds what the

@@ -1,4 +1,5 @@
-"""Stage `arithmetic`: the communication arithmetic of the 2026 handout (section 8), evaluated.
+"""Stage `arithmetic`: the communication arithmetic of the 2026 handout (section 8) and the
+communication accounting of the 2025 handout (section 2.4), evaluated.
 
 Every formula is a function of core/costs.py (its docstring holds the derivation); this module
 only chooses the numbers it is evaluated with and writes one row per answer:
@@ -12,6 +13,11 @@ Cases:
   CSV (the first of `--dtypes` measured), W the best bus bandwidth of `<backend>` in the
   allreduce stage's CSV (under the ring model a rank's link carries busbw = 2 (N-1)/N S / t,
   which is the handout's W). A number the inputs lack makes that case's rows `skipped: <why>`.
+
+`communication_accounting` rows (case `tpu-v5p`): the 2025 handout's XXL model on its TPU v5p
+numbers (core/costs.py xxl_accounting), for the handout's mesh and, for part (d), the variants
+that shrink the compute-bound batch: tensor parallelism up to its bound at the same device count,
+8-bit weight all-gathers, and both.
 
 `ring_check` rows put the ring all-reduce time 2 (N-1)/N S / W (W the best bus bandwidth)
 beside each all-reduce the allreduce stage measured: measured / predicted per size. An
@@ -71,14 +77,19 @@ def matmul_peak(df: pd.DataFrame | None, why: str, dtypes: list[str]) -> tuple[f
     return math.nan, "", f"no ok {'/'.join(dtypes)} matmul row in ceilings.csv"
 
 
+def best_row(df: pd.DataFrame, backend: str) -> pd.Series | None:
+    """The all-reduce row whose bus bandwidth is `backend`'s best (where W comes from)."""
+    rows = df[(df["backend"] == backend) & (df["status"] == "ok")]
+    return rows.loc[rows["busbw_gbps"].idxmax()] if len(rows) else None
+
+
 def best_busbw(df: pd.DataFrame | None, why: str, backend: str) -> tuple[float, str, str]:
     """(W in bytes/s, where from, why not): the best bus bandwidth `backend` reached."""
     if df is None:
         return math.nan, "", f"no bus bandwidth: {why}"
-    rows = df[(df["backend"] == backend) & (df["status"] == "ok")]
-    if not len(rows):
+    r = best_row(df, backend)
+    if r is None:
         return math.nan, "", f"no ok {backend} row in allreduce.csv"
-    r = rows.loc[rows["busbw_gbps"].idxmax()]
     src = (
         f"allreduce: {backend} busbw {r['busbw_gbps']:.4g} GB/s "
         f"({int(r['world_size'])} ranks, {r['size_mb']:g} MB)"
@@ -154,7 +165,8 @@ def ring_check(df: pd.DataFrame | None, why: str, backend: str, w: float, source
             {"problem": "ring_check", "case": f"measured-{backend}", "status": f"skipped: {why}"}
         ]
     rows = []
-    for _, r in df[(df["backend"] == backend) & (df["status"] == "ok")].iterrows():
+    source_row = best_row(df, backend).name
+    for i, r in df[(df["backend"] == backend) & (df["status"] == "ok")].iterrows():
         n, s = int(r["world_size"]), float(r["bytes"])
         predicted = costs.ring_all_reduce_time(s, n, w)
         measured = float(r["time_ms_median"]) * 1e-3
@@ -172,10 +184,75 @@ def ring_check(df: pd.DataFrame | None, why: str, backend: str, w: float, source
                 "predicted_ms": predicted * 1e3,
                 "measured_ms": measured * 1e3,
                 "W_gbps": w / 1e9,
+                # W is this row's bus bandwidth: here the model equals the measurement by
+                # construction, so this row checks nothing
+                "w_measured_here": i == source_row,
                 "source": source,
                 "status": "ok",
             }
         )
+    return rows
+
+
+def accounting_variants(x: int, y: int, max_tp: float) -> list[tuple[str, int, int, int]]:
+    """(variant, X, Y, weight bytes): the handout's mesh; the same N = X Y with Y the largest
+    power of two within the TP bound; 8-bit weight all-gathers; both."""
+    n, y_max = x * y, y
+    while y_max * 2 <= min(max_tp, n) and n % (y_max * 2) == 0:
+        y_max *= 2
+    out = [("handout", x, y, 2)]
+    if y_max != y:
+        out.append(("more TP", n // y_max, y_max, 2))
+    out.append(("8-bit all-gathers", x, y, 1))
+    if y_max != y:
+        out.append(("more TP and 8-bit all-gathers", n // y_max, y_max, 1))
+    return out
+
+
+def accounting_rows(xxl: str, tpu: str, h100_gb: float) -> list[dict]:
+    """Every answer of communication_accounting, one row per quantity and variant."""
+    d, dff, blocks = (int(v) for v in xxl.split(":"))
+    tflops, ici, hbm, mesh, axes = tpu.split(":")
+    x, y = (int(v) for v in mesh.split("x"))
+    m_x, m_y = (int(v) for v in axes.split("x"))
+    c, w, m = float(tflops) * 1e12, float(ici) * 1e9, float(hbm) * 1e9
+
+    def evaluate(xx, yy, wb):
+        return costs.xxl_accounting(d, dff, blocks, m, h100_gb * 1e9, c, w, xx, yy, m_x, m_y, wb)
+
+    max_tp = evaluate(x, y, 2)["max_tp"].value
+    base = {
+        "problem": "communication_accounting",
+        "case": "tpu-v5p",
+        "d_model": d,
+        "d_ff": dff,
+        "blocks": blocks,
+        "C_tflops": c / 1e12,
+        "W_gbps": w / 1e9,
+        "hbm_gb": m / 1e9,
+        "m_x": m_x,
+        "m_y": m_y,
+        "source": f"handout: C = {float(tflops):g} TFLOP/s, W_ici = {float(ici):g} GB/s, "
+        f"{float(hbm):g} GB a TPU v5p, {x} x {y} mesh, M_X = {m_x}, M_Y = {m_y}",
+        "status": "ok",
+    }
+    rows = []
+    for variant, xx, yy, wb in accounting_variants(x, y, max_tp):
+        for quantity, q in evaluate(xx, yy, wb).items():
+            rows.append(
+                {
+                    **base,
+                    "variant": variant,
+                    "devices": xx * yy,
+                    "n_fsdp": xx,
+                    "n_tp": yy,
+                    "weight_bytes": wb,
+                    "quantity": quantity,
+                    "value": q.value,
+                    "unit": q.unit,
+                    "formula": q.formula,
+                }
+            )
     return rows
 
 
@@ -195,6 +272,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--message-mb", type=float, default=1024)
     ap.add_argument("--b200-tflops", type=float, default=2500)
     ap.add_argument("--b200-egress-gbps", type=float, default=900)
+    ap.add_argument("--xxl", default="16384:53248:126", help="d_model:d_ff:blocks")
+    ap.add_argument(
+        "--tpu", default="460:180:95:16x4:2x1", help="TFLOP/s:ICI GB/s:HBM GB:XxY:M_XxM_Y"
+    )
+    ap.add_argument("--h100-gb", type=float, default=80)
     ap.add_argument("--dtypes", default="fp16,bf16")
     ap.add_argument("--backends", default="nccl,gloo")
     ap.add_argument("--ceilings", default="")
@@ -238,6 +320,10 @@ def main(argv: list[str] | None = None) -> None:
             )
             rows += got
     rows += checks
+    with point("communication_accounting"):
+        acc = accounting_rows(args.xxl, args.tpu, args.h100_gb)
+        log.info("%d answers of the XXL model's accounting", len(acc))
+    rows += acc
     base = provenance(args.machine, args.preset, args.edition)
     write_csv([{**base, **r} for r in rows], args.out)
     log.info("wrote %s: %d rows", args.out, len(rows))

@@ -26,12 +26,27 @@ def split_arg(cfg: dict) -> str:
     return ",".join(f"{f}x{t}" for f, t in cfg["splits"])
 
 
+def xxl_arg(cfg: dict) -> str:
+    x = cfg["xxl"]
+    return f"{x['d_model']}:{x['d_ff']}:{x['blocks']}"
+
+
+def tpu_arg(cfg: dict) -> str:
+    """C TFLOP/s : W_ici GB/s : HBM GB : X x Y : M_X x M_Y."""
+    t = cfg["tpu"]
+    return (
+        f"{t['tflops']}:{t['ici_gbps']}:{t['hbm_gb']}:{t['mesh'][0]}x{t['mesh'][1]}"
+        f":{t['axes'][0]}x{t['axes'][1]}"
+    )
+
+
 def options(cfg: dict) -> str:
     """Every option of the job but the inputs and the common ones."""
     return (
         f"--shapes {shape_arg(cfg)} --devices {','.join(map(str, cfg['devices']))}"
         f" --splits {split_arg(cfg)} --message-mb {cfg['message_mb']}"
         f" --b200-tflops {cfg['b200']['tflops']} --b200-egress-gbps {cfg['b200']['egress_gbps']}"
+        f" --xxl {xxl_arg(cfg)} --tpu {tpu_arg(cfg)} --h100-gb {cfg['h100_gb']}"
         f" --dtypes {','.join(cfg['measured']['dtypes'])}"
         f" --backends {','.join(cfg['measured']['backends'])}"
     )
