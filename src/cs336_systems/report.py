@@ -23,7 +23,14 @@ import jinja2
 import pandas as pd
 
 from cs336_systems.core import coverage, export, questions, sanity
-from cs336_systems.core.analysis import fmt, md_table, pct, sig, status_summary
+from cs336_systems.core.analysis import (
+    fmt,
+    md_table,
+    pct,
+    placeholder_reason,
+    sig,
+    status_summary,
+)
 from cs336_systems.core.log import configure, get_logger
 from cs336_systems.core.markdown import to_html
 from cs336_systems.core.results import ABSENT, PROVENANCE_COLUMNS, atomic_write_text, git_state
@@ -381,6 +388,23 @@ def contexts_of(
     return contexts, suspects
 
 
+FIGURE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+\.png)\)")
+
+
+def without_placeholders(body: str, fig_dir: str, fig_root: Path | None) -> str:
+    """Each embedded figure that is a placeholder (core/analysis.py empty_figure) replaced by its
+    reason in words: a blank image with a sentence in it says less than the sentence."""
+    if fig_root is None:
+        return body
+
+    def swap(m: re.Match) -> str:
+        name = m.group(2).removeprefix(fig_dir.rstrip("/") + "/")
+        why = placeholder_reason(Path(fig_root) / name)
+        return m.group(0) if why is None else f"_No figure ({m.group(1)}): {why}._"
+
+    return FIGURE.sub(swap, body)
+
+
 def render(
     results_dir: Path,
     stages: list[str],
@@ -391,13 +415,16 @@ def render(
     report_dir: Path | None = None,
 ) -> str:
     """The report's markdown; `tables` (a dict) gets every table in it, by name, for the
-    write-up's LaTeX and Typst copies."""
+    write-up's LaTeX and Typst copies; `report_dir`: where the report goes (its `fig_dir` is
+    where placeholder figures are recognized and named instead of embedded)."""
+    fig_root = Path(report_dir) / fig_dir if report_dir is not None else None
     results_dir = Path(results_dir)
     env = environment(templates, results_dir, report_dir)
     contexts, suspects = contexts_of(results_dir, stages, tables)
     sections = []
     for stage, ctx in contexts.items():
         body = env.get_template(f"sections/{stage}.md.j2").render(s=ctx, fig_dir=fig_dir)
+        body = without_placeholders(body, fig_dir, fig_root)
         suspect = suspects[stage]
         with export.recording() as rendered:
             suspect_table = md_table(suspect) if len(suspect) else ""

@@ -10,6 +10,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from cs336_systems.core import export, sanity  # noqa: E402
@@ -181,27 +182,55 @@ def pct(x: float) -> str:
     return "–" if x is None or math.isnan(x) else f"{100 * x:.1f}%"
 
 
-def save(fig, path: Path, tight: bool = True) -> Path:
+def save(fig, path: Path, tight: bool = True, metadata: dict | None = None) -> Path:
     """The figure as `path` (PNG, for the report) and beside it as PDF (vector, for a write-up:
     LaTeX's \\includegraphics, Typst's image); returns the PNG's path. `tight=False`: the
-    caller laid the figure out itself."""
+    caller laid the figure out itself; `metadata`: the PNG's text chunks (a placeholder says
+    so there, `empty_figure`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if tight:
         fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, metadata=metadata)
     # no creation date: the same figure is the same file
     fig.savefig(path.with_suffix(".pdf"), metadata={"CreationDate": None})
     plt.close(fig)
     return path
 
 
+# a placeholder PNG says so in its metadata: the report names the reason instead of showing it
+PLACEHOLDER = "cs336 placeholder: "
+
+
 def empty_figure(path: Path, message: str) -> Path:
-    """A placeholder figure that says why there is no data (the rule still has its output)."""
+    """A placeholder figure that says why there is no data (the rule still has its output); the
+    report shows the reason in words instead of embedding it (`placeholder_reason`)."""
     fig, ax = plt.subplots(figsize=(6, 2))
     ax.axis("off")
     ax.text(0.5, 0.5, message, ha="center", va="center", wrap=True)
-    return save(fig, path)
+    return save(fig, path, metadata={"Description": PLACEHOLDER + message})
+
+
+def placeholder_reason(path: Path) -> str | None:
+    """The message of a placeholder figure (`empty_figure`), None for a real one or no file."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as im:
+            text = im.info.get("Description", "")
+    except (OSError, ValueError):
+        return None
+    return text.removeprefix(PLACEHOLDER) if text.startswith(PLACEHOLDER) else None
+
+
+def on_axis(keys, values, axis) -> np.ndarray:
+    """`values` placed at their keys' positions on `axis`, NaN where a key of the axis has no
+    value: a line drawn through it breaks at a missing point instead of bridging it."""
+    out = np.full(len(axis), np.nan)
+    pos = {k: i for i, k in enumerate(axis)}
+    for k, v in zip(keys, values, strict=True):
+        out[pos[k]] = v
+    return out
 
 
 def status_counts(df: pd.DataFrame) -> dict[str, int]:

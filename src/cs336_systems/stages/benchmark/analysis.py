@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
-import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 
-from cs336_systems.core import sanity
+from cs336_systems.core import questions, sanity
 from cs336_systems.core.analysis import (
     SIZE_ORDER,
-    empty_figure,
     failed_points,
     fmt,
     load,
@@ -25,70 +21,38 @@ from cs336_systems.core.analysis import (
     plot_main,
     plural,
     ran,
-    save,
     sig,
     size_key,
     sort_sizes,
 )
-from cs336_systems.stages.benchmark.derived import add_mfu
+from cs336_systems.stages.benchmark import answers
+from cs336_systems.stages.benchmark.figures import plot
+from cs336_systems.stages.benchmark.frames import (
+    MODE_LABEL,
+    WHY_FIRST_STEP,
+    _eager_naive,
+    backward_ratios,
+    load_all_engines,
+    load_benchmark,
+    speedups,
+    warmup_summary,
+)
 from cs336_systems.stages.benchmark.goal import goal_breakdown
 from cs336_systems.stages.benchmark.tables import engines_table
-
-KEYS = ["size", "context_length", "precision", "compile", "attention"]
-WHY_FIRST_STEP = {
-    "cuda": "The first step costs more because it pays one-time work that later steps reuse: "
-    "library handles (cuBLAS, cuDNN) are created, kernels are loaded and their algorithms chosen, "
-    "and the caching allocator grows its pool with real cudaMalloc calls.",
-    "cpu": "The first step costs more because it pays one-time work that later steps reuse: the "
-    "allocator grows the process's heap (page faults on fresh memory), and the CPU kernels' "
-    "one-time dispatch and primitive caches are filled.",
-}
-MODE_LABEL = {
-    "forward": "forward",
-    "forward_backward": "forward+backward",
-    "train_step": "train step",
-}
-
-
-def load_all_engines(results_dir: Path) -> pd.DataFrame:
-    """benchmark.csv with MFU recomputed against this run's ceilings (the model's paths), then
-    checked: every engine's rows (engines.py)."""
-    ceilings = load(results_dir, "ceilings")
-    return load(results_dir, "benchmark", derive=lambda df: add_mfu(df, ceilings))
-
-
-def load_benchmark(results_dir: Path) -> pd.DataFrame:
-    """The plain model's rows (the grid every table and figure but the engines' reads)."""
-    df = load_all_engines(results_dir)
-    return df[df["engine"] == "plain"] if "engine" in df else df
-
 
 # how other readers (the comparison report) read this stage's CSVs
 LOADERS = {"benchmark": load_benchmark}
 
 
-def _size_axis(ax, sizes) -> None:
-    """Model sizes in size order on a categorical x axis (matplotlib orders categories by first
-    appearance, so lines with different sizes would scramble it)."""
-    ax.set_xticks(range(len(sizes)), sizes)
-    ax.set_xlim(-0.5, len(sizes) - 0.5)
-
-
-def _size_x(sizes_present, axis_sizes) -> list[int]:
-    return [axis_sizes.index(s) for s in sizes_present]
-
-
-def _eager_naive(df: pd.DataFrame) -> pd.DataFrame:
-    return df[(df["compile"] == "eager") & (df["attention"] == "naive")]
-
-
 PHASE_CONTEXT = 512  # the 2026 handout: "use context length 512 unless otherwise specified"
 
 
-def phase_summary(df: pd.DataFrame, d: pd.DataFrame) -> dict:
+def phase_summary(df: pd.DataFrame, d: pd.DataFrame, hb: pd.DataFrame | None = None) -> dict:
     """2026's benchmarking question: forward, backward and optimizer step of a training step
     (eager, naive attention), for every size of the rows' edition at context 512 (the context
-    nearest 512 where none ran at 512); a size without a measured step says why."""
+    nearest 512 where none ran at 512); a size without a measured step says why. A host-bound
+    size (`hb`, answers.host_bound) is kept in the table but out of the backward/forward ratio:
+    its passes' times are the host's."""
     t_all = _eager_naive(df[df["mode"] == "train_step"])
     if "fwd_ms_median" not in df or not len(t_all):
         return {}
@@ -130,58 +94,33 @@ def phase_summary(df: pd.DataFrame, d: pd.DataFrame) -> dict:
         out["tables"][prec] = md_table(pd.DataFrame(rows).fillna("–"))
         if len(g):
             share = g["opt_ms_median"] / g["step_ms_median"]
-            ratio = g["bwd_ms_median"] / g["fwd_ms_median"]
+            host = set()
+            if hb is not None and len(hb):
+                at = hb[(hb["context_length"] == ctx) & (hb["precision"] == prec)]
+                host = set(at[(at["compile"] == "eager") & (at["attention"] == "naive")]["size"])
+                host &= set(g.index)
+            kept = g.drop(index=[x for x in g.index if x in host])
+            ratio = kept["bwd_ms_median"] / kept["fwd_ms_median"]
+            left = (
+                f" ({', '.join(f'`{x}`' for x in sorted(host))} left out: host-bound, see below)"
+                if host
+                else ""
+            )
             parts = g["fwd_ms_median"] + g["bwd_ms_median"] + g["opt_ms_median"]
             out["sentences"].append(
                 f"{prec}: the optimizer step takes {_spread(share, pct)} of the training step, "
-                f"backward {_spread(ratio, lambda v: f'{v:.2f}×')} the forward time, and the "
+                ""
+                + (
+                    f"backward {_spread(ratio, lambda v: f'{v:.2f}×')} the forward time{left}, "
+                    if len(ratio)
+                    else f"backward/forward not given{left}, "
+                )
+                + "and the "
                 f"three phases add up to {_spread(parts / g['step_ms_median'], pct)} of the "
                 "whole step (medians; the rest is zeroing the gradients and the synchronization "
                 "around the step)"
             )
     return out
-
-
-def backward_ratios(df: pd.DataFrame) -> pd.DataFrame:
-    """backward time (forward+backward minus forward) over forward time, per point (of `df`'s
-    rows that ran: pass `ok(df)` to leave suspect ones out)."""
-    d = ran(df)
-    fwd = d[d["mode"] == "forward"].set_index(KEYS)["step_ms_mean"]
-    fb = d[d["mode"] == "forward_backward"].set_index(KEYS)["step_ms_mean"]
-    both = pd.concat({"forward_ms": fwd, "fwd_bwd_ms": fb}, axis=1).dropna()
-    both["backward_ms"] = both["fwd_bwd_ms"] - both["forward_ms"]
-    both["ratio"] = both["backward_ms"] / both["forward_ms"]
-    return both.reset_index()
-
-
-def speedups(df: pd.DataFrame, axis: str, base: str, fast: str) -> pd.DataFrame:
-    """base-time / fast-time along one axis (precision fp32->bf16, or compile eager->compiled),
-    over `df`'s rows that ran (pass `ok(df)` to leave suspect ones out)."""
-    d = ran(df)
-    keys = [k for k in [*KEYS, "mode"] if k != axis]
-    a = d[d[axis] == base].set_index(keys)["step_ms_mean"]
-    b = d[d[axis] == fast].set_index(keys)["step_ms_mean"]
-    both = pd.concat({f"{base}_ms": a, f"{fast}_ms": b}, axis=1).dropna()
-    both["speedup"] = both[f"{base}_ms"] / both[f"{fast}_ms"]
-    return both.reset_index()
-
-
-def warmup_summary(w: pd.DataFrame) -> pd.DataFrame:
-    rows = []
-    for r in ok(w).itertuples():
-        times = json.loads(r.step_times_ms)
-        rows.append(
-            {
-                "size": r.size,
-                "warmup_steps": r.warmup_steps,
-                "mean_ms": r.step_ms_mean,
-                "std_ms": r.step_ms_std,
-                "first_measured_ms": times[0],
-                "median_ms": r.step_ms_median,
-                "cv": r.step_ms_std / r.step_ms_mean,
-            }
-        )
-    return pd.DataFrame(rows)
 
 
 def _latency_table(df: pd.DataFrame, precision: str) -> str:
@@ -207,128 +146,17 @@ def _latency_table(df: pd.DataFrame, precision: str) -> str:
     return md_table(t)
 
 
-def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
-    df = load_benchmark(results_dir)
-    w = load(results_dir, "benchmark_warmup")
-    fig_dir = Path(fig_dir)
-    out = []
-    names = ["latency", "bwd_fwd", "warmup", "speedups", "mfu"]
-    paths = {n: fig_dir / f"benchmark_{n}.png" for n in names}
-    d = ok(df) if len(df) else df
-    if len(d) == 0:
-        return [empty_figure(p, "no successful benchmark points") for p in paths.values()]
-
-    # latency vs model size, one panel per mode, one line per context length (eager, naive)
-    e = _eager_naive(d)
-    modes = [m for m in MODE_LABEL if m in set(e["mode"])]
-    fig, axes = plt.subplots(
-        1, max(len(modes), 1), figsize=(4.2 * max(len(modes), 1), 3.6), squeeze=False
+def protocol_sentence(warmup: int, measured: int, df: pd.DataFrame) -> str:
+    """The run's step counts against the handout's (5 and 10), and why a preset departs."""
+    want = questions.PROTOCOL["benchmark"]
+    if (warmup, measured) == (want["warmup_steps"], want["measure_steps"]):
+        return "the handout's protocol"
+    preset = str(df["preset"].iloc[0]) if "preset" in df else "?"
+    why = questions.PROTOCOL_WHY.get(preset, f"the `{preset}` preset's config sets them")
+    return (
+        f"the handout asks {want['warmup_steps']} and {want['measure_steps']}; this run takes "
+        f"fewer because {why}"
     )
-    all_sizes = ordered_sizes(d["size"])
-    for ax, mode in zip(axes[0], modes):
-        for (ctx, prec), g in e[e["mode"] == mode].groupby(["context_length", "precision"]):
-            g = sort_sizes(g)
-            ax.errorbar(
-                _size_x(list(g["size"]), all_sizes),
-                g["step_ms_mean"],
-                yerr=g["step_ms_std"],
-                marker="o",
-                capsize=2,
-                label=f"ctx {ctx} {prec}",
-                linestyle="-" if prec == "fp32" else "--",
-            )
-        ax.set_yscale("log")
-        _size_axis(ax, all_sizes)
-        ax.set_title(MODE_LABEL[mode])
-        ax.set_xlabel("model size")
-        ax.set_ylabel("ms per step (mean ± std)")
-    axes[0][-1].legend(fontsize=7)
-    out.append(save(fig, paths["latency"]))
-
-    # backward / forward ratio
-    r = backward_ratios(e)
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    if len(r):
-        for (ctx, prec), g in r.groupby(["context_length", "precision"]):
-            g = sort_sizes(g)
-            ax.plot(
-                _size_x(list(g["size"]), all_sizes),
-                g["ratio"],
-                marker="o",
-                label=f"ctx {ctx} {prec}",
-            )
-        ax.axhline(2.0, color="grey", lw=0.8, ls=":", label="2× (matmul FLOP ratio)")
-        ax.legend(fontsize=7)
-    _size_axis(ax, all_sizes)
-    ax.set_ylabel("backward time / forward time")
-    ax.set_xlabel("model size")
-    out.append(save(fig, paths["bwd_fwd"]))
-
-    # warm-up effect: per-step times and their std for each warm-up count
-    if len(w) and len(ok(w)):
-        fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
-        ws = ok(w)
-        for r_ in ws.itertuples():
-            times = json.loads(r_.warmup_times_ms) + json.loads(r_.step_times_ms)
-            x = np.arange(1, len(times) + 1)
-            a1.plot(x, times, marker=".", label=f"{r_.size}, {r_.warmup_steps} warm-up")
-            a1.axvline(r_.warmup_steps + 0.5, color=a1.lines[-1].get_color(), lw=0.6, ls=":")
-        a1.set_yscale("log")
-        a1.set_xlabel("step (dotted: first measured step)")
-        a1.set_ylabel("ms")
-        a1.legend(fontsize=7)
-        s = warmup_summary(w)
-        for size, g in s.groupby("size"):
-            a2.bar([f"{size}\n{k} w" for k in g["warmup_steps"]], g["std_ms"])
-        a2.set_ylabel("std of measured steps (ms)")
-        out.append(save(fig, paths["warmup"]))
-    else:
-        out.append(empty_figure(paths["warmup"], "no warm-up sweep data"))
-
-    # speedups: bf16 over fp32 (eager) and compiled over eager, train step
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    for label, sp in (
-        ("bf16 / fp32 (eager)", speedups(d[d["compile"] == "eager"], "precision", "fp32", "bf16")),
-        (
-            "compiled / eager (fp32)",
-            speedups(d[d["precision"] == "fp32"], "compile", "eager", "compiled"),
-        ),
-        (
-            "compiled / eager (bf16)",
-            speedups(d[d["precision"] == "bf16"], "compile", "eager", "compiled"),
-        ),
-    ):
-        sp = sp[sp["mode"] == "train_step"]
-        if len(sp):
-            g = sp.groupby("size", as_index=False)["speedup"].median()
-            g = sort_sizes(g)
-            ax.plot(_size_x(list(g["size"]), all_sizes), g["speedup"], marker="o", label=label)
-    ax.axhline(1.0, color="grey", lw=0.8)
-    _size_axis(ax, all_sizes)
-    ax.set_ylabel("speedup, train step (median over contexts)")
-    ax.set_xlabel("model size")
-    ax.legend(fontsize=7)
-    out.append(save(fig, paths["speedups"]))
-
-    # MFU
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    if "mfu" in d and d["mfu"].notna().any():
-        t = d[d["mode"] == "train_step"]
-        for (prec, comp), g in t.dropna(subset=["mfu"]).groupby(["precision", "compile"]):
-            g = g.groupby("size", as_index=False)["mfu"].max()
-            g = sort_sizes(g)
-            ax.plot(
-                _size_x(list(g["size"]), all_sizes),
-                100 * g["mfu"],
-                marker="o",
-                label=f"{prec} {comp}",
-            )
-        ax.legend(fontsize=7)
-    _size_axis(ax, all_sizes)
-    ax.set_ylabel("train-step MFU (%, best context)")
-    ax.set_xlabel("model size")
-    out.append(save(fig, paths["mfu"]))
-    return out
 
 
 def _spread(values: pd.Series, show) -> str:
@@ -380,17 +208,30 @@ def context(results_dir: Path) -> dict:
     s["batch_size"] = int(df["batch_size"].iloc[0])
     s["warmup_steps"] = int(df["warmup_steps"].iloc[0])
     s["measure_steps"] = int(df["measure_steps"].iloc[0])
+    s["protocol"] = protocol_sentence(s["warmup_steps"], s["measure_steps"], df)
     s["latency_fp32"] = _latency_table(df, "fp32")
     s["latency_bf16"] = _latency_table(df, "bf16")
-    s["phases"] = phase_summary(df, d)
+    pairs = answers.host_bound(d) if "peak_tflops" in d else pd.DataFrame()
+    s["host_bound"] = answers.host_bound_note(pairs)
+    hb = answers.host_bound_points(ran(df), pairs)  # every pass and precision of those points
+    s["phases"] = phase_summary(df, d, hb)
+    s["pass_times"] = answers.pass_times(d)
+    s["variability"] = answers.variability(d, s["measure_steps"], answers.device_of(df))
 
-    # Q1: backward vs forward (a point whose forward or forward+backward is suspect drops out)
+    # Q1: backward vs forward (a point whose forward or forward+backward is suspect drops out,
+    # and so does a host-bound one: its ratio is the host's)
     r = backward_ratios(_eager_naive(d))
     dropped = backward_ratios(_eager_naive(ran(df)))
+    if len(hb) and len(r):
+        keys = ["size", "context_length", "precision", "compile", "attention"]
+        hit = r.merge(hb[keys].drop_duplicates(), on=keys, how="left", indicator=True)
+        r = r[(hit["_merge"] != "both").to_numpy()]
     s["bwd"] = {}
     for prec, g in r.groupby("precision"):
         n_out = int((dropped["precision"] == prec).sum()) - len(g)
-        s["bwd"][prec] = _range_sentence(g["ratio"], "size/context point") + sanity.excluded(n_out)
+        s["bwd"][prec] = _range_sentence(g["ratio"], "size/context point") + (
+            f" ({plural(n_out, 'point')} left out: suspect or host-bound)" if n_out else ""
+        )
     if len(r) > 1:
         hi = r.loc[r["ratio"].idxmax()]
         lo = r.loc[r["ratio"].idxmin()]
@@ -430,16 +271,32 @@ def context(results_dir: Path) -> dict:
                     f"({'−' if change >= 0 else '+'}{abs(100 * change):.1f}%) and the mean {row.mean_ms:.1f} ms"
                 )
         entry["why"] = WHY_FIRST_STEP.get(str(w["device"].iloc[0]), WHY_FIRST_STEP["cpu"])
+        entry["few"] = answers.warmup_after(g, answers.device_of(w))
         s["warmup"].append(entry)
 
-    # Q3: bf16 and compile speedups
+    # Q3: bf16 and compile speedups, each point against itself (same size, context, mode and
+    # attention); the headline over naive attention, the model the handout benchmarks
     a = ran(df)
-    bf = speedups(d[d["compile"] == "eager"], "precision", "fp32", "bf16")
-    bf_all = speedups(a[a["compile"] == "eager"], "precision", "fp32", "bf16")
-    s["bf16"] = _speedup_summary(bf, "bf16 autocast over fp32 (eager)", len(bf_all) - len(bf))
-    cp = speedups(d, "compile", "eager", "compiled")
-    cp_all = speedups(a, "compile", "eager", "compiled")
-    s["compile"] = _speedup_summary(cp, "torch.compile over eager", len(cp_all) - len(cp))
+    naive, naive_all = d[d["attention"] == "naive"], a[a["attention"] == "naive"]
+    bf = speedups(naive[naive["compile"] == "eager"], "precision", "fp32", "bf16")
+    bf_all = speedups(naive_all[naive_all["compile"] == "eager"], "precision", "fp32", "bf16")
+    s["bf16"] = _speedup_summary(
+        bf, "bf16 autocast over fp32 (eager, naive attention, each point against itself)",
+        len(bf_all) - len(bf),
+    )  # fmt: skip
+    s["bf16"]["trend"] = answers.speedup_trend(bf)
+    other = speedups(d[(d["compile"] == "eager") & (d["attention"] != "naive")], "precision",
+                     "fp32", "bf16")  # fmt: skip
+    s["bf16"]["others"] = "; ".join(
+        f"{att} attention: {_range_sentence(g['speedup'], 'point')}"
+        for att, g in other.groupby("attention")
+    )
+    cp = speedups(naive, "compile", "eager", "compiled")
+    cp_all = speedups(naive_all, "compile", "eager", "compiled")
+    s["compile"] = _speedup_summary(
+        cp, "torch.compile over eager (naive attention, each point against itself)",
+        len(cp_all) - len(cp),
+    )  # fmt: skip
 
     # Q4: MFU, from points that passed the checks, against the ceiling of the model's path
     missing = sorted(

@@ -1,0 +1,147 @@
+"""The benchmark section's answers as the handout asks them (benchmark/answers.py), and its
+figures: each sentence computed from the rows it names, no line bridging a missing point, a
+placeholder figure named in words instead of embedded."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import pytest
+from fixture_rows import benchmark_rows, ceilings_rows, write_results
+
+from cs336_systems import report
+from cs336_systems.core.analysis import empty_figure, on_axis, placeholder_reason
+from cs336_systems.stages.benchmark import analysis, answers, figures
+
+
+def run_of(tmp_path, ms=None, sizes=("tiny", "small", "medium"), **kw):
+    return write_results(
+        tmp_path / "results" / "fixture-cpu",
+        benchmark=benchmark_rows(ms=ms, sizes=sizes, **kw),
+        ceilings=ceilings_rows(fp32=0.5, autocast=2.0),
+    )
+
+
+def test_on_axis_leaves_a_gap_where_a_key_is_missing():
+    y = on_axis(["tiny", "medium"], [1.0, 3.0], ["tiny", "small", "medium"])
+    assert y[0] == 1.0 and np.isnan(y[1]) and y[2] == 3.0
+
+
+def test_no_line_bridges_a_missing_or_suspect_point(tmp_path, monkeypatch):
+    """small's forward+backward is slower than its training step (both flagged): the latency
+    and backward/forward lines break at small instead of joining tiny to medium."""
+    results = run_of(tmp_path, ms={("small", "forward_backward", "fp32"): 50.0})
+    drawn = {}
+
+    def keep(fig, path, *a, **k):
+        drawn[path.name] = [line.get_ydata() for ax in fig.axes for line in ax.lines]
+        plt.close(fig)
+        return path
+
+    monkeypatch.setattr(figures, "save", keep)
+    figures.plot(results, tmp_path / "fig")
+    fp32_fb = [y for y in drawn["benchmark_latency.png"] if len(y) == 3 and np.isnan(y[1])]
+    assert fp32_fb, "the forward+backward line must break at the flagged size"
+    ratio_lines = [y for y in drawn["benchmark_bwd_fwd.png"] if len(y) == 3]
+    assert any(np.isnan(y[1]) and not np.isnan(y[0]) for y in ratio_lines)
+
+
+def test_the_pass_times_and_their_variability(tmp_path):
+    results = run_of(tmp_path, std=2.0)
+    s = analysis.context(results)
+    assert s["pass_times"][0].startswith("bf16, context 32: a forward pass takes 10.00 ms")
+    assert (
+        "a backward pass (forward+backward minus forward) 20.00 ms (`tiny`)" in s["pass_times"][0]
+    )
+    # std 2 of 10-35 ms: 20% at the 10 ms forwards, above the 5% the sentence calls small
+    assert "the std is" in s["variability"] and "above 5.0% at" in s["variability"]
+    assert "On a CPU the step shares the cores" in s["variability"]  # the fixture's device
+    quiet = analysis.context(run_of(tmp_path / "q", std=0.01))
+    assert "small everywhere" in quiet["variability"]
+
+
+def test_a_negative_backward_is_flagged_and_left_out(tmp_path):
+    """A forward slower than its forward+backward (the CPU reference's -0.02x) is a suspect
+    pair: no backward/forward ratio quotes it."""
+    results = run_of(tmp_path, ms={("tiny", "forward", "fp32"): 31.0})
+    s = analysis.context(results)
+    assert "fp32" not in s["bwd"] or "left out" in s["bwd"]["fp32"]
+    df = analysis.load_benchmark(results)
+    bad = df[(df["size"] == "tiny") & (df["precision"] == "fp32")]
+    assert (
+        bad[bad["mode"].isin(["forward", "forward_backward"])]["sanity"]
+        .str.contains("negative backward")
+        .all()
+    )
+
+
+def test_host_bound_points_are_named_and_left_out_of_the_ratios(tmp_path):
+    """A point whose bf16 step takes its fp32 time (1.0x) where the bf16 ceiling is 4x the fp32
+    one is host-bound: named, and out of every backward/forward ratio."""
+    results = run_of(tmp_path, sizes=("tiny", "small"),
+                     ms={("small", m, "bf16"): t for m, t in
+                         (("forward", 10.0), ("forward_backward", 30.0), ("train_step", 35.0))}
+                     | {("tiny", m, "bf16"): t for m, t in
+                        (("forward", 2.0), ("forward_backward", 6.0), ("train_step", 7.0))})  # fmt: skip
+    s = analysis.context(results)
+    assert "Host-bound points: `small` forward eager" in s["host_bound"]
+    assert "`tiny`" not in s["host_bound"]
+    assert "1 point left out" in s["bwd"]["bf16"]
+
+
+def test_warmup_and_speedup_sentences():
+    g = pd.DataFrame(
+        {"mean_ms": [90.0, 62.0, 58.0, 57.0], "std_ms": [80.0, 3.0, 2.5, 2.4],
+         "median_ms": [60.0, 61.0, 58.0, 55.5], "first_measured_ms": [316.0, 65.4, 60.9, 55.5],
+         "n_measured": [10, 10, 10, 10]},
+        index=pd.Index([0, 1, 2, 5], name="warmup_steps"),
+    )  # fmt: skip
+    text = answers.warmup_after(g)
+    assert text.startswith("After 1 warm-up step the first measured step is 1.18×")
+    assert "beyond twice the standard error" in text and "clocks" in text
+    sp = pd.DataFrame(
+        {"size": ["small", "medium", "xl"], "mode": "forward", "speedup": [1.1, 1.5, 4.8]}
+    )
+    assert (
+        answers.speedup_trend(sp)
+        == "forward: grows with every size, 1.10× at `small` to 4.80× at `xl`"
+    )
+
+
+def test_the_protocol_sentence(tmp_path):
+    s = analysis.context(run_of(tmp_path))
+    assert s["protocol"].startswith("the handout asks 5 and 10")
+    df = pd.DataFrame({"preset": ["gpu"]})
+    assert analysis.protocol_sentence(5, 10, df) == "the handout's protocol"
+
+
+def test_a_placeholder_figure_is_named_not_embedded(tmp_path):
+    fig = tmp_path / "figures"
+    empty_figure(fig / "x_a.png", "no successful points")
+    plt.figure()
+    plt.plot([1, 2])
+    plt.savefig(fig / "x_b.png")
+    plt.close()
+    assert placeholder_reason(fig / "x_a.png") == "no successful points"
+    assert placeholder_reason(fig / "x_b.png") is None
+    body = "![a](figures/x_a.png)\n\n![b](figures/x_b.png)\n"
+    out = report.without_placeholders(body, "figures", fig)
+    assert "_No figure (a): no successful points._" in out
+    assert "![b](figures/x_b.png)" in out and "x_a.png" not in out
+
+
+@pytest.mark.parametrize("missing", ["medium"])
+def test_the_speedup_figure_has_a_bar_per_size_and_mode(tmp_path, monkeypatch, missing):
+    results = run_of(tmp_path)
+    drawn = {}
+
+    def keep(fig, path, *a, **k):
+        drawn[path.name] = [len(ax.patches) for ax in fig.axes]
+        plt.close(fig)
+        return path
+
+    monkeypatch.setattr(figures, "save", keep)
+    figures.plot(results, tmp_path / "fig")
+    # three sizes x three modes of bf16-over-fp32 pairs (no compiled points in the fixture)
+    assert drawn["benchmark_speedups.png"] == [9]
