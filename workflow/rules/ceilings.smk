@@ -20,11 +20,15 @@ rule ceilings:
         cfg=CEILINGS,
         dtypes=cli_list(CEILINGS["dtypes"]),
         size_of=ceilings_plan.cli_sizes(CEILINGS),
+        extra=ceilings_plan.cli_extra(CEILINGS),
+        repeats=CEILINGS.get("repeats", 1),
+        warm_s=CEILINGS.get("warm_s", 0),
         common=common_args(),
     shell:
         "python3 -m cs336_systems.core.gpus {resources.gpu}"
         " python3 -m cs336_systems.stages.ceilings {params.common} --out {output}"
         " --matmul-size {params.cfg[matmul_size]} --matmul-size-of '{params.size_of}'"
+        " --extra-sizes '{params.extra}' --repeats {params.repeats} --warm-s {params.warm_s}"
         " --dtypes {params.dtypes}"
         " --copy-mb {params.cfg[copy_mb]} --reps {params.cfg[reps]} 2>&1 | tee {log}"
 

@@ -380,6 +380,36 @@ def _checkpointing(cfg: dict, dev: Device, ed: int = DEFAULT_EDITION) -> list[Jo
     return jobs
 
 
+# do_bench's windows around a ceiling measurement on a GPU (100 ms warm-up, at least 100 ms of
+# runs, reps ms where more: stages/ceilings/measure.py time_ms) and the calls it times first
+DO_BENCH_CALLS = 6
+
+
+def _ceilings(cfg: dict, dev: Device, ed: int = DEFAULT_EDITION) -> list[Job]:
+    """Every (dtype, path, size) `repeats` times: on a GPU do_bench's windows and its first
+    calls, on a CPU the warm-up and `reps` calls at the measured rate; the warm-up spin and the
+    copy."""
+    from cs336_systems.stages.ceilings.plan import sizes_of
+
+    reps, repeats = cfg["reps"], cfg.get("repeats", 1)
+    total, n = 0.0, 0
+    for dtype, sizes in sizes_of(cfg).items():
+        paths = 2 if dtype == "bf16" else 1  # bf16 also as the model runs it (autocast F.linear)
+        rate_ = (dev.peak_tflops or dev.tflops).get(dtype, dev.tflops["fp32"]) * 1e12
+        for size in sizes:
+            call = 2.0 * size**3 / rate_
+            one = (
+                (0.1 + max(reps, 100) / 1e3 + DO_BENCH_CALLS * call)
+                if dev.gpus
+                else ((1 + reps) * call)
+            )
+            total += paths * repeats * one
+            n += paths * repeats
+    total += cfg.get("warm_s", 0) if dev.gpus else 0.0
+    total += dev.job_start_s + dev.fixed_s["ceilings"]
+    return [Job("ceilings", "ceilings", total, f"{n} matmul measurements and a copy")]
+
+
 # the leaderboard's reduced one-GPU configuration (the 8B's widths and context, the most layers
 # that fit, compiled, a few steps): 2-4 min on an H100 (the lead's estimate), its middle
 LEADERBOARD_REDUCED_S = 180.0
@@ -481,7 +511,7 @@ ESTIMATES = {
             "the kernels' pytest suite, xdist workers",
         )
     ],  # fmt: skip
-    "ceilings": _fixed("ceilings", "matmuls per dtype and a copy"),
+    "ceilings": _ceilings,
     "benchmark": _benchmark,
     "memory": _memory,
     "profile": _profile,

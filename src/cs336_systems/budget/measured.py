@@ -41,7 +41,25 @@ def as_run(config: dict, preset: str, csv_dir: Path) -> dict:
             vals = pd.to_numeric(df.get(key, pd.Series(dtype=float)), errors="coerce").dropna()
             if vals.nunique() == 1 and key in block:
                 block[key] = int(vals.iloc[0])
+    _ceilings_as_run(config, preset, Path(csv_dir) / "ceilings.csv")
     return config
+
+
+def _ceilings_as_run(config: dict, preset: str, csv: Path) -> None:
+    """The ceilings a run measured: its sizes per dtype, repeats and warm-up spin (a run from
+    before several sizes and repeats measured one size per dtype, once, cold)."""
+    block = config.get("ceilings", {}).get(preset)
+    if block is None or not csv.exists():
+        return
+    df = pd.read_csv(csv)
+    mm = df[df["kind"] == "matmul"]
+    sizes = {d: sorted({int(n) for n in g["size"]}) for d, g in mm.groupby("dtype")}
+    if not sizes:
+        return
+    block["matmul_size_of"] = {d: ns[0] for d, ns in sizes.items()}
+    block["extra_sizes"] = {d: ns[1:] for d, ns in sizes.items() if len(ns) > 1}
+    block["repeats"] = int(df["repeat"].max()) if "repeat" in df else 1
+    block["warm_s"] = float(df["warm_s"].max()) if "warm_s" in df else 0.0
 
 
 def log_name(job: Job) -> str:
@@ -107,7 +125,8 @@ does not separate a constant, the job's own log (`results/<machine>/logs/`) did:
 - `capture_s`: profile small and medium, 9 torch.profiler captures each in 27 s (3 s a capture,
   its steps included). `snapshot_s`: memory xl, 8 snapshots in 41 s of points.
 - `kernel_tests_s`: the cuda selection on 16 xdist workers, 151 s (121 s on the faster host of
-  the d8dd021 run); `fixed_s`: ceilings 13 s, precision 6 s, checkpointing accounting 27 s.
+  the d8dd021 run); `fixed_s`: precision 6 s, checkpointing accounting 27 s. The ceilings job
+  (7.2 s for four matmuls and a copy) is its start and do_bench's windows, per measurement.
 - ddp `variants` on one GPU: the one-process compute-only baseline (xl, 13 fp32 steps of
   1037 ms) in 31 s of its 37.
 

@@ -18,6 +18,7 @@ Standard library only: the workflow and the report read it.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from cs336_systems.core.imports import module_literal
@@ -499,7 +500,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.out:
         args.out.write_text(text)
     else:
-        print(text)
+        sys.stdout.write(text)
 
 
 if __name__ == "__main__":

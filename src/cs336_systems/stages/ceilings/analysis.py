@@ -11,8 +11,8 @@ from cs336_systems.core.sanity import MODEL_PATH, PATH_LABEL
 
 
 def peaks(results_dir: Path) -> dict[str, float]:
-    """Measured plain-matmul TFLOP/s per dtype (bf16, tf32, fp32, ...) and copy GB/s under
-    'copy'."""
+    """Measured plain-matmul TFLOP/s per dtype (bf16, tf32, fp32, ...; the best of its sizes and
+    repeats) and copy GB/s under 'copy'."""
     df = load(results_dir, "ceilings")
     if len(df) == 0:
         return {}
@@ -20,10 +20,10 @@ def peaks(results_dir: Path) -> dict[str, float]:
     mm = df[df["kind"] == "matmul"]
     if "path" in mm:
         mm = mm[mm["path"].fillna("matmul") == "matmul"]
-    out = mm.set_index("dtype")["tflops"].to_dict()
+    out = {str(k): float(v) for k, v in mm.groupby("dtype")["tflops"].max().items()}
     copy = df[df["kind"] == "copy"]
     if len(copy):
-        out["copy"] = float(copy["gbps"].iloc[0])
+        out["copy"] = float(copy["gbps"].max())
     return out
 
 
@@ -49,46 +49,71 @@ def _what(r, gpu: bool = True) -> str:
     return f"{int(r['size'])}² matmul, {r['dtype']}: {how}"
 
 
-def _used_for(r) -> str:
+def _used_for(r, model_precisions: set[str] | None) -> str:
+    """What reads the row. `model_precisions`: the precisions the run's benchmark rows have
+    (None: no benchmark rows to tell)."""
     if r["kind"] == "copy":
         return "bandwidth floors"
     path = r.get("path") if isinstance(r.get("path"), str) else "matmul"
     users = [p for p, want in MODEL_PATH.items() if want == path and p == r["dtype"]]
     if users:
-        return f"MFU of the model's {', '.join(users)} points"
+        text = f"MFU of the model's {', '.join(users)} points"
+        if model_precisions is not None and not set(users) & model_precisions:
+            text += " (none in this run)"
+        return text
     if path == "matmul":
         return f"peak of kernels on {r['dtype']} tensors (attention kernels)"
     return "–"
+
+
+def _measurements(g: pd.DataFrame) -> str:
+    """Every measurement of one (dtype, path): '4096²: 690, 701; 8192²: 760, 773' (TFLOP/s)."""
+    parts = []
+    for n, h in g.groupby("size", sort=False):
+        vals = ", ".join(sig(v) if st == "ok" else st for v, st in zip(h["tflops"], h["status"],
+                                                                      strict=True))  # fmt: skip
+        parts.append(f"{int(n)}²: {vals}")
+    return "; ".join(parts)
 
 
 def context(results_dir: Path) -> dict:
     df = load(results_dir, "ceilings")
     if len(df) == 0:
         return {"available": False}
-    rates = []
-    for _, r in df.iterrows():
-        if r["status"] != "ok":
-            rates.append("–")
-        elif r["kind"] == "matmul":
-            rates.append(f"{sig(r['tflops'])} TFLOP/s")
-        else:
-            rates.append(f"{sig(r['gbps'])} GB/s")
-    table = pd.DataFrame(
-        {
-            "what": [_what(r, _on_gpu(df)) for _, r in df.iterrows()],
-            "median ms": [sig(x) for x in df["ms_median"]],
-            "rate": rates,
-            "used for": [_used_for(r) for _, r in df.iterrows()],
-            "status": df["status"],
-        }
-    )
-    has_path = "path" in df and (df["path"] == "autocast_linear").any()
+    bench = load(results_dir, "benchmark")
+    model_precisions = set(bench["precision"]) if len(bench) and "precision" in bench else None
+    if "path" not in df:
+        df = df.assign(path="matmul")
+    df = df.assign(path=df["path"].fillna("matmul"))
+    gpu = _on_gpu(df)
+    rows = []
+    for (kind, _, _), g in df.groupby(["kind", "dtype", "path"], sort=False):
+        good = g[g["status"] == "ok"]
+        rate = "tflops" if kind == "matmul" else "gbps"
+        best = good.loc[good[rate].idxmax()] if len(good) else g.iloc[0]
+        unit = "TFLOP/s" if kind == "matmul" else "GB/s"
+        rows.append(
+            {
+                "what": _what(best, gpu),
+                "best": f"{sig(best[rate])} {unit}" if len(good) else "–",
+                "median ms (best)": sig(best["ms_median"]) if len(good) else "–",
+                "every measurement (TFLOP/s)": _measurements(g) if kind == "matmul" else "–",
+                "used for": _used_for(best, model_precisions),
+                "status": "ok" if len(good) else str(g["status"].iloc[0]),
+            }
+        )
+    repeats = int(pd.to_numeric(df.get("repeat", pd.Series([1])), errors="coerce").max())
+    warm = pd.to_numeric(df.get("warm_s", pd.Series([0.0])), errors="coerce").max()
+    has_path = (df["path"] == "autocast_linear").any()
     return {
         "available": True,
-        "copy_what": _copy_what(_on_gpu(df)),
-        "table": md_table(table),
+        "copy_what": _copy_what(gpu),
+        "table": md_table(pd.DataFrame(rows), numparse=False),
         "peaks": peaks(results_dir),
         "model_path": has_path,
+        "repeats": repeats,
+        "warm_s": float(warm) if warm == warm else 0.0,
+        "sizes": sorted({int(n) for n in df[df["kind"] == "matmul"]["size"]}),
     }
 
 

@@ -1,7 +1,10 @@
 """Stage `ceilings`: what this machine can do, measured, so ratios are against it.
 
-A large matmul in bf16, tf32 and fp32 (TFLOP/s) and a device-to-device copy (GB/s, bytes read
-plus bytes written), on random data, verified before timed. Each matmul row names its `path`:
+Large matmuls in bf16, tf32 and fp32 (TFLOP/s) and a device-to-device copy (GB/s, bytes read
+plus bytes written), on random data, verified before timed. Each dtype is measured at several
+square sizes, each `--repeats` times, after `--warm-s` seconds of matmuls that bring a GPU's
+clocks up: every measurement is a row, and the best of a (dtype, path) is marked `best` (the
+ceiling every reader takes: the largest rate). Each matmul row names its `path`:
 `matmul` (`a @ b` on tensors of the dtype) and, for bf16, also `autocast_linear`: `F.linear` on
 fp32 weights and inputs under bf16 autocast, the path the model's bf16 points take (casts
 included), which is the ceiling their MFU is taken against (a CPU without a fast bf16 matmul can
@@ -11,6 +14,7 @@ run the autocast path at a very different rate than the plain one).
 from __future__ import annotations
 
 import argparse
+import time
 
 import torch
 import torch.nn.functional as F
@@ -20,7 +24,7 @@ from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import PointResult, device_time, run_point
 from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.core.results import provenance, write_csv
-from cs336_systems.stages.ceilings.plan import sizes_by_dtype
+from cs336_systems.stages.ceilings.plan import extra_by_dtype, sizes_by_dtype
 
 log = get_logger(__name__)
 
@@ -89,6 +93,19 @@ def matmul_point(
         torch.backends.cuda.matmul.allow_tf32 = prev
 
 
+def mark_best(rows: list[dict]) -> None:
+    """`best` on the fastest ok matmul row of each (dtype, path): the ceiling."""
+    best: dict[tuple, dict] = {}
+    for r in rows:
+        r["best"] = False
+        if r["status"] == "ok":
+            key = (r["dtype"], r["path"])
+            if key not in best or r["tflops"] > best[key]["tflops"]:
+                best[key] = r
+    for r in best.values():
+        r["best"] = True
+
+
 def matmul_paths(dtypes: list[str]) -> list[tuple[str, str]]:
     """(dtype, path) of every matmul row: each dtype plainly, bf16 also as the model runs it."""
     out = [(d, "matmul") for d in dtypes]
@@ -108,6 +125,20 @@ def copy_point(mbytes: int, device: torch.device, reps: int) -> dict:
     return {"ms_median": ms, "gbps": 2 * n * 4 / (ms * 1e-3) / 1e9}
 
 
+def warm_up(device: torch.device, seconds: float) -> float:
+    """bf16 matmuls for `seconds` on a GPU (its clocks rise from idle under load); the seconds
+    spent (0 on a CPU or for 0)."""
+    if device.type != "cuda" or seconds <= 0:
+        return 0.0
+    a = torch.randn(4096, 4096, device=device, dtype=torch.bfloat16)
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for _ in range(20):
+            a @ a
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - start
+
+
 def fitting_point(need_mib: float, device: torch.device, what: str, fn) -> PointResult:
     """`run_point(fn)`, or a `skipped:` point when its buffers cannot fit in the memory free
     now: checked before anything is allocated."""
@@ -125,6 +156,11 @@ def main(argv: list[str] | None = None) -> None:
         help="per-dtype sizes over --matmul-size, e.g. fp32=1024 (a CPU's fp32 reaches its peak "
         "only on larger products than its bf16 can afford without bf16 units)",
     )
+    ap.add_argument(
+        "--extra-sizes", default="", help="more sizes per dtype, e.g. bf16=4096+16384,fp32=2048"
+    )
+    ap.add_argument("--repeats", type=int, default=1, help="each (dtype, size) this many times")
+    ap.add_argument("--warm-s", type=float, default=0.0, help="GPU matmuls before measuring")
     ap.add_argument("--dtypes", default="bf16,tf32,fp32")
     ap.add_argument("--copy-mb", type=int, default=1024)
     ap.add_argument("--reps", type=int, default=20)
@@ -138,31 +174,41 @@ def main(argv: list[str] | None = None) -> None:
     base = provenance(args.machine, args.preset, args.edition)
     rows = []
     size_of = sizes_by_dtype(args.matmul_size_of)
+    extra = extra_by_dtype(args.extra_sizes)
+    warmed = warm_up(device, args.warm_s)
+    if warmed:
+        log.info("warmed the GPU up for %.1f s of bf16 matmuls", warmed)
     for name, path in matmul_paths(args.dtypes.split(",")):
-        n = size_of.get(name, args.matmul_size)
-        with point("matmul", name, *([] if path == "matmul" else [path]), f"n={n}"):
-            # two operands and the product (the autocast path adds bf16 copies of the operands)
-            size = DTYPES[name].itemsize if path == "matmul" else 4 + DTYPES[name].itemsize
-            need = 3 * n**2 * size / 2**20
-            res = fitting_point(
-                need,
-                device,
-                f"a {n}^2 {name} matmul",
-                lambda d=name, p=path, n=n: matmul_point(d, n, device, args.reps, p),
-            )
-            tflops = (res.value or {}).get("tflops", float("nan"))
-            log.log(status_level(res.status), "%s %.3g TFLOP/s", res.status, tflops)
-        rows.append(
-            {
-                **base,
-                "kind": "matmul",
-                "dtype": name,
-                "path": path,
-                "size": n,
-                "status": res.status,
-                **(res.value or {}),
-            }
-        )
+        sizes = list(dict.fromkeys([size_of.get(name, args.matmul_size), *extra.get(name, [])]))
+        for n in sizes:
+            for rep in range(args.repeats):
+                again = [f"repeat {rep + 1}/{args.repeats}"] if args.repeats > 1 else []
+                with point("matmul", name, *([] if path == "matmul" else [path]), f"n={n}", *again):
+                    # two operands and the product (the autocast path adds bf16 copies)
+                    size = DTYPES[name].itemsize if path == "matmul" else 4 + DTYPES[name].itemsize
+                    need = 3 * n**2 * size / 2**20
+                    res = fitting_point(
+                        need,
+                        device,
+                        f"a {n}^2 {name} matmul",
+                        lambda d=name, p=path, n=n: matmul_point(d, n, device, args.reps, p),
+                    )
+                    tflops = (res.value or {}).get("tflops", float("nan"))
+                    log.log(status_level(res.status), "%s %.3g TFLOP/s", res.status, tflops)
+                rows.append(
+                    {
+                        **base,
+                        "kind": "matmul",
+                        "dtype": name,
+                        "path": path,
+                        "size": n,
+                        "repeat": rep + 1,
+                        "warm_s": warmed,
+                        "status": res.status,
+                        **(res.value or {}),
+                    }
+                )
+    mark_best(rows)
     with point("copy", f"{args.copy_mb} MiB"):
         res = fitting_point(  # source and destination
             2 * args.copy_mb,
@@ -183,6 +229,7 @@ def main(argv: list[str] | None = None) -> None:
             **(res.value or {}),
         }
     )
+    rows[-1]["best"] = rows[-1]["status"] == "ok"
     write_csv(rows, args.out)
     log.info("wrote %s: %d rows", args.out, len(rows))
 
