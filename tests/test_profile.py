@@ -325,6 +325,8 @@ def _args(tmp_path: Path, **over) -> argparse.Namespace:
         batch_size=1,
         warmup=1,
         steps=1,
+        harness_warmup=1,
+        harness_steps=2,
         device="cpu",
         machine="test",
         preset="cpu",
@@ -381,6 +383,7 @@ def test_analysis_and_section_from_a_cpu_run(cpu_run, tmp_path):
     assert s["available"] and s["cpu_only"]
     assert "aten::" in s["top_table"]
     assert s["attention_sentence"] and s["gemm_sentence"]
+    assert "forward → training step" in s["other_kernels_sentence"]
     a = analysis.attention_split(points)
     # 5 FLOPs per score against 2 matmuls of 2*d_head each: 5 / (4 * 32) for tiny (d_head 32)
     assert a["softmax_over_matmul_flops"].iloc[0] == pytest.approx(5 / 128)
@@ -407,9 +410,24 @@ def test_analysis_compares_with_the_harness(cpu_run, tmp_path):
             }
         ]
     )
+    # the job timed its own forward as the harness does, before the capture: that time first
+    fwd = points.set_index("mode").loc["forward"]
+    assert fwd["harness_measure_steps"] == 2 and fwd["harness_ms_mean"] > 0
+    assert "harness_ms_mean" not in points.set_index("mode").loc[["train_step"]].dropna(axis=1)
     h = analysis.harness_comparison(points, bench)
-    assert h.loc[0, "harness_ms"] == 2.0
+    assert h.loc[0, "harness_ms"] == fwd["harness_ms_mean"]
+    assert h.loc[0, "harness_from"] == "this job"
+    sentence, cov = analysis.answers.harness_sentence(h, "operator")
+    assert sentence.startswith("At every one of the 1 profiled forward point the harness's time")
+    assert not cov
+    # without it, the benchmark stage's same point
+    h = analysis.harness_comparison(points.drop(columns=["harness_ms_mean"]), bench)
+    assert h.loc[0, "harness_ms"] == 2.0 and h.loc[0, "harness_from"] == "benchmark"
     assert h.loc[0, "profiled_over_harness"] == pytest.approx(h.loc[0, "profiled_step_ms"] / 2.0)
+    # neither: the coverage says the part is partly answered
+    h = analysis.harness_comparison(points.drop(columns=["harness_ms_mean"]), bench.iloc[:0])
+    sentence, cov = analysis.answers.harness_sentence(h, "operator")
+    assert cov["nsys_profile.a"]["status"] == "partly"
 
 
 def test_nsys_failure_falls_back_to_torch_profiler(tmp_path, monkeypatch):

@@ -44,6 +44,10 @@ rule profile:
         batch=PROFILE["batch_size"],
         warmup=PROFILE["warmup_steps"],
         steps=PROFILE["measure_steps"],
+        harness=(
+            f"--harness-warmup {PROFILE.get('harness', {}).get('warmup_steps', 0)}"
+            f" --harness-steps {PROFILE.get('harness', {}).get('measure_steps', 0)}"
+        ),
         profiler=PROFILE["profiler"],
         nsys=PROFILE.get("nsys", ""),
         timeout=PROFILE.get("timeout_s", 600),
@@ -55,6 +59,7 @@ rule profile:
         " python3 -m cs336_systems.stages.profile run {params.common} --size {wildcards.size}"
         " --contexts {params.contexts} --modes {params.modes} --precision {params.precision}"
         " --batch-size {params.batch} --warmup {params.warmup} --steps {params.steps}"
+        " {params.harness}"
         " --profiler {params.profiler} --nsys={params.nsys:q} --timeout {params.timeout}"
         " --raw-dir {params.raw} --keep-raw {params.keep_raw}"
         " {params.probe} --probe-out {output.probe}"

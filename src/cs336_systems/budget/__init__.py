@@ -245,7 +245,12 @@ def _profile(cfg: dict, dev: Device, ed: int = DEFAULT_EDITION) -> list[Job]:
             run += sum(step_s(dev, size, c, batch, pr["mode"], cfg["precision"], ed)
                        for c in ran if largest and c <= largest)  # fmt: skip
             how = f"probe: {tried} tried, contexts {contexts}; "
+        h = cfg.get("harness", {})
         for ctx in contexts:
+            if "forward" in cfg["modes"] and h.get("measure_steps"):
+                # the harness's forward beside the capture (nsys_profile (a))
+                n = h["warmup_steps"] + h["measure_steps"]
+                run += n * step_s(dev, size, ctx, batch, "forward", cfg["precision"], ed)
             for mode in cfg["modes"]:
                 points += 1
                 if not fits(dev, step_gib(size, ctx, batch, mode, cfg["precision"], ed)):

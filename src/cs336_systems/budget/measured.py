@@ -42,6 +42,12 @@ def as_run(config: dict, preset: str, csv_dir: Path) -> dict:
             if vals.nunique() == 1 and key in block:
                 block[key] = int(vals.iloc[0])
     _ceilings_as_run(config, preset, Path(csv_dir) / "ceilings.csv")
+    profile = config.get("profile", {}).get(preset)
+    csv = Path(csv_dir) / "profile.csv"
+    if profile is not None and csv.exists():
+        cols = pd.read_csv(csv, nrows=0).columns
+        if "harness_measure_steps" not in cols:  # a run from before the harness's forward
+            profile["harness"] = {"warmup_steps": 0, "measure_steps": 0}
     return config
 
 

@@ -11,10 +11,10 @@ ORDER = 40
 
 # the parts of docs/questions.md this stage answers and how the report tells (core/coverage.py)
 QUESTIONS = {
-    "nsys_profile.a": {"evidence": ["harness_table"], "needs": "gpu"},
+    "nsys_profile.a": {"evidence": ["harness_table", "harness_sentence"], "needs": "gpu"},
     "nsys_profile.b": {"evidence": ["top_sentence"], "needs": "gpu"},
     "nsys_profile.c": {"evidence": ["nontrivial_sentence"], "needs": "gpu"},
-    "nsys_profile.d": {"evidence": ["gemm_sentence"], "needs": "gpu"},
+    "nsys_profile.d": {"evidence": ["gemm_sentence", "other_kernels_sentence"], "needs": "gpu"},
     "nsys_profile.e": {"evidence": ["attention_sentence"], "needs": "gpu"},
 }
 # numbers that cannot be right (core/sanity.py): on one stream the summed kernel time of a step

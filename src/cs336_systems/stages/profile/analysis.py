@@ -22,6 +22,8 @@ from cs336_systems.core.analysis import (
 )
 from cs336_systems.core.costs import SOFTMAX_FLOPS_PER_ELEMENT
 from cs336_systems.profiling.kernel_classes import KERNEL_CLASSES, unique_labels
+from cs336_systems.stages.profile import answers
+from cs336_systems.stages.profile.answers import harness_comparison
 from cs336_systems.stages.profile.attention_parts import (
     ATTN_PARTS,
     _matmul_sentence,
@@ -81,40 +83,6 @@ def class_shares(kernels: pd.DataFrame) -> pd.DataFrame:
     shares = g.div(total.replace(0, np.nan), axis=0)
     shares["total_ms"] = total
     return shares.reset_index()
-
-
-def harness_comparison(points: pd.DataFrame, bench: pd.DataFrame) -> pd.DataFrame:
-    """Q5: the forward step under the profiler vs the benchmark stage's harness timing."""
-    p = ok(points)
-    p = p[p["mode"] == "forward"]
-    if p.empty:
-        return pd.DataFrame()
-    cols = {
-        "size": p["size"],
-        "context_length": p["context_length"],
-        "profiled_step_ms": p["step_ms_mean"],
-        "range_ms": p.get("step_range_ms_mean", np.nan),
-        "kernel_ms": p["step_kernel_ms_mean"],
-    }
-    out = pd.DataFrame(cols)
-    out["harness_ms"] = np.nan
-    if len(bench):
-        b = ok(bench)
-        b = b[
-            (b["mode"] == "forward")
-            & (b.get("compile", "eager") == "eager")
-            & (b.get("attention", "naive") == "naive")
-            & (b.get("batch_size", p["batch_size"].iloc[0]) == p["batch_size"].iloc[0])
-        ]
-        prec = str(p["precision"].iloc[0])
-        b = b[b["precision"] == prec]
-        h = b.set_index(["size", "context_length"])["step_ms_mean"]
-        out["harness_ms"] = [
-            h.get((s, c), np.nan) for s, c in zip(out["size"], out["context_length"], strict=True)
-        ]
-    out["profiled_over_harness"] = out["profiled_step_ms"] / out["harness_ms"]
-    out["kernel_over_harness"] = out["kernel_ms"] / out["harness_ms"]
-    return sort_sizes(out, "context_length").reset_index(drop=True)
 
 
 _TOP_COLUMNS = [
@@ -374,23 +342,13 @@ def context(results_dir: Path) -> dict:
                 "harness_ms": "harness (ms)",
                 "profiled_over_harness": "profiled / harness",
                 "kernel_over_harness": f"{s['kernel_word']}s / harness",
+                "harness_from": "harness measured by",
             }
         )
     )
-    hh = h.dropna(subset=["harness_ms"])
-    if len(hh):
-        s["harness_sentence"] = (
-            f"Over {len(hh)} forward points the step timed under the profiler takes "
-            f"{hh['profiled_over_harness'].median():.2f}× the benchmark harness's time "
-            f"(range {hh['profiled_over_harness'].min():.2f}–{hh['profiled_over_harness'].max():.2f}×), "
-            f"and the summed {s['kernel_word']} time is {hh['kernel_over_harness'].median():.2f}× "
-            "the harness time (median)."
-        )
-    else:
-        s["harness_sentence"] = (
-            "The benchmark stage has no matching forward points (same size, context, precision, "
-            "eager, naive attention), so only the profiled times are shown."
-        )
+    s["harness_sentence"], cov = answers.harness_sentence(h, s["kernel_word"])
+    if cov:
+        s["coverage"] = cov
 
     # Q6
     fwd_top = top_kernels(kernels, "forward", ("forward",))
@@ -468,6 +426,7 @@ def context(results_dir: Path) -> dict:
         )
         both = g.dropna(subset=["forward", "train_step"])
         if len(both):
+            s["other_kernels_sentence"] = answers.other_kernels(kernels, s["unit"])
             s["gemm_sentence"] = (
                 f"GEMMs take a median {pct(both['forward'].median())} of {s['unit']} in a "
                 f"forward pass and {pct(both['train_step'].median())} in a full training step "

@@ -204,6 +204,22 @@ def measure_point(work, context_length, mode, precision, warmup, steps, control)
     }
 
 
+def harness_forward(work, precision: str, warmup: int, steps: int) -> dict:
+    """The forward timed as the benchmark harness times it (synchronized steps after warm-up),
+    before the profiler's capture starts: the time nsys_profile (a) compares the profiler's
+    with, at the profiled point itself."""
+    step, cleanup = work.step("forward", precision, False)
+    try:
+        _, times = time_steps(step, warmup, steps, work.device)
+    finally:
+        cleanup()
+    return {
+        **summarize(times, "harness"),
+        "harness_warmup_steps": warmup,
+        "harness_measure_steps": steps,
+    }
+
+
 def run_points(args, control) -> list[dict]:
     """Every (context, mode) point of one size; a failed point is a row with its status."""
     device = pick_device(args.device)
@@ -225,13 +241,24 @@ def run_points(args, control) -> list[dict]:
             if built.status != "ok":
                 rows.append({**row, "status": built.status})
                 continue
+            timed = {}
+            if mode == "forward" and args.harness_steps > 0:
+                with point(args.size, f"ctx{context}", "forward", "harness"):
+                    h = run_point(
+                        lambda w=built.value: harness_forward(
+                            w, args.precision, args.harness_warmup, args.harness_steps
+                        )
+                    )
+                    timed = h.value or {"harness_status": h.status}
+                    log.log(status_level(h.status), "harness %s %.2f ms", h.status,
+                            timed.get("harness_ms_mean", float("nan")))  # fmt: skip
             with point(args.size, f"ctx{context}", mode, args.precision):
                 res = run_point(
                     lambda w=built.value, m=mode, c=context: measure_point(
                         w, c, m, args.precision, args.warmup, args.steps, control
                     )
                 )
-                rows.append({**row, "status": res.status, **(res.value or {})})
+                rows.append({**row, "status": res.status, **timed, **(res.value or {})})
                 ms = (res.value or {}).get("step_ms_mean", float("nan"))
                 log.log(status_level(res.status), "%s %.2f ms", res.status, ms)
         built = None
@@ -274,6 +301,8 @@ def _inner_command(args, points_json: Path) -> list[str]:
         f"--batch-size={args.batch_size}",
         f"--warmup={args.warmup}",
         f"--steps={args.steps}",
+        f"--harness-warmup={args.harness_warmup}",
+        f"--harness-steps={args.harness_steps}",
         f"--device={args.device}",
         f"--points-out={points_json}",
     ]
@@ -478,6 +507,8 @@ def _add_point_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=BATCH_SIZE)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--steps", type=int, default=1)
+    p.add_argument("--harness-warmup", type=int, default=0, help="the harness's forward timing")
+    p.add_argument("--harness-steps", type=int, default=0, help="0: none")
     p.add_argument("--device", default="auto")
 
 
