@@ -188,7 +188,7 @@ def test_memory_report_section_from_fixture_rows(tmp_path, monkeypatch):
     (block,) = [b for b in s["block_sentences"] if b.startswith("Context 32, fp32")]
     assert "4 bytes × 262,400 parameters exactly" in block
     text = render(results, ["memory"])
-    assert "2026 memory profiling, (a)-(f)" in text
+    assert "The grid with its checkpointed points, and part (f)" in text
     assert "without checkpointing oom" in text and "skipped: nsys absent" in text
 
 

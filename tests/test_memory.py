@@ -359,7 +359,9 @@ def test_memory_analysis_of_a_cuda_run(tmp_path):
     s = analysis.context(results)
     assert s["cuda"] and len(s["timelines"]) == 8
     assert "peak allocated memory is 0.80×" in s["precision_sentence"]
-    assert s["alloc_point"] == "xl, context 256, train step, fp32"
+    # the handout's question is about the forward pass's snapshot: its largest allocations
+    assert s["alloc_point"] == "forward passes"
+    assert s["alloc_sentence"].startswith("In the forward pass's snapshot of xl (fp32)")
     text = render(results, ["memory"])
     assert "falls in backward" in text and "model.py:42 forward" in text
 

@@ -189,6 +189,8 @@ def render_timeline(timeline: pd.DataFrame, png: str | Path, title: str) -> Path
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
     png = Path(png)
     png.parent.mkdir(parents=True, exist_ok=True)
@@ -202,13 +204,19 @@ def render_timeline(timeline: pd.DataFrame, png: str | Path, title: str) -> Path
         "optimizer_end": "#eeeeee",
     }
     top = float(y.max()) if len(y) else 1.0
+    shown = []
     for phase, a, b in phase_spans(timeline):
         if phase in colors:
             ax.axvspan(a, b, color=colors[phase], alpha=0.8, lw=0)
-            ax.text((a + b) / 2, top * 1.02, phase, ha="center", va="bottom", fontsize=8)
+            shown.append(phase)
     base = timeline.attrs.get("baseline_bytes", 0) / 2**30
     ax.axhline(base, color="grey", lw=0.8, ls="--")
     ax.set_ylim(0, top * 1.12 if top > 0 else 1)
+    # the phases named in a legend, not over their spans: a short phase (the optimizer's end)
+    # would print its name over its neighbour's
+    handles = [Patch(color=colors[p], label=p) for p in dict.fromkeys(shown)]
+    handles.append(Line2D([], [], color="grey", lw=0.8, ls="--", label="before the step"))
+    ax.legend(handles=handles, fontsize=7, loc="lower right", ncol=len(handles))
     ax.set_xlabel("allocator event")
     ax.set_ylabel("allocated (GiB)")
     ax.set_title(title, fontsize=10)

@@ -15,7 +15,7 @@ QUESTIONS = {
     "memory_profiling.b": {"evidence": ["peak_table"], "needs": "gpu"},
     "memory_profiling.c": {"evidence": ["precision_sentence"], "needs": "gpu"},
     "memory_profiling.d": {"evidence": ["residual_sentence", "activation_sentence"]},
-    "memory_profiling.e": {"evidence": ["alloc_table"], "needs": "gpu"},
+    "memory_profiling.e": {"evidence": ["alloc_table", "alloc_sentence"], "needs": "gpu"},
     "memory_profiling.f": {"evidence": ["y2026.block_sentences"]},
 }
 # numbers that cannot be right (core/sanity.py): a step's peak below the parameters it holds

@@ -102,10 +102,15 @@ def block_rows(
     torch.manual_seed(0)
     block = build_block(size, context, device, edition)
     x = torch.randn(batch, context, s["d_model"], device=device, requires_grad=True)
+    m0 = allocated(device)
     by_op, totals, out = block_saved_by_op(block, x, precision)
+    m1 = allocated(device)
     params = sum(p.numel() for p in block.parameters())
     grads = block_grad_bytes(block, out)
     synchronize(device)
+    m2 = allocated(device)
+    out_bytes = out.numel() * out.element_size()
+    dx_bytes = x.grad.numel() * x.grad.element_size() if x.grad is not None else 0
     model = costs.block_saved_bytes(
         batch, context, s["d_model"], s["num_heads"], s["d_ff"], precision, device.type
     )
@@ -122,9 +127,25 @@ def block_rows(
             "top_share": sum(r["share"] for r in rows),
             "block_params": params,
             "grad_bytes": grads,
+            # the allocator's view (CUDA; NaN on a CPU): what forward added (the saved tensors
+            # and the output), what backward changed (gradients and dx made, the saved freed),
+            # and the gradients' bytes those imply (part (f)'s calculation from the profile)
+            "forward_alloc_bytes": m1 - m0,
+            "backward_alloc_change_bytes": m2 - m1,
+            "output_bytes": out_bytes,
+            "input_grad_bytes": dx_bytes,
+            "grads_from_memory_bytes": (m2 - m1) + (m1 - m0 - out_bytes) - dx_bytes,
         }
     )
     return rows
+
+
+def allocated(device: torch.device) -> float:
+    """Bytes the CUDA caching allocator holds in tensors now (NaN elsewhere: no allocator)."""
+    if device.type != "cuda":
+        return float("nan")
+    torch.cuda.synchronize(device)
+    return float(torch.cuda.memory_allocated(device))
 
 
 # ---- the 2026 grid's checkpointing choice and the skip decision --------------------------------
