@@ -173,6 +173,8 @@ def test_the_calibration_reads_a_job_log(tmp_path):
         f.parent.mkdir(parents=True, exist_ok=True)
         f.write_text(f"s\th:m:s\n{2 * s if name == 'kernel_tests' else s}\t0:00:01\n")
     (jobs / "ddp" / "extra.tsv").write_text("s\n1.0\n")
+    # the run's rows beside its job log: the estimate is of what that run ran
+    (tmp_path / "csv").symlink_to(measured.REFERENCE_JOBS.parent / "csv")
     rows, missing, extra = measured.calibration(copy.deepcopy(CONFIG), jobs_dir=jobs)
     assert set(missing) - {"leaderboard/ablation"} == {"ceilings", "arithmetic"}
     assert extra == ["ddp/extra"]

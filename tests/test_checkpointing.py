@@ -264,3 +264,26 @@ def test_bad_block_size_stops_the_workflow_before_any_job(tmp_path):
     assert proc.returncode != 0
     assert "config: checkpointing.cpu.block_sizes[1]: 3 — a divisor of the 8 layers" in out
     assert not (work / "results").exists()
+
+
+def test_the_peak_is_reconciled_with_the_memory_grid():
+    """The same configuration measured by the memory stage: the difference stated and
+    explained (this stage keeps the gradients allocated through the step), and a difference
+    the gradients cannot explain said so."""
+    import pandas as pd
+
+    from cs336_systems.stages.checkpointing import analysis as ck
+
+    here = pd.DataFrame([{"size": "xl", "context_length": 2048, "precision": "fp32",
+                          "strategy": "every_1", "batch_size": 4, "status": "ok",
+                          "peak_allocated_mb": 66_445.0}])  # fmt: skip
+    memory = pd.DataFrame([{"size": "xl", "context_length": 2048, "precision": "fp32",
+                            "checkpoint": "every_1", "batch_size": 4, "status": "ok",
+                            "mode": "train_step", "peak_allocated_mb": 60_863.0,
+                            "grads_mb": 12_996.0}])  # fmt: skip
+    (line,) = ck.reconcile(here, memory)
+    assert "a difference of 5.45 GiB" in line and "below the gradients' size" in line
+    memory["peak_allocated_mb"] = 40_000.0
+    (line,) = ck.reconcile(here, memory)
+    assert "not explained by that" in line
+    assert ck.reconcile(here, memory.iloc[:0]) == []

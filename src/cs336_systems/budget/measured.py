@@ -42,6 +42,13 @@ def as_run(config: dict, preset: str, csv_dir: Path) -> dict:
             if vals.nunique() == 1 and key in block:
                 block[key] = int(vals.iloc[0])
     _ceilings_as_run(config, preset, Path(csv_dir) / "ceilings.csv")
+    ck = config.get("checkpointing", {}).get(preset)
+    csv = Path(csv_dir) / "checkpointing.csv"
+    if ck is not None and csv.exists():  # the precisions and step counts it ran
+        df = pd.read_csv(csv, usecols=lambda c: c in ("precision", "measure_steps"))
+        ck["precisions"] = list(dict.fromkeys(df["precision"].dropna()))
+        if df["measure_steps"].nunique() == 1:
+            ck["measure_steps"] = int(df["measure_steps"].iloc[0])
     profile = config.get("profile", {}).get(preset)
     csv = Path(csv_dir) / "profile.csv"
     if profile is not None and csv.exists():

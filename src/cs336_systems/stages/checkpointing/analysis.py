@@ -265,17 +265,23 @@ def best_block_size(df: pd.DataFrame, precision: str) -> dict | None:
         "boundary_mb": a,
         "block_mb": B,
         "num_layers": n_layers,
-        "time_spread": time_spread(times, int(best["recomputed_blocks"])),
+        "time_spread": time_spread(
+            times, int(best["recomputed_blocks"]), int(best.get("measure_steps", 1))
+        ),
     }
 
 
-def time_spread(times: pd.Series, recomputed: int) -> str:
+def time_spread(times: pd.Series, recomputed: int, steps: int = 1) -> str:
     """Step times over the block sizes, which all recompute the same blocks."""
     ratio = times.max() / times.min()
     text = (
         f"the step takes {fmt(times.min())}-{fmt(times.max())} ms over the {len(times)} block "
-        f"sizes that ran ({fmt(ratio)}× apart), each recomputing the same {recomputed} blocks"
+        f"sizes that ran ({fmt(ratio)}× apart; "
+        + (f"means of {steps} measured steps" if steps > 1 else "one measured step each")
+        + f"), each recomputing the same {recomputed} blocks"
     )
+    if steps == 1:
+        text += ": one step each, so differences this small are not evidence either way"
     if ratio > 1.25:
         text += (
             ": a spread this large for the same work comes from elsewhere (other load on the "
@@ -338,8 +344,47 @@ def context(results_dir: Path) -> dict:
             "table": md_table(strategy_table(df)),
             "nested": nested_sentences(df),
             "best": [b for p in df["precision"].unique() if (b := best_block_size(df, p))],
+            "reconciled": reconcile(df, load(results_dir, "memory")),
         }
     )
+    return out
+
+
+def reconcile(df: pd.DataFrame, memory: pd.DataFrame) -> list[str]:
+    """The memory stage's same configuration (size, context, precision, strategy, a training
+    step) beside this stage's peak, and why the two differ: this stage keeps the gradients
+    allocated through the step (zeroed in place), the memory stage's step frees them before
+    forward and makes them again in backward."""
+    if memory.empty or "checkpoint" not in memory or "peak_allocated_mb" not in df:
+        return []
+    out = []
+    m = memory[(memory["mode"] == "train_step") & (memory["status"] == "ok")]
+    for _, r in df[(df["status"] == "ok") & df["peak_allocated_mb"].notna()].iterrows():
+        same = m[
+            (m["size"] == r["size"])
+            & (m["context_length"] == r["context_length"])
+            & (m["precision"] == r["precision"])
+            & (m["checkpoint"].fillna("none") == r["strategy"])
+            & (m["batch_size"] == r["batch_size"])
+        ]
+        if same.empty:
+            continue
+        o = same.iloc[0]
+        diff = r["peak_allocated_mb"] - o["peak_allocated_mb"]
+        grads = o.get("grads_mb", math.nan)
+        out.append(
+            f"{r['precision']}, {label(r['strategy'])}: {mem(r['peak_allocated_mb'])} here, "
+            f"{mem(o['peak_allocated_mb'])} in the memory stage's same configuration (a "
+            f"difference of {mem(diff)}). This stage's step keeps the gradients allocated "
+            f"(zeroed in place: {mem(grads)} held from its start), the memory stage's frees them "
+            "before forward and makes them again in backward, so at its peak only the "
+            "gradients made by then are held"
+            + (
+                "; the difference is below the gradients' size, as it must be."
+                if 0 <= diff <= grads * 1.02
+                else f"; a difference outside 0 to {mem(grads)} is not explained by that."
+            )
+        )
     return out
 
 
