@@ -333,10 +333,14 @@ def rate_above_ceiling(
     dtype: str = "dtype",
     ceilings: pd.DataFrame | None = None,
     fp32_precision: str = "fp32_matmul_precision",
+    fraction: float = 1.0,
+    why: str = "",
     **_,
 ) -> pd.Series:
-    """A TFLOP/s above this machine's measured matmul peak for the row's dtype (plain matmul:
-    the path tensors of that dtype take; fp32 at `high` precision runs as TF32)."""
+    """A TFLOP/s above `fraction` of this machine's measured matmul peak for the row's dtype
+    (plain matmul: the path tensors of that dtype take; fp32 at `high` precision runs as TF32);
+    `why` follows the numbers in the reason (below 1, a rate too near the peak to believe
+    without measuring it again)."""
     out = _blank(df)
     peaks = matmul_peaks(ceilings)
     if not peaks or dtype not in df:
@@ -353,10 +357,10 @@ def rate_above_ceiling(
             continue
         for col in [c for c in rates if c in df]:
             v = pd.to_numeric(pd.Series([df.at[i, col]]), errors="coerce").iloc[0]
-            if v == v and v > peak:
-                out[i] = _join(
-                    out[i], f"{col} {_num(v)} above the measured {dt} matmul peak {_num(peak)}"
-                )
+            if v == v and v > fraction * peak:
+                where = "above" if v > peak else f"{v / peak:.0%} of"
+                text = f"{col} {_num(v)} {where} the measured {dt} matmul peak {_num(peak)}"
+                out[i] = _join(out[i], text + (f": {why}" if why else ""))
     return out
 
 

@@ -23,7 +23,18 @@ SANITY = {
             "kind": "rate_above_ceiling",
             "rates": ["fwd_tflops", "bwd_tflops", "fwd_bwd_tflops", "lb_tflops"],
             "dtype": "dtype",
-        }
+        },
+        # attention is matmuls plus softmax and masking: a pass within 10% of the plain GEMM
+        # peak (an H100 forward read 720 of 773 TFLOP/s, 27% above cuDNN, in a 20 ms window)
+        # is measured again before it is believed
+        {
+            "kind": "rate_above_ceiling",
+            "rates": ["fwd_tflops", "bwd_tflops", "fwd_bwd_tflops"],
+            "dtype": "dtype",
+            "fraction": 0.9,
+            "why": "attention runs softmax and masking beside its matmuls, so a rate this near "
+            "the GEMM peak needs measuring again (a longer do_bench window) before it is read",
+        },
     ],
 }
 

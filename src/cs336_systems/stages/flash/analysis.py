@@ -22,6 +22,7 @@ from cs336_systems.core.analysis import (
     status_counts,
 )
 from cs336_systems.core.analysis import ok as trusted
+from cs336_systems.stages.flash import answers
 
 IMPL_ORDER = [
     "naive_eager",
@@ -537,6 +538,10 @@ def context(results_dir: Path) -> dict:
         # why: the kernel tests failed, or none of the selected tests checked the kernel
         "gated_why": "; ".join(sorted(set(gated["status"].str.removeprefix("skipped: ")))),
         "pairs": {dt: triton_vs_pytorch_table(df, dt) for dt in dtypes},
+        "pair_caption": answers.pair_caption(
+            [i for i in ("naive_eager", "flash_pytorch", "flash_triton") if i in set(sw["impl"])]
+        ),
+        "host_note": answers.host_note(trusted(sw)),
         "all_fwd_bwd": {dt: all_impls_table(df, dt) for dt in dtypes},
         "tflops": tflops_table(df),
         "tiles": tiles_table(df),

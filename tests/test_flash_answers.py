@@ -1,0 +1,50 @@
+"""The FlashAttention section's notes (flash/answers.py) and its near-peak check: the latency
+table's caption names only the columns it has, host-bound forward+backward points are said to
+measure the host, and a pass within 10% of the GEMM peak is flagged for a re-measurement."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from cs336_systems.core import sanity
+from cs336_systems.stages.flash import answers
+
+
+def rows(fwd, bwd, fb, n=(128, 1024, 16384)):
+    return pd.DataFrame(
+        {"impl": "flash_triton", "dtype": "bf16", "d_head": 16, "seq_len": list(n),
+         "fwd_ms_median": fwd, "bwd_ms_median": bwd, "fwd_bwd_ms_median": fb}
+    )  # fmt: skip
+
+
+def test_the_caption_names_only_the_columns_the_table_has():
+    assert answers.pair_caption(["naive_eager", "flash_triton"]) == (
+        "naive PyTorch attention (`naive`) and our FlashAttention-2 in Triton (`FA2-triton`)"
+    )
+    assert "PyTorch (`FA2-pt`)" in answers.pair_caption(
+        ["naive_eager", "flash_pytorch", "flash_triton"]
+    )
+
+
+def test_host_bound_points_are_named():
+    d = rows([0.02, 0.018, 2.0], [0.1, 0.129, 5.0], [0.3, 0.487, 7.05])
+    note = answers.host_note(d)
+    assert note.startswith("At 2 points of 3 (n up to 1,024)")
+    assert "0.018 + 0.129 against 0.487 ms" in note
+    assert "from n = 16,384 on the two agree within 25%" in note
+    assert "the host's" in answers.host_note(rows([1.0] * 3, [2.0] * 3, [3.0] * 3))
+
+
+def test_a_rate_near_the_gemm_peak_is_flagged():
+    ceilings = pd.DataFrame(
+        [{"kind": "matmul", "dtype": "bf16", "path": "matmul", "status": "ok", "tflops": 773.0}]
+    )
+    df = pd.DataFrame({"dtype": ["bf16", "bf16"], "fwd_tflops": [720.0, 500.0], "status": "ok"})
+    flags = sanity.rate_above_ceiling(
+        df, ["fwd_tflops"], ceilings=ceilings, fraction=0.9, why="measure it again"
+    )
+    assert flags[0] == "fwd_tflops 720 93% of the measured bf16 matmul peak 773: measure it again"
+    assert flags[1] == ""
+    above = sanity.rate_above_ceiling(df.assign(fwd_tflops=[800.0, 1.0]), ["fwd_tflops"],
+                                      ceilings=ceilings)  # fmt: skip
+    assert above[0].startswith("fwd_tflops 800 above the measured bf16 matmul peak")
