@@ -48,3 +48,33 @@ def test_a_rate_near_the_gemm_peak_is_flagged():
     above = sanity.rate_above_ceiling(df.assign(fwd_tflops=[800.0, 1.0]), ["fwd_tflops"],
                                       ceilings=ceilings)  # fmt: skip
     assert above[0].startswith("fwd_tflops 800 above the measured bf16 matmul peak")
+
+
+def test_the_kernel_tests_figure_counts_tests_and_says_the_time_is_summed(tmp_path, monkeypatch):
+    """Parallel workers' test times add up to more than the suite's wall time: the figure
+    shows tests per kernel, names the sum as such, and puts the wall time in its title."""
+    import matplotlib.pyplot as plt
+    from fixture_rows import prov, write_results
+
+    from cs336_systems.stages.kernel_tests import analysis as kt
+
+    rows = pd.DataFrame(
+        [{**prov(), "test": f"t{i}", "kernel": "flash_triton", "outcome": "passed",
+          "duration_ms": 10_000.0, "suite_s": 12.0, "pytest_workers": 4, "files": "a.py",
+          "cuda_available": False, "message": "", "status": "ok"} for i in range(4)]
+    )  # fmt: skip
+    results = write_results(tmp_path / "r", kernel_tests=rows)
+    seen = {}
+
+    def keep(fig, path, *a, **k):
+        seen["title"] = fig._suptitle.get_text()
+        seen["xlabels"] = [ax.get_xlabel() for ax in fig.axes]
+        plt.close(fig)
+        return path
+
+    monkeypatch.setattr(kt, "save", keep)
+    kt.plot(results, tmp_path / "fig")
+    assert seen["title"] == "Kernel tests: 4 tests, 12 s of wall time"
+    assert seen["xlabels"] == ["tests", "test time summed over 4 workers (s)"]
+    ctx = kt.context(results)
+    assert ctx["workers"] == "4 workers" and ctx["test_s"] == 40.0
