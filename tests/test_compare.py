@@ -37,3 +37,52 @@ def test_comparison_of_two_results_folders(tmp_path):
 def test_compare_cli_needs_two_folders(tmp_path):
     with pytest.raises(SystemExit):
         compare.main(["--out", str(tmp_path / "c.md"), str(tmp_path)])
+
+
+def test_only_like_is_divided_by_like(tmp_path):
+    """Key numbers over the matched points only (not a median over each machine's grid), an
+    MFU side by side without a ratio, and no number at all where the grids share no point."""
+    cpu = write_results(
+        tmp_path / "cpu",
+        benchmark=benchmark_rows(sizes=("tiny", "small")),
+        ceilings=ceilings_rows(fp32=0.2, bf16=0.0002, autocast=0.4),
+    )
+    gpu_kw = {"machine": "h100", "device": "NVIDIA H100", "gpus": 1}
+    fast = {("small", m, p): t for p in ("fp32", "bf16") for m, t in (
+        ("forward", 1.0), ("forward_backward", 3.0), ("train_step", 3.5))}  # fmt: skip
+    fast[("xl", "train_step", "fp32")] = 1000.0
+    gpu = write_results(
+        tmp_path / "h100",
+        benchmark=benchmark_rows(ms=fast, sizes=("small", "xl"), machine_kw=gpu_kw),
+        ceilings=ceilings_rows(fp32=50.0, bf16=700.0, autocast=600.0, machine_kw=gpu_kw),
+    )
+    bench = compare.render([cpu, gpu], ["benchmark"]).split("## End-to-end benchmarks")[1]
+    tokens = next(line for line in bench.splitlines() if "median training-step tokens/s" in line)
+    cells = [c.strip() for c in tokens.strip("|").split("|")]
+    # small only (both machines ran it): 4 x 32 tokens in 35 ms against 3.5 ms; xl's 1 s step
+    # does not pull the h100's median down
+    assert cells[1:] == ["3,657", "36,571", "10.0×"]
+    mfu = next(line for line in bench.splitlines() if "best training-step MFU" in line)
+    assert "– (each against its own ceiling)" in mfu
+    # disjoint grids: nothing divided
+    other = write_results(
+        tmp_path / "other",
+        benchmark=benchmark_rows(sizes=("xl",), machine_kw=gpu_kw),
+        ceilings=ceilings_rows(machine_kw=gpu_kw),
+    )
+    bench = compare.render([cpu, other], ["benchmark"]).split("## End-to-end benchmarks")[1]
+    assert "No point in common" in bench and "×" not in bench
+
+
+def test_excluded_rows_are_not_compared():
+    import pandas as pd
+
+    df = pd.DataFrame({"impl": ["flash_triton", "flash_triton", "naive_eager"],
+                       "device": ["cpu", "cuda", "cpu"]})  # fmt: skip
+    kept = compare._exclude(df, [{"impl": "flash_triton", "device": "cpu"}])
+    assert list(zip(kept["impl"], kept["device"], strict=True)) == [
+        ("flash_triton", "cuda"), ("naive_eager", "cpu")
+    ]  # fmt: skip
+    best = pd.DataFrame({"best": [True, False], "x": [1, 2]})
+    assert list(compare._only(best, {"best": True})["x"]) == [1]
+    assert len(compare._only(best.drop(columns="best"), {"best": True})) == 2

@@ -10,14 +10,20 @@ stage, the numbers come from what the stage declares in its package's `__init__.
         "<csv name>": {
             "keys": [...],                  # columns that name a point: matched across machines
             "values": {"<column>": "label", ...},
-            "headlines": [                  # one number per machine, whatever the grids
+            "headlines": [                  # one number per machine, over matched points
                 {"label": "...", "column": "...", "agg": "max", "where": {"mode": "train_step"}},
             ],
+            "own_scale": ["mfu"],           # values against each machine's own ceiling
+            "exclude": [{"impl": "flash_triton", "device": "cpu"}],  # not the same measurement
+            "only": {"best": True},         # the rows that stand for a point
         },
     }
 
-Only rows that ran and passed the sanity checks count (core/sanity.py); a point is compared
-only where every machine measured it.
+Only like is divided by like. Only rows that ran and passed the sanity checks count
+(core/sanity.py); rows a stage excludes (a kernel run in an interpreter is not the kernel) do not
+count; a point is compared only where every machine measured it, and a headline is computed over
+those matched points only (a median over two different grids compares the grids). A number taken
+against each machine's own ceiling (an MFU) is shown side by side, never divided.
 """
 
 from __future__ import annotations
@@ -66,6 +72,40 @@ def _filter(df: pd.DataFrame, where: dict | None) -> pd.DataFrame:
     return df
 
 
+def _exclude(df: pd.DataFrame, rules: list[dict] | None) -> pd.DataFrame:
+    """`df` without the rows any rule matches (every column of the rule equal)."""
+    for rule in rules or []:
+        if all(c in df for c in rule):
+            hit = pd.Series(True, index=df.index)
+            for col, value in rule.items():
+                hit &= df[col].astype(str) == str(value)
+            df = df[~hit]
+    return df
+
+
+def _only(df: pd.DataFrame, where: dict | None) -> pd.DataFrame:
+    """The rows a stage compares (e.g. the best of several ceiling measurements); a CSV without
+    the column (written before it existed) is kept whole."""
+    for col, value in (where or {}).items():
+        if col in df:
+            df = df[df[col].astype(str) == str(value)]
+    return df
+
+
+def matched(frames: dict[str, pd.DataFrame], keys: list[str]) -> dict[str, pd.DataFrame]:
+    """Each machine's rows at the points (`keys`) every machine measured."""
+    keys = [k for k in keys if all(k in d for d in frames.values())]
+    if not keys:
+        return {m: d.iloc[0:0] for m, d in frames.items()}
+    common = None
+    for d in frames.values():
+        idx = pd.MultiIndex.from_frame(d[keys].astype(str))
+        common = idx if common is None else common.intersection(idx)
+    return {
+        m: d[pd.MultiIndex.from_frame(d[keys].astype(str)).isin(common)] for m, d in frames.items()
+    }
+
+
 def headline(df: pd.DataFrame, spec: dict) -> float:
     d = _filter(ok(df), spec.get("where"))
     col = spec["column"]
@@ -83,7 +123,11 @@ def _ratio(a: float, b: float) -> str:
     return f"{sig(b / a)}×"
 
 
-def headlines_table(frames: dict[str, pd.DataFrame], specs: list[dict]) -> pd.DataFrame:
+def headlines_table(
+    frames: dict[str, pd.DataFrame], specs: list[dict], own_scale: list[str] | None = None
+) -> pd.DataFrame:
+    """One number per machine over the matched points (`frames` hold only those), and its ratio
+    to the baseline's, except for a number on each machine's own scale (`own_scale`)."""
     labels = list(frames)
     rows = []
     for spec in specs:
@@ -92,14 +136,20 @@ def headlines_table(frames: dict[str, pd.DataFrame], specs: list[dict]) -> pd.Da
             continue
         row = {"number": spec["label"]}
         row.update({m: sig(v) for m, v in vals.items()})
+        own = spec["column"] in (own_scale or [])
         for m in labels[1:]:
-            row[f"{m} / {labels[0]}"] = _ratio(vals[labels[0]], vals[m])
+            row[f"{m} / {labels[0]}"] = (
+                "– (each against its own ceiling)" if own else _ratio(vals[labels[0]], vals[m])
+            )
         rows.append(row)
     return pd.DataFrame(rows)
 
 
 def points_table(
-    frames: dict[str, pd.DataFrame], keys: list[str], values: dict[str, str]
+    frames: dict[str, pd.DataFrame],
+    keys: list[str],
+    values: dict[str, str],
+    own_scale: list[str] | None = None,
 ) -> tuple[pd.DataFrame, dict[str, int]]:
     """Points every machine measured (matched on `keys`), each value per machine and its ratio
     to the baseline; and how many points each machine has that not all share."""
@@ -125,6 +175,8 @@ def points_table(
             base = indexed[labels[0]].loc[key, c]
             for m in labels:
                 row[f"{values[c]}: {m}"] = sig(indexed[m].loc[key, c])
+            if c in (own_scale or []):
+                continue  # each machine's own scale: side by side, not divided
             for m in labels[1:]:
                 row[f"{values[c]}: {m} / {labels[0]}"] = _ratio(base, indexed[m].loc[key, c])
         rows.append(row)
@@ -139,7 +191,8 @@ def compare_stage(stage: str, dirs: dict[str, Path]) -> dict | None:
     parts = []
     for name, cfg in spec.items():
         read = loader(stage, name)
-        frames = {m: read(d) for m, d in dirs.items()}
+        frames = {m: _only(_exclude(read(d), cfg.get("exclude")), cfg.get("only"))
+                  for m, d in dirs.items()}  # fmt: skip
         missing = [m for m, df in frames.items() if len(df) == 0]
         frames = {m: df for m, df in frames.items() if len(df)}
         gone = f" `{name}.csv` is missing for {', '.join(missing)}." if missing else ""
@@ -147,8 +200,14 @@ def compare_stage(stage: str, dirs: dict[str, Path]) -> dict | None:
             if frames:
                 parts.append({"csv": name, "note": gone.strip()})
             continue
-        heads = headlines_table(frames, cfg.get("headlines", []))
-        points, only = points_table(frames, cfg.get("keys", []), cfg.get("values", {}))
+        own = cfg.get("own_scale", [])
+        keys = cfg.get("keys", [])
+        same = matched({m: ok(df) for m, df in frames.items()}, keys)
+        n_same = len(next(iter(same.values())).drop_duplicates(
+            [k for k in keys if k in next(iter(same.values()))]
+        ))  # fmt: skip
+        heads = headlines_table(same, cfg.get("headlines", []), own) if n_same else pd.DataFrame()
+        points, only = points_table(frames, keys, cfg.get("values", {}), own)
         n_common = len(points)
         note = (
             f"{n_common} point(s) measured on every machine here"
@@ -156,6 +215,19 @@ def compare_stage(stage: str, dirs: dict[str, Path]) -> dict | None:
             + "; points the others did not measure: "
             + ", ".join(f"{m} {n}" for m, n in only.items())
             + "."
+            + (
+                ""
+                if n_same
+                else " No point in common: no number of this CSV is compared (their grids "
+                "differ, and a number over one grid against another's compares the grids)."
+            )
+            + (
+                " Excluded as not the same measurement: "
+                + "; ".join(", ".join(f"{k} {v}" for k, v in r.items()) for r in cfg["exclude"])
+                + "."
+                if cfg.get("exclude")
+                else ""
+            )
             + gone
         )
         parts.append(

@@ -21,13 +21,5 @@ COMPARE = {
     "attention": {
         "keys": ["impl", "d_head", "seq_len"],
         "values": {"fwd_ms_mean": "fwd ms", "bwd_ms_mean": "bwd ms"},
-        "headlines": [
-            {
-                "label": "longest n that ran (eager)",
-                "column": "seq_len",
-                "agg": "max",
-                "where": {"impl": "naive_eager"},
-            },
-        ],
     },
 }
