@@ -15,6 +15,7 @@ from cs336_systems.core.analysis import (
     load,
     md_table,
     ok,
+    on_axis,
     plot_main,
     save,
     sig,
@@ -105,11 +106,13 @@ def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
     col = peak_column(df)
 
     fig, ax = plt.subplots(figsize=(6, 3.8))
+    # every context of the grid on the axis: a context whose point did not run is a gap
+    contexts = sorted(set(df["context_length"]))
     for (size, mode, prec), g in d.groupby(["size", "mode", "precision"]):
         g = g.sort_values("context_length")
         ax.plot(
-            g["context_length"],
-            g[col] / 1024,
+            contexts,
+            on_axis(list(g["context_length"]), list(g[col] / 1024), contexts),
             marker="o",
             ls="-" if prec == "fp32" else "--",
             label=f"{size} {MODE_LABEL.get(mode, mode)} {prec}",
