@@ -12,7 +12,7 @@ import pytest
 from fixture_rows import benchmark_rows, ceilings_rows, prov, write_results
 
 from cs336_systems import report
-from cs336_systems.core import coverage
+from cs336_systems.core import coverage, questions
 from cs336_systems.core.results import git_state, provenance
 
 # ------------------------------------------------------------------------------ coverage
@@ -105,6 +105,7 @@ def test_the_counts_add_up_to_the_parts():
         assert counts["parts"] == len(table) == len(coverage.edition_questions(edition))
         assert counts["answered"] + counts["partly"] + counts["not"] == counts["measured"]
         assert counts["measured"] + counts["code"] == counts["parts"]
+        assert counts["code"] == sum(p["kind"] == "code" for p in questions.edition_parts(edition))
 
 
 @pytest.fixture

@@ -230,9 +230,14 @@ def coverage_table(
 
 
 def summary(table: pd.DataFrame) -> dict[str, int]:
-    """How many parts have each status (`code` included); `parts` their number in all."""
-    counts = table["status"].value_counts().to_dict() if len(table) else {}
-    out = {k: int(counts.get(k, 0)) for k in (*STATUS_ORDER, "code")}
+    """How many parts ask for answers (`measured`) and how many of those have each status;
+    how many ask for code (`code`: an implementation, whether or not a stage runs its tests);
+    `parts` their number in all."""
+    kinds = table["kind"] if len(table) else pd.Series(dtype=str)
+    answers = table[kinds != "code"] if len(table) else table
+    counts = answers["status"].value_counts().to_dict() if len(answers) else {}
+    out = {k: int(counts.get(k, 0)) for k in STATUS_ORDER}
     out["parts"] = len(table)
-    out["measured"] = len(table) - out["code"]
+    out["code"] = int((kinds == "code").sum())
+    out["measured"] = len(answers)
     return out
