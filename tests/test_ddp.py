@@ -658,3 +658,22 @@ def test_optimizer_impl_names_what_step_runs():
             self.local_optimizer = torch.optim.AdamW(params, fused=True)
 
     assert optimizer_impl(Wrapper()) == "adamw_fused"
+
+
+@pytest.mark.parametrize("variant", ["overlap_individual", "bucketed"])
+def test_a_dropped_wrapper_frees_its_model(single_process_group, variant):
+    """Gradient hooks live in C++, out of the garbage collector's sight: a hook holding the
+    wrapper strongly would keep the wrapper, its model and its gradients alive after a step."""
+    import gc
+    import weakref
+
+    model = make_model(0)
+    ddp = DDPBucketed(model, 0.0005) if variant == "bucketed" else DDPOverlapIndividual(model)
+    x, y = global_batch()
+    ddp.on_train_batch_start()
+    loss_fn(ddp(x[0]), y[0]).backward()
+    ddp.finish_gradient_synchronization()
+    refs = [weakref.ref(ddp), weakref.ref(model)]
+    del ddp, model
+    gc.collect()
+    assert all(r() is None for r in refs)

@@ -52,6 +52,7 @@ from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from cs336_systems.parallel import collectives
+from cs336_systems.parallel.hooks import weak_hook
 
 BYTES_PER_MB = 2**20  # bucket sizes and message sizes count MB as 2**20 bytes
 
@@ -140,6 +141,7 @@ class DDPFlat(_DataParallelBase):
 def _hook_accumulation(ddp: _DataParallelBase, before, after) -> None:
     """`before(p)` just before each accumulation into p.grad (a tensor hook on the leaf runs
     before AccumulateGrad), `after(p)` just after it, for every parameter `ddp` synchronizes."""
+    before, after = weak_hook(before), weak_hook(after)  # a dropped wrapper frees its model
     for p in ddp.sync_params:
         ddp._hook_handles.append(p.register_hook(lambda grad, p=p: before(p)))
         ddp._hook_handles.append(p.register_post_accumulate_grad_hook(after))

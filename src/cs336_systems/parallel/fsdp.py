@@ -70,8 +70,8 @@ from cs336_systems.parallel.fsdp_units import (
     Use,
     is_shardable,
     plan_units,
-    weak_hook,
 )
+from cs336_systems.parallel.hooks import weak_hook
 
 __all__ = ["FSDP", "UNITS", "FlatShard", "is_shardable"]
 

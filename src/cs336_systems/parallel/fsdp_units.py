@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import time
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,20 +30,6 @@ from cs336_systems.parallel import collectives
 
 UNITS = ("block", "layer")
 ALIGN = 64  # elements: 128 bytes of bf16
-
-
-def weak_hook(method: Callable) -> Callable:
-    """A hook that calls the bound `method` while its object lives. A tensor keeps its hooks on
-    the C++ side, where Python's garbage collector cannot see them: a hook bound to the wrapper
-    that owns the tensor's module would make a cycle nothing frees (a whole model and its
-    gradients per wrapper built, 33 GB a rank at 8B)."""
-    ref = weakref.WeakMethod(method)
-
-    def hook(*args):
-        bound = ref()
-        return None if bound is None else bound(*args)
-
-    return hook
 
 
 def is_shardable(module: nn.Module) -> bool:
