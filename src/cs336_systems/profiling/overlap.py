@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from cs336_systems.core.harness import StepClock, synchronize
 
 STEP_RANGE = "profiled_step"
@@ -53,11 +51,8 @@ def profile_step(
         prof_gpu_idle_ms=split["idle"],
     )
     comm, compute = [], []
-    for ev in prof.events():
-        if ev.device_type != torch.autograd.DeviceType.CUDA:
-            continue
-        span = (ev.time_range.start, ev.time_range.end)
-        (comm if "nccl" in ev.name.lower() else compute).append(span)
+    for k in kernels:
+        (comm if "nccl" in k.name.lower() else compute).append((k.start_us, k.end_us))
     return {**overlap_stats(comm, compute), **extra}
 
 
@@ -72,21 +67,23 @@ def collective_overlap(prof, device, forward_gathers: int | None = None) -> dict
     spans against the main thread's ATen operators. With `forward_gathers` (how many
     all-gathers the forward issues; collectives run in the order they are issued), the first
     that many all-gathers are kind `all_gather_fwd`, the others `all_gather_bwd`."""
-    events = list(prof.events())
     spans: dict[str, list[tuple[float, float]]] = {"all_gather": [], "comm": []}
     compute: list[tuple[float, float]] = []
     if device.type == "cuda":
-        for ev in events:
-            if ev.device_type != torch.autograd.DeviceType.CUDA:
-                continue
-            span = (ev.time_range.start, ev.time_range.end)
-            if "nccl" in ev.name.lower():
+        from cs336_systems.profiling.timeline import gpu_kernels
+
+        # kernels only: the step's record_function range is also a device event spanning them
+        # all, and counted as compute it would hide every collective
+        for k in gpu_kernels(prof):
+            span = (k.start_us, k.end_us)
+            if "nccl" in k.name.lower():
                 spans["comm"].append(span)
-                if _is_all_gather(ev.name):
+                if _is_all_gather(k.name):
                     spans["all_gather"].append(span)
             else:
                 compute.append(span)
     else:
+        events = list(prof.events())
         threads = [ev.thread for ev in events if ev.name.startswith("aten::")]
         main = max(set(threads), key=threads.count) if threads else None
         for ev in events:
