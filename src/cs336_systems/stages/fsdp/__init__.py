@@ -20,5 +20,5 @@ QUESTIONS = {
 # is a wait for the last collectives, near zero in most steps and the collective's length in a
 # few (a skewed wait, whose std above its mean is what such a wait looks like, not an error)
 SANITY = {
-    "fsdp.csv": [{"kind": "std_above_mean", "columns": r"^(step|fwd|bwd|opt)_ms_std$"}],
+    "fsdp": [{"kind": "std_above_mean", "columns": r"^(step|fwd|bwd|opt)_ms_std$"}],
 }
