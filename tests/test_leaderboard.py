@@ -276,3 +276,49 @@ def test_a_current_gpu_breakdown_is_shown_and_adds_up():
     assert off == [] and len(table) == 2
     row["breakdown_r1_window_ms"] += 50  # a rank whose parts miss 50 ms is named
     assert analysis.breakdown_table(pd.Series(row))[1] == ["rank 1: 4,710 of 4,760 ms"]
+
+
+def test_ablation_rows_run_the_engines_checkpointing_and_differences_are_attributed_only_then(
+    tmp_path,
+):
+    """Each ablation row changes one thing: it runs the checkpointing the engine row ran (read
+    from the runs CSV), except the rows whose change is the checkpointing; a row that ran another
+    plan is not read as what its optimization buys."""
+    import pandas as pd
+
+    from cs336_systems.stages.leaderboard import analysis
+    from cs336_systems.stages.leaderboard.measure import engine_checkpointing, pins_checkpointing
+
+    assert pins_checkpointing("sdpa", "mixed_p3_f25")
+    assert pins_checkpointing("no_prefetch", "ffn")
+    assert not pins_checkpointing("whole_blocks", "mixed_p3_f25")  # its change is the plan
+    assert not pins_checkpointing("every_2", "ffn")
+    assert not pins_checkpointing("sdpa", "") and not pins_checkpointing("sdpa", "auto")
+
+    base = {"backend": "nccl", "world_size": 2, "status": "ok", "free_gb": 149.0}
+    rows = [
+        {**base, "config": "full", "variant": "engine", "ablation": "",
+         "checkpointing": "mixed_p3_f25", "step_ms_median": 5236.0},
+        {**base, "config": "full", "variant": "plain", "ablation": "", "status": "skipped: x"},
+        {**base, "config": "ablation", "variant": "engine", "ablation": "sdpa",
+         "checkpointing": "ffn", "step_ms_median": 5079.0},
+        {**base, "config": "ablation", "variant": "engine", "ablation": "fsdp_per_layer",
+         "checkpointing": "mixed_p3_f25", "step_ms_median": 5521.0},
+        {**base, "config": "ablation", "variant": "engine", "ablation": "whole_blocks",
+         "checkpointing": "every_2", "step_ms_median": 6033.0},
+    ]  # fmt: skip
+    df = pd.DataFrame(rows)
+    runs = tmp_path / "runs.csv"
+    df[df["config"] == "full"].to_csv(runs, index=False)
+    assert engine_checkpointing(str(runs)) == "mixed_p3_f25"
+    assert engine_checkpointing(str(tmp_path / "absent.csv")) == ""
+
+    table, buys = analysis.ablation_table(df)
+    by = dict(zip(table["turned off"], table["vs the engine"], strict=True))
+    assert "⚠ checkpointing ffn, not mixed_p3_f25" in by[analysis.ABLATION_WORDS["sdpa"]]
+    assert "⚠" not in by[analysis.ABLATION_WORDS["fsdp_per_layer"]]
+    text = "; ".join(buys)
+    assert f"{analysis.ABLATION_WORDS['fsdp_per_layer']}: 0.28 s" in text
+    assert f"{analysis.ABLATION_WORDS['whole_blocks']}: 0.80 s" in text
+    assert f"{analysis.ABLATION_WORDS['sdpa']}: not attributed" in text
+    assert "-0.16" not in text

@@ -61,6 +61,8 @@ rule leaderboard_ablation:
     input:
         code_stamp("leaderboard", "cs336_systems.stages.leaderboard"),
         ceilings=f"{RESULTS}/ceilings.csv",
+        # each row runs the engine row's checkpointing: one change per row
+        runs=f"{RESULTS}/leaderboard/runs.csv",
     output:
         f"{RESULTS}/leaderboard/ablation.csv",
     log:
@@ -93,7 +95,7 @@ rule leaderboard_ablation:
     shell:
         "OMP_NUM_THREADS=1 python3 -m cs336_systems.core.gpus {resources.gpu}"
         " python3 -m cs336_systems.stages.leaderboard {params.common} --out {output}"
-        " --plans ablation --ablations={params.ablations}"
+        " --plans ablation --ablations={params.ablations} --checkpoint-from {input.runs}"
         " --backend {params.cfg[backend]} --world-size {params.cfg[world_size]}"
         " --vocab {params.cfg[vocab]} --d-model {params.cfg[d_model]} --d-ff {params.cfg[d_ff]}"
         " --num-layers {params.cfg[num_layers]} --num-heads {params.cfg[num_heads]}"

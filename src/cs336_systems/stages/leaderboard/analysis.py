@@ -24,7 +24,7 @@ from cs336_systems.core.analysis import (
     save,
 )
 from cs336_systems.core.sanity import is_suspect
-from cs336_systems.stages.leaderboard.measure import with_path_mfu
+from cs336_systems.stages.leaderboard.measure import pins_checkpointing, with_path_mfu
 
 # the compute parts of a profiled step (engine/budget.py classify), then what adds the rest of
 # its wall time: communication no compute hid, and the GPU idle (GPU); or the host's (CPU)
@@ -146,6 +146,7 @@ def ablation_table(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     if not len(abl):
         return pd.DataFrame(), []
     ref = float(base["step_ms_median"].iloc[0]) if len(base) else math.nan
+    ref_plan = str(base["checkpointing"].iloc[0]) if len(base) and "checkpointing" in base else ""
     first_free = float(abl["free_gb"].iloc[0]) if "free_gb" in abl else math.nan
     for _, r in abl.iterrows():
         name = r["ablation"]
@@ -172,7 +173,16 @@ def ablation_table(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
             }
         )
         if ok and ref == ref:
-            buys.append(f"{ABLATION_WORDS.get(name, name)}: {fmt((step - ref) / 1e3, 2)} s")
+            plan = str(r.get("checkpointing", ""))
+            own = not pins_checkpointing(name, ref_plan)  # its change is the checkpointing
+            if own or not ref_plan or plan == ref_plan:
+                buys.append(f"{ABLATION_WORDS.get(name, name)}: {fmt((step - ref) / 1e3, 2)} s")
+            else:  # two changes in one row: not what the optimization alone buys
+                rows[-1]["vs the engine"] += f" ⚠ checkpointing {plan}, not {ref_plan}"
+                buys.append(
+                    f"{ABLATION_WORDS.get(name, name)}: not attributed (its row also ran "
+                    f"another checkpointing, {plan} against the engine's {ref_plan})"
+                )
     return pd.DataFrame(rows), buys
 
 

@@ -235,11 +235,19 @@ def build(variant: str, dims: dict, layers: int, args, ctx, changes: dict | None
 
 
 def memory_check(
-    variant: str, dims: dict, layers: int, ctx, world: int, changes: dict | None = None
+    variant: str,
+    dims: dict,
+    layers: int,
+    ctx,
+    world: int,
+    changes: dict | None = None,
+    measured_fit: bool = False,
 ) -> tuple[str | None, dict]:
     """The memory model's verdict before anything is allocated: (a `skipped:` status or None,
     {need_gb, free_gb}) in GB of 10^9 bytes; an ablation's `changes` that the model sees (whole
-    blocks only, a fixed checkpointing, the plain loss's b n V logits) are counted."""
+    blocks only, a fixed checkpointing, the plain loss's b n V logits) are counted. With
+    `measured_fit` the fixed checkpointing is one a run of this configuration fitted (the
+    engine's own choice, from its measured block bytes): only what `changes` add is checked."""
     from cs336_systems.core.device import free_memory_mib
     from cs336_systems.engine import memory
     from cs336_systems.engine.fused_ce import chunk_for
@@ -265,7 +273,7 @@ def memory_check(
         if changes.get("checkpoint", "auto") != "auto":
             fixed = memory.step_bytes(s, changes["checkpoint"], chunk)
             choice = {**fixed, "fits": True, "budget": free * (1 - memory.MARGIN)}
-            choice["fits"] = fixed["total"] <= choice["budget"]
+            choice["fits"] = measured_fit or fixed["total"] <= choice["budget"]
         else:
             choice = memory.choose_checkpointing(s, free, chunk, changes.get("selective", True))
         if changes.get("loss") == "plain":  # the logits in bf16, their fp32 copy and softmax
@@ -359,6 +367,28 @@ def measure(variant: str, dims: dict, layers: int, args, ctx, changes=None, prof
     return row
 
 
+def pins_checkpointing(ablation: str, pinned: str) -> bool:
+    """Whether an ablation row runs the engine row's checkpointing `pinned` (every row but those
+    whose change is the checkpointing itself): a plan chosen afresh per row would move with the
+    free memory and the measured block bytes, and the row's difference would mix two changes."""
+    changes = ABLATIONS.get(ablation, {})
+    return bool(pinned) and pinned != "auto" and not {"checkpoint", "selective"} & set(changes)
+
+
+def engine_checkpointing(path: str) -> str:
+    """The checkpointing the full configuration's engine row ran, from the stage's runs CSV
+    (empty when that row did not run)."""
+    if not path or not Path(path).exists():
+        return ""
+    from cs336_systems.core.results import read_csv
+
+    df = read_csv(path)
+    if "checkpointing" not in df:
+        return ""
+    rows = df[(df["config"] == "full") & (df["variant"] == "engine") & (df["status"] == "ok")]
+    return str(rows["checkpointing"].iloc[0]) if len(rows) else ""
+
+
 def points_of(args) -> list[tuple[str, str]]:
     """(variant, ablation) of each row this job's configuration runs."""
     if args.config == "ablation":
@@ -379,9 +409,15 @@ def worker(args) -> None:
     for variant, ablation in points_of(args):
         changes = ABLATIONS.get(ablation, {})
         row = {"config": args.config, "variant": variant, "ablation": ablation}
+        pinned = args.config == "ablation" and pins_checkpointing(ablation, args.pinned)
+        if pinned:  # one change per row: the engine's own checkpointing, not a new choice
+            changes = {**changes, "checkpoint": args.pinned}
+        row["checkpoint_pinned"] = args.pinned if pinned else ""
         row["num_layers"] = layers
         with point(args.config, variant, ablation or "-", f"{layers} layers"):
-            reason, need = memory_check(variant, dims, layers, ctx, ctx.world_size, changes)
+            reason, need = memory_check(
+                variant, dims, layers, ctx, ctx.world_size, changes, measured_fit=pinned
+            )
             row.update(need)
             if layers == 0:
                 reason = "skipped: not one layer fits by the memory model"
@@ -422,6 +458,7 @@ def worker_argv(args, config: str) -> list[str]:
         f"--warmup={args.warmup}",
         f"--steps={args.steps}",
         f"--checkpoint={args.checkpoint}",
+        f"--pinned={args.pinned}",
         f"--reduced-layers={args.reduced_layers}",
         f"--timeout-s={args.timeout_s}",
     ]
@@ -524,6 +561,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--checkpoint", default="auto")
     ap.add_argument(
+        "--checkpoint-from",
+        default="",
+        help="the stage's runs CSV: the ablation rows run its engine row's checkpointing",
+    )
+    ap.add_argument("--pinned", default="", help=argparse.SUPPRESS)
+    ap.add_argument(
         "--reduced-layers",
         type=int,
         default=0,
@@ -539,6 +582,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if not args.worker and "ablation" in args.plans:
+        args.pinned = engine_checkpointing(args.checkpoint_from)
+        if args.checkpoint_from and not args.pinned:
+            log.warning(
+                "no engine row ran in %s: each ablation row chooses its own checkpointing",
+                args.checkpoint_from,
+            )
     if args.steps < 1 or args.warmup < 1:
         ap.error("need --steps >= 1 and --warmup >= 1")
     if args.reduced_layers < 0:
