@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,26 +14,34 @@ import torch.multiprocessing as mp
 
 
 def _blocking_allreduce_worker(rank: int, store: str, out_dir: str) -> None:
+    """Naive DDP as the ddp stage profiles it: backward, one blocking all-reduce per gradient,
+    AdamW; rank 0 also writes the Chrome trace."""
+    from torch import nn
+
+    from cs336_systems.parallel.ddp import wrap
     from cs336_systems.profiling.overlap import collective_overlap, profile_step
 
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", init_method=f"file://{store}", rank=rank, world_size=2)
     device = torch.device("cuda", rank)
-    a = torch.randn(4096, 4096, device=device)
-    grads = [torch.randn(2**22, device=device) for _ in range(8)]
+    model = nn.Sequential(*[nn.Linear(2048, 2048) for _ in range(8)]).to(device)
+    ddp = wrap(model, "naive")
+    opt = torch.optim.AdamW(model.parameters(), fused=True)
+    x = torch.randn(4096, 2048, device=device)
 
     def step(clock) -> None:
-        for _ in range(4):
-            a.copy_(a @ a / 4096)
-        for g in grads:  # one blocking all-reduce after another, after the compute
-            dist.all_reduce(g)
+        opt.zero_grad(set_to_none=True)
+        ddp(x).square().mean().backward()
+        ddp.finish_gradient_synchronization()  # blocking, after backward
+        opt.step()
 
     for _ in range(2):
         step(None)
     torch.cuda.synchronize()
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    out = profile_step(step, device, None)
+    trace = os.path.join(out_dir, "trace.json") if rank == 0 else None
+    out = profile_step(step, device, trace and Path(trace))
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         with record_function("profiled_step"):
             step(None)
