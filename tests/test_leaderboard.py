@@ -283,7 +283,7 @@ def test_ablation_rows_run_the_engines_checkpointing_and_differences_are_attribu
 ):
     """Each ablation row changes one thing: it runs the checkpointing the engine row ran (read
     from the runs CSV), except the rows whose change is the checkpointing; a row that ran another
-    plan is not read as what its optimization buys."""
+    plan, or whose steps overlap the engine's, is not read as what its optimization buys."""
     import pandas as pd
 
     from cs336_systems.stages.leaderboard import analysis
@@ -298,14 +298,21 @@ def test_ablation_rows_run_the_engines_checkpointing_and_differences_are_attribu
     base = {"backend": "nccl", "world_size": 2, "status": "ok", "free_gb": 149.0}
     rows = [
         {**base, "config": "full", "variant": "engine", "ablation": "",
-         "checkpointing": "mixed_p3_f25", "step_ms_median": 5236.0},
+         "checkpointing": "mixed_p3_f25", "step_ms_median": 5236.0, "step_ms_min": 5220.0,
+         "step_ms_max": 5250.0},
         {**base, "config": "full", "variant": "plain", "ablation": "", "status": "skipped: x"},
         {**base, "config": "ablation", "variant": "engine", "ablation": "sdpa",
-         "checkpointing": "ffn", "step_ms_median": 5079.0},
+         "checkpointing": "ffn", "step_ms_median": 5079.0, "step_ms_min": 5070.0,
+         "step_ms_max": 5090.0},
         {**base, "config": "ablation", "variant": "engine", "ablation": "fsdp_per_layer",
-         "checkpointing": "mixed_p3_f25", "step_ms_median": 5521.0},
+         "checkpointing": "mixed_p3_f25", "step_ms_median": 5521.0, "step_ms_min": 5510.0,
+         "step_ms_max": 5530.0},
+        {**base, "config": "ablation", "variant": "engine", "ablation": "no_prefetch",
+         "checkpointing": "mixed_p3_f25", "step_ms_median": 5261.0, "step_ms_min": 5245.0,
+         "step_ms_max": 5290.0},
         {**base, "config": "ablation", "variant": "engine", "ablation": "whole_blocks",
-         "checkpointing": "every_2", "step_ms_median": 6033.0},
+         "checkpointing": "every_2", "step_ms_median": 6033.0, "step_ms_min": 6020.0,
+         "step_ms_max": 6040.0},
     ]  # fmt: skip
     df = pd.DataFrame(rows)
     runs = tmp_path / "runs.csv"
@@ -322,3 +329,5 @@ def test_ablation_rows_run_the_engines_checkpointing_and_differences_are_attribu
     assert f"{analysis.ABLATION_WORDS['whole_blocks']}: 0.80 s" in text
     assert f"{analysis.ABLATION_WORDS['sdpa']}: not attributed" in text
     assert "-0.16" not in text
+    # 25 ms slower, but its steps (5.245-5.290 s) overlap the engine's (5.220-5.250 s)
+    assert f"{analysis.ABLATION_WORDS['no_prefetch']}: nothing measurable" in text

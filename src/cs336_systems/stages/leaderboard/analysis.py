@@ -136,9 +136,22 @@ def optimizer_floor(r: pd.Series, ceilings: pd.DataFrame) -> str:
     )
 
 
+def _step_range(r) -> tuple[float, float] | None:
+    """(fastest, slowest) measured step of a row in seconds, None where not recorded."""
+    lo, hi = r.get("step_ms_min", math.nan), r.get("step_ms_max", math.nan)
+    lo, hi = float(lo) if lo is not None else math.nan, float(hi) if hi is not None else math.nan
+    return (lo / 1e3, hi / 1e3) if lo == lo and hi == hi else None
+
+
+def _range_text(rng) -> str:
+    return f"{fmt(rng[0], 3)}–{fmt(rng[1], 3)}" if rng else ""
+
+
 def ablation_table(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """Each ablation row beside the full engine row: its step and what the optimization it
-    turns off buys (the row's step less the engine's), or why it did not run."""
+    turns off buys (the row's step less the engine's), or why it did not run. A difference is
+    read as one only where the two rows' measured steps (fastest to slowest) do not overlap and
+    the row ran the engine's checkpointing (unless the checkpointing is what it changes)."""
     base = ran(df)
     base = base[(base["config"] == "full") & (base["variant"] == "engine")]
     rows, buys = [], []
@@ -147,6 +160,7 @@ def ablation_table(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
         return pd.DataFrame(), []
     ref = float(base["step_ms_median"].iloc[0]) if len(base) else math.nan
     ref_plan = str(base["checkpointing"].iloc[0]) if len(base) and "checkpointing" in base else ""
+    ref_range = _step_range(base.iloc[0]) if len(base) else None
     first_free = float(abl["free_gb"].iloc[0]) if "free_gb" in abl else math.nan
     for _, r in abl.iterrows():
         name = r["ablation"]
@@ -168,6 +182,7 @@ def ablation_table(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
                 "attention": r.get("attention", "") if ok else "",
                 "checkpointing": r.get("checkpointing", "") if ok else "",
                 "step (s)": fmt(step / 1e3, 3),
+                "steps min–max (s)": _range_text(_step_range(r)) if ok else "",
                 "vs the engine": f"{fmt(step / ref, 2)}×" if ok and ref == ref else "",
                 "peak GiB/rank": fmt(r.get("peak_mem_gib_per_rank"), 1) if ok else "",
             }
@@ -175,7 +190,15 @@ def ablation_table(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
         if ok and ref == ref:
             plan = str(r.get("checkpointing", ""))
             own = not pins_checkpointing(name, ref_plan)  # its change is the checkpointing
-            if own or not ref_plan or plan == ref_plan:
+            rng = _step_range(r)
+            overlap = rng and ref_range and rng[0] <= ref_range[1] and ref_range[0] <= rng[1]
+            if (own or not ref_plan or plan == ref_plan) and overlap:
+                buys.append(
+                    f"{ABLATION_WORDS.get(name, name)}: nothing measurable "
+                    f"({fmt((step - ref) / 1e3, 2)} s, its steps' range "
+                    f"{_range_text(rng)} s overlapping the engine's {_range_text(ref_range)})"
+                )
+            elif own or not ref_plan or plan == ref_plan:
                 buys.append(f"{ABLATION_WORDS.get(name, name)}: {fmt((step - ref) / 1e3, 2)} s")
             else:  # two changes in one row: not what the optimization alone buys
                 rows[-1]["vs the engine"] += f" ⚠ checkpointing {plan}, not {ref_plan}"
