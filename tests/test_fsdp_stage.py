@@ -237,22 +237,31 @@ def test_q33_gives_the_reasons_a_wait_exceeds_the_exposed_time_once():
     assert text.count("for the same reasons") == 1
 
 
-def test_the_two_gpu_reference_answers_from_its_numbers(tmp_path):
-    """The 2x H200 reference (units of a block and of a layer, DDP in bf16): Q32 compares the
-    backward peaks and names what FSDP holds beyond its shards, Q33 sets the units side by side
-    and attributes the bf16 change, every figure computed from the CSV."""
+def test_the_four_gpu_reference_answers_from_its_numbers(tmp_path):
+    """The 4x H200 reference (units of a block and of a layer, DDP in bf16, world size 2): Q32
+    compares the backward peaks and explains the gap with numbers that add up, Q33 sets the
+    units side by side, every figure computed from the CSV."""
     import shutil
 
     import pandas as pd
     from pipeline_utils import ROOT
 
-    shutil.copy(ROOT / "report" / "reference" / "h200-x2" / "csv" / "fsdp.csv", tmp_path)
+    shutil.copy(ROOT / "report" / "reference" / "h200-x4" / "csv" / "fsdp.csv", tmp_path)
     ctx = analysis.context(tmp_path)
     df = pd.read_csv(tmp_path / "fsdp.csv").set_index("variant")
     so, fs = df.loc["sharded_optimizer"], df.loc["fsdp"]
     got = so.mem_backward_peak_mb - fs.mem_backward_peak_mb
     assert f"a saving of **{got:,.0f} MiB**" in ctx["q32"]
-    assert "reduce-scatter" in ctx["q32"] and "MB" not in ctx["q32"].replace("MiB", "")
+    # the peak shows the parameter half less the gathered weights; the gradient half shows
+    # before the optimizer step
+    params = 4 * fs.sharded_params / 2 / 2**20
+    expect = params - fs.gathered_peak_mb
+    assert abs(got - expect) < 0.01 * got
+    assert f": {expect:,.0f} MiB, {abs(got - expect):.2f} MiB from the measured" in ctx["q32"]
+    done = so.mem_before_step_allocated_mb - fs.mem_before_step_allocated_mb
+    assert f"{done:,.0f} MiB saved" in ctx["q32"]
+    assert "unexplained" not in ctx["q32"]
+    assert "MB" not in ctx["q32"].replace("MiB", "")
     calls = lambda r: int(  # noqa: E731
         r.all_gather_into_tensor_calls + r.reduce_scatter_tensor_calls + r.all_reduce_calls
     )
