@@ -207,13 +207,14 @@ def test_the_size_sentence_follows_the_curve_and_the_backend():
 
 # ---------------------------- report: a suspect point is kept out of every fit, table and count
 
-H200_CSV = Path(__file__).resolve().parents[1] / "report" / "reference" / "h200-x2" / "csv"
+H200_CSV = Path(__file__).resolve().parent / "fixtures" / "h200-x2"
 
 
 def _h200_results(tmp_path, clean: bool = False) -> Path:
-    """The committed two-H200 run's all-reduce and DDP CSVs, its NCCL 1 MiB point (default
-    buffers, 2 ranks) given a time std above its mean, so that the generic check flags it on
-    load (as it flagged the 1 MiB point of another run on the same machine); `clean`: as run."""
+    """The all-reduce and DDP CSVs of the two-H200 run kept as test data (tests/fixtures), its
+    NCCL 1 MiB point (default buffers, 2 ranks) given a time std above its mean, so that the
+    generic check flags it on load (as it flagged the 1 MiB point of another run on the same
+    machine); `clean`: as run."""
     import pandas as pd
     from fixture_rows import write_results
 

@@ -587,7 +587,7 @@ def test_bucketed_against_overlap_is_stated_from_the_numbers():
 
 
 def test_the_committed_h200_run_reads_as_its_numbers(tmp_path):
-    """The committed two-H200 run (2026 xl): every bucket size about 10 ms slower than
+    """The two-H200 run kept as test data (2026 xl): every bucket size about 10 ms slower than
     per-parameter overlap and within 2 ms of each other; 1 and 10 MiB buckets hold one tensor
     each and leave 10.2 ms after backward against 0.43; sizes in MiB; an older CSV without the
     optimizer column says AdamW alone."""
@@ -600,7 +600,7 @@ def test_the_committed_h200_run_reads_as_its_numbers(tmp_path):
     from cs336_systems import report
     from cs336_systems.stages.ddp import analysis
 
-    csv = Path(__file__).resolve().parents[1] / "report" / "reference" / "h200-x2" / "csv"
+    csv = Path(__file__).resolve().parent / "fixtures" / "h200-x2"
     results = write_results(tmp_path / "h200-x2", ddp=pd.read_csv(csv / "ddp.csv"))
     ctx = analysis.context(results)
     assert ctx["bucket_vs_overlap"] == [

@@ -229,7 +229,7 @@ def test_the_section_of_a_gloo_run_names_its_clock_and_path_peaks(tmp_path):
 
 
 def test_the_two_gpu_reference_section_withholds_a_halved_breakdown_and_flags_lost_rows(tmp_path):
-    """The 2x H200 reference's leaderboard rows: the engine's step and MFU against the bf16
+    """The 2x H200 run kept as test data: its leaderboard rows: the engine's step and MFU against the bf16
     matmul path, the choices it measured, its breakdown withheld (recorded before the
     profiler's own ranges were left out), and the ablation rows after the first whose GPUs had
     less memory free than the first's flagged instead of read as the configuration's."""
@@ -240,7 +240,7 @@ def test_the_two_gpu_reference_section_withholds_a_halved_breakdown_and_flags_lo
 
     from cs336_systems.stages.leaderboard import analysis
 
-    ref = ROOT / "report" / "reference" / "h200-x2" / "csv"
+    ref = ROOT / "tests" / "fixtures" / "h200-x2"
     for name in ("leaderboard", "ceilings"):
         shutil.copy(ref / f"{name}.csv", tmp_path / f"{name}.csv")
     ctx = analysis.context(tmp_path)
@@ -331,3 +331,32 @@ def test_ablation_rows_run_the_engines_checkpointing_and_differences_are_attribu
     assert "-0.16" not in text
     # 25 ms slower, but its steps (5.245-5.290 s) overlap the engine's (5.220-5.250 s)
     assert f"{analysis.ABLATION_WORDS['no_prefetch']}: nothing measurable" in text
+
+
+def test_the_four_gpu_reference_shows_a_breakdown_that_adds_up_and_one_change_per_row(tmp_path):
+    """The 4x H200 reference: the 8B step on 2 ranks, its breakdown shown and adding up to the
+    step's window on every rank, and every ablation row but the checkpointing one at the
+    engine's checkpointing."""
+    import shutil
+
+    import pandas as pd
+    from pipeline_utils import ROOT
+
+    from cs336_systems.stages.leaderboard import analysis
+
+    ref = ROOT / "report" / "reference" / "h200-x4" / "csv"
+    for name in ("leaderboard", "ceilings"):
+        shutil.copy(ref / f"{name}.csv", tmp_path / f"{name}.csv")
+    ctx = analysis.context(tmp_path)
+    df = pd.read_csv(tmp_path / "leaderboard.csv")
+    full = df[(df["config"] == "full") & (df["variant"] == "engine")].iloc[0]
+    assert f"takes {full.step_ms_median / 1e3:.3f} s on 2 ranks" in ctx["q37"]
+    assert not ctx["breakdown_unsound"] and ctx["breakdown_table"]
+    parts = ("attention", "matmul", "loss", "optimizer", "other", "communication_exposed", "idle")
+    for r in (0, 1):
+        total = sum(full[f"breakdown_r{r}_{p}_ms"] for p in parts)
+        assert abs(total - full[f"breakdown_r{r}_window_ms"]) < 0.01 * total
+    abl = df[(df["config"] == "ablation") & (df["status"] == "ok")]
+    pinned = abl[abl["ablation"] != "whole_blocks"]
+    assert len(pinned) >= 4 and (pinned["checkpointing"] == full.checkpointing).all()
+    assert "not attributed" not in " ".join(ctx["ablation_buys"])
