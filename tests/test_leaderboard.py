@@ -287,7 +287,7 @@ def test_ablation_rows_run_the_engines_checkpointing_and_differences_are_attribu
     import pandas as pd
 
     from cs336_systems.stages.leaderboard import analysis
-    from cs336_systems.stages.leaderboard.measure import engine_checkpointing, pins_checkpointing
+    from cs336_systems.stages.leaderboard.ablation import engine_checkpointing, pins_checkpointing
 
     assert pins_checkpointing("sdpa", "mixed_p3_f25")
     assert pins_checkpointing("no_prefetch", "ffn")

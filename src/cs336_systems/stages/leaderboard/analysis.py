@@ -24,7 +24,8 @@ from cs336_systems.core.analysis import (
     save,
 )
 from cs336_systems.core.sanity import is_suspect
-from cs336_systems.stages.leaderboard.measure import pins_checkpointing, with_path_mfu
+from cs336_systems.stages.leaderboard.ablation import pins_checkpointing
+from cs336_systems.stages.leaderboard.measure import with_path_mfu
 
 # the compute parts of a profiled step (engine/budget.py classify), then what adds the rest of
 # its wall time: communication no compute hid, and the GPU idle (GPU); or the host's (CPU)

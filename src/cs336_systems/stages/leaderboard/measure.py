@@ -34,24 +34,16 @@ from pathlib import Path
 from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.log import get_logger, point, status_level
 from cs336_systems.parallel.launch import env_pairs
+from cs336_systems.stages.leaderboard.ablation import (
+    ABLATIONS,
+    engine_checkpointing,
+    pins_checkpointing,
+)
 
 log = get_logger(__name__)
 VARIANTS = ("engine", "plain")
 PLANS = ("full", "reduced", "ablation")
 DIMS = ("vocab", "d_model", "d_ff", "num_layers", "num_heads", "context_length", "batch")
-# the engine with one optimization turned off: the EngineOptions each row changes
-ABLATIONS: dict[str, dict] = {
-    "attention_ours": {"attention": "flash_triton"},  # our FlashAttention-2, not measured against
-    "attention_cudnn": {"attention": "sdpa_cudnn"},  # SDPA's cuDNN, not measured against ours
-    "sdpa": {"attention": "sdpa"},  # PyTorch's SDPA (its own backend choice)
-    "plain_loss": {"loss": "plain"},  # full logits and F.cross_entropy instead of the fused loss
-    "fsdp_per_layer": {"fsdp_units": "layer"},  # FSDP units of one Linear instead of a block
-    "no_prefetch": {"prefetch": False},  # each gather when its unit runs
-    "whole_blocks": {"selective": False},  # auto checkpointing of whole blocks only
-    "every_1": {"checkpoint": "every_1"},  # every block checkpointed alone
-    "every_2": {"checkpoint": "every_2"},  # pairs of blocks checkpointed
-    "no_compile": {"compile": False},  # eager blocks
-}
 STEP_RANGE = "leaderboard_step"  # the profiled step's record_function range
 # 2: the device timeline without the record_function ranges' device-side annotations (which
 # version 1 counted as a kernel spanning the step: half of every instant went to "other")
@@ -365,28 +357,6 @@ def measure(variant: str, dims: dict, layers: int, args, ctx, changes=None, prof
             for k, v in parts.items():
                 row[f"breakdown_r{r}_{k}"] = v
     return row
-
-
-def pins_checkpointing(ablation: str, pinned: str) -> bool:
-    """Whether an ablation row runs the engine row's checkpointing `pinned` (every row but those
-    whose change is the checkpointing itself): a plan chosen afresh per row would move with the
-    free memory and the measured block bytes, and the row's difference would mix two changes."""
-    changes = ABLATIONS.get(ablation, {})
-    return bool(pinned) and pinned != "auto" and not {"checkpoint", "selective"} & set(changes)
-
-
-def engine_checkpointing(path: str) -> str:
-    """The checkpointing the full configuration's engine row ran, from the stage's runs CSV
-    (empty when that row did not run)."""
-    if not path or not Path(path).exists():
-        return ""
-    from cs336_systems.core.results import read_csv
-
-    df = read_csv(path)
-    if "checkpointing" not in df:
-        return ""
-    rows = df[(df["config"] == "full") & (df["variant"] == "engine") & (df["status"] == "ok")]
-    return str(rows["checkpointing"].iloc[0]) if len(rows) else ""
 
 
 def points_of(args) -> list[tuple[str, str]]:
