@@ -198,6 +198,17 @@ def save(fig, path: Path, tight: bool = True, metadata: dict | None = None) -> P
     return path
 
 
+def stacked_bars(ax, labels, frame: pd.DataFrame, parts, fill: float | None = None) -> None:
+    """One bar per label, `frame`'s columns stacked in the order of `parts` ((column, legend
+    label) pairs); with `fill`, a missing value counts as it."""
+    bottom = np.zeros(len(frame))
+    for col, name in parts:
+        vals = frame[col] if fill is None else frame[col].fillna(fill)
+        vals = vals.to_numpy()
+        ax.bar(labels, vals, bottom=bottom, label=name)
+        bottom += vals
+
+
 # a placeholder PNG says so in its metadata: the report names the reason instead of showing it
 PLACEHOLDER = "cs336 placeholder: "
 

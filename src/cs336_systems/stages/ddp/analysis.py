@@ -34,6 +34,7 @@ from cs336_systems.core.analysis import (
     plot_main,
     ran,
     save,
+    stacked_bars,
 )
 from cs336_systems.core.costs import fit_latency_bandwidth
 from cs336_systems.parallel.ddp import BYTES_PER_MB, optimal_bucket, overhead_model
@@ -503,11 +504,7 @@ def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
             for r in d.itertuples()
         ]
         fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(d)), 4))
-        bottom = np.zeros(len(d))
-        for col, name in PARTS:
-            vals = d[f"{col}_ms_mean"].to_numpy()
-            ax.bar(labels, vals, bottom=bottom, label=name)
-            bottom += vals
+        stacked_bars(ax, labels, d, [(f"{col}_ms_mean", name) for col, name in PARTS])
         ax.errorbar(
             labels, d["step_ms_mean"], yerr=d["step_ms_std"], fmt="k.", label="step (total)"
         )
@@ -563,15 +560,12 @@ def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
     else:
         fig, axes = plt.subplots(1, 2, figsize=(10, 4))
         names = list(m["variant"])
-        bottom = np.zeros(len(m))
-        for col, label in (
+        held = (
             ("params_mb", "parameters"),
             ("grads_mb", "gradients"),
             ("optimizer_state_mb", "optimizer state"),
-        ):
-            vals = m[col].fillna(0).to_numpy()
-            axes[0].bar(names, vals, bottom=bottom, label=label)
-            bottom += vals
+        )
+        stacked_bars(axes[0], names, m, held, fill=0)
         axes[0].set_ylabel("MiB per rank")
         axes[0].set_title("tensors held per rank")
         axes[0].legend(fontsize=8)

@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from cs336_systems.core.analysis import empty_figure, load, ok, save
+from cs336_systems.core.analysis import empty_figure, load, ok, save, stacked_bars
 from cs336_systems.stages.fsdp.analysis import LABELS, analytic
 
 
@@ -26,16 +26,13 @@ def draw(results_dir: Path, fig_dir: Path) -> list[Path]:
     out = []
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    bottom = np.zeros(len(d))
-    for col, name in (
+    held = (
         ("params_mb", "parameters"),
         ("grads_mb", "gradients"),
         ("optimizer_state_mb", "optimizer state"),
         ("gathered_peak_mb", "gathered weights (peak)"),
-    ):
-        vals = d[col].fillna(0).to_numpy()
-        axes[0].bar(labels, vals, bottom=bottom, label=name)
-        bottom += vals
+    )
+    stacked_bars(axes[0], labels, d, held, fill=0)
     a = analytic(df)
     if len(a):
         axes[0].plot(list(a["run"]), a["analytic (MiB)"], "k_", ms=30, mew=2, label="analytic")
@@ -64,16 +61,13 @@ def draw(results_dir: Path, fig_dir: Path) -> list[Path]:
     out.append(save(fig, paths["memory"]))
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    bottom = np.zeros(len(d))
-    for col, name in (
+    phases = (
         ("fwd_ms_mean", "forward"),
         ("bwd_ms_mean", "backward"),
         ("comm_ms_mean", "sync after backward"),
         ("opt_ms_mean", "optimizer step"),
-    ):
-        vals = d[col].to_numpy()
-        axes[0].bar(labels, vals, bottom=bottom, label=name)
-        bottom += vals
+    )
+    stacked_bars(axes[0], labels, d, phases)
     axes[0].errorbar(labels, d["step_ms_mean"], yerr=d["step_ms_std"], fmt="k.", label="step")
     axes[0].set_ylabel("ms per step (slowest rank)")
     axes[0].set_title("time per training step")
