@@ -37,12 +37,12 @@ def profile_step(
     if trace_path is not None:
         trace_path.parent.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(trace_path))
-    extra = collective_overlap(prof, device, forward_gathers) if per_collective else {}
-    if device.type != "cuda":
+    kernels = gpu_kernels(prof) if device.type == "cuda" else None
+    extra = collective_overlap(prof, device, forward_gathers, kernels) if per_collective else {}
+    if kernels is None:
         ranges = [e for e in prof.events() if e.name == STEP_RANGE]
         r = ranges[-1].time_range
         return {**extra, "prof_step_ms": (r.end - r.start) / 1e3}
-    kernels = gpu_kernels(prof)
     split = split_step(kernels, step_window(prof, STEP_RANGE, kernels), lambda path: "compute")
     extra.update(
         prof_step_ms=split["window"],
@@ -50,10 +50,26 @@ def profile_step(
         prof_comm_exposed_ms=split["communication_exposed"],
         prof_gpu_idle_ms=split["idle"],
     )
-    comm, compute = [], []
+    spans, compute = _split_kernels(kernels)
+    return {**overlap_stats(spans["comm"], compute), **extra}
+
+
+def _split_kernels(kernels) -> tuple[dict[str, list[tuple[float, float]]], list]:
+    """({"comm": NCCL kernels, "all_gather": the all-gathers among them}, the other kernels) as
+    (start, end) spans. Kernels only (`timeline.gpu_kernels`): the step's record_function range
+    is also a device event spanning them all, and counted as compute it would hide every
+    collective."""
+    spans: dict[str, list[tuple[float, float]]] = {"all_gather": [], "comm": []}
+    compute: list[tuple[float, float]] = []
     for k in kernels:
-        (comm if "nccl" in k.name.lower() else compute).append((k.start_us, k.end_us))
-    return {**overlap_stats(comm, compute), **extra}
+        span = (k.start_us, k.end_us)
+        if "nccl" in k.name.lower():
+            spans["comm"].append(span)
+            if _is_all_gather(k.name):
+                spans["all_gather"].append(span)
+        else:
+            compute.append(span)
+    return spans, compute
 
 
 def _is_all_gather(name: str) -> bool:
@@ -61,28 +77,20 @@ def _is_all_gather(name: str) -> bool:
     return "allgather" in name or "all_gather" in name
 
 
-def collective_overlap(prof, device, forward_gathers: int | None = None) -> dict:
+def collective_overlap(prof, device, forward_gathers: int | None = None, kernels=None) -> dict:
     """`prof_<kind>_ms`, `_overlapped_ms`, `_overlap_share` for kind `all_gather` and `comm` (all
     collectives): on GPU NCCL kernels against the other kernels, on CPU gloo's worker-thread
     spans against the main thread's ATen operators. With `forward_gathers` (how many
     all-gathers the forward issues; collectives run in the order they are issued), the first
-    that many all-gathers are kind `all_gather_fwd`, the others `all_gather_bwd`."""
-    spans: dict[str, list[tuple[float, float]]] = {"all_gather": [], "comm": []}
-    compute: list[tuple[float, float]] = []
+    that many all-gathers are kind `all_gather_fwd`, the others `all_gather_bwd`. `kernels`:
+    the profile's `timeline.gpu_kernels`, where the caller has them already."""
     if device.type == "cuda":
         from cs336_systems.profiling.timeline import gpu_kernels
 
-        # kernels only: the step's record_function range is also a device event spanning them
-        # all, and counted as compute it would hide every collective
-        for k in gpu_kernels(prof):
-            span = (k.start_us, k.end_us)
-            if "nccl" in k.name.lower():
-                spans["comm"].append(span)
-                if _is_all_gather(k.name):
-                    spans["all_gather"].append(span)
-            else:
-                compute.append(span)
+        spans, compute = _split_kernels(kernels if kernels is not None else gpu_kernels(prof))
     else:
+        spans = {"all_gather": [], "comm": []}
+        compute = []
         events = list(prof.events())
         threads = [ev.thread for ev in events if ev.name.startswith("aten::")]
         main = max(set(threads), key=threads.count) if threads else None
