@@ -228,11 +228,9 @@ def test_the_section_of_a_gloo_run_names_its_clock_and_path_peaks(tmp_path):
     assert "which needs CUDA: this run timed its steps on the host clock" in text
 
 
-def test_the_two_gpu_reference_section_withholds_a_halved_breakdown_and_flags_lost_rows(tmp_path):
-    """The 2x H200 run kept as test data: its leaderboard rows: the engine's step and MFU against the bf16
-    matmul path, the choices it measured, its breakdown withheld (recorded before the
-    profiler's own ranges were left out), and the ablation rows after the first whose GPUs had
-    less memory free than the first's flagged instead of read as the configuration's."""
+def _committed_run(tmp_path, folder: str):
+    """(the leaderboard section's context, its CSV, the full engine row) of a committed run's
+    leaderboard and ceilings CSVs under `folder` (from the project root)."""
     import shutil
 
     import pandas as pd
@@ -240,12 +238,20 @@ def test_the_two_gpu_reference_section_withholds_a_halved_breakdown_and_flags_lo
 
     from cs336_systems.stages.leaderboard import analysis
 
-    ref = ROOT / "tests" / "fixtures" / "h200-x2"
     for name in ("leaderboard", "ceilings"):
-        shutil.copy(ref / f"{name}.csv", tmp_path / f"{name}.csv")
-    ctx = analysis.context(tmp_path)
+        shutil.copy(ROOT / folder / f"{name}.csv", tmp_path / f"{name}.csv")
     df = pd.read_csv(tmp_path / "leaderboard.csv")
     full = df[(df["config"] == "full") & (df["variant"] == "engine")].iloc[0]
+    return analysis.context(tmp_path), df, full
+
+
+def test_the_two_gpu_reference_section_withholds_a_halved_breakdown_and_flags_lost_rows(tmp_path):
+    """The 2x H200 run kept as test data: its leaderboard rows: the engine's step and MFU against the bf16
+    matmul path, the choices it measured, its breakdown withheld (recorded before the
+    profiler's own ranges were left out), and the ablation rows after the first whose GPUs had
+    less memory free than the first's flagged instead of read as the configuration's."""
+
+    ctx, df, full = _committed_run(tmp_path, "tests/fixtures/h200-x2")
     assert f"takes {full.step_ms_median / 1e3:.3f} s on 2 ranks" in ctx["q37"]
     assert "`matmul`" in ctx["q37"]
     assert ctx["breakdown_unsound"] and not ctx["breakdown_table"]
@@ -337,19 +343,7 @@ def test_the_four_gpu_reference_shows_a_breakdown_that_adds_up_and_one_change_pe
     """The 4x H200 reference: the 8B step on 2 ranks, its breakdown shown and adding up to the
     step's window on every rank, and every ablation row but the checkpointing one at the
     engine's checkpointing."""
-    import shutil
-
-    import pandas as pd
-    from pipeline_utils import ROOT
-
-    from cs336_systems.stages.leaderboard import analysis
-
-    ref = ROOT / "report" / "reference" / "h200-x4" / "csv"
-    for name in ("leaderboard", "ceilings"):
-        shutil.copy(ref / f"{name}.csv", tmp_path / f"{name}.csv")
-    ctx = analysis.context(tmp_path)
-    df = pd.read_csv(tmp_path / "leaderboard.csv")
-    full = df[(df["config"] == "full") & (df["variant"] == "engine")].iloc[0]
+    ctx, df, full = _committed_run(tmp_path, "report/reference/h200-x4/csv")
     assert f"takes {full.step_ms_median / 1e3:.3f} s on 2 ranks" in ctx["q37"]
     assert not ctx["breakdown_unsound"] and ctx["breakdown_table"]
     parts = ("attention", "matmul", "loss", "optimizer", "other", "communication_exposed", "idle")
