@@ -70,3 +70,25 @@ def test_a_blocking_allreduce_after_compute_overlaps_nothing():
         # compute it made these 100% overlapped
         assert r["prof_overlap_share"] < 0.2, r
         assert r["prof_comm_overlap_share"] < 0.2, r
+
+
+def test_waited_for_counts_only_compute_held_back_by_a_gather():
+    """A compute kernel that starts as a gather ends, after idle time, waited for it; idle time
+    before a kernel that starts later (the host issued it late), or a gather that ends while
+    compute runs, is no wait. Spans in microseconds."""
+    from cs336_systems.profiling.overlap import RELEASE_US, waited_for
+
+    compute = [(0.0, 100.0), (400.0, 500.0)]
+    # released: idle from 100 (the last compute's end) to the gather's end at 398
+    assert waited_for([(50.0, 398.0)], compute) == pytest.approx(298.0)
+    # the gather started after compute went idle: only its own span counts
+    assert waited_for([(200.0, 398.0)], compute) == pytest.approx(198.0)
+    # compute starts long after the gather's end: the host was late, not the gather
+    assert waited_for([(200.0, 400.0 - RELEASE_US - 1)], compute) == 0.0
+    # the gather ends while compute runs: nothing waited
+    assert waited_for([(50.0, 450.0)], compute) == 0.0
+    assert waited_for([(20.0, 80.0)], compute) == 0.0
+    # two gathers, the second one releasing the compute; nothing before any compute
+    assert waited_for([(100.0, 250.0), (250.0, 399.0)], compute) == pytest.approx(149.0)
+    assert waited_for([(-50.0, -1.0)], compute) == pytest.approx(49.0)
+    assert waited_for([(0.0, 50.0)], []) == 0.0

@@ -1,13 +1,16 @@
 """How much of the communication kernels' time ran while compute kernels ran: from one profiled
 step (torch.profiler, CUDA kernels), as the DDP and FSDP stages report it.
 
-`collective_overlap` also splits out the all-gathers and works on the CPU: there gloo runs each
-collective on a worker thread (`gloo:all_gather`, ... events with their durations) and compute is
-the time the main thread spends inside ATen operators (a thread blocked in `wait()` is in none).
+`collective_overlap` also splits out the all-gathers (on the GPU with the time compute waited
+for them: `waited_for`) and works on the CPU: there gloo runs each collective on a worker thread
+(`gloo:all_gather`, ... events with their durations) and compute is the time the main thread
+spends inside ATen operators (a thread blocked in `wait()` is in none).
 """
 
 from __future__ import annotations
 
+import bisect
+import math
 from pathlib import Path
 
 from cs336_systems.core.harness import StepClock, synchronize
@@ -83,7 +86,8 @@ def collective_overlap(prof, device, forward_gathers: int | None = None, kernels
     spans against the main thread's ATen operators. With `forward_gathers` (how many
     all-gathers the forward issues; collectives run in the order they are issued), the first
     that many all-gathers are kind `all_gather_fwd`, the others `all_gather_bwd`. `kernels`:
-    the profile's `timeline.gpu_kernels`, where the caller has them already."""
+    the profile's `timeline.gpu_kernels`, where the caller has them already. On the GPU also
+    `prof_<all-gather kind>_waited_ms`: the time compute waited for a gather (`waited_for`)."""
     if device.type == "cuda":
         from cs336_systems.profiling.timeline import gpu_kernels
 
@@ -112,8 +116,41 @@ def collective_overlap(prof, device, forward_gathers: int | None = None, kernels
         out[f"prof_{kind}_ms"] = stats["prof_comm_kernel_ms"]
         out[f"prof_{kind}_overlapped_ms"] = stats["prof_comm_overlapped_ms"]
         out[f"prof_{kind}_overlap_share"] = stats["prof_overlap_share"]
+        if device.type == "cuda" and kind.startswith("all_gather"):
+            out[f"prof_{kind}_waited_ms"] = waited_for(comm, compute) / 1e3 if comm else math.nan
     out["prof_compute_ms"] = sum(b - a for a, b in _union(compute)) / 1e3
     return out
+
+
+# a compute kernel starting this soon after a gather's end was released by it (a stream wait
+# on the gather's event: the measured release takes 2-3 us on an H200)
+RELEASE_US = 10.0
+
+
+def waited_for(comm: list[tuple[float, float]], compute: list[tuple[float, float]]) -> float:
+    """Microseconds the compute waited for these collectives: for each one after whose end a
+    compute kernel starts within RELEASE_US with no compute running at its end, the compute-idle
+    time up to its end since it started (or since the last compute kernel ended, if later).
+
+    Overlap and waiting differ where the host is slow: a gather issued before a block whose
+    kernels the host launches no faster than the GPU runs them finds the GPU idle between
+    kernels and overlaps little, yet the compute never waits for it; what waits is a kernel
+    launched early and held back by a stream wait on the gather, which starts the moment the
+    gather ends. Kernel times alone show that moment: no launch times needed."""
+    busy = _union(compute)
+    starts = sorted(a for a, _ in compute)
+    ends = [b for _, b in busy]
+    total = 0.0
+    for a, b in comm:
+        i = bisect.bisect_left(starts, b)
+        if i == len(starts) or starts[i] > b + RELEASE_US:
+            continue  # no compute kernel released by this one's end
+        j = bisect.bisect_left(ends, b) - 1  # the last busy span ending before b
+        if j + 1 < len(busy) and busy[j + 1][0] < b:
+            continue  # compute was running at its end: nothing waited
+        idle_from = max(a, ends[j]) if j >= 0 else a
+        total += max(0.0, b - idle_from)
+    return total
 
 
 def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
