@@ -274,6 +274,52 @@ def test_the_four_gpu_reference_answers_from_its_numbers(tmp_path):
     assert ctx["optimizer"] == "fused kernels"
 
 
+def test_gathers_that_compute_never_waited_for_finish_in_time_and_compiling_is_compared():
+    """A host-bound run's gathers overlap little compute, yet compute never waited for them:
+    Q33 calls them in time and says where the rest fell; a run that waited is not in time; the
+    compiled runs are set beside the eager ones."""
+    import pandas as pd
+
+    base = {"backend": "nccl", "status": "ok", "all_gather_into_tensor_mb": 200.0,
+            "all_gather_into_tensor_calls": 66, "prof_step_ms": 200.0}  # fmt: skip
+    rows = [
+        {**base, "variant": "ddp_bf16", "step_ms_mean": 230.0, "fwd_ms_mean": 60.0,
+         "prof_gpu_busy_ms": 120.0},
+        {**base, "variant": "fsdp_bf16", "step_ms_mean": 225.0, "fwd_ms_mean": 86.0,
+         "prof_gpu_busy_ms": 130.0, "prof_all_gather_ms": 32.0,
+         "prof_all_gather_overlapped_ms": 8.0, "prof_all_gather_overlap_share": 0.25,
+         "prof_all_gather_waited_ms": 0.5, "prof_all_gather_fwd_ms": 16.0,
+         "prof_all_gather_fwd_overlap_share": 0.2, "prof_all_gather_fwd_waited_ms": 0.5},
+        {**base, "variant": "ddp_bf16_compiled", "step_ms_mean": 150.0, "fwd_ms_mean": 33.0,
+         "prof_gpu_busy_ms": 170.0},
+        {**base, "variant": "fsdp_bf16_compiled", "step_ms_mean": 148.0, "fwd_ms_mean": 53.0,
+         "prof_gpu_busy_ms": 160.0, "prof_all_gather_ms": 35.0,
+         "prof_all_gather_overlapped_ms": 13.0, "prof_all_gather_overlap_share": 0.37,
+         "prof_all_gather_waited_ms": 14.0},
+    ]  # fmt: skip
+    df = pd.DataFrame(rows)
+    eager = analysis._gather_sentence(df.iloc[1], "FSDP (bf16 compute)")
+    assert "8.00 ms (25.0%) of it while compute ran; compute waited for them 0.50 ms" in eager
+    assert "(1.6% of their time): they finish in time." in eager
+    assert "GPU had no compute kernel to run" in eager
+    compiled = analysis._gather_sentence(df.iloc[3], "FSDP (bf16 compute, compiled blocks)")
+    assert "compute waited for them 14.00 ms (40.0% of their time): they finish in time only" in (
+        compiled
+    )
+    assert "GPU had no compute kernel" not in compiled
+    # the forward's 26 ms over DDP's is not its 0.5 ms of waiting for gathers
+    assert analysis._forward_cost(df, "fsdp_bf16") == (
+        " Its forward takes 86.00 ms a step against 60.00 ms for DDP (bf16 autocast), which "
+        "gathers nothing; compute waited 0.50 ms for its forward gathers, so 25.50 ms of the "
+        "26.00 ms difference is not waiting for gathers."
+    )
+    text = analysis._compiled_sentence(df)
+    assert "DDP's step from 230 to 150 ms (forward 60.00 → 33.00 ms" in text
+    assert "FSDP's step from 225 to 148 ms" in text
+    assert f"Compiled, FSDP takes {148 / 150:.2f}× the step of DDP." in text
+    assert analysis._compiled_sentence(df.iloc[:2]) == ""
+
+
 def test_exposed_forward_gathers_are_costed_against_the_same_precision_ddp_forward(tmp_path):
     """On the 4x H200 reference FSDP bf16's forward gathers are 43.7% hidden, yet its forward
     is within 1.9 ms of DDP bf16's (which gathers nothing): Q33 says what the exposed time

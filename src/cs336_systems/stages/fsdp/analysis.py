@@ -40,6 +40,8 @@ LABELS = {
     "fsdp_bf16": "FSDP (bf16 compute)",
     "fsdp_layer": "FSDP (fp32, per layer)",
     "fsdp_bf16_layer": "FSDP (bf16 compute, per layer)",
+    "ddp_bf16_compiled": "DDP (bf16 autocast, compiled blocks)",
+    "fsdp_bf16_compiled": "FSDP (bf16 compute, compiled blocks)",
 }
 # a profiled step whose GPU ran kernels less than this share of it waited for the host
 HOST_BOUND_BUSY = 0.8
@@ -86,6 +88,9 @@ def _num(r: pd.Series | None, col: str) -> float:
     return float(r[col])
 
 
+WAITED = "compute waited for all-gathers (ms)"  # (GPU runs that measured it)
+
+
 def time_table(df: pd.DataFrame) -> pd.DataFrame:
     """Every run that ran, a suspect one's step time marked."""
     rows = []
@@ -106,6 +111,7 @@ def time_table(df: pd.DataFrame) -> pd.DataFrame:
                 "all-reduce MiB / step": g.get("all_reduce_mb", math.nan),
                 "all-gather on timeline (ms)": g.get("prof_all_gather_ms", math.nan),
                 "all-gather hidden": pct(g.get("prof_all_gather_overlap_share", math.nan)),
+                WAITED: fmt(g.get("prof_all_gather_waited_ms", math.nan)),
                 "GPU busy in the profiled step": _busy_text(g),
             }
         )
@@ -170,7 +176,8 @@ def analytic(df: pd.DataFrame, shown: bool = False) -> pd.DataFrame:
     flags = sanity.is_suspect(d)
     rows = []
     extra = (("ddp_bf16", "ddp"), ("fsdp_bf16", "fsdp"), ("fsdp_layer", "fsdp"))
-    for variant, scheme in (*SCHEME.items(), *extra, ("fsdp_bf16_layer", "fsdp")):
+    compiled = (("ddp_bf16_compiled", "ddp"), ("fsdp_bf16_compiled", "fsdp"))
+    for variant, scheme in (*SCHEME.items(), *extra, ("fsdp_bf16_layer", "fsdp"), *compiled):
         these = d[d["variant"] == variant]
         if not len(these):
             continue
@@ -361,24 +368,50 @@ def _wait_sentence(r: pd.Series, explained: bool = False) -> str:
 
 def _gather_sentence(r: pd.Series, label: str, explained: bool = False) -> str:
     t_ag, share = _num(r, "prof_all_gather_ms"), _num(r, "prof_all_gather_overlap_share")
-    hidden = _num(r, "prof_all_gather_overlapped_ms")
+    hidden, waited = _num(r, "prof_all_gather_overlapped_ms"), _num(r, "prof_all_gather_waited_ms")
     if math.isnan(t_ag):
         return f"{label}: no profiled step."
-    verdict = (
-        "they finish in time: compute hides nearly all of their time"
-        if share >= IN_TIME_SHARE
-        else "they do not finish in time: most of their time is exposed"
-        if share < 0.5
-        else "they finish in time only in part"
-    )
     text = (
         f"{label}: the all-gathers ({fmt(_num(r, 'all_gather_into_tensor_mb'))} MiB per step in "
         f"{int(_num(r, 'all_gather_into_tensor_calls'))} calls) take {fmt(t_ag)} ms on the "
-        f"timeline, {fmt(hidden)} ms ({pct(share)}) of it while compute ran; {verdict}."
+        f"timeline, {fmt(hidden)} ms ({pct(share)}) of it while compute ran; "
     )
+    if math.isnan(waited):  # the CPU (gloo threads), or a run before the waits were measured
+        verdict = (
+            "they finish in time: compute hides nearly all of their time"
+            if share >= IN_TIME_SHARE
+            else "they do not finish in time: most of their time is exposed"
+            if share < 0.5
+            else "they finish in time only in part"
+        )
+        text += f"{verdict}."
+    else:
+        in_time = 1 - waited / t_ag if t_ag else math.nan
+        verdict = (
+            "they finish in time"
+            if in_time >= IN_TIME_SHARE
+            else "they do not finish in time"
+            if in_time < 0.5
+            else "they finish in time only in part"
+        )
+        text += (
+            f"compute waited for them {fmt(waited)} ms ({pct(1 - in_time)} of their time): "
+            f"{verdict}."
+        )
+        if in_time >= IN_TIME_SHARE and share < IN_TIME_SHARE:
+            text += (
+                " The rest of their time fell where the GPU had no compute kernel to run "
+                "(it waited for the host), not where compute waited for them."
+            )
     phases = [
         f"{name} {fmt(_num(r, f'prof_all_gather_{key}_ms'))} ms "
-        f"({pct(_num(r, f'prof_all_gather_{key}_overlap_share'))} hidden)"
+        f"({pct(_num(r, f'prof_all_gather_{key}_overlap_share'))} during compute"
+        + (
+            ""
+            if math.isnan(_num(r, f"prof_all_gather_{key}_waited_ms"))
+            else f", {fmt(_num(r, f'prof_all_gather_{key}_waited_ms'))} ms waited for"
+        )
+        + ")"
         for key, name in (("fwd", "forward"), ("bwd", "backward"))
         if not math.isnan(_num(r, f"prof_all_gather_{key}_ms"))
     ]
@@ -393,7 +426,9 @@ SAME_PRECISION_DDP = {
     "fsdp_layer": "ddp",
     "fsdp_bf16": "ddp_bf16",
     "fsdp_bf16_layer": "ddp_bf16",
+    "fsdp_bf16_compiled": "ddp_bf16_compiled",
 }
+FSDP_RUNS = ("fsdp", "fsdp_bf16", "fsdp_layer", "fsdp_bf16_layer", "fsdp_bf16_compiled")
 
 
 def _forward_cost(df: pd.DataFrame, v: str) -> str:
@@ -410,8 +445,25 @@ def _forward_cost(df: pd.DataFrame, v: str) -> str:
     exposed, extra = t * (1 - share), max(f_fsdp - f_ddp, 0.0)
     text = (
         f" Its forward takes {fmt(f_fsdp)} ms a step against {fmt(f_ddp)} ms for "
-        f"{LABELS[SAME_PRECISION_DDP[v]]}, which gathers nothing: the {fmt(exposed)} ms of "
-        f"forward gathers outside compute cost the forward at most {fmt(extra)} ms"
+        f"{LABELS[SAME_PRECISION_DDP[v]]}, which gathers nothing"
+    )
+    waited = _num(r, "prof_all_gather_fwd_waited_ms")
+    if not math.isnan(waited):  # what the compute waited for, measured
+        text += f"; compute waited {fmt(waited)} ms for its forward gathers"
+        if extra > 2 * waited:
+            text += (
+                f", so {fmt(extra - waited)} ms of the {fmt(extra)} ms difference is not "
+                f"waiting for gathers"
+            )
+        return text + "."
+    if extra > exposed:
+        return text + (
+            f": {fmt(extra)} ms more, beyond the {fmt(exposed)} ms of forward gathers outside "
+            f"compute, so most of the difference is not the gathers'."
+        )
+    text += (
+        f": the {fmt(exposed)} ms of forward gathers outside compute cost the forward at most "
+        f"{fmt(extra)} ms"
     )
     if extra < 0.5 * exposed:
         text += "; the rest ran in time the compute stream had no kernel to run anyway"
@@ -421,14 +473,14 @@ def _forward_cost(df: pd.DataFrame, v: str) -> str:
 def q33(df: pd.DataFrame) -> str:
     parts: list[str] = []
     explained = False  # the reasons a wait exceeds the exposed time are given once
-    for v in ("fsdp", "fsdp_bf16", "fsdp_layer", "fsdp_bf16_layer"):
+    for v in FSDP_RUNS:
         if (r := _row(df, v)) is not None:
             parts.append(_gather_sentence(r, LABELS[v], explained) + _forward_cost(df, v))
             explained = explained or _wait_exceeds_exposed(r)
     if not parts:
         return ""
     text = " ".join(parts)
-    for v in ("fsdp", "fsdp_bf16", "fsdp_layer", "fsdp_bf16_layer"):
+    for v in FSDP_RUNS:
         r = _row(df, v)
         if r is not None and _busy(r) == _busy(r) and _busy(r) < HOST_BOUND_BUSY:
             text += (
@@ -438,7 +490,7 @@ def q33(df: pd.DataFrame) -> str:
                 f"so its step time says more of the host's work per step (hooks, launches) than "
                 f"of its communication."
             )
-    text += _units_sentence(df) + _precision_sentence(df)
+    text += _units_sentence(df) + _precision_sentence(df) + _compiled_sentence(df)
     first = ok(df).iloc[0]
     if first["backend"] == "gloo":
         text += (
@@ -471,6 +523,32 @@ def _units_sentence(df: pd.DataFrame) -> str:
             f"{fmt(_exposed(b))} and {fmt(_exposed(lay))} ms of all-gather exposed."
         )
     return (" " + " ".join(out)) if out else ""
+
+
+def _compiled_sentence(df: pd.DataFrame) -> str:
+    """What compiling the blocks' forward changes, for DDP and FSDP under bf16, and the compiled
+    FSDP step against the compiled DDP step."""
+    pairs = [
+        (_row(df, v), _row(df, f"{v}_compiled"), name)
+        for v, name in (("ddp_bf16", "DDP"), ("fsdp_bf16", "FSDP"))
+    ]
+    parts = [
+        f"{name}'s step from {fmt(float(e.step_ms_mean))} to {fmt(float(c.step_ms_mean))} ms "
+        f"(forward {fmt(float(e.fwd_ms_mean))} → {fmt(float(c.fwd_ms_mean))} ms, GPU busy "
+        f"{pct(_busy(e))} → {pct(_busy(c))} of the profiled step)"
+        for e, c, name in pairs
+        if e is not None and c is not None
+    ]
+    if not parts:
+        return ""
+    text = f" Compiling each block's forward (bf16) takes {' and '.join(parts)}."
+    d, f = _row(df, "ddp_bf16_compiled"), _row(df, "fsdp_bf16_compiled")
+    if d is not None and f is not None:
+        text += (
+            f" Compiled, FSDP takes {fmt(float(f.step_ms_mean) / float(d.step_ms_mean))}× the "
+            f"step of DDP."
+        )
+    return text
 
 
 def _precision_sentence(df: pd.DataFrame) -> str:
@@ -552,7 +630,10 @@ def context(results_dir: Path) -> dict:
         bool(shown["mem_step_peak_mb"].notna().any()) if "mem_step_peak_mb" in shown else False
     )
     ctx["measured_peaks"] = measured
-    ctx["time_table"] = md_table(time_table(df))
+    times = time_table(df)
+    waited = ran(df).get("prof_all_gather_waited_ms", pd.Series(dtype=float))
+    ctx["waited"] = bool(pd.to_numeric(waited, errors="coerce").notna().any())
+    ctx["time_table"] = md_table(times if ctx["waited"] else times.drop(columns=WAITED))
     ctx["memory_table"] = md_table(memory_table(df, measured))
     a = analytic(df, shown=True)
     ctx["analytic_table"] = md_table(a) if len(a) else ""

@@ -13,7 +13,12 @@ column):
 - `fsdp`, `fsdp_bf16`: `FSDP(model)` and `FSDP(model, compute_dtype=torch.bfloat16)`, units of
   a block (parallel/fsdp.py);
 - `fsdp_layer`, `fsdp_bf16_layer`: the same with units of one layer (each Linear gathered and
-  reduced alone).
+  reduced alone);
+- `ddp_bf16_compiled`, `fsdp_bf16_compiled`: `ddp_bf16` and `fsdp_bf16` with each block's
+  ``forward`` compiled (torch.compile; the wrappers' hooks, FSDP's gathers, stay eager around
+  it): fewer, larger kernels and less host time a block, where the eager bf16 forward of the
+  xl is host-bound. (Per-layer units hook inside a block, where a compiled forward would break
+  at every hook: they run eager.)
 
 Per variant: warm-up and measured steps split into forward, backward, `comm` (the gradient
 communication left after backward: `finish_gradient_synchronization`) and the optimizer step,
@@ -58,7 +63,10 @@ VARIANTS = (
     "fsdp_bf16",
     "fsdp_layer",
     "fsdp_bf16_layer",
+    "ddp_bf16_compiled",
+    "fsdp_bf16_compiled",
 )
+COMPILED = "_compiled"  # the suffix of a variant whose blocks' forward is compiled
 POINT_KEYS = ("variant",)
 BYTES_PER_MB = 2**20
 # the parts of a step, between the marks `training_step` sets
@@ -126,6 +134,8 @@ def build_variant(variant: str, args, ctx):
     from cs336_systems.parallel.fsdp import FSDP
     from cs336_systems.parallel.sharded_optimizer import ShardedOptimizer
 
+    compiled = variant.endswith(COMPILED)
+    variant = variant.removesuffix(COMPILED)
     torch.manual_seed(args.seed)
     with ctx.device:  # initialize on the device: a 2.7B model built on the host takes minutes
         model = build_model(args.size, args.context_length, edition=args.edition)
@@ -142,6 +152,12 @@ def build_variant(variant: str, args, ctx):
         units = "layer" if variant.endswith("_layer") else "block"
         wrapper = FSDP(model, compute_dtype=dtype, units=units)
         optimizer = torch.optim.AdamW(wrapper.parameters(), **adamw)
+    if compiled:
+        from cs336_systems.core.device import allow_recompiles
+
+        allow_recompiles()  # each wrapper and dtype is a new specialisation of the forward
+        for block in model.layers:  # the forward only: the wrappers' hooks stay eager
+            block.forward = torch.compile(block.forward)
     return model, wrapper, optimizer, param_split(model, wrapper)
 
 
@@ -227,7 +243,7 @@ def measure_variant(variant: str, args, ctx) -> dict:
     model, wrapper, optimizer, (sharded, replicated, pad) = build_variant(variant, args, ctx)
     init_alloc, init_peak = allocated()
     x, y = make_batch(args, ctx.rank, device)
-    training_step = functools.partial(_training_step, autocast_bf16=variant == "ddp_bf16")
+    training_step = functools.partial(_training_step, autocast_bf16=variant.startswith("ddp_bf16"))
     try:
         times = timed_steps(
             training_step(wrapper, optimizer, x, y), args.warmup, args.steps, device, wrapper
