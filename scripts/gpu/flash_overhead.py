@@ -105,7 +105,8 @@ def components(d: int, n: int, reps: int = 200) -> dict:
     """Host time (ms, median of `reps`, GPU idle before each) of the pieces of one fast
     forward+backward at (1, 16, n, d) bf16 causal: allocations, the device/stream query, the
     forward and backward programs called directly and each of their launches, the dQ cast, an
-    autograd Function that only allocates (the engine's own cost), and the whole call."""
+    autograd Function that only allocates (the engine's own cost), a C++ node of the same graph
+    shape (`cpp_node`), and the whole call."""
     fat.set_fast_path(programs=True, bind=True)
     q, k, v = (
         torch.randn(1, 16, n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -149,6 +150,9 @@ def components(d: int, n: int, reps: int = 200) -> dict:
             return torch.empty_like(g), torch.empty_like(g), torch.empty_like(g)
 
     row["noop_autograd"] = _host_ms(lambda: Noop.apply(q, k, v).backward(do), reps)
+    # the same graph shape through a C++ autograd node (three inputs, one output): what a
+    # Python Function costs beyond a C++ one on this host (no GIL for the engine's device thread)
+    row["cpp_node"] = _host_ms(lambda: torch.addcmul(q, k, v).backward(do), reps)
     row["apply_only"] = _host_ms(lambda: fat.FlashAttentionTriton.apply(q, k, v, True), reps)
     row["apply_backward"] = _host_ms(
         lambda: fat.FlashAttentionTriton.apply(q, k, v, True).backward(do), reps
