@@ -7,7 +7,7 @@ import pytest
 
 from cs336_systems.core.costs import fsdp_saving_vs_optimizer_sharding, training_state_bytes
 from cs336_systems.core.results import provenance, write_csv
-from cs336_systems.stages.fsdp import analysis
+from cs336_systems.stages.fsdp import analysis, q33
 from cs336_systems.stages.fsdp import measure as stage
 
 
@@ -191,7 +191,7 @@ def _gather_row(backend: str = "gloo", wait: float = 90.0, **over) -> dict:
 def test_a_wait_longer_than_the_exposed_gathers_says_what_it_counts_and_why():
     import pandas as pd
 
-    text = analysis._wait_sentence(pd.Series(_gather_row()))
+    text = q33._wait_sentence(pd.Series(_gather_row()))
     assert text.startswith(
         " The main thread waited 90.00 ms per step for gathers (22.5% of the 400 ms step; mean "
         "of 2 timed steps, 88.00–92.00 ms), counted from each wait() call until its gather had "
@@ -204,7 +204,7 @@ def test_a_wait_longer_than_the_exposed_gathers_says_what_it_counts_and_why():
     assert "queued behind earlier collectives" in text and "one more, profiled step" in text
     assert "30.00 ms of the profiled step had only those running and no compute" in text
     # a second run gives only the numbers; the reasons are not repeated
-    again = analysis._wait_sentence(pd.Series(_gather_row(wait=60.0)), explained=True)
+    again = q33._wait_sentence(pd.Series(_gather_row(wait=60.0)), explained=True)
     assert (
         "That is 10.00 ms more than the gathers' 50.00 ms exposed on the timeline, for the "
         "same reasons (30.00 ms of the profiled step had only other collectives" in again
@@ -215,15 +215,15 @@ def test_a_wait_longer_than_the_exposed_gathers_says_what_it_counts_and_why():
 def test_a_wait_within_the_exposed_time_and_a_gpu_wait_say_no_more():
     import pandas as pd
 
-    within = analysis._wait_sentence(pd.Series(_gather_row(wait=45.0)))
+    within = q33._wait_sentence(pd.Series(_gather_row(wait=45.0)))
     assert "counted from each wait() call" in within and "That is" not in within
-    gpu = analysis._wait_sentence(pd.Series(_gather_row(backend="nccl", wait=0.5)))
+    gpu = q33._wait_sentence(pd.Series(_gather_row(backend="nccl", wait=0.5)))
     assert gpu == (
         " On the GPU a gather's wait() only makes the compute stream wait for it, so the host's "
         "0.50 ms per step in those calls is not time the step loses; the 50.00 ms exposed on "
         "the timeline is."
     )
-    assert analysis._wait_sentence(pd.Series(_gather_row(wait=float("nan")))) == ""
+    assert q33._wait_sentence(pd.Series(_gather_row(wait=float("nan")))) == ""
 
 
 def test_q33_gives_the_reasons_a_wait_exceeds_the_exposed_time_once():
@@ -231,7 +231,7 @@ def test_q33_gives_the_reasons_a_wait_exceeds_the_exposed_time_once():
     for col, value in _gather_row().items():
         if col not in ("backend", "step_ms_mean"):
             df[col] = [value if v.startswith("fsdp") else float("nan") for v in df["variant"]]
-    text = analysis.q33(df)
+    text = q33.q33(df)
     assert text.count("counted from each wait() call") == 2
     assert text.count("gloo runs collectives on its worker threads") == 1
     assert text.count("for the same reasons") == 1
@@ -298,26 +298,26 @@ def test_gathers_that_compute_never_waited_for_finish_in_time_and_compiling_is_c
          "prof_all_gather_waited_ms": 14.0},
     ]  # fmt: skip
     df = pd.DataFrame(rows)
-    eager = analysis._gather_sentence(df.iloc[1], "FSDP (bf16 compute)")
+    eager = q33._gather_sentence(df.iloc[1], "FSDP (bf16 compute)")
     assert "8.00 ms (25.0%) of it while compute ran; compute waited for them 0.50 ms" in eager
     assert "(1.6% of their time): they finish in time." in eager
     assert "GPU had no compute kernel to run" in eager
-    compiled = analysis._gather_sentence(df.iloc[3], "FSDP (bf16 compute, compiled blocks)")
+    compiled = q33._gather_sentence(df.iloc[3], "FSDP (bf16 compute, compiled blocks)")
     assert "compute waited for them 14.00 ms (40.0% of their time): they finish in time only" in (
         compiled
     )
     assert "GPU had no compute kernel" not in compiled
     # the forward's 26 ms over DDP's is not its 0.5 ms of waiting for gathers
-    assert analysis._forward_cost(df, "fsdp_bf16") == (
+    assert q33._forward_cost(df, "fsdp_bf16") == (
         " Its forward takes 86.00 ms a step against 60.00 ms for DDP (bf16 autocast), which "
         "gathers nothing; compute waited 0.50 ms for its forward gathers, so 25.50 ms of the "
         "26.00 ms difference is not waiting for gathers."
     )
-    text = analysis._compiled_sentence(df)
+    text = q33._compiled_sentence(df)
     assert "DDP's step from 230 to 150 ms (forward 60.00 → 33.00 ms" in text
     assert "FSDP's step from 225 to 148 ms" in text
     assert f"Compiled, FSDP takes {148 / 150:.2f}× the step of DDP." in text
-    assert analysis._compiled_sentence(df.iloc[:2]) == ""
+    assert q33._compiled_sentence(df.iloc[:2]) == ""
 
 
 def test_exposed_forward_gathers_are_costed_against_the_same_precision_ddp_forward(tmp_path):
