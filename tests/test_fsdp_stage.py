@@ -51,16 +51,23 @@ def test_stage_runs_and_answers_both_questions(tmp_path):
     out = tmp_path / "runs.csv"
     argv = (
         "--backend gloo --world-size 2 --size tiny --context-length 8 --batch-per-rank 1"
-        " --variants sharded_optimizer,fsdp --warmup 0 --steps 1"
+        " --variants sharded_optimizer,fsdp,torch_fsdp_bf16 --warmup 0 --steps 1"
         f" --trace-dir {tmp_path / 'raw'} --timeout-s 240 --out {out}"
     ).split()
     stage.main(argv)
     import pandas as pd
 
     df = pd.read_csv(out)
-    assert list(df["status"]) == ["ok"] * 2, df["status"].tolist()
+    assert list(df["status"]) == ["ok"] * 3, df["status"].tolist()
     rows = {r.variant: r for r in df.itertuples()}
-    fs, so = rows["fsdp"], rows["sharded_optimizer"]
+    fs, so, peer = rows["fsdp"], rows["sharded_optimizer"], rows["torch_fsdp_bf16"]
+    # the peer (PyTorch's FSDP2) shards every parameter: a rank holds its local shards, half
+    # of the model with two ranks (its padding aside), gradients and AdamW's moments alike
+    total = int(peer.sharded_params)
+    assert peer.replicated_params == 0 and total == fs.sharded_params + fs.replicated_params
+    assert peer.params_mb * 2**20 == pytest.approx(4 * total / 2, rel=0.01)
+    assert peer.held_mb == pytest.approx(fs.held_mb, rel=0.01)
+    assert peer.prof_all_gather_ms > 0 and not peer.collectives_counted
     # the tensors FSDP holds per rank are exactly the analytic state plus the flat buffers'
     # alignment padding (params, grads and AdamW's two moments: 16 bytes an element)
     expect = training_state_bytes(int(fs.sharded_params), int(fs.replicated_params), 2, "fsdp")
@@ -77,6 +84,7 @@ def test_stage_runs_and_answers_both_questions(tmp_path):
     write_csv(df, tmp_path / "fsdp.csv")
     ctx = analysis.context(tmp_path)
     assert "expected saving" in ctx["q32"] and "By phase: forward" in ctx["q33"]
+    assert "not counted" in next(x for x in ctx["time_table"].splitlines() if "FSDP2" in x)
     assert ctx["analytic_table"] and ctx["memory_table"] and ctx["time_table"]
 
 
@@ -318,6 +326,25 @@ def test_gathers_that_compute_never_waited_for_finish_in_time_and_compiling_is_c
     assert "FSDP's step from 225 to 148 ms" in text
     assert f"Compiled, FSDP takes {148 / 150:.2f}× the step of DDP." in text
     assert q33._compiled_sentence(df.iloc[:2]) == ""
+
+
+def test_the_peer_is_set_beside_our_fsdp_run_for_run():
+    import pandas as pd
+
+    def run(variant, step, share, waited):
+        return {"variant": variant, "status": "ok", "backend": "nccl", "step_ms_mean": step,
+                "prof_all_gather_ms": 30.0, "prof_all_gather_overlap_share": share,
+                "prof_all_gather_waited_ms": waited}  # fmt: skip
+
+    df = pd.DataFrame([run("fsdp_bf16", 150.0, 0.4, 0.5), run("torch_fsdp_bf16", 200.0, 0.6, 2.0)])
+    text = q33._peer_sentence(df)
+    assert (
+        "PyTorch FSDP2 (bf16 compute) takes 200 ms a step against our 150 ms (0.75× its time); "
+        "its all-gathers take 30.00 ms on the timeline, 60.0% of it during compute (ours "
+        "40.0%), and compute waited 2.00 ms for them (ours 0.50 ms)."
+    ) in text
+    assert "compiled" not in text  # no compiled pair in these rows
+    assert q33._peer_sentence(df.iloc[:1]) == ""
 
 
 def test_exposed_forward_gathers_are_costed_against_the_same_precision_ddp_forward(tmp_path):

@@ -19,6 +19,9 @@ column):
   it): fewer, larger kernels and less host time a block, where the eager bf16 forward of the
   xl is host-bound. (Per-layer units hook inside a block, where a compiled forward would break
   at every hook: they run eager.)
+- `torch_fsdp_bf16`, `torch_fsdp_bf16_compiled`: the peer, PyTorch's FSDP2 (`fully_shard`) set
+  up as ours is by block with bf16 compute (stages/fsdp/peer.py); its collectives bypass
+  `parallel.collectives`, so its calls and bytes are not counted.
 
 Per variant: warm-up and measured steps split into forward, backward, `comm` (the gradient
 communication left after backward: `finish_gradient_synchronization`) and the optimizer step,
@@ -65,6 +68,8 @@ VARIANTS = (
     "fsdp_bf16_layer",
     "ddp_bf16_compiled",
     "fsdp_bf16_compiled",
+    "torch_fsdp_bf16",
+    "torch_fsdp_bf16_compiled",
 )
 COMPILED = "_compiled"  # the suffix of a variant whose blocks' forward is compiled
 POINT_KEYS = ("variant",)
@@ -104,6 +109,8 @@ def param_split(model, wrapper) -> tuple[int, int, int]:
     once: as the wrapper grouped them (units of a block shard their norm gains too), or, for
     the DDP variants, as FSDP by block would."""
     total = sum(p.numel() for p in model.parameters())
+    if getattr(wrapper, "is_peer", False):
+        return total, 0, math.nan  # the peer shards every parameter; its padding is its own
     flats = getattr(wrapper, "sharded", None)
     if flats is None:  # DDP: what FSDP by block would shard
         from cs336_systems.parallel.fsdp_units import blocks, is_shardable
@@ -141,7 +148,12 @@ def build_variant(variant: str, args, ctx):
         model = build_model(args.size, args.context_length, edition=args.edition)
     adamw = {"lr": args.lr, "weight_decay": 0.01}
     adamw.update(fused=True) if ctx.device.type == "cuda" else adamw.update(foreach=True)
-    if variant in ("ddp", "ddp_bf16", "sharded_optimizer"):
+    if variant.startswith("torch_fsdp"):
+        from cs336_systems.stages.fsdp.peer import TorchFSDP
+
+        wrapper = TorchFSDP(model, torch.bfloat16)
+        optimizer = torch.optim.AdamW(wrapper.parameters(), **adamw)
+    elif variant in ("ddp", "ddp_bf16", "sharded_optimizer"):
         wrapper = DDPOverlapIndividual(model)
         if variant == "sharded_optimizer":
             optimizer = ShardedOptimizer(model.parameters(), torch.optim.AdamW, **adamw)
@@ -213,9 +225,11 @@ def timed_steps(step, warmup: int, steps: int, device, wrapper) -> dict[str, lis
 def _state_bytes(optimizer) -> int:
     import torch
 
+    from cs336_systems.stages.fsdp.peer import local
+
     inner = getattr(optimizer, "local_optimizer", None) or optimizer
     return sum(
-        v.numel() * v.element_size()
+        local(v).numel() * v.element_size()
         for st in inner.state.values()
         for v in st.values()
         if torch.is_tensor(v)
@@ -227,6 +241,7 @@ def measure_variant(variant: str, args, ctx) -> dict:
 
     from cs336_systems.parallel import collectives
     from cs336_systems.parallel.launch import slowest_rank
+    from cs336_systems.stages.fsdp.peer import local
 
     device = ctx.device
     cuda = device.type == "cuda"
@@ -255,6 +270,8 @@ def measure_variant(variant: str, args, ctx) -> dict:
             for kind, c in counter.totals().items()
             for key, value in (("calls", c["calls"]), ("mb", _mb(c["bytes"])))
         }
+        if getattr(wrapper, "is_peer", False):  # its collectives bypass the counting ones
+            traffic = {"collectives_counted": False}
         memory: dict[str, float] = {}
 
         def marks(name: str) -> None:
@@ -268,7 +285,7 @@ def measure_variant(variant: str, args, ctx) -> dict:
                     torch.cuda.reset_peak_memory_stats(device)
             if name == "synced":
                 memory["grads"] = sum(
-                    p.grad.numel() * p.grad.element_size()
+                    local(p.grad).numel() * p.grad.element_size()
                     for p in wrapper.parameters()
                     if p.grad is not None
                 )
@@ -289,7 +306,7 @@ def measure_variant(variant: str, args, ctx) -> dict:
                 forward_gathers=getattr(wrapper, "forward_gathers", None),
             )
             profiled["trace"] = trace.name if trace else ""
-        params = sum(p.numel() * p.element_size() for p in wrapper.parameters())
+        params = sum(local(p).numel() * p.element_size() for p in wrapper.parameters())
         values = [
             init_alloc,
             init_peak,

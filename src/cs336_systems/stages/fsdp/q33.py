@@ -15,6 +15,7 @@ from cs336_systems.stages.fsdp.rows import (
     HOST_BOUND_BUSY,
     IN_TIME_SHARE,
     LABELS,
+    PEERS,
     _busy,
     _exposed,
     _left_out,
@@ -214,6 +215,7 @@ def q33(df: pd.DataFrame) -> str:
                 f"of its communication."
             )
     text += _units_sentence(df) + _precision_sentence(df) + _compiled_sentence(df)
+    text += _peer_sentence(df)
     first = ok(df).iloc[0]
     if first["backend"] == "gloo":
         text += (
@@ -246,6 +248,32 @@ def _units_sentence(df: pd.DataFrame) -> str:
             f"{fmt(_exposed(b))} and {fmt(_exposed(lay))} ms of all-gather exposed."
         )
     return (" " + " ".join(out)) if out else ""
+
+
+def _peer_sentence(df: pd.DataFrame) -> str:
+    """PyTorch's FSDP2 set up as ours (peer.py) beside our FSDP, run for run: the step, the
+    gathers' time during compute and the time compute waited for them."""
+    out = []
+    for peer, ours in PEERS.items():
+        p, o = _row(df, peer), _row(df, ours)
+        if p is None or o is None:
+            continue
+        ratio = float(o.step_ms_mean) / float(p.step_ms_mean)
+        out.append(
+            f"{LABELS[peer]} takes {fmt(float(p.step_ms_mean))} ms a step against our "
+            f"{fmt(float(o.step_ms_mean))} ms ({fmt(ratio)}× its time); its all-gathers take "
+            f"{fmt(_num(p, 'prof_all_gather_ms'))} ms on the timeline, "
+            f"{pct(_num(p, 'prof_all_gather_overlap_share'))} of it during compute (ours "
+            f"{pct(_num(o, 'prof_all_gather_overlap_share'))}), and compute waited "
+            f"{fmt(_num(p, 'prof_all_gather_waited_ms'))} ms for them (ours "
+            f"{fmt(_num(o, 'prof_all_gather_waited_ms'))} ms)."
+        )
+    if not out:
+        return ""
+    return (
+        " The peer, set up as ours (units of a block, bf16 gathers and reductions, the next "
+        "block prefetched): " + " ".join(out)
+    )
 
 
 def _compiled_sentence(df: pd.DataFrame) -> str:

@@ -22,7 +22,11 @@ LABELS = {
     "fsdp_bf16_layer": "FSDP (bf16 compute, per layer)",
     "ddp_bf16_compiled": "DDP (bf16 autocast, compiled blocks)",
     "fsdp_bf16_compiled": "FSDP (bf16 compute, compiled blocks)",
+    "torch_fsdp_bf16": "PyTorch FSDP2 (bf16 compute)",
+    "torch_fsdp_bf16_compiled": "PyTorch FSDP2 (bf16 compute, compiled blocks)",
 }
+# the peer's runs and ours they compare with
+PEERS = {"torch_fsdp_bf16": "fsdp_bf16", "torch_fsdp_bf16_compiled": "fsdp_bf16_compiled"}
 # a profiled step whose GPU ran kernels less than this share of it waited for the host
 HOST_BOUND_BUSY = 0.8
 SCHEME = {"ddp": "ddp", "sharded_optimizer": "sharded_optimizer", "fsdp": "fsdp"}
