@@ -10,6 +10,7 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 from itertools import combinations
 from pathlib import Path
 
@@ -46,7 +47,11 @@ def test_claims_take_free_cards_and_a_crash_frees_them(tmp_path):
             os.close(fd)
         os.killpg(holder.pid, signal.SIGKILL)
         holder.wait(timeout=10)
-        fd = gpus.try_lock(tmp_path, cards(2)[0])
+        # the shell is reaped first; its `sleep`, which inherited the lock, dies a moment
+        # later (a loaded machine: tens of ms)
+        deadline = time.monotonic() + 10
+        while (fd := gpus.try_lock(tmp_path, cards(2)[0])) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert fd is not None, "a killed job's card stayed locked"
         os.close(fd)
     finally:
