@@ -384,12 +384,15 @@ def test_ddp_benchmark_end_to_end(tmp_path):
 
     args = bench.parse_args(
         "variants --backend gloo --world-size 2 --size tiny --context-length 16"
-        " --batch-per-rank 2 --warmup 0 --steps 2 --variants naive,bucketed"
+        " --batch-per-rank 2 --warmup 0 --steps 2 --variants naive,bucketed,torch_ddp"
         f" --bucket-sizes-mb 1 --profile --trace-dir {tmp_path} --timeout-s 240"
         f" --out {tmp_path / 'out.csv'}".split()
     )
     rows = {(r["variant"], r["bucket_size_mb"]): r for r in bench.run(args)}
-    assert set(rows) == {("baseline", None), ("naive", None), ("bucketed", 1.0)}
+    peer = ("torch_ddp", bench.PEER_BUCKET_MB)
+    assert set(rows) == {("baseline", None), ("naive", None), ("bucketed", 1.0), peer}
+    # the peer (PyTorch's DDP) keeps the replicas equal and leaves nothing after backward
+    assert rows[peer]["replica_spread"] == 0.0 and rows[peer]["comm_ms_mean"] < 1.0
     for key, r in rows.items():
         assert r["status"] == "ok", (key, r["status"])
         assert r["step_ms_mean"] > 0
@@ -401,6 +404,37 @@ def test_ddp_benchmark_end_to_end(tmp_path):
         assert r["fwd_bwd_ms_mean"] + r["comm_ms_mean"] + r["opt_ms_mean"] <= r["step_ms_mean"]
     assert rows[("bucketed", 1.0)]["num_buckets"] > 1
     assert (tmp_path / "ddp_naive_rank0.json").exists()
+
+
+def _peer_worker(rank: int, store: str, out_dir: str) -> None:
+    from cs336_systems.stages.ddp.peer import TorchDDP
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 1))
+    x = torch.randn(4, 8) * (rank + 1)  # each rank its own batch: local gradients differ
+
+    def grads_equal(net) -> bool:
+        net(x).sum().backward()
+        g = model[0].weight.grad.clone()
+        model.zero_grad(set_to_none=True)
+        every = [torch.empty_like(g) for _ in range(2)]
+        dist.all_gather(every, g)
+        return torch.allclose(every[0], every[1])
+
+    peer = TorchDDP(model)
+    averaged = grads_equal(peer)  # its reducer all-reduces during backward
+    peer.remove_hooks()
+    after = grads_equal(model)
+    torch.save({"averaged": averaged, "after": after}, os.path.join(out_dir, f"rank{rank}.pt"))
+    dist.destroy_process_group()
+
+
+def test_the_peer_averages_gradients_and_leaves_no_hook_behind():
+    """The stage runs the peer on the model the other variants use: once dropped, its reducer
+    must average nothing more."""
+    for r in run_forked_ranks(_peer_worker, 2):
+        assert r == {"averaged": True, "after": False}
 
 
 # ------------------------------------------------------------- report: suspect rows are shown
@@ -696,3 +730,28 @@ def test_a_run_whose_bucketed_rows_are_all_suspect_still_renders(tmp_path):
     section = report.render(results, ["ddp"]).split('<a id="ddp"></a>', 1)[1]
     assert "Bucketed against per-parameter overlap" not in section
     assert "bucketed 1 MiB" in section  # the runs themselves are shown, flagged
+
+
+def test_the_peer_is_set_beside_our_fastest_run():
+    import pandas as pd
+
+    from cs336_systems.stages.ddp.peer import peer_sentence
+
+    def run(variant, bucket, step, std, status="ok"):
+        return {"variant": variant, "bucket_size_mb": bucket, "status": status,
+                "step_ms_mean": step, "step_ms_std": std}  # fmt: skip
+
+    d = pd.DataFrame(
+        [
+            run("overlap", None, 1025.3, 0.12),
+            run("bucketed", 100.0, 1020.0, 0.5),
+            run("bucketed", 10.0, 1000.0, 0.5, status="error: diverged"),
+            run("torch_ddp", 25.0, 1034.7, 0.41),
+        ]
+    )
+    assert peer_sentence(d) == (
+        "The peer, PyTorch's DistributedDataParallel (25 MiB buckets), takes 1,035 ± 0.41 ms a "
+        "step; our fastest, bucketed 100 MiB, 1,020 ± 0.50 ms (0.99× the peer's time)."
+    )
+    assert peer_sentence(d[d["variant"] != "torch_ddp"]) == ""
+    assert peer_sentence(d[d["variant"] == "torch_ddp"]) == ""

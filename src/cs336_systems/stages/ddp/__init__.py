@@ -40,3 +40,16 @@ COMPARE = {
         ],
     },
 }
+
+# the peer's `comm` is the time after backward of a wrapper with nothing left to wait for (its
+# reducer waited inside backward): a std above a mean near zero says nothing there
+SANITY = {
+    "ddp": [
+        {"kind": "std_above_mean", "columns": r"^(step|fwd_bwd|opt)_ms_std$"},
+        {
+            "kind": "std_above_mean",
+            "columns": r"^comm_ms_std$",
+            "skip_if": {"variant": "torch_ddp"},
+        },
+    ],
+}

@@ -38,6 +38,7 @@ from cs336_systems.core.analysis import (
 )
 from cs336_systems.core.costs import fit_latency_bandwidth
 from cs336_systems.parallel.ddp import BYTES_PER_MB, optimal_bucket, overhead_model
+from cs336_systems.stages.ddp.peer import peer_sentence
 
 PARTS = [("fwd_bwd", "forward+backward"), ("comm", "gradient sync"), ("opt", "optimizer step")]
 
@@ -45,9 +46,11 @@ PARTS = [("fwd_bwd", "forward+backward"), ("comm", "gradient sync"), ("opt", "op
 def run_label(variant: str, bucket: float | None) -> str:
     if variant == "bucketed":
         return f"bucketed {bucket:g} MiB"
-    return {"baseline": "compute only (1 process)", "overlap": "overlap (per parameter)"}.get(
-        variant, variant
-    )
+    return {
+        "baseline": "compute only (1 process)",
+        "overlap": "overlap (per parameter)",
+        "torch_ddp": "PyTorch DDP (peer, 25 MiB buckets)",
+    }.get(variant, variant)
 
 
 def _variants(df: pd.DataFrame) -> pd.DataFrame:
@@ -482,6 +485,7 @@ def context(results_dir: Path) -> dict:
                 )
     # every bucketed run may be suspect (a noisy shared CPU): the section then has no comparison
     ctx["bucket_vs_overlap"] = bucket_vs_overlap(d) if len(d) else []
+    ctx["peer"] = peer_sentence(d) if len(d) else ""
     ctx["bucket_vs_overlap_excluded"] = sanity.excluded(n_out + _suspect(d, "overlap"))
     ctx.update(_memory(df))
     return ctx

@@ -6,7 +6,8 @@
 `variants` (one torchrun launch): first the compute-only baseline (forward, backward, AdamW step
 without any communication, on rank 0 while the other ranks wait: a single-process step with
 the per-rank batch), then for each DDP variant (naive, flat, overlap, bucketed at each bucket
-size) warm-up and measured steps on the same model. Per step and rank: `fwd_bwd` (forward +
+size, and the peer `torch_ddp`: PyTorch's DistributedDataParallel, 25 MiB buckets) warm-up and
+measured steps on the same model. Per step and rank: `fwd_bwd` (forward +
 backward, including what overlapped communication slows down), `comm` (from the end of backward
 to the end of `finish_gradient_synchronization`: the gradient communication the step waits
 for), `opt` (the optimizer step) and `step` (all of it, synchronized at both ends). CUDA events
@@ -37,6 +38,8 @@ from cs336_systems.core.harness import StepClock, synchronize, time_marked_steps
 from cs336_systems.core.log import get_logger, point, status_level
 from cs336_systems.parallel.launch import env_pairs, summarize_slowest
 from cs336_systems.profiling.overlap import profile_step
+from cs336_systems.stages.ddp.peer import BUCKET_MB as PEER_BUCKET_MB
+from cs336_systems.stages.ddp.peer import TorchDDP
 
 POINT_KEYS = ("variant", "bucket_size_mb")
 BYTES_PER_MB = 2**20
@@ -121,7 +124,7 @@ def measure_variant(model, variant: str, bucket: float | None, args, ctx, x, y) 
     from cs336_systems.model import make_optimizer, optimizer_impl
     from cs336_systems.parallel.ddp import wrap
 
-    ddp = wrap(model, variant, bucket)
+    ddp = TorchDDP(model) if variant == "torch_ddp" else wrap(model, variant, bucket)
     try:
         # a fresh optimizer per run: every rank starts it with the same (empty) state
         optimizer = make_optimizer(model, lr=args.lr)
@@ -210,9 +213,11 @@ def run_variants(args, ctx) -> list[dict]:
                 }
             )
 
-    runs = [(v, None) for v in args.variants if v != "bucketed"]
+    runs = [(v, None) for v in args.variants if v not in ("bucketed", "torch_ddp")]
     if "bucketed" in args.variants:
         runs += [("bucketed", b) for b in args.bucket_sizes_mb]
+    if "torch_ddp" in args.variants:  # last: the others reuse the model it wrapped
+        runs += [("torch_ddp", PEER_BUCKET_MB)]
     for variant, bucket in runs:
         with point(variant, f"bucket {bucket:g} MB" if bucket is not None else ""):
             res = run_point(
@@ -403,16 +408,23 @@ def worker(args) -> None:
 
 # ---- parent --------------------------------------------------------------------------------
 
-VARIANTS = ("naive", "flat", "overlap", "bucketed")
+# and the peer, PyTorch's DistributedDataParallel (stages/ddp/peer.py), run last
+VARIANTS = ("naive", "flat", "overlap", "bucketed", "torch_ddp")
 
 
 def planned_points(args) -> list[dict]:
     if args.kind == "sharding":
         return [{"variant": v, "bucket_size_mb": None} for v in ("unsharded", "sharded")]
     points = [{"variant": "baseline", "bucket_size_mb": None}] if args.baseline else []
-    points += [{"variant": v, "bucket_size_mb": None} for v in args.variants if v != "bucketed"]
+    points += [
+        {"variant": v, "bucket_size_mb": None}
+        for v in args.variants
+        if v not in ("bucketed", "torch_ddp")
+    ]
     if "bucketed" in args.variants:
         points += [{"variant": "bucketed", "bucket_size_mb": b} for b in args.bucket_sizes_mb]
+    if "torch_ddp" in args.variants:
+        points += [{"variant": "torch_ddp", "bucket_size_mb": PEER_BUCKET_MB}]
     return points
 
 
