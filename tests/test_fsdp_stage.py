@@ -315,6 +315,13 @@ def test_gathers_that_compute_never_waited_for_finish_in_time_and_compiling_is_c
         compiled
     )
     assert "GPU had no compute kernel" not in compiled
+    # a GPU-bound run (busy 95% of its step) whose gathers compute never waited for: where
+    # they did not overlap, no compute ran, and nothing says the host was the reason
+    bound = df.iloc[3].copy()
+    bound["prof_all_gather_waited_ms"], bound["prof_gpu_busy_ms"] = 0.5, 190.0
+    text = q33._gather_sentence(bound, "FSDP")
+    assert "The rest of their time fell where no compute kernel ran, not where" in text
+    assert "waited for the host" not in text
     # the forward's 26 ms over DDP's is not its 0.5 ms of waiting for gathers
     assert q33._forward_cost(df, "fsdp_bf16") == (
         " Its forward takes 86.00 ms a step against 60.00 ms for DDP (bf16 autocast), which "

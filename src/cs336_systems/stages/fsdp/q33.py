@@ -123,9 +123,13 @@ def _gather_sentence(r: pd.Series, label: str, explained: bool = False) -> str:
             f"{verdict}."
         )
         if in_time >= IN_TIME_SHARE and share < IN_TIME_SHARE:
+            busy = _busy(r)
             text += (
                 " The rest of their time fell where the GPU had no compute kernel to run "
                 "(it waited for the host), not where compute waited for them."
+                if busy == busy and busy < HOST_BOUND_BUSY
+                else " The rest of their time fell where no compute kernel ran, not where "
+                "compute waited for them."
             )
     phases = [
         f"{name} {fmt(_num(r, f'prof_all_gather_{key}_ms'))} ms "
