@@ -38,6 +38,7 @@ from cs336_systems.core.analysis import (
 )
 from cs336_systems.core.costs import fit_latency_bandwidth
 from cs336_systems.parallel.ddp import BYTES_PER_MB, optimal_bucket, overhead_model
+from cs336_systems.stages.ddp.peer import BUCKET_MB as PEER_BUCKET_MB
 from cs336_systems.stages.ddp.peer import peer_sentence
 
 PARTS = [("fwd_bwd", "forward+backward"), ("comm", "gradient sync"), ("opt", "optimizer step")]
@@ -49,7 +50,7 @@ def run_label(variant: str, bucket: float | None) -> str:
     return {
         "baseline": "compute only (1 process)",
         "overlap": "overlap (per parameter)",
-        "torch_ddp": "PyTorch DDP (peer, 25 MiB buckets)",
+        "torch_ddp": f"PyTorch DDP (peer, {PEER_BUCKET_MB:g} MiB buckets)",
     }.get(variant, variant)
 
 

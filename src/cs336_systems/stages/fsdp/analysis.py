@@ -80,7 +80,7 @@ def _calls(g: dict) -> str:
         ("reduce_scatter_tensor", "RS"),
         ("all_reduce", "AR"),
     )
-    if g.get("collectives_counted") is False or str(g.get("collectives_counted")) == "False":
+    if g.get("collectives_counted") in (False, "False"):
         return "not counted"  # the peer's collectives bypass the counting ones
     parts = [(g.get(f"{k}_calls", math.nan), name) for k, name in kinds]
     return ", ".join(f"{int(n)} {name}" for n, name in parts if n == n and n > 0) or "0"
