@@ -48,6 +48,24 @@ def test_kernels_outside_the_window_do_not_count():
     assert out["idle"] == pytest.approx(0.095)
 
 
+def test_the_window_starts_at_the_host_range_not_its_device_copy():
+    """The profile lists the step's range twice, on the host and (later, spanning only kernels
+    launched one by one) on the device: the window is the host's, to the last kernel's end."""
+    from types import SimpleNamespace as NS
+
+    from torch.autograd import DeviceType
+
+    from cs336_systems.profiling.timeline import step_window
+
+    host = NS(name="a_step", device_type=DeviceType.CPU, time_range=NS(start=0.0, end=50.0))
+    device = NS(name="a_step", device_type=DeviceType.CUDA, time_range=NS(start=900.0, end=990.0))
+    prof = NS(events=lambda: [host, device])
+    kernels = [Kernel(10, 800, 7, "replayed_gemm", "gemm"), Kernel(900, 990, 7, "copy", "copy")]
+    assert step_window(prof, "a_step", kernels) == (0.0, 990.0)
+    with pytest.raises(ValueError, match="no 'other' range"):
+        step_window(prof, "other", kernels)
+
+
 @pytest.mark.gpu
 def test_a_profiled_gpu_step_adds_up_and_names_its_parts():
     """A real step (matmuls, an elementwise kernel, AdamW) on the GPU: every kernel found with
@@ -86,3 +104,22 @@ def test_a_profiled_gpu_step_adds_up_and_names_its_parts():
     assert not any(kern.name in ("a_step", "Optimizer.step#AdamW.step") for kern in kernels)
     assert out["idle"] < out["window"]
     assert len({kern.stream for kern in kernels}) >= 1
+
+    # a CUDA graph's replay: its kernels are in the window (the range's device-side copy spans
+    # only the kernels launched one by one, here the copy after the replay)
+    graph, side = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        y = torch.relu(x @ w.detach()) @ w.detach()
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.cuda.graph(graph):
+        y = torch.relu(x @ w.detach()) @ w.detach()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with record_function("a_step"):
+            graph.replay()
+            y.clone()
+        torch.cuda.synchronize()
+    kernels = gpu_kernels(prof)
+    lo, hi = step_window(prof, "a_step", kernels)
+    assert len(kernels) >= 3 and all(lo <= k.start_us and k.end_us <= hi for k in kernels)

@@ -74,9 +74,13 @@ def gpu_kernels(prof) -> list[Kernel]:
 
 
 def step_window(prof, name: str, kernels: list[Kernel]) -> tuple[float, float]:
-    """(start, end) in microseconds: the `name` record_function range's start to the later of
-    its end and its kernels' last end (the GPU finishes after the host returns)."""
-    ranges = [e for e in prof.events() if e.name == name]
+    """(start, end) in microseconds: the `name` record_function range's start on the host to
+    the later of its end and its kernels' last end (the GPU finishes after the host returns).
+    The range's device-side copy is not the step: it spans only the kernels the host launched
+    one by one, none that a CUDA graph replay runs."""
+    from torch.autograd import DeviceType
+
+    ranges = [e for e in prof.events() if e.name == name and e.device_type == DeviceType.CPU]
     if not ranges:
         raise ValueError(f"no {name!r} range in the profile")
     r = ranges[-1].time_range
