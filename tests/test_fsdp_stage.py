@@ -335,6 +335,37 @@ def test_gathers_that_compute_never_waited_for_finish_in_time_and_compiling_is_c
     assert q33._compiled_sentence(df.iloc[:2]) == ""
 
 
+def test_the_graphed_runs_are_set_beside_the_compiled_ones():
+    """Q33 gives what replaying the compiled step as CUDA graphs changed (step, GPU busy,
+    reserved memory) for DDP and FSDP, the graphed FSDP's gathers during compute by phase and
+    its step against the graphed DDP step; nothing without the pairs."""
+    import pandas as pd
+
+    base = {"backend": "nccl", "status": "ok", "prof_step_ms": 100.0}
+    rows = [
+        {**base, "variant": "ddp_bf16_compiled", "step_ms_mean": 150.0, "prof_gpu_busy_ms": 90.0,
+         "mem_reserved_mb": 60000.0},
+        {**base, "variant": "fsdp_bf16_compiled", "step_ms_mean": 140.0,
+         "prof_gpu_busy_ms": 80.0, "mem_reserved_mb": 40000.0},
+        {**base, "variant": "ddp_bf16_graphed", "step_ms_mean": 120.0, "prof_gpu_busy_ms": 99.0,
+         "mem_reserved_mb": 61000.0},
+        {**base, "variant": "fsdp_bf16_graphed", "step_ms_mean": 126.0,
+         "prof_gpu_busy_ms": 98.0, "mem_reserved_mb": 52000.0,
+         "prof_all_gather_overlap_share": 0.93, "prof_all_gather_fwd_overlap_share": 0.91,
+         "prof_all_gather_bwd_overlap_share": 0.95},
+    ]  # fmt: skip
+    df = pd.DataFrame(rows)
+    text = q33._graphed_sentence(df)
+    assert "DDP's step from 150 to 120 ms (GPU busy 90.0% → 99.0%" in text
+    assert "memory reserved 60,000 → 61,000 MiB" in text
+    assert "FSDP's step from 140 to 126 ms (GPU busy 80.0% → 98.0%" in text
+    assert "all-gathers run 93.0% of their time during compute (forward 91.0%, backward 95.0%)" in (
+        text
+    )
+    assert f"its step takes {126 / 120:.2f}× the graphed DDP step." in text
+    assert q33._graphed_sentence(df.iloc[:2]) == ""
+
+
 def test_the_peer_is_set_beside_our_fsdp_run_for_run():
     import pandas as pd
 

@@ -104,6 +104,7 @@ MEMORY_ROWS = [
     ("mem_before_step_allocated_mb", "allocated before optimizer step"),
     ("mem_after_step_allocated_mb", "allocated after optimizer step"),
     ("mem_step_peak_mb", "peak during optimizer step"),
+    ("mem_reserved_mb", "reserved by the allocator after the step (CUDA graphs' pools too)"),
 ]
 
 
@@ -128,7 +129,12 @@ def analytic(df: pd.DataFrame, shown: bool = False) -> pd.DataFrame:
     flags = sanity.is_suspect(d)
     rows = []
     extra = (("ddp_bf16", "ddp"), ("fsdp_bf16", "fsdp"), ("fsdp_layer", "fsdp"))
-    compiled = (("ddp_bf16_compiled", "ddp"), ("fsdp_bf16_compiled", "fsdp"))
+    compiled = (
+        ("ddp_bf16_compiled", "ddp"),
+        ("fsdp_bf16_compiled", "fsdp"),
+        ("ddp_bf16_graphed", "ddp"),
+        ("fsdp_bf16_graphed", "fsdp"),
+    )
     for variant, scheme in (*SCHEME.items(), *extra, ("fsdp_bf16_layer", "fsdp"), *compiled):
         these = d[d["variant"] == variant]
         if not len(these):

@@ -19,6 +19,12 @@ column):
   it): fewer, larger kernels and less host time a block, where the eager bf16 forward of the
   xl is host-bound. (Per-layer units hook inside a block, where a compiled forward would break
   at every hook: they run eager.)
+- `ddp_bf16_graphed`, `fsdp_bf16_graphed`: the compiled pair with the step's forward (and loss)
+  and backward (and the wrapper's gradient synchronization, its collectives included) captured
+  as two CUDA graphs after two eager steps (core/graphs.py), replayed each step: the host issues
+  two launches instead of every kernel and hook, so the GPU no longer waits for FSDP's per-unit
+  host work. The graphs keep what a step frees reserved: their rows' allocator peaks miss it
+  (`mem_reserved_mb` holds it). GPU only.
 - `torch_fsdp_bf16`, `torch_fsdp_bf16_compiled`: the peer, PyTorch's FSDP2 (`fully_shard`) set
   up as ours is by block with bf16 compute (stages/fsdp/peer.py); its collectives bypass
   `parallel.collectives`, so its calls and bytes are not counted.
@@ -68,10 +74,13 @@ VARIANTS = (
     "fsdp_bf16_layer",
     "ddp_bf16_compiled",
     "fsdp_bf16_compiled",
+    "ddp_bf16_graphed",
+    "fsdp_bf16_graphed",
     "torch_fsdp_bf16",
     "torch_fsdp_bf16_compiled",
 )
 COMPILED = "_compiled"  # the suffix of a variant whose blocks' forward is compiled
+GRAPHED = "_graphed"  # compiled blocks, and the step's forward and backward as CUDA graphs
 POINT_KEYS = ("variant",)
 BYTES_PER_MB = 2**20
 # the parts of a step, between the marks `training_step` sets
@@ -141,8 +150,8 @@ def build_variant(variant: str, args, ctx):
     from cs336_systems.parallel.fsdp import FSDP
     from cs336_systems.parallel.sharded_optimizer import ShardedOptimizer
 
-    compiled = variant.endswith(COMPILED)
-    variant = variant.removesuffix(COMPILED)
+    compiled = variant.endswith((COMPILED, GRAPHED))
+    variant = variant.removesuffix(COMPILED).removesuffix(GRAPHED)
     torch.manual_seed(args.seed)
     with ctx.device:  # initialize on the device: a 2.7B model built on the host takes minutes
         model = build_model(args.size, args.context_length, edition=args.edition)
@@ -173,12 +182,44 @@ def build_variant(variant: str, args, ctx):
     return model, wrapper, optimizer, param_split(model, wrapper)
 
 
-def _training_step(
-    wrapper, optimizer, x, y, marks: Callable[[str], None] | None = None, autocast_bf16=False
-):
+def _loss(wrapper, x, y, autocast_bf16: bool):
     import torch.nn.functional as F
 
     from cs336_systems.core.device import autocast
+
+    with autocast("bf16" if autocast_bf16 else "fp32", x.device):
+        logits = wrapper(x)
+    return F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
+
+
+def graph_step(wrapper, optimizer, x, y, autocast_bf16=False):
+    """The step's forward and backward (with the gradient synchronization) as CUDA graphs."""
+    from cs336_systems.core.graphs import GraphedStep
+
+    def backward(loss) -> None:
+        loss.backward()
+        wrapper.finish_gradient_synchronization()
+
+    return GraphedStep(
+        lambda: _loss(wrapper, x, y, autocast_bf16),
+        backward,
+        lambda: optimizer.zero_grad(set_to_none=True),
+    )
+
+
+def _training_step(
+    wrapper,
+    optimizer,
+    x,
+    y,
+    marks: Callable[[str], None] | None = None,
+    autocast_bf16=False,
+    graphed=None,
+    losses: list | None = None,
+):
+    """One step as marked parts; with `graphed` (a captured GraphedStep) its forward and
+    backward replayed (the synchronization inside the backward graph: `comm` is ~0) and the
+    gradients kept for the next replay to overwrite. `losses` collects each step's loss."""
 
     def step(clock: StepClock) -> None:
         def mark(name: str) -> None:
@@ -187,17 +228,19 @@ def _training_step(
                 marks(name)
 
         mark("start")
-        with autocast("bf16" if autocast_bf16 else "fp32", x.device):
-            logits = wrapper(x)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
+        loss = graphed.forward() if graphed else _loss(wrapper, x, y, autocast_bf16)
         mark("forward")
-        loss.backward()
+        graphed.backward() if graphed else loss.backward()
         mark("backward")
-        wrapper.finish_gradient_synchronization()
+        if not graphed:
+            wrapper.finish_gradient_synchronization()
         mark("synced")
         optimizer.step()
         mark("stepped")
-        optimizer.zero_grad(set_to_none=True)
+        if not graphed:
+            optimizer.zero_grad(set_to_none=True)
+        if losses is not None:
+            losses.append(loss.detach().clone())
         clock.mark("end")
 
     return step
@@ -258,13 +301,33 @@ def measure_variant(variant: str, args, ctx) -> dict:
     model, wrapper, optimizer, (sharded, replicated, pad) = build_variant(variant, args, ctx)
     init_alloc, init_peak = allocated()
     x, y = make_batch(args, ctx.rank, device)
-    training_step = functools.partial(_training_step, autocast_bf16=variant.startswith("ddp_bf16"))
+    bf16 = variant.startswith("ddp_bf16")
+    graphed, losses, extra = None, [], {}
     try:
+        counted = collectives.counting()
+        if variant.endswith(GRAPHED):
+            if not cuda:
+                raise RuntimeError("CUDA graphs need a CUDA device (nccl backend)")
+            graphed = graph_step(wrapper, optimizer, x, y, autocast_bf16=bf16)
+            with Stopwatch() as sw:
+                graphed.warm_up()
+                if hasattr(wrapper, "reset_peak"):
+                    wrapper.reset_peak()
+                with counted as counter:  # the collectives the graphs replay, once each
+                    graphed.capture()
+            extra["graph_capture_s"] = sw.s
+        training_step = functools.partial(_training_step, autocast_bf16=bf16, graphed=graphed)
         times = timed_steps(
-            training_step(wrapper, optimizer, x, y), args.warmup, args.steps, device, wrapper
+            training_step(wrapper, optimizer, x, y, losses=losses),
+            args.warmup,
+            args.steps,
+            device,
+            wrapper if graphed is None else None,
         )
-        with collectives.counting() as counter:
-            training_step(wrapper, optimizer, x, y)(StepClock(device))
+        extra["loss_last"] = losses[-1].item()
+        if graphed is None:
+            with counted as counter:
+                training_step(wrapper, optimizer, x, y)(StepClock(device))
         traffic = {
             f"{kind}_{key}": value
             for kind, c in counter.totals().items()
@@ -290,10 +353,13 @@ def measure_variant(variant: str, args, ctx) -> dict:
                     if p.grad is not None
                 )
 
-        if hasattr(wrapper, "reset_peak"):
+        if graphed is not None:  # the hooks ran at capture: what they gathered at most
+            gathered = getattr(wrapper, "peak_resident_bytes", 0)
+        elif hasattr(wrapper, "reset_peak"):
             wrapper.reset_peak()
         training_step(wrapper, optimizer, x, y, marks)(StepClock(device))
-        gathered = getattr(wrapper, "peak_resident_bytes", 0)
+        if graphed is None:
+            gathered = getattr(wrapper, "peak_resident_bytes", 0)
         profiled: dict = {}
         if args.profile:
             keep = ctx.is_main and args.trace_dir
@@ -319,6 +385,7 @@ def measure_variant(variant: str, args, ctx) -> dict:
             _mb(memory["grads"]),
             _mb(_state_bytes(optimizer)),
             _mb(gathered),
+            _mb(torch.cuda.memory_reserved(device)) if cuda else math.nan,
         ]
         worst = slowest_rank(values, ctx)  # memory: max over ranks
         names = (
@@ -333,6 +400,7 @@ def measure_variant(variant: str, args, ctx) -> dict:
             "grads_mb",
             "optimizer_state_mb",
             "gathered_peak_mb",
+            "mem_reserved_mb",
         )
         # the profile is rank 0's: its timeline is where the Chrome trace comes from
         row = summarize_slowest(times, ctx)
@@ -340,6 +408,7 @@ def measure_variant(variant: str, args, ctx) -> dict:
         row["held_mb"] = row["params_mb"] + row["grads_mb"] + row["optimizer_state_mb"]
         row.update(traffic)
         row.update(profiled)
+        row.update(extra)
         row.update({"sharded_params": sharded, "replicated_params": replicated})
         row.update(fsdp_pad_elems=pad, optimizer=optimizer_name(device))
         row.update(fsdp_units=getattr(wrapper, "units_kind", ""))

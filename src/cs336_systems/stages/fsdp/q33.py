@@ -155,8 +155,16 @@ SAME_PRECISION_DDP = {
     "fsdp_bf16": "ddp_bf16",
     "fsdp_bf16_layer": "ddp_bf16",
     "fsdp_bf16_compiled": "ddp_bf16_compiled",
+    "fsdp_bf16_graphed": "ddp_bf16_graphed",
 }
-FSDP_RUNS = ("fsdp", "fsdp_bf16", "fsdp_layer", "fsdp_bf16_layer", "fsdp_bf16_compiled")
+FSDP_RUNS = (
+    "fsdp",
+    "fsdp_bf16",
+    "fsdp_layer",
+    "fsdp_bf16_layer",
+    "fsdp_bf16_compiled",
+    "fsdp_bf16_graphed",
+)
 
 
 def _forward_cost(df: pd.DataFrame, v: str) -> str:
@@ -219,6 +227,7 @@ def q33(df: pd.DataFrame) -> str:
                 f"of its communication."
             )
     text += _units_sentence(df) + _precision_sentence(df) + _compiled_sentence(df)
+    text += _graphed_sentence(df)
     text += _peer_sentence(df)
     first = ok(df).iloc[0]
     if first["backend"] == "gloo":
@@ -303,6 +312,43 @@ def _compiled_sentence(df: pd.DataFrame) -> str:
             f" Compiled, FSDP takes {fmt(float(f.step_ms_mean) / float(d.step_ms_mean))}× the "
             f"step of DDP."
         )
+    return text
+
+
+def _graphed_sentence(df: pd.DataFrame) -> str:
+    """What replaying the compiled step as CUDA graphs changes (the host no longer issues each
+    kernel and hook), for DDP and FSDP: the step, the GPU's busy share, FSDP's gathers during
+    compute, FSDP against DDP graphed, and the memory the graphs keep reserved."""
+    pairs = [
+        (_row(df, f"{v}_compiled"), _row(df, f"{v}_graphed"), name)
+        for v, name in (("ddp_bf16", "DDP"), ("fsdp_bf16", "FSDP"))
+    ]
+    parts = [
+        f"{name}'s step from {fmt(float(c.step_ms_mean))} to {fmt(float(g.step_ms_mean))} ms "
+        f"(GPU busy {pct(_busy(c))} → {pct(_busy(g))} of the profiled step, memory reserved "
+        f"{fmt(_num(c, 'mem_reserved_mb'), 0)} → {fmt(_num(g, 'mem_reserved_mb'), 0)} MiB)"
+        for c, g, name in pairs
+        if c is not None and g is not None
+    ]
+    if not parts:
+        return ""
+    text = (
+        " Replaying the compiled step's forward and backward as two CUDA graphs (the host "
+        f"issues two launches instead of every kernel and hook) takes {' and '.join(parts)}."
+    )
+    f = _row(df, "fsdp_bf16_graphed")
+    if f is not None:
+        text += (
+            f" Graphed, FSDP's all-gathers run {pct(_num(f, 'prof_all_gather_overlap_share'))} "
+            f"of their time during compute (forward "
+            f"{pct(_num(f, 'prof_all_gather_fwd_overlap_share'))}, backward "
+            f"{pct(_num(f, 'prof_all_gather_bwd_overlap_share'))})"
+        )
+        d = _row(df, "ddp_bf16_graphed")
+        if d is not None:
+            ratio = float(f.step_ms_mean) / float(d.step_ms_mean)
+            text += f" and its step takes {fmt(ratio)}× the graphed DDP step"
+        text += "."
     return text
 
 

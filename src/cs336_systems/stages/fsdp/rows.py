@@ -22,6 +22,8 @@ LABELS = {
     "fsdp_bf16_layer": "FSDP (bf16 compute, per layer)",
     "ddp_bf16_compiled": "DDP (bf16 autocast, compiled blocks)",
     "fsdp_bf16_compiled": "FSDP (bf16 compute, compiled blocks)",
+    "ddp_bf16_graphed": "DDP (bf16 autocast, compiled blocks, CUDA graphs)",
+    "fsdp_bf16_graphed": "FSDP (bf16 compute, compiled blocks, CUDA graphs)",
     "torch_fsdp_bf16": "PyTorch FSDP2 (bf16 compute)",
     "torch_fsdp_bf16_compiled": "PyTorch FSDP2 (bf16 compute, compiled blocks)",
 }
