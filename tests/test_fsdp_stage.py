@@ -386,15 +386,16 @@ def test_the_peer_is_set_beside_our_fsdp_run_for_run():
 
 
 def test_exposed_forward_gathers_are_costed_against_the_same_precision_ddp_forward(tmp_path):
-    """On the 4x H200 reference FSDP bf16's forward gathers are 43.7% hidden, yet its forward
-    is within 1.9 ms of DDP bf16's (which gathers nothing): Q33 says what the exposed time
-    cost, not only that it was exposed."""
+    """On an earlier 4x H200 reference (82f9c7d, before the gather waits were measured) FSDP
+    bf16's forward gathers are 43.7% hidden, yet its forward is within 1.9 ms of DDP bf16's
+    (which gathers nothing): Q33 says what the exposed time cost, not only that it was
+    exposed."""
     import shutil
 
     import pandas as pd
     from pipeline_utils import ROOT
 
-    shutil.copy(ROOT / "report" / "reference" / "h200-x4" / "csv" / "fsdp.csv", tmp_path)
+    shutil.copy(ROOT / "tests" / "fixtures" / "h200-x4-82f9c7d" / "fsdp.csv", tmp_path)
     ctx = analysis.context(tmp_path)
     df = pd.read_csv(tmp_path / "fsdp.csv").set_index("variant")
     r, d = df.loc["fsdp_bf16"], df.loc["ddp_bf16"]
