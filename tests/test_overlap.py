@@ -92,3 +92,38 @@ def test_waited_for_counts_only_compute_held_back_by_a_gather():
     assert waited_for([(100.0, 250.0), (250.0, 399.0)], compute) == pytest.approx(149.0)
     assert waited_for([(-50.0, -1.0)], compute) == pytest.approx(49.0)
     assert waited_for([(0.0, 50.0)], []) == 0.0
+
+
+def _late_rank_worker(rank: int, store: str, out_dir: str) -> None:
+    """Rank 1 reaches the profiled step 1 s after rank 0; the step is one all-gather."""
+    import time
+
+    from cs336_systems.profiling.overlap import profile_step
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    device = torch.device("cpu")
+    x = torch.ones(1024)
+    out = [torch.empty(1024) for _ in range(2)]
+
+    def step(clock) -> None:
+        dist.all_gather(out, x)
+
+    with torch.profiler.profile():  # the profiler's first start costs each rank its own time
+        pass
+    step(None)
+    if rank == 1:
+        time.sleep(1.0)
+    stats = profile_step(step, device, None, per_collective=True)
+    torch.save(stats, os.path.join(out_dir, f"rank{rank}.pt"))
+    dist.destroy_process_group()
+
+
+def test_the_profiled_step_starts_with_the_ranks_together():
+    """A rank that reaches the profiled step late does not stretch the other's collectives:
+    the ranks meet at a barrier before the step's range, which is left out of the counts."""
+    from dist_utils import run_forked_ranks
+
+    ranks = run_forked_ranks(_late_rank_worker, 2)
+    for r in ranks:
+        assert 0 < r["prof_all_gather_ms"] < 300, r  # ~1,000 ms without the barrier on rank 0
+        assert r["prof_step_ms"] < 400, r

@@ -25,7 +25,12 @@ def profile_step(
     with `per_collective`, `collective_overlap`'s columns too (on the CPU as well). The step's
     wall time (`prof_step_ms`: host start to its last kernel's end) and, on a GPU, the part of
     it any kernel ran (`prof_gpu_busy_ms`), communication ran alone (`prof_comm_exposed_ms`)
-    and nothing ran (`prof_gpu_idle_ms`: the GPU waited for the host), which add up to it."""
+    and nothing ran (`prof_gpu_idle_ms`: the GPU waited for the host), which add up to it.
+
+    In a process group the ranks meet at a barrier (inside the profile, before the step's
+    range) so that the step starts together on every rank: a rank that reached it later (the
+    last step's memory marks, the profiler's own start) would otherwise stretch the other's
+    first collectives by its lateness. Only what starts inside the step's range counts."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
     from cs336_systems.profiling.timeline import gpu_kernels, split_step, step_window
@@ -34,19 +39,26 @@ def profile_step(
     if device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
     with profile(activities=activities) as prof:
+        _align_ranks(device)
         with record_function(STEP_RANGE):
             step(StepClock(device))
         synchronize(device)
     if trace_path is not None:
         trace_path.parent.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(trace_path))
-    kernels = gpu_kernels(prof) if device.type == "cuda" else None
-    extra = collective_overlap(prof, device, forward_gathers, kernels) if per_collective else {}
-    if kernels is None:
-        ranges = [e for e in prof.events() if e.name == STEP_RANGE]
-        r = ranges[-1].time_range
+    if device.type != "cuda":
+        r = _host_range(prof)
+        extra = (
+            collective_overlap(prof, device, forward_gathers, since=r.start)
+            if per_collective
+            else {}
+        )
         return {**extra, "prof_step_ms": (r.end - r.start) / 1e3}
-    split = split_step(kernels, step_window(prof, STEP_RANGE, kernels), lambda path: "compute")
+    kernels = gpu_kernels(prof)
+    window = step_window(prof, STEP_RANGE, kernels)
+    kernels = [k for k in kernels if k.start_us >= window[0]]  # not the barrier's
+    extra = collective_overlap(prof, device, forward_gathers, kernels) if per_collective else {}
+    split = split_step(kernels, window, lambda path: "compute")
     extra.update(
         prof_step_ms=split["window"],
         prof_gpu_busy_ms=split["compute_busy"] + split["communication_exposed"],
@@ -55,6 +67,29 @@ def profile_step(
     )
     spans, compute = _split_kernels(kernels)
     return {**overlap_stats(spans["comm"], compute), **extra}
+
+
+def _align_ranks(device) -> None:
+    """Every rank of the default process group past one barrier, its device idle (no-op
+    without a process group)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    synchronize(device)
+    if device.type == "cuda" and dist.get_backend() == "nccl":
+        dist.barrier(device_ids=[device.index if device.index is not None else 0])
+    else:
+        dist.barrier()
+    synchronize(device)
+
+
+def _host_range(prof):
+    """The step range's host interval (its device-side copy, where there is one, is not)."""
+    from torch.autograd import DeviceType
+
+    ranges = [e for e in prof.events() if e.name == STEP_RANGE and e.device_type == DeviceType.CPU]
+    return ranges[-1].time_range
 
 
 def _split_kernels(kernels) -> tuple[dict[str, list[tuple[float, float]]], list]:
@@ -80,14 +115,17 @@ def _is_all_gather(name: str) -> bool:
     return "allgather" in name or "all_gather" in name
 
 
-def collective_overlap(prof, device, forward_gathers: int | None = None, kernels=None) -> dict:
+def collective_overlap(
+    prof, device, forward_gathers: int | None = None, kernels=None, since: float | None = None
+) -> dict:
     """`prof_<kind>_ms`, `_overlapped_ms`, `_overlap_share` for kind `all_gather` and `comm` (all
     collectives): on GPU NCCL kernels against the other kernels, on CPU gloo's worker-thread
     spans against the main thread's ATen operators. With `forward_gathers` (how many
     all-gathers the forward issues; collectives run in the order they are issued), the first
     that many all-gathers are kind `all_gather_fwd`, the others `all_gather_bwd`. `kernels`:
     the profile's `timeline.gpu_kernels`, where the caller has them already. On the GPU also
-    `prof_<all-gather kind>_waited_ms`: the time compute waited for a gather (`waited_for`)."""
+    `prof_<all-gather kind>_waited_ms`: the time compute waited for a gather (`waited_for`).
+    `since` (CPU): events starting earlier (a barrier before the step) are left out."""
     if device.type == "cuda":
         from cs336_systems.profiling.timeline import gpu_kernels
 
@@ -99,6 +137,8 @@ def collective_overlap(prof, device, forward_gathers: int | None = None, kernels
         threads = [ev.thread for ev in events if ev.name.startswith("aten::")]
         main = max(set(threads), key=threads.count) if threads else None
         for ev in events:
+            if since is not None and ev.time_range.start < since:
+                continue
             span = (ev.time_range.start, ev.time_range.end)
             if ev.name.startswith("gloo:"):
                 spans["comm"].append(span)
