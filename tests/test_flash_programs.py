@@ -149,9 +149,9 @@ def _autograd(q, k, v, do, causal=True):
 @pytest.mark.skipif(DEVICE == "cpu" and not INTERPRET, reason="CPU tensors need TRITON_INTERPRET=1")
 def test_an_autograd_backward_uses_its_forward_programs():
     """Through FlashAttentionTriton, the backward's program is kept under the forward's (found
-    by dO's layout and the process state): repeated calls reuse it, a new dO layout gets a new
-    one, and results equal the plain path's; a backward after clear_programs() takes the
-    general path (no program added under the stale forward)."""
+    by dO's layout; the process state is the forward's): repeated calls reuse it, a new dO
+    layout gets a new one, and results equal the plain path's; a backward after
+    clear_programs() takes the general path (no program added under the stale forward)."""
     q, k, v, do = _qkv()
     fat.set_fast_path(programs=True)
     first = _autograd(q, k, v, do)
@@ -177,6 +177,46 @@ def test_an_autograd_backward_uses_its_forward_programs():
     o.backward(do)
     assert stale.backward_programs == {}
     assert _same(first, (o.detach(), *(x.grad for x in leaves)))
+
+
+@pytest.mark.skipif(DEVICE == "cpu" and not INTERPRET, reason="CPU tensors need TRITON_INTERPRET=1")
+def test_chosen_configs_name_the_last_calls_passes():
+    """A kept program reports its choices once, yet chosen_configs() and last_plans() always
+    name what the last forward and backward ran: a call with its own tiles in between, then
+    the kept program again, and a fused backward (no dQ pass) then the kept two-pass one."""
+    q, k, v, do = _qkv()
+    fat.set_fast_path(programs=True)
+    _run(q, k, v, do)
+    kept, plans = fat.chosen_configs(), fat.last_plans()
+    _run(q, k, v, do, blocks=(16, 16))
+    tiles = fat.chosen_configs()
+    assert tiles != kept and tiles["forward"]["BLOCK_Q"] == 16
+    _run(q, k, v, do)
+    assert fat.chosen_configs() == kept and fat.last_plans() == plans
+    o, lse = fat.flash_forward_triton(q, k, v, True)
+    fat.flash_backward_triton(q, k, v, o, do, lse, True, fuse_dq=True)
+    assert "backward_fused" in fat.chosen_configs() and "backward_dq" not in fat.chosen_configs()
+    _run(q, k, v, do)
+    assert fat.chosen_configs() == kept
+
+
+def _fused_grads(q, k, v, do):
+    o, lse = fat.flash_forward_triton(q, k, v, True)
+    return fat.flash_backward_triton(q, k, v, o, do, lse, True, fuse_dq=True)
+
+
+@pytest.mark.skipif(DEVICE == "cpu" and not INTERPRET, reason="CPU tensors need TRITON_INTERPRET=1")
+def test_the_fused_pass_shares_one_buffer_for_d_and_dq_and_matches_the_two_passes():
+    """The fused backward's D and fp32 dQ accumulator come from one allocation (D after the
+    accumulator): its gradients equal the two-pass backward's within fp32 rounding, call after
+    call (a stale or overlapping D would show)."""
+    q, k, v, do = _qkv(n=40, d=32)
+    o, lse = fat.flash_forward_triton(q, k, v, True)
+    two = fat.flash_backward_triton(q, k, v, o, do, lse, True)
+    for _ in range(2):
+        fused = _fused_grads(q, k, v, do)
+        for a, b in zip(two, fused, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
 def test_the_interpreter_never_binds():

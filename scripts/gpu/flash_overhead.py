@@ -150,6 +150,26 @@ def components(d: int, n: int, reps: int = 200) -> dict:
             return torch.empty_like(g), torch.empty_like(g), torch.empty_like(g)
 
     row["noop_autograd"] = _host_ms(lambda: Noop.apply(q, k, v).backward(do), reps)
+
+    class Saves(Noop):  # the noop saving what ours saves (Q, K, V, O, L)
+        @staticmethod
+        def forward(ctx, a, b, c):
+            o = torch.empty_like(a)
+            ctx.save_for_backward(a, b, c, o, torch.empty(a.shape[:-1], device=a.device))
+            return o
+
+        @staticmethod
+        def backward(ctx, g):
+            _ = ctx.saved_tensors  # unpacked, as ours does
+            return torch.empty_like(g), torch.empty_like(g), torch.empty_like(g)
+
+    class Views(Noop):  # the noop returning its gradients as ours does: slices of one buffer
+        @staticmethod
+        def backward(ctx, g):
+            return torch.empty((3, *g.shape), dtype=g.dtype, device=g.device).unbind(0)
+
+    row["saves_autograd"] = _host_ms(lambda: Saves.apply(q, k, v).backward(do), reps)
+    row["views_autograd"] = _host_ms(lambda: Views.apply(q, k, v).backward(do), reps)
     # the same graph shape through a C++ autograd node (three inputs, one output): what a
     # Python Function costs beyond a C++ one on this host (no GIL for the engine's device thread)
     row["cpp_node"] = _host_ms(lambda: torch.addcmul(q, k, v).backward(do), reps)

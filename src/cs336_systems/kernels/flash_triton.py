@@ -37,6 +37,9 @@ else:
 # what the last forward and the last backward call ran: per pass its configuration, and the plans
 _CHOSEN: dict[str, dict] = {}
 _PLANS: dict[str, dispatch.AttentionPlan] = {}
+# the forward and the backward program whose choices _CHOSEN and _PLANS hold (None: a call
+# outside the kept programs reported since, or a clear)
+_REPORTED: list = [None, None]
 
 
 def _gluon():
@@ -98,6 +101,7 @@ def clear_programs() -> None:
     choices (the routing tables' entries are part of the key; replacing one needs no clear)."""
     _PROGRAMS.clear()
     _GENERATION[0] += 1
+    _REPORTED[:] = [None, None]
 
 
 def _tensor_key(x: torch.Tensor) -> tuple:
@@ -158,8 +162,9 @@ class _ForwardProgram:
         self.step = bound_launch.Step("forward", launch, bind)
         self.bind = bind
         self.chosen: dict | None = None
-        # the backward programs of this forward's outputs, keyed by dO's layout and the process
-        # state (`backward_after`): Q, K, V, O and L are fixed by this program's key
+        # the backward programs of this forward's outputs, keyed by dO's layout
+        # (`backward_after`): Q, K, V, O and L are fixed by this program's key, and so is the
+        # process state a plan reads (a call's backward follows its forward's state)
         self.backward_programs: dict[tuple, _BackwardProgram] = {}
         self.generation = _GENERATION[0]
 
@@ -170,10 +175,13 @@ class _ForwardProgram:
             triton_launch.set_allocator()
         device, stream = _device_stream() if self.bind else (0, 0)
         self.step((q4, k4, v4, o, lse), device, stream)
-        if self.chosen is None:
-            self.chosen = {"forward": {**self.step.reported, "reason": self.plan.forward.reason}}
-        _PLANS["forward"] = self.plan
-        _CHOSEN.update(self.chosen)
+        if _REPORTED[0] is not self:  # what the last forward ran: once per change of program
+            if self.chosen is None:
+                reported = {**self.step.reported, "reason": self.plan.forward.reason}
+                self.chosen = {"forward": reported}
+            _PLANS["forward"] = self.plan
+            _CHOSEN.update(self.chosen)
+            _REPORTED[0] = self
         return o, lse
 
 
@@ -191,6 +199,7 @@ class _BackwardProgram:
         b, h, n_q, n_k, d, d_pad = triton_launch.problem_shape(q4, k4, v4)
         self.dtype, self.device = q4.dtype, q4.device
         self.lse_shape, self.acc_shape = (b, h, n_q), (b, h, n_q, d)
+        self.acc_numel, self.delta_numel = b * h * n_q * d, b * h * n_q
         dq, dk, dv = torch.empty_like(q4), torch.empty_like(k4), torch.empty_like(v4)
         # dO as the passes read it: as given; one row (the stride-0 gradient of o.sum(), which
         # the Gluon passes' TMA descriptors read as it is); or a dense copy for the
@@ -291,13 +300,20 @@ class _BackwardProgram:
         device = self.device
         if lse.dim() != 3 or not lse.is_contiguous():  # the forward's (b, h, n) as it is
             lse = lse.reshape(self.lse_shape).contiguous()
-        delta = torch.empty(self.lse_shape, dtype=torch.float32, device=device)
+        if self.acc:  # D and the dQ accumulator from one allocation (D after, 64-byte aligned)
+            fp32 = torch.empty(
+                self.acc_numel + self.delta_numel, dtype=torch.float32, device=device
+            )
+            acc = fp32[: self.acc_numel].view(self.acc_shape)
+            delta = fp32[self.acc_numel :].view(self.lse_shape)
+        else:
+            acc = None
+            delta = torch.empty(self.lse_shape, dtype=torch.float32, device=device)
         # gradients take their input's layout where it is dense (empty_like's preserve_format)
         if self.grads_shape is not None:
             dq, dk, dv = torch.empty(self.grads_shape, dtype=self.dtype, device=device).unbind(0)
         else:
             dq, dk, dv = torch.empty_like(q4), torch.empty_like(k4), torch.empty_like(v4)
-        acc = torch.empty(self.acc_shape, dtype=torch.float32, device=device) if self.acc else None
         do_read = self._do(do4)
         tensors = (q4, k4, v4, o4, do_read, do4, lse, delta, dq, dk, dv, acc)
         if self.desc:
@@ -307,17 +323,19 @@ class _BackwardProgram:
             step(tensors, gpu, stream)
         if acc is not None:
             dq.copy_(acc)
-        if self.chosen is None:
-            passes = {p.name: p for p in self.plan.backward}
-            self.chosen = {
-                s.name: {**s.reported, "reason": passes[s.name].reason}
-                for s in self.steps
-                if s.reported is not None
-            }
-        for name in KERNELS[1:]:  # chosen_configs() names the passes this call ran
-            _CHOSEN.pop(name, None)
-        _PLANS["backward"] = self.plan
-        _CHOSEN.update(self.chosen)
+        if _REPORTED[1] is not self:  # what the last backward ran: once per change of program
+            if self.chosen is None:
+                passes = {p.name: p for p in self.plan.backward}
+                self.chosen = {
+                    s.name: {**s.reported, "reason": passes[s.name].reason}
+                    for s in self.steps
+                    if s.reported is not None
+                }
+            for name in KERNELS[1:]:  # chosen_configs() names the passes this call ran
+                _CHOSEN.pop(name, None)
+            _PLANS["backward"] = self.plan
+            _CHOSEN.update(self.chosen)
+            _REPORTED[1] = self
         return dq, dk, dv
 
 
@@ -376,12 +394,13 @@ def _forward(q, k, v, is_causal, blocks=None, use_desc=None, use_gluon=None):
 def _backward_after(forward, q, k, v, o, do, lse, is_causal):
     """The backward of an autograd call whose forward ran kept program `forward`: Q, K, V, O
     and L are that call's (their shapes, strides, dtypes and alignment are the forward's key
-    and its allocations), so the backward's program is found by dO's layout and the process
-    state alone, among the forward program's own. Where programs were turned off or cleared
-    since the forward, the general `flash_backward_triton`."""
+    and its allocations), and the process state a plan reads is the forward's (part of its
+    key: a call's backward follows the state its forward ran under), so the backward's program
+    is found by dO's layout alone, among the forward program's own. Where programs were turned
+    off or cleared since the forward, the general `flash_backward_triton`."""
     if not FAST["programs"] or forward.generation != _GENERATION[0]:
         return flash_backward_triton(q, k, v, o, do, lse, is_causal)
-    key = (_tensor_key(do), *_state_key(q.shape[-1], q.device))
+    key = _tensor_key(do)
     program = forward.backward_programs.get(key)
     q4, k4, v4, o4, do4 = (triton_launch.as_4d(x) for x in (q, k, v, o, do))
     if program is None:
