@@ -1,4 +1,4 @@
-"""Run a worker on forked gloo ranks and collect what each rank saved."""
+"""Run a worker on ranks (forked for gloo, spawned for CUDA) and collect what each rank saved."""
 
 from __future__ import annotations
 
@@ -9,15 +9,16 @@ import torch
 import torch.multiprocessing as mp
 
 
-def run_forked_ranks(worker, world: int) -> list[dict]:
+def run_forked_ranks(worker, world: int, start_method: str = "fork") -> list[dict]:
     """Start `worker(rank, store_path, out_dir)` on `world` forked processes (they inherit the
-    imported torch; spawn would import it again in each) and load each rank's `rank<r>.pt`."""
+    imported torch; spawn would import it again in each) and load each rank's `rank<r>.pt`.
+    CUDA workers need `start_method="spawn"` (a forked child cannot use its parent's CUDA)."""
     with tempfile.TemporaryDirectory() as tmp:
         mp.start_processes(
             worker,
             args=(os.path.join(tmp, "store"), tmp),
             nprocs=world,
             join=True,
-            start_method="fork",
+            start_method=start_method,
         )
         return [torch.load(os.path.join(tmp, f"rank{r}.pt")) for r in range(world)]

@@ -5,11 +5,9 @@ collectives inside the graphs)."""
 from __future__ import annotations
 
 import os
-import tempfile
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 from cs336_systems.core.graphs import GraphedStep
@@ -123,16 +121,9 @@ def _wrapped_worker(rank: int, store: str, out_dir: str) -> None:
 def test_graphed_ddp_and_fsdp_steps_match_their_eager_steps_on_two_gpus():
     if torch.cuda.device_count() < 2:
         pytest.skip("needs 2 CUDA GPUs")
-    with tempfile.TemporaryDirectory() as tmp:
-        mp.start_processes(
-            _wrapped_worker,
-            args=(os.path.join(tmp, "store"), tmp),
-            nprocs=2,
-            join=True,
-            start_method="spawn",
-        )
-        ranks = [torch.load(os.path.join(tmp, f"rank{r}.pt")) for r in range(2)]
-    for results in ranks:
+    from dist_utils import run_forked_ranks
+
+    for results in run_forked_ranks(_wrapped_worker, 2, start_method="spawn"):
         for name, ((eager, p_eager), (graphed, p_graphed)) in results.items():
             assert eager[0] > eager[-1] + 0.05, name
             rel = 2e-2 if name.endswith("bf16") else 1e-5

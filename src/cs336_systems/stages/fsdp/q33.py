@@ -289,19 +289,24 @@ def _peer_sentence(df: pd.DataFrame) -> str:
     )
 
 
+def _bf16_pairs(df: pd.DataFrame, before: str, after: str) -> list:
+    """(run, run changed, "DDP"/"FSDP") for the bf16 DDP and FSDP runs whose variants end in
+    `before` and `after`, where both ran."""
+    pairs = [
+        (_row(df, f"{v}{before}"), _row(df, f"{v}{after}"), name)
+        for v, name in (("ddp_bf16", "DDP"), ("fsdp_bf16", "FSDP"))
+    ]
+    return [(a, b, name) for a, b, name in pairs if a is not None and b is not None]
+
+
 def _compiled_sentence(df: pd.DataFrame) -> str:
     """What compiling the blocks' forward changes, for DDP and FSDP under bf16, and the compiled
     FSDP step against the compiled DDP step."""
-    pairs = [
-        (_row(df, v), _row(df, f"{v}_compiled"), name)
-        for v, name in (("ddp_bf16", "DDP"), ("fsdp_bf16", "FSDP"))
-    ]
     parts = [
         f"{name}'s step from {fmt(float(e.step_ms_mean))} to {fmt(float(c.step_ms_mean))} ms "
         f"(forward {fmt(float(e.fwd_ms_mean))} → {fmt(float(c.fwd_ms_mean))} ms, GPU busy "
         f"{pct(_busy(e))} → {pct(_busy(c))} of the profiled step)"
-        for e, c, name in pairs
-        if e is not None and c is not None
+        for e, c, name in _bf16_pairs(df, "", "_compiled")
     ]
     if not parts:
         return ""
@@ -319,16 +324,11 @@ def _graphed_sentence(df: pd.DataFrame) -> str:
     """What replaying the compiled step as CUDA graphs changes (the host no longer issues each
     kernel and hook), for DDP and FSDP: the step, the GPU's busy share, FSDP's gathers during
     compute, FSDP against DDP graphed, and the memory the graphs keep reserved."""
-    pairs = [
-        (_row(df, f"{v}_compiled"), _row(df, f"{v}_graphed"), name)
-        for v, name in (("ddp_bf16", "DDP"), ("fsdp_bf16", "FSDP"))
-    ]
     parts = [
         f"{name}'s step from {fmt(float(c.step_ms_mean))} to {fmt(float(g.step_ms_mean))} ms "
         f"(GPU busy {pct(_busy(c))} → {pct(_busy(g))} of the profiled step, memory reserved "
         f"{fmt(_num(c, 'mem_reserved_mb'), 0)} → {fmt(_num(g, 'mem_reserved_mb'), 0)} MiB)"
-        for c, g, name in pairs
-        if c is not None and g is not None
+        for c, g, name in _bf16_pairs(df, "_compiled", "_graphed")
     ]
     if not parts:
         return ""
