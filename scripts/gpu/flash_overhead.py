@@ -5,7 +5,7 @@ programs, bound launches) on and off, in one process; per fast point also the pi
 and backward launchers called directly, the autograd Function's forward alone), the launches
 per call (JIT, bound, unbound: from `bound_launch.STATS`) and SDPA cuDNN's host time for the
 same call. Writes a CSV, and cProfile listings of the fast path's calls (PROFILE_DIR); prints a
-compact table.
+compact table. `interleaved(d, n)` times ours and cuDNN's calls alternating, pair by pair.
 
     python3 scripts/gpu/flash_overhead.py OUT.csv [PROFILE_DIR]
 """
@@ -192,6 +192,56 @@ def components(d: int, n: int, reps: int = 200) -> dict:
         torch.cuda.synchronize()
     row["profiler"] = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
     return row
+
+
+def interleaved(d: int, n: int, reps: int = 400) -> dict:
+    """Host time of one forward+backward, ours (the fast path) against SDPA cuDNN's, the two
+    calls alternating pair by pair (ours first in even pairs, cuDNN's in odd ones), the GPU idle
+    before each: a drift of the host's speed falls on both alike. Per point the median of each
+    and the median and quartiles of the per-pair ratio ours / cuDNN."""
+    import time
+
+    fat.set_fast_path(programs=True, bind=True)
+    q, k, v = (
+        torch.randn(1, 16, n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        for _ in range(3)
+    )
+    do = torch.randn(1, 16, n, d, device="cuda", dtype=torch.bfloat16)
+
+    def ours():
+        fat.FlashAttentionTriton.apply(q, k, v, True).backward(do)
+
+    def cudnn():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(do)
+
+    def once(fn) -> float:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e3
+
+    for _ in range(5):
+        ours(), cudnn()
+    a, b = [], []
+    for i in range(reps):
+        if i % 2:
+            b.append(once(cudnn))
+            a.append(once(ours))
+        else:
+            a.append(once(ours))
+            b.append(once(cudnn))
+    torch.cuda.synchronize()
+    ratios = sorted(x / y for x, y in zip(a, b, strict=True))
+    return {
+        "head_dim": d,
+        "seq_len": n,
+        "ours_ms": round(sorted(a)[reps // 2], 4),
+        "cudnn_ms": round(sorted(b)[reps // 2], 4),
+        "ratio_median": round(ratios[reps // 2], 3),
+        "ratio_q1": round(ratios[reps // 4], 3),
+        "ratio_q3": round(ratios[3 * reps // 4], 3),
+    }
 
 
 def _write(path: str, rows: list[dict]) -> None:
