@@ -263,7 +263,9 @@ def test_bound_launches_equal_the_plain_launches():
         assert r["unbound"] == {}, r
         # 5 calls: the first launches through the JIT, the next four replay every launch, each
         # straight through the C launch (the last two with the same tensors: kept descriptors)
-        assert r["stats"] == {"jit": r["launches"], "bound": 4 * r["launches"], "unbound": 0}, r
+        # (no graphs: the fake driver's tensors are not CUDA tensors)
+        expect = {"jit": r["launches"], "bound": 4 * r["launches"], "unbound": 0, "graph": 0}
+        assert r["stats"] == expect, r
         assert r["direct"] and all(r["direct"].values()), r["direct"]
     kernels = {r["case"]: r["kernels"] for r in results}
     assert kernels["bf16:64:causal"] != kernels["bf16:64:causal:misaligned"]
@@ -331,7 +333,7 @@ def test_gpu_bound_calls_match_the_plain_path(d, causal):
             launches = stats["jit"]
             assert launches >= 3 and stats["bound"] == 0, stats
         else:
-            assert stats == {"jit": 0, "bound": launches, "unbound": 0}, (
+            assert stats == {"jit": 0, "bound": launches, "unbound": 0, "graph": 0}, (
                 stats,
                 bound_launch.UNBOUND,
             )
@@ -340,3 +342,38 @@ def test_gpu_bound_calls_match_the_plain_path(d, causal):
         # gradients to rounding (a fused dQ adds tiles in any order)
         for a, b in zip(fast[2:], plain[seed][2:], strict=True):
             torch.testing.assert_close(a, b, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", [64, 128])
+def test_gpu_backward_graphs_replay_what_the_launches_compute(d):
+    """On the GPU, a backward called again and again as a training loop calls it (each call's
+    gradients used, then freed): from the second call at an address set on, the launches are
+    captured and replayed as one graph (no launch of their own), giving what the launches give;
+    new contents at those addresses are read at each replay."""
+    if not HAS_CUDA:
+        pytest.skip("needs a CUDA GPU")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v, do = (
+        torch.randn(1, 4, 512, d, generator=g, device="cuda", dtype=BF16) for _ in "qkvo"
+    )
+    tol = 0.0 if d == 128 else 2e-2  # d = 64 adds dQ tiles with atomics, in any order
+
+    def gap(expect) -> float:  # one call's largest error against `expect`; its grads freed
+        out = fat.flash_backward_triton(q, k, v, o, do, lse, True)
+        return max(((a - b).abs().max() / b.abs().max()).item() for a, b in zip(out, expect))
+
+    fat.set_fast_path(programs=True, bind=True, graphs=False)
+    o, lse = fat.flash_forward_triton(q, k, v, True)
+    launched = [t.clone() for t in fat.flash_backward_triton(q, k, v, o, do, lse, True)]
+    doubled = [2 * t for t in launched]  # (allocated here: the loop's addresses stay put)
+    fat.set_fast_path(programs=True, bind=True, graphs=True)
+    before = dict(bound_launch.STATS)
+    gaps = [gap(launched) for _ in range(8)]
+    stats = {key: bound_launch.STATS[key] - before[key] for key in before}
+    assert stats["graph"] >= 5, stats  # the first call JIT, the second captures, then replays
+    assert max(gaps) <= tol, gaps
+    do.mul_(2)  # new contents at the same addresses: dQ, dK and dV double exactly
+    before = dict(bound_launch.STATS)
+    assert gap(doubled) <= tol
+    assert bound_launch.STATS["graph"] == before["graph"] + 1

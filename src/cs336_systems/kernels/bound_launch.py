@@ -29,9 +29,10 @@ import torch
 
 from cs336_systems.kernels.flash_triton_common import INTERPRET
 
-# how the launches went, for tests and the overhead probe: JIT launches, bound launches, and
-# launches that could not be bound (with why)
-STATS = {"jit": 0, "bound": 0, "unbound": 0}
+# how the launches went, for tests and the overhead probe: JIT launches, bound launches,
+# launches that could not be bound (with why), and graph replays of a flash backward
+# (kernels.flash_triton: each stands for its program's launches)
+STATS = {"jit": 0, "bound": 0, "unbound": 0, "graph": 0}
 UNBOUND: dict[str, str] = {}
 
 

@@ -79,15 +79,27 @@ _PROGRAMS: dict[tuple, object] = {}
 FAST = {
     "programs": os.environ.get("CS336_FLASH_PROGRAMS", "1") != "0",
     "bind": bound_launch.binding_supported(),
+    # a bound backward program's launches replayed as one CUDA graph per set of tensor
+    # addresses it has seen twice (`_BackwardProgram`): off unless CS336_FLASH_GRAPHS=1, until
+    # its GPU test (tests/test_flash_programs.py) has passed on a GPU
+    "graphs": os.environ.get("CS336_FLASH_GRAPHS", "0") == "1",
 }
+# address sets a backward program captures graphs for, at most (a model's layers each have
+# theirs: 32 at the xl); past it the program launches as before
+GRAPH_LIMIT = 64
 
 
-def set_fast_path(programs: bool | None = None, bind: bool | None = None) -> None:
-    """Turn the kept programs and their bound launches on or off (and forget kept programs)."""
+def set_fast_path(
+    programs: bool | None = None, bind: bool | None = None, graphs: bool | None = None
+) -> None:
+    """Turn the kept programs, their bound launches and the backward's graphs on or off (and
+    forget kept programs)."""
     if programs is not None:
         FAST["programs"] = bool(programs)
     if bind is not None:
         FAST["bind"] = bool(bind) and bound_launch.binding_supported()
+    if graphs is not None:
+        FAST["graphs"] = bool(graphs)
     clear_programs()
 
 
@@ -192,7 +204,15 @@ _Q, _K, _V, _O, _DO, _DO_GIVEN, _LSE, _DELTA, _DQ, _DK, _DV, _ACC = range(12)
 class _BackwardProgram:
     """The backward of one call key: D (its own kernel, or inside the Gluon dQ pass), the dK/dV
     pass (computing dQ too where the plan fuses it: into an fp32 accumulator that the D kernel
-    zeroes), the dQ pass where there is one."""
+    zeroes), the dQ pass where there is one.
+
+    With every launch bound, on CUDA, with FAST["graphs"] (off by default): the second call whose tensors (inputs,
+    and the outputs and buffers the program allocates) sit at the same addresses as an earlier
+    one also captures its launches as a CUDA graph, and later calls at those addresses replay
+    it: one launch instead of three or four. A graph replays the same kernels with the same
+    arguments as the bound launches would (the key fixes every other argument; the addresses
+    are the rest); it reads the tensors' contents when it runs. Not while the caller's stream
+    is being captured (its graph then takes the launches)."""
 
     def __init__(self, q4, k4, v4, o4, do4, lse, is_causal, blocks, use_desc, fuse_dq, use_gluon,
                  bind: bool, one_buffer: bool = False):  # fmt: skip
@@ -288,6 +308,9 @@ class _BackwardProgram:
             steps.append(bound_launch.Step(plan.dq.name, dq_triton, bind))
         self.steps = tuple(steps)
         self.chosen: dict | None = None
+        self.graphs: dict[tuple, torch.cuda.CUDAGraph] = {}  # by the tensors' addresses
+        self.seen: set[tuple] = set()  # address sets launched once
+        self.graph_on = bind and self.device.type == "cuda" and FAST["graphs"]
 
     def _do(self, do4):
         if self.do_mode == "row":
@@ -316,13 +339,49 @@ class _BackwardProgram:
             dq, dk, dv = torch.empty_like(q4), torch.empty_like(k4), torch.empty_like(v4)
         do_read = self._do(do4)
         tensors = (q4, k4, v4, o4, do_read, do4, lse, delta, dq, dk, dv, acc)
+        where = None
+        if self.graph_on and not torch.cuda.is_current_stream_capturing():
+            where = tuple(0 if t is None else t.data_ptr() for t in tensors)
+            graph = self.graphs.get(where)
+            if graph is not None:
+                graph.replay()
+                bound_launch.STATS["graph"] += 1
+                return self._report(dq, dk, dv)
         if self.desc:
             triton_launch.set_allocator()
         gpu, stream = _device_stream() if self.bind else (0, 0)
+        self._launch(tensors, gpu, stream)
+        if where is not None and len(self.graphs) < GRAPH_LIMIT:
+            if where in self.seen:
+                self.graphs[where] = self._capture(tensors)
+            elif all(s.bound is not None for s in self.steps):
+                self.seen.add(where)
+        return self._report(dq, dk, dv)
+
+    def _launch(self, tensors, gpu: int, stream: int) -> None:
         for step in self.steps:
             step(tensors, gpu, stream)
-        if acc is not None:
-            dq.copy_(acc)
+        if tensors[_ACC] is not None:
+            tensors[_DQ].copy_(tensors[_ACC])
+
+    def _capture(self, tensors) -> torch.cuda.CUDAGraph:
+        """The launches of a call at these addresses as a graph (recorded, not run: the call
+        has launched them already)."""
+        graph = torch.cuda.CUDAGraph()
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        counted = dict(bound_launch.STATS)
+        with torch.cuda.stream(side):
+            graph.capture_begin(capture_error_mode="thread_local")
+            try:
+                self._launch(tensors, *_device_stream())
+            finally:
+                graph.capture_end()
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        bound_launch.STATS.update(counted)  # recorded, not launched
+        return graph
+
+    def _report(self, dq, dk, dv):
         if _REPORTED[1] is not self:  # what the last backward ran: once per change of program
             if self.chosen is None:
                 passes = {p.name: p for p in self.plan.backward}
