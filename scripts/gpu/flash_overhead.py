@@ -31,18 +31,29 @@ def _host_ms(fn, reps: int) -> float:
     return round(issue_ms(fn, reps), 4)
 
 
-def probe(d: int, n: int, fast: bool, reps: int = 30, profile_to: str | None = None) -> dict:
-    fat.set_fast_path(programs=fast, bind=fast)
+def call_pair(d: int, n: int):
+    """(q, k, v, dO, ours, cudnn) at (1, 16, n, d) bf16 causal: leaves q, k, v requiring grad,
+    and one forward+backward of ours (FlashAttentionTriton) and of SDPA cuDNN on them."""
     q, k, v = (
         torch.randn(1, 16, n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         for _ in range(3)
     )
     do = torch.randn(1, 16, n, d, device="cuda", dtype=torch.bfloat16)
-    qd, kd, vd = q.detach(), k.detach(), v.detach()
 
-    def step():
-        o = fat.FlashAttentionTriton.apply(q, k, v, True)
-        o.backward(do)
+    def ours():
+        fat.FlashAttentionTriton.apply(q, k, v, True).backward(do)
+
+    def cudnn():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(do)
+
+    return q, k, v, do, ours, cudnn
+
+
+def probe(d: int, n: int, fast: bool, reps: int = 30, profile_to: str | None = None) -> dict:
+    fat.set_fast_path(programs=fast, bind=fast)
+    q, k, v, do, step, cudnn = call_pair(d, n)
+    qd, kd, vd = q.detach(), k.detach(), v.detach()
 
     for _ in range(3):
         step()
@@ -75,11 +86,6 @@ def probe(d: int, n: int, fast: bool, reps: int = 30, profile_to: str | None = N
             lambda: fat.flash_backward_triton(qd, kd, vd, o, do, lse, True), reps
         )
         row["host_apply_ms"] = _host_ms(lambda: fat.FlashAttentionTriton.apply(q, k, v, True), reps)
-
-        def cudnn():
-            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(do)
-
         try:
             cudnn()
             row["host_cudnn_ms"] = _host_ms(cudnn, reps)
@@ -108,13 +114,9 @@ def components(d: int, n: int, reps: int = 200) -> dict:
     autograd Function that only allocates (the engine's own cost), a C++ node of the same graph
     shape (`cpp_node`), and the whole call."""
     fat.set_fast_path(programs=True, bind=True)
-    q, k, v = (
-        torch.randn(1, 16, n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-        for _ in range(3)
-    )
-    do = torch.randn(1, 16, n, d, device="cuda", dtype=torch.bfloat16)
+    q, k, v, do, ours, cudnn = call_pair(d, n)
     for _ in range(3):
-        fat.FlashAttentionTriton.apply(q, k, v, True).backward(do)
+        ours()
     torch.cuda.synchronize()
     qd, kd, vd = q.detach(), k.detach(), v.detach()
     fwd = next(
@@ -174,14 +176,7 @@ def components(d: int, n: int, reps: int = 200) -> dict:
     # Python Function costs beyond a C++ one on this host (no GIL for the engine's device thread)
     row["cpp_node"] = _host_ms(lambda: torch.addcmul(q, k, v).backward(do), reps)
     row["apply_only"] = _host_ms(lambda: fat.FlashAttentionTriton.apply(q, k, v, True), reps)
-    row["apply_backward"] = _host_ms(
-        lambda: fat.FlashAttentionTriton.apply(q, k, v, True).backward(do), reps
-    )
-
-    def cudnn():
-        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(do)
-
+    row["apply_backward"] = _host_ms(ours, reps)
     row["cudnn_backward"] = _host_ms(cudnn, reps)
     # the kernels' own time per call (torch.profiler, CUDA activity), and the host's per op
     from torch.profiler import ProfilerActivity, profile
@@ -202,18 +197,7 @@ def interleaved(d: int, n: int, reps: int = 400) -> dict:
     import time
 
     fat.set_fast_path(programs=True, bind=True)
-    q, k, v = (
-        torch.randn(1, 16, n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-        for _ in range(3)
-    )
-    do = torch.randn(1, 16, n, d, device="cuda", dtype=torch.bfloat16)
-
-    def ours():
-        fat.FlashAttentionTriton.apply(q, k, v, True).backward(do)
-
-    def cudnn():
-        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(do)
+    _, _, _, _, ours, cudnn = call_pair(d, n)
 
     def once(fn) -> float:
         torch.cuda.synchronize()

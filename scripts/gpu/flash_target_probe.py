@@ -19,6 +19,7 @@ import sys
 
 import torch
 import torch.nn.functional as F
+from flash_overhead import call_pair  # this folder (scripts/gpu) is the script's sys.path[0]
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from cs336_systems.core.harness import device_time, issue_ms
@@ -46,19 +47,7 @@ def route(variant: str) -> None:
 
 
 def point(variant: str, d: int, n: int) -> dict:
-    q, k, v = (
-        torch.randn(1, 16, n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-        for _ in range(3)
-    )
-    do = torch.randn(1, 16, n, d, device="cuda", dtype=torch.bfloat16)
-
-    def ours():
-        fat.FlashAttentionTriton.apply(q, k, v, True).backward(do)
-
-    def cudnn():
-        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(do)
-
+    q, k, v, _, ours, cudnn = call_pair(d, n)
     row: dict = {"variant": variant, "d": d, "n": n}
     with torch.no_grad():
         o = fat.FlashAttentionTriton.apply(q, k, v, True)
