@@ -9,7 +9,7 @@ Variants (routing tables patched in this process, then the plans and kept progra
 FUSE_DQ: the warp-specialized dQ pass, then the warp-specialized dK/dV pass). Also torch.profiler
 tables (self CPU time) of 20 calls per head dim at n = 1024, routed.
 
-    python3 scripts/gpu/flash_target_probe.py OUT_DIR
+    python3 scripts/gpu/flash_target_probe.py OUT_DIR [VARIANT ...]   (default: all three)
 """
 
 from __future__ import annotations
@@ -82,8 +82,9 @@ def point(variant: str, d: int, n: int) -> dict:
     return row
 
 
-def main(out: str) -> None:
+def main(out: str, only: list[str]) -> None:
     variants = {"routed": (16, 32, 64, 128), "gluon": (16, 32), "d64_two_pass": (64,)}
+    variants = {name: dims for name, dims in variants.items() if not only or name in only}
     with open(f"{out}/target_probe.jsonl", "w") as f:
         for variant, dims in variants.items():
             route(variant)
@@ -121,4 +122,4 @@ def main(out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2:])

@@ -80,9 +80,8 @@ FAST = {
     "programs": os.environ.get("CS336_FLASH_PROGRAMS", "1") != "0",
     "bind": bound_launch.binding_supported(),
     # a bound backward program's launches replayed as one CUDA graph per set of tensor
-    # addresses it has seen twice (`_BackwardProgram`): off unless CS336_FLASH_GRAPHS=1, until
-    # its GPU test (tests/test_flash_programs.py) has passed on a GPU
-    "graphs": os.environ.get("CS336_FLASH_GRAPHS", "0") == "1",
+    # addresses it has seen twice (`_BackwardProgram`); CS336_FLASH_GRAPHS=0 turns it off
+    "graphs": os.environ.get("CS336_FLASH_GRAPHS", "1") != "0",
 }
 # address sets a backward program captures graphs for, at most (a model's layers each have
 # theirs: 32 at the xl); past it the program launches as before
@@ -206,7 +205,7 @@ class _BackwardProgram:
     pass (computing dQ too where the plan fuses it: into an fp32 accumulator that the D kernel
     zeroes), the dQ pass where there is one.
 
-    With every launch bound, on CUDA, with FAST["graphs"] (off by default): the second call whose tensors (inputs,
+    With every launch bound, on CUDA, with FAST["graphs"]: the second call whose tensors (inputs,
     and the outputs and buffers the program allocates) sit at the same addresses as an earlier
     one also captures its launches as a CUDA graph, and later calls at those addresses replay
     it: one launch instead of three or four. A graph replays the same kernels with the same
