@@ -37,6 +37,22 @@ def test_std_above_mean_and_negative_values_are_suspect():
     assert len(ok(out)) == 1 and len(ran(out)) == 3
 
 
+def test_a_change_may_be_negative_a_size_may_not():
+    """A block's backward frees what its forward saved: allocated memory falls (the H100
+    reference's block at context 2048: -3,745,558,528 bytes), no fault of the measurement."""
+    df = pd.DataFrame(
+        {
+            "status": ["ok", "ok", "ok"],
+            "backward_alloc_change_bytes": [-3_745_558_528, float("inf"), 1.0],
+            "output_bytes": [1.0, 1.0, -1.0],
+        }
+    )
+    r = reasons(sanity.flag(df, checks=sanity.checks_for("nothing-declared")))
+    assert r[0] == ""
+    assert "backward_alloc_change_bytes is inf" in r[1]
+    assert "output_bytes is -1.00" in r[2] and "change" not in r[2]
+
+
 def test_mfu_above_100_percent_is_suspect():
     df = pd.DataFrame(
         {"status": ["ok", "ok"], "mfu": [0.5, 10.505], "tflops": [1, 2.1], "peak_tflops": [2, 0.2]}

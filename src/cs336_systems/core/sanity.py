@@ -152,14 +152,17 @@ _NONNEGATIVE = re.compile(r"(_ms(_\w+)?|_mb|_tflops|tflops|_gbps|_per_s|mfu|_byt
 
 
 def negative_value(df: pd.DataFrame, skip_if: dict | None = None, **_) -> pd.Series:
-    """A negative or infinite time, size, rate or MFU: no measurement gives one."""
+    """A negative or infinite time, size, rate or MFU: no measurement gives one. A change
+    (`*_change_*`: what a phase adds to allocated memory, say) may be negative; only an infinite
+    one is doubted."""
     out = _blank(df)
     rows = _checked(df) & ~_skip(df, skip_if)
     for col in [c for c in df.columns if _NONNEGATIVE.search(c)]:
+        signed = "_change_" in col
         v = pd.to_numeric(df[col], errors="coerce")
         if v.isna().all():
             continue
-        bad = rows & ((v < 0) | np.isinf(v))
+        bad = rows & (np.isinf(v) if signed else (v < 0) | np.isinf(v))
         for i in df.index[bad]:
             out[i] = _join(out[i], f"{col} is {_num(v[i])}")
     return out
