@@ -406,3 +406,23 @@ def test_exposed_forward_gathers_are_costed_against_the_same_precision_ddp_forwa
         f"the {exposed:.2f} ms of forward gathers outside compute cost the forward at most "
         f"{extra:.2f} ms; the rest ran in time the compute stream had no kernel to run anyway"
     ) in ctx["q33"]
+
+
+def test_a_slower_bf16_step_is_called_slower():
+    """The CPU reference: bf16 compute made the FSDP step 115 -> 368 ms; the sentence once
+    called that "0.31× faster"."""
+    import pandas as pd
+
+    df = pd.DataFrame(
+        {
+            "status": ["ok", "ok"],
+            "backend": ["gloo", "gloo"],
+            "variant": ["fsdp", "fsdp_bf16"],
+            "step_ms_mean": [115.0, 368.0],
+            "all_gather_into_tensor_mb": [18.65, 9.33],
+        }
+    )
+    text = q33._precision_sentence(df)
+    assert "goes from 115 to 368 ms (3.20× slower)" in text and "faster" not in text
+    df["step_ms_mean"] = [368.0, 115.0]
+    assert "(3.20× faster)" in q33._precision_sentence(df)

@@ -365,7 +365,7 @@ def _precision_sentence(df: pd.DataFrame) -> str:
         f"({fmt(_num(fs, 'all_gather_into_tensor_mb'))} → "
         f"{fmt(_num(bf, 'all_gather_into_tensor_mb'))} MiB) and the FSDP step goes from "
         f"{fmt(float(fs.step_ms_mean))} to {fmt(float(bf.step_ms_mean))} ms "
-        f"({fmt(r_fsdp)}× faster)"
+        f"({fmt(r_fsdp) + '× faster' if r_fsdp >= 1 else fmt(1 / r_fsdp) + '× slower'})"
     )
     if ddp is not None and ddp_bf is not None:
         r_ddp = float(ddp.step_ms_mean) / float(ddp_bf.step_ms_mean)
