@@ -213,13 +213,13 @@ def test_the_section_of_a_gloo_run_names_its_clock_and_path_peaks(tmp_path):
     from pipeline_utils import ROOT
 
     from cs336_systems import report
+    from cs336_systems.core.sanity import matmul_peaks
     from cs336_systems.stages.leaderboard import analysis
 
     ref = ROOT / "report" / "reference" / "cpu" / "csv"
     for name in ("leaderboard", "ceilings"):
         shutil.copy(ref / f"{name}.csv", tmp_path / f"{name}.csv")
-    ceil = pd.read_csv(tmp_path / "ceilings.csv")
-    autocast = ceil.loc[ceil["path"] == "autocast_linear", "tflops"].iloc[0]
+    autocast = matmul_peaks(pd.read_csv(tmp_path / "ceilings.csv"), "autocast_linear")["bf16"]
     rows = analysis._load(tmp_path)
     engine = rows[rows["variant"] == "engine"].iloc[0]
     assert engine["matmul_path"] == "autocast_linear"

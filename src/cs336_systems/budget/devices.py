@@ -48,9 +48,10 @@ class Device:
     parallel: int  # jobs at once (snakemake --cores): the wall is the sum over this
 
 
-# calibrated on the reference H100 run's job log (report/reference/h100-80gb-hbm3/jobs/, the run
-# of 50ebc65; that of dfdd876 before it, on another host of the kind): budget/measured.py reads
-# it and docs/budgets.md compares it with the estimates
+# calibrated on the job log of the H100 reference run of 50ebc65 (that of dfdd876 before it, on
+# another host of the kind); budget/measured.py reads the committed reference's job log
+# (report/reference/h100-80gb-hbm3/jobs/, now the run of 490f82d) and docs/budgets.md compares
+# it with the estimates
 H100 = Device(
     name="one H100 80GB (fp32 42, bf16 200 TFLOP/s reached)",
     # xl at context 512, batch 4, eager: training step 1030 ms fp32 (41 TFLOP/s, TF32), 217 ms
@@ -107,7 +108,7 @@ H100 = Device(
     parallel=1,
 )
 # the 2-core development machine (CI's size), `snakemake --cores 2`: calibrated on the cpu
-# reference runs' job logs (report/reference/cpu/jobs/: a fresh clone of 34787cd, 3 min 2 s, on
+# preset's run of 34787cd (docs/measurements/budget-cpu-34787cd/: a fresh clone, 3 min 2 s, on
 # an AMD EPYC with AVX-512 bf16 units; the runs before it, on a CPU without bf16 units, measured
 # bf16 autocast F.linear at 0.0096 TFLOP/s, where the cost guard skips small's bf16 points)
 CPU2 = Device(

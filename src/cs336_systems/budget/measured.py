@@ -18,7 +18,9 @@ import pandas as pd
 from cs336_systems.budget import CPU2, H100, ROOT, Device, Job, plan
 
 REFERENCE_JOBS = ROOT / "report" / "reference" / "h100-80gb-hbm3" / "jobs"
-CPU_JOBS = ROOT / "report" / "reference" / "cpu" / "jobs"
+# the CPU2 constants' calibration run (a host with bf16 units), kept apart from the committed
+# cpu reference, which a host without them made
+CPU_JOBS = ROOT / "docs" / "measurements" / "budget-cpu-34787cd" / "jobs"
 # the step counts a run records in its rows: a reference run made under other counts than the
 # config's is estimated under its own (its `csv/` beside `jobs/`)
 RUN_KEYS = {
@@ -118,10 +120,12 @@ CALIBRATION_HEAD = """## Calibration: the constants against the reference runs' 
 
 ### One H100
 
-The `H100` constants in budget/devices.py come from the reference run of the gpu preset on one
-H100 80GB HBM3 (`report/reference/h100-80gb-hbm3/jobs/**/*.tsv`, one Snakemake run of commit
-50ebc65, 2026-11-25: 19.5 min of wall time, 18.8 with a job running; the run of dfdd876 a day
-earlier, on another host of the kind, took 21.2). Where the job log alone
+The `H100` constants in budget/devices.py come from a reference run of the gpu preset on one
+H100 80GB HBM3 (one Snakemake run of commit 50ebc65, 2026-11-25: 19.5 min of wall time, 18.8
+with a job running; the run of dfdd876 a day earlier, on another host of the kind, took 21.2).
+The table below holds them against the reference run committed now
+(`report/reference/h100-80gb-hbm3/jobs/**/*.tsv`, one run of 490f82d, 2026-11-26, on another
+host of the kind: 24.5 min of wall time, 24.3 with a job running). Where the job log alone
 does not separate a constant, the job's own log (`results/<machine>/logs/`) did:
 
 - rates (`tflops`): xl at context 512, batch 4, eager: training step 1030 ms in fp32 (41
@@ -147,10 +151,13 @@ does not separate a constant, the job's own log (`results/<machine>/logs/`) did:
 
 CPU_HEAD = """### Two CPU cores
 
-The `CPU2` constants come from the reference run in `report/reference/cpu/jobs/**/*.tsv` (a
-fresh clone of 34787cd, `snakemake --cores 2 report`: 3 min 2 s, on an AMD EPYC with AVX-512
-bf16 units; the earlier 2-core machine, without them, took 3 min 7 s to 4 min 2 s and skipped
-small's bf16 points). Two jobs run at once, so a job's time depends on the one beside it; the
+The `CPU2` constants come from the cpu preset's run of 34787cd, whose job log and step counts
+are kept in `docs/measurements/budget-cpu-34787cd/` (a fresh clone, `snakemake --cores 2
+report`: 3 min 2 s, on an AMD EPYC with AVX-512 bf16 units). Hosts without bf16 units run
+slower: the earlier 2-core machine took 3 min 7 s to 4 min 2 s and skipped small's bf16 points;
+the committed cpu reference (`report/reference/cpu/`, a run of 490f82d on another such host)
+6 min 9 s, its jobs 0.97-2.8x their estimates here (443 s of jobs against 302 s
+estimated). Two jobs run at once, so a job's time depends on the one beside it; the
 test holds each job within a factor of 2 and the sum within 15%. The benchmark's cost guard
 divides by the ceilings stage's measured matmul rates (`peak_tflops`: fp32 0.081, bf16
 autocast F.linear 0.18 TFLOP/s; on the machine without bf16 units 0.093 and 0.0096 TFLOP/s), as the stage does; the steps run at the rates the model reaches (`tflops`).
