@@ -33,3 +33,22 @@ def test_a_point_that_did_not_run_shows_its_kind_not_a_cut_reason():
     )
     t = engines_table(df).iloc[0]
     assert t["plain (ms)"] == "skipped" and "fast speedup" not in t.dropna()
+
+
+def test_a_host_bound_bf16_step_that_got_slower_is_called_slower():
+    """The H100 reference once read "bf16 0.73× faster" for a host-bound small step."""
+    from cs336_systems.stages.benchmark.answers import host_bound_note
+
+    hb = pd.DataFrame(
+        {
+            "size": ["small", "small"],
+            "mode": ["forward", "forward_backward"],
+            "compile": ["eager", "eager"],
+            "attention": ["naive", "naive"],
+            "speedup": [1.15, 0.73],
+            "peak_ratio": [12.8, 12.8],
+        }
+    )
+    text = host_bound_note(hb)
+    assert "bf16 1.15× faster for a 12.8× faster matmul" in text
+    assert "bf16 1.37× slower for a 12.8× faster matmul" in text and "0.73×" not in text
