@@ -318,3 +318,13 @@ def test_the_suspect_point_stays_out_of_the_ddp_model_and_the_ring_table(tmp_pat
         + ["--machine", "h200-x2", "--preset", "gpu", "--out", str(ring_clean)]
     )
     assert len(pd.read_csv(ring_clean).query("problem == 'ring_check'")) == 8
+
+
+def test_the_section_names_only_the_backends_that_ran(tmp_path):
+    """An NCCL-only run's section does not describe gloo (the H100 reference once did)."""
+    from cs336_systems import report
+
+    section = report.render(_h200_results(tmp_path), ["allreduce"])
+    section = section.split('<a id="allreduce"></a>', 1)[1]
+    assert "NCCL with one process per GPU, started through `torchrun`" in section
+    assert "gloo between CPU processes" not in section

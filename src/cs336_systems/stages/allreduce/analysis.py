@@ -196,8 +196,11 @@ def context(results_dir: Path) -> dict:
             f"{_span(shown['repeats'])} "
             f"timed samples (fewer for large messages, within a time budget per point)"
         )
+    used = set(shown["backend"]) if len(shown) else set(df["backend"])
+    how = {"gloo": "gloo between CPU processes", "nccl": "NCCL with one process per GPU"}
     return {
         "available": True,
+        "backends_text": ", ".join(how[b] for b in ("gloo", "nccl") if b in used),
         "n_points": len(df),
         "n_ran": len(shown),
         "n_suspect": sanity.n_suspect(shown),
