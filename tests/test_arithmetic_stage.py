@@ -272,3 +272,18 @@ def test_communication_accounting_answers_every_part(tmp_path):
     table.index = coverage.edition_questions("2025")
     for part in "abcd":
         assert table.loc[f"communication_accounting.{part}", "status"] == "answered"
+
+
+def test_a_2025_run_answers_its_own_problem_only(tmp_path):
+    """Rows of the 2025 edition: the section shows its communication accounting, not the 2026
+    handout's section 8 nor that section's skipped rows; the TPU is labelled the handout's."""
+    run(tmp_path)
+    df = pd.read_csv(tmp_path / "arithmetic.csv")
+    assert {"tp_calcs", "communication_accounting"} <= set(df["problem"])
+    df["edition"] = 2025
+    df.to_csv(tmp_path / "arithmetic.csv", index=False)
+    ctx = analysis.context(tmp_path)
+    assert ctx["q38"] and not ctx["q34"] and not ctx["q35"] and not ctx["q36"]
+    assert not ctx["skipped"] and not ctx["measured_missing"]
+    assert "TPU v5p (handout)" in ctx["sources"]
+    assert not any(label.startswith("this machine") for label in ctx["sources"])
