@@ -78,3 +78,11 @@ def test_the_kernel_tests_figure_counts_tests_and_says_the_time_is_summed(tmp_pa
     assert seen["xlabels"] == ["tests", "test time summed over 4 workers (s)"]
     ctx = kt.context(results)
     assert ctx["workers"] == "4 workers" and ctx["test_s"] == 40.0
+
+
+def test_a_ratio_that_rounds_onto_the_target_shows_its_third_digit():
+    """0.393 against 0.392 ms is 1.003: "not met" beside "1.00" would read as a contradiction."""
+    from cs336_systems.stages.flash.analysis import _ratio
+
+    assert _ratio(0.393 / 0.392) == "1.003" and _ratio(1.0) == "1.00"
+    assert _ratio(0.9951) == "0.995" and _ratio(1.21) == "1.21"

@@ -57,7 +57,7 @@ def host_note(d: pd.DataFrame, ours: str = "flash_triton") -> str:
         f"{w['dtype']}, d = {int(w['d_head'])}, n = {int(w['seq_len']):,}: "
         f"{fmt(w['fwd_ms_median'], 3)} + {fmt(w['bwd_ms_median'], 3)} against "
         f"{fmt(w['fwd_bwd_ms_median'], 3)} ms). The one call pays the host's work (autograd, "
-        "the launches) while the GPU idles, so forward+backward times and speed-ups at those "
+        "the launches) while the device waits, so forward+backward times and speed-ups at those "
         "points measure host overhead, not the kernels"
         + (
             f"; from n = {min(n for n in clean if n > longest):,} on the two agree within "
