@@ -86,3 +86,25 @@ def test_excluded_rows_are_not_compared():
     best = pd.DataFrame({"best": [True, False], "x": [1, 2]})
     assert list(compare._only(best, {"best": True})["x"]) == [1]
     assert len(compare._only(best.drop(columns="best"), {"best": True})) == 2
+
+
+def test_a_ceiling_headline_divides_one_path_by_the_same_path(tmp_path):
+    """A CPU whose best bf16 path is autocast F.linear and a GPU whose best is the plain matmul:
+    each path is its own row (the comparison once divided 744 by 0.0081, two paths)."""
+    cpu = write_results(
+        tmp_path / "cpu", ceilings=ceilings_rows(fp32=0.2, bf16=0.0002, autocast=0.4)
+    )
+    gpu_kw = {"machine": "h100", "device": "NVIDIA H100", "gpus": 1}
+    gpu = write_results(
+        tmp_path / "h100",
+        ceilings=ceilings_rows(fp32=50.0, bf16=700.0, autocast=600.0, machine_kw=gpu_kw),
+    )
+    text = compare.render([cpu, gpu], ["ceilings"])
+    rows = {
+        cells[0]: cells[1:]
+        for line in text.splitlines()
+        if line.startswith("| bf16")
+        for cells in [[c.strip() for c in line.strip("|").split("|")]]
+    }
+    assert rows["bf16 matmul TFLOP/s"][-1] == "3,500,000×"
+    assert rows["bf16 autocast F.linear TFLOP/s"][-1] == "1,500×"
