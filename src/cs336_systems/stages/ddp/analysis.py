@@ -522,7 +522,9 @@ def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
     # bucket size: measured step time vs the overhead model
     b = d[d["variant"] == "bucketed"].sort_values("bucket_size_mb") if len(d) else d
     if len(b) == 0:
-        out.append(empty_figure(paths["buckets"], "no successful bucketed runs"))
+        tried = set(ran(_variants(df))["variant"]) if len(df) else set()
+        why = "every one failed a sanity check" if "bucketed" in tried else "none succeeded"
+        out.append(empty_figure(paths["buckets"], f"bucketed runs: {why}"))
     else:
         fig, ax = plt.subplots(figsize=(6.5, 4))
         ax.errorbar(

@@ -235,7 +235,7 @@ def q37(df: pd.DataFrame) -> str:
     mfu = ""
     if pd.notna(r["mfu"]):
         mfu = (
-            f", {pct(r['mfu'])} MFU against {fmt(r['peak_tflops_per_gpu'], 0)} TFLOP/s a GPU "
+            f", {pct(r['mfu'])} MFU against {fmt(r['peak_tflops_per_gpu'], 0)} TFLOP/s per rank "
             f"(the measured bf16 peak of the path its matmuls take, `{r['matmul_path']}`)"
         )
     if bool(is_suspect(full, "rate").iloc[0]):
