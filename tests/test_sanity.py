@@ -495,3 +495,21 @@ def test_tables_print_numbers_as_fmt_wrote_them():
     # numbers right-aligned, text (a '–', a mark, a ×) left, as tabulate aligned them
     assert lines[1] == "|------:|:--------|:--------|-----------:|"
     assert md_table(pd.DataFrame({"v": ["13.0"]}), numparse=False).splitlines()[2] == "| 13.0 |"
+
+
+def test_the_mfu_table_says_over_which_attentions_it_takes_the_best(tmp_path):
+    """The table keeps each size's best training step: where several attention implementations
+    ran, the heading names them (the H100 reference's small row was SDPA's, unsaid)."""
+    import pandas as pd
+
+    run = write_results(
+        tmp_path / "results" / "fixture-cpu", benchmark=benchmark_rows(), ceilings=ceilings_rows()
+    )
+    s = benchmark_analysis.context(run)
+    assert s["mfu_over"] == "naive"
+    rows = pd.read_csv(run / "benchmark.csv")
+    other = rows.assign(attention="sdpa")
+    pd.concat([rows, other]).to_csv(run / "benchmark.csv", index=False)
+    assert benchmark_analysis.context(run)["mfu_over"] == "naive, sdpa"
+    text = report.render(run, ["ceilings", "benchmark"])
+    assert "the best over its context lengths and attention implementations (naive, sdpa)" in text

@@ -333,6 +333,7 @@ def context(results_dir: Path) -> dict:
             m.columns = [f"{p} {c}" for p, c in m.columns]
             m = m.map(lambda v: "–" if pd.isna(v) else f"{100 * v:.1f}")
             s["mfu_table"] = md_table(m.reset_index())
+            s["mfu_over"] = ", ".join(sorted(set(t["attention"].astype(str))))
         else:  # every training step failed a sanity check (or none ran): say so, draw nothing
             s["mfu_table"] = (
                 "_No training step has an MFU to show" + sanity.excluded(n_mfu_suspect) + "._"
