@@ -370,8 +370,10 @@ def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
             ax.barh(labels, vals, left=bottom, label=PART_WORDS.get(p, p))
             bottom += vals
     ax.set_xlabel("seconds of one profiled step (device timeline: parts add up to the step)")
-    ax.set_title(f"where a leaderboard step goes: {_label(full.iloc[0])}")
-    ax.legend(fontsize=7, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.12))
+    # the legend in one row between the bar and the title, the title lifted above it
+    ax.set_title(f"where a leaderboard step goes: {_label(full.iloc[0])}", pad=22)
+    n = len(ax.get_legend_handles_labels()[1])
+    ax.legend(fontsize=7, ncol=n, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     return [save(fig, path)]
 
 
