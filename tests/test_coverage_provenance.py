@@ -270,3 +270,20 @@ def test_the_report_says_which_card_measured_a_stage(monkeypatch):
     )
     assert report.provenance_row("benchmark", rows)["GPU index"] == "0, 1, 3"
     assert report.provenance_row("benchmark", pd.DataFrame([prov()]))["GPU index"] == "–"
+
+
+def test_a_part_links_only_the_sections_this_report_has():
+    """torch_compile (b) is declared by attention and benchmark: a run without the attention
+    stage (the 2025 reference) links the benchmark section only; a part whose every stage was
+    left out names them, unlinked."""
+    declared = {
+        "attention": {"torch_compile.b": {"evidence": ["x"]}},
+        "benchmark": {"torch_compile.b": {"evidence": ["c"]}},
+        "precision": {"mixed_precision_accumulation": {"evidence": ["t"]}},
+    }
+    contexts = {"benchmark": {"available": True, "c": "table"}}
+    t = _by_part(coverage.coverage_table("2025", declared, contexts, coverage.Machine(1, "gpu")))
+    where = t.loc["torch_compile.b", "answered in"]
+    assert "[benchmark](#benchmark)" in where and "attention" not in where
+    acc = t.loc["mixed_precision_accumulation", "answered in"]
+    assert "`precision` (not in this run)" in acc and "](#precision)" not in acc

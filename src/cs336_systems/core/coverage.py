@@ -149,14 +149,17 @@ def _part_link(part: dict) -> str:
     return f"[{label(part)}]({QUESTIONS_DOC}#{anchor(part)})"
 
 
-def _answer_link(part: dict, stages: list[str]) -> str:
+def _answer_link(part: dict, stages: list[str], ran: set[str]) -> str:
+    """Where the part is answered: a link to each stage's section that this report has; a
+    stage the run left out is named without one (its section is not in this report)."""
     if part["kind"] == "code":
-        run = ", ".join(f"[{st}](#{st})" for st in stages)
+        run = ", ".join(f"[{st}](#{st})" if st in ran else f"`{st}`" for st in stages)
         return f"`{part['code']}`" + (f" (its tests run in {run})" if run else "")
     if not part.get("answer"):
         return "–"
     q = part["answer"]
-    where = ", ".join(f"[{st}](#{st})" for st in stages) or "–"
+    linked = [f"[{st}](#{st})" for st in stages if st in ran]
+    where = ", ".join(linked or [f"`{st}` (not in this run)" for st in stages]) or "–"
     return f"Q{q} ({ANSWERS[q]}) in {where}"
 
 
@@ -219,7 +222,7 @@ def coverage_table(
             {
                 **row,
                 "status": status,
-                "answered in": _answer_link(part, stages),
+                "answered in": _answer_link(part, stages, set(contexts)),
                 "why": "; ".join(v[2] for v in reasons if v[2]) if status != "answered" else "",
                 "what answers it": "; ".join(dict.fromkeys(v[3] for v in reasons if v[3]))
                 if status != "answered"
