@@ -107,6 +107,8 @@ def phase_summary(df: pd.DataFrame, d: pd.DataFrame, hb: pd.DataFrame | None = N
                 else ""
             )
             parts = g["fwd_ms_median"] + g["bwd_ms_median"] + g["opt_ms_median"]
+            off, clause = _passes_disagree(d, prec, ctx, ratio)
+            ratio, left = ratio.drop(index=off), left + clause
             out["sentences"].append(
                 f"{prec}: the optimizer step takes {_spread(share, pct)} of the training step, "
                 ""
@@ -121,6 +123,26 @@ def phase_summary(df: pd.DataFrame, d: pd.DataFrame, hb: pd.DataFrame | None = N
                 "around the step)"
             )
     return out
+
+
+# the in-step phases' backward/forward and Q1's (its passes in runs of their own) differ by
+# more than this at a size: both are shown, neither stands for the other
+PASSES_DISAGREE = 0.2
+
+
+def _passes_disagree(d: pd.DataFrame, prec: str, ctx: int, ratio: pd.Series):
+    """The sizes where Q1's backward/forward (forward+backward minus forward, runs of their
+    own) and the in-step phases' differ by more than PASSES_DISAGREE, and a clause naming both."""
+    q1 = _eager_naive(backward_ratios(d))
+    q1 = q1[(q1["precision"] == prec) & (q1["context_length"] == ctx)].set_index("size")["ratio"]
+    off = [x for x in ratio.index if x in q1.index and abs(ratio[x] / q1[x] - 1) > PASSES_DISAGREE]
+    if not off:
+        return [], ""
+    each = ", ".join(f"`{x}` {ratio[x]:.2f}× in the step, {q1[x]:.2f}× in Q1" for x in off)
+    return off, (
+        f" (left out where Q1's passes, each timed in runs of its own, disagree by more than "
+        f"{PASSES_DISAGREE:.0%}: {each}; neither timing checks the other)"
+    )
 
 
 def _latency_table(df: pd.DataFrame, precision: str) -> str:
