@@ -100,6 +100,14 @@ def test_warmup_and_speedup_sentences():
     text = answers.warmup_after(g)
     assert text.startswith("After 1 warm-up step the first measured step is 1.18×")
     assert "beyond twice the standard error" in text and "clocks" in text
+    assert "still took" not in text  # the 5-warm-up run's first step is its median
+    # the H100 reference: after 5 warm-up steps the first measured step took 135 ms (median 60.9)
+    g.loc[5, ["first_measured_ms", "median_ms", "std_ms"]] = [135.0, 60.87, 23.57]
+    text = answers.warmup_after(g)
+    assert (
+        "After 5 warm-up steps the first measured step still took 135 ms, 2.2× that run's "
+        "median, and its std is 23.57 ms" in text
+    )
     sp = pd.DataFrame(
         {"size": ["small", "medium", "xl"], "mode": "forward", "speedup": [1.1, 1.5, 4.8]}
     )

@@ -169,7 +169,21 @@ def warmup_after(g: pd.DataFrame, device: str = "cuda") -> str:
         )
         + WHY_FEW.get(device, WHY_FEW["cpu"])
         + "; with few measured steps, one slow step also moves the mean by its excess over the "
-        "count."
+        "count." + _late_slow_step(ref, int(g.index.max()))
+    )
+
+
+def _late_slow_step(ref: pd.Series, k: int) -> str:
+    """The longest warm-up's own first measured step, where it is slow (over 1.5× its median):
+    a slow step falls after any warm-up count, which one run per count cannot separate."""
+    ratio = ref["first_measured_ms"] / ref["median_ms"]
+    if not ratio > 1.5:
+        return ""
+    return (
+        f" After {k} warm-up steps the first measured step still took "
+        f"{fmt(ref['first_measured_ms'])} ms, {ratio:.1f}× that run's median, and its std is "
+        f"{fmt(ref['std_ms'])} ms: a slow step can fall after any warm-up count, and one run "
+        "per count does not tell it from the warm-up's effect."
     )
 
 
