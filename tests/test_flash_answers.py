@@ -86,3 +86,15 @@ def test_a_ratio_that_rounds_onto_the_target_shows_its_third_digit():
 
     assert _ratio(0.393 / 0.392) == "1.003" and _ratio(1.0) == "1.00"
     assert _ratio(0.9951) == "0.995" and _ratio(1.21) == "1.21"
+
+
+def test_a_gap_beyond_the_hosts_whole_call_is_not_put_down_to_the_host():
+    """The H100 reference's fp32 d = 16, n = 4096: 1.690 ms as one call against 0.202 + 0.502
+    timed apart, a 0.99 ms gap where a whole call of ours costs at most 0.6 ms of host time."""
+    d = rows(
+        [0.038, 0.078, 0.202], [0.125, 0.129, 0.502], [0.519, 0.556, 1.690], n=(128, 1024, 4096)
+    )
+    assert "Not so" not in answers.host_note(d)  # no device column: not a GPU run's rows
+    note = answers.host_note(d.assign(device="cuda"))
+    assert "Not so at 1 point (bf16, d = 16, n = 4,096: 1.690 ms against 0.202 + 0.502)" in note
+    assert "n = 1,024:" not in note.split("Not so")[1]  # a 0.35 ms gap is the host's
