@@ -347,6 +347,7 @@ def context(results_dir: Path) -> dict:
             f"{best.precision}, {best['compile']}" + sanity.excluded(n_mfu_suspect)
         )
         t = d[(d["mode"] == "train_step") & d["mfu"].notna()]
+        s["mfu_over"] = ""
         if len(t):
             m = t.pivot_table(
                 index="size", columns=["precision", "compile"], values="mfu", aggfunc="max"
