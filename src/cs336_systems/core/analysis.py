@@ -89,6 +89,12 @@ def sort_sizes(df: pd.DataFrame, *more: str) -> pd.DataFrame:
     return df.sort_values(cols, key=lambda s: size_key(s) if s.name == "size" else s)
 
 
+def faster_or_slower(ratio: float, num=lambda v: f"{v:.2f}") -> str:
+    """A speed-up (old time over new) the way it goes: "1.25× faster", or "1.37× slower" for a
+    ratio of 0.73; `num` prints the number."""
+    return f"{num(ratio)}× faster" if ratio >= 1 else f"{num(1 / ratio)}× slower"
+
+
 def fmt(x, digits: int = 2) -> str:
     """A number for prose and tables: NaN -> '–', big numbers without needless decimals, small
     ones with at least two significant digits (0.00087, not 0.00)."""

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from cs336_systems.core.analysis import fmt, ordered_sizes, pct, plural, sort_sizes
+from cs336_systems.core.analysis import (
+    faster_or_slower,
+    fmt,
+    ordered_sizes,
+    pct,
+    plural,
+    sort_sizes,
+)
 from cs336_systems.stages.benchmark.frames import KEYS, MODE_LABEL, _eager_naive, backward_ratios
 
 # a step varies little when its std is below this share of its mean
@@ -120,16 +127,11 @@ def host_bound_points(d: pd.DataFrame, hb: pd.DataFrame) -> pd.DataFrame:
     return d.merge(at, on=keys)[[*keys, "mode", "precision"]].drop_duplicates()
 
 
-def _times(ratio: float) -> str:
-    """A speed-up as the way it goes: 1.25× faster, or 1.37× slower for a ratio of 0.73."""
-    return f"{ratio:.2f}× faster" if ratio >= 1 else f"{1 / ratio:.2f}× slower"
-
-
 def host_bound_note(hb: pd.DataFrame) -> str:
     if not len(hb):
         return ""
     items = ", ".join(
-        f"{_point(r, False)} (bf16 {_times(r['speedup'])} for a {r['peak_ratio']:.1f}× "
+        f"{_point(r, False)} (bf16 {faster_or_slower(r['speedup'])} for a {r['peak_ratio']:.1f}× "
         "faster matmul)"
         for _, r in sort_sizes(hb).head(6).iterrows()
     )

@@ -13,6 +13,7 @@ import pandas as pd
 from cs336_systems.core import sanity
 from cs336_systems.core.analysis import (
     empty_figure,
+    faster_or_slower,
     fmt,
     load,
     md_table,
@@ -280,10 +281,7 @@ def speedup_sentences(df: pd.DataFrame) -> list[str]:
     out = []
     for (dt, impl), g in sp.groupby(["dtype", "impl"]):
         med, lo, hi = g["speedup"].median(), g["speedup"].min(), g["speedup"].max()
-        if med >= 1:
-            summary = f"{med:.2f}× faster than"
-        else:
-            summary = f"{1 / med:.2f}× slower than"
+        summary = f"{faster_or_slower(med)} than"
         loses = g[g["speedup"] < 1]
         tail = ""
         if 0 < len(loses) < len(g):

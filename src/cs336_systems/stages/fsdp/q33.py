@@ -10,7 +10,7 @@ import math
 
 import pandas as pd
 
-from cs336_systems.core.analysis import fmt, ok, pct
+from cs336_systems.core.analysis import faster_or_slower, fmt, ok, pct
 from cs336_systems.stages.fsdp.rows import (
     HOST_BOUND_BUSY,
     IN_TIME_SHARE,
@@ -365,7 +365,7 @@ def _precision_sentence(df: pd.DataFrame) -> str:
         f"({fmt(_num(fs, 'all_gather_into_tensor_mb'))} → "
         f"{fmt(_num(bf, 'all_gather_into_tensor_mb'))} MiB) and the FSDP step goes from "
         f"{fmt(float(fs.step_ms_mean))} to {fmt(float(bf.step_ms_mean))} ms "
-        f"({fmt(r_fsdp) + '× faster' if r_fsdp >= 1 else fmt(1 / r_fsdp) + '× slower'})"
+        f"({faster_or_slower(r_fsdp, fmt)})"
     )
     if ddp is not None and ddp_bf is not None:
         r_ddp = float(ddp.step_ms_mean) / float(ddp_bf.step_ms_mean)
