@@ -20,21 +20,22 @@ ARGS = ["--shapes", SHAPES, "--devices", "2,4", "--splits", "2x2", "--message-mb
 ARGS += ["--b200-tflops", "2500", "--b200-egress-gbps", "900", "--machine", "t", "--preset", "cpu"]
 
 
-def ceilings_csv(path, dtypes=("fp32", "bf16")) -> str:
+def ceilings_csv(path, dtypes=("fp32", "bf16"), fp32=1.5) -> str:
     rows = [
         {"kind": "matmul", "dtype": d, "path": "matmul", "status": "ok", "tflops": t}
-        for d, t in (("fp32", 1.5), ("bf16", 4.0), ("fp16", 5.0))
+        for d, t in (("fp32", fp32), ("bf16", 4.0), ("fp16", 5.0))
         if d in dtypes
     ]
-    rows.append(
-        {
-            "kind": "matmul",
-            "dtype": "bf16",
-            "path": "autocast_linear",
-            "status": "ok",
-            "tflops": 9.0,
-        }
-    )
+    if "bf16" in dtypes:
+        rows.append(
+            {
+                "kind": "matmul",
+                "dtype": "bf16",
+                "path": "autocast_linear",
+                "status": "ok",
+                "tflops": 3.0,
+            }
+        )
     rows.append({"kind": "copy", "dtype": "fp32", "path": "copy_", "status": "ok", "gbps": 20.0})
     pd.DataFrame(rows).to_csv(path, index=False)
     return str(path)
@@ -85,7 +86,8 @@ def test_rows_are_the_cost_functions_at_the_inputs_numbers(tmp_path):
         allreduce_csv(tmp_path / "a.csv"),
     )
     assert (df["status"] == "ok").all()
-    # measured: C = the bf16 plain matmul (no fp16 row; not the autocast one), W = best busbw
+    # measured: C = the fastest bf16 path (no fp16 row; plain 4.0 over autocast 3.0), W = best
+    # busbw
     c, w = 4.0e12, 3.0e9
     assert pick(df, "measured-gloo", "data_parallel_calcs", "max_devices", 2) == pytest.approx(
         1 + 64 * w / c
@@ -109,6 +111,30 @@ def test_rows_are_the_cost_functions_at_the_inputs_numbers(tmp_path):
     assert float(best["value"].iloc[0]) == pytest.approx(1.0)
     slow = ring[(ring["devices"] == 2) & (ring["message_mb"] == 1)]
     assert float(slow["value"].iloc[0]) == pytest.approx(3.0)
+
+
+def test_c_is_the_fastest_path_and_a_faster_fp32_is_taken_and_named(tmp_path):
+    """A CPU without 16-bit units: fp32 (6.0) beats both bf16 paths (4.0 plain, 3.0 autocast),
+    so C is the fp32 peak and the source says why; where a 16-bit path is fastest it is named
+    with its path."""
+    a = allreduce_csv(tmp_path / "a.csv")
+    df = run(tmp_path, "--ceilings", ceilings_csv(tmp_path / "c.csv", fp32=6.0), "--allreduce", a)
+    assert pick(df, "measured-gloo", "data_parallel_calcs", "max_devices", 2) == pytest.approx(
+        1 + 64 * 3.0e9 / 6.0e12
+    )
+    source = df[df["case"] == "measured-gloo"]["source"].iloc[0]
+    assert source.startswith(
+        "ceilings: fp32 matmul 6 TFLOP/s, faster than its fastest 16-bit path (bf16 matmul 4 "
+    )
+    rows = pd.read_csv(ceilings_csv(tmp_path / "c2.csv"))
+    rows.loc[rows["path"] == "autocast_linear", "tflops"] = 8.0
+    rows.to_csv(tmp_path / "c2.csv", index=False)
+    df = run(tmp_path, "--ceilings", str(tmp_path / "c2.csv"), "--allreduce", a)
+    assert pick(df, "measured-gloo", "data_parallel_calcs", "max_devices", 2) == pytest.approx(
+        1 + 64 * 3.0e9 / 8.0e12
+    )
+    source = df[df["case"] == "measured-gloo"]["source"].iloc[0]
+    assert source.startswith("ceilings: bf16 matmul (autocast F.linear) 8 TFLOP/s;")
 
 
 def test_a_missing_input_is_a_skipped_row_and_the_run_goes_on(tmp_path):
