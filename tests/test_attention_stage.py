@@ -552,3 +552,23 @@ def test_flash_target_grid_rows(tmp_path):
     )  # fmt: skip
     row = pd.read_csv(out).iloc[0]
     assert row["grid"] == "target" and row["heads"] == 2 and row["status"] == "ok"
+
+
+def test_interpreter_times_give_no_speed_up(results, tmp_path):
+    """Our Triton kernel's times on a CPU are Triton's interpreter's: Q20 gives no speed-up of
+    it, no host-overhead reading and no speed-up column; the same rows from a GPU give them."""
+    flash = pd.read_csv(results / "flash" / "fp32.csv")
+    ours = flash[flash["impl"] == "flash_pytorch"].assign(impl="flash_triton")
+    timed = [c for c in flash.columns if "_ms_" in c]
+    ours[timed] *= 300
+    ours[[c for c in flash.columns if c.endswith("_tflops")]] /= 300
+    flash = pd.concat([flash[flash["impl"] != "flash_triton"], ours])
+    assert (flash["device"] == "cpu").all()
+    flash.to_csv(tmp_path / "flash.csv", index=False)
+    ctx = flash_analysis.context(tmp_path)
+    assert ctx["interpreter"] and ctx["speedups"] == [] and ctx["host_note"] == ""
+    assert "speedup f+b" not in ctx["pairs"]["fp32"]
+    flash.assign(device="cuda").to_csv(tmp_path / "flash.csv", index=False)
+    ctx = flash_analysis.context(tmp_path)
+    assert not ctx["interpreter"] and "300.00× slower" in " ".join(ctx["speedups"])
+    assert "speedup f+b" in ctx["pairs"]["fp32"]
