@@ -71,3 +71,26 @@ def test_phases_that_disagree_with_q1s_passes_are_left_out_and_named():
     fp32 = next(x for x in phase_summary(df, ok(df))["sentences"] if x.startswith("fp32"))
     assert "backward 2.00× (`tiny`) the forward time" in fp32  # small left out
     assert "disagree by more than 20%: `small` 1.00× in the step, 2.00× in Q1" in fp32
+
+
+def test_where_the_phases_and_q1_disagree_each_pass_is_set_beside_q1s():
+    """The clause says which pass parts: the step's forward and backward against Q1's own
+    runs, and the other precision's forward at the same size for contrast."""
+    from fixture_rows import benchmark_rows
+
+    from cs336_systems.core.analysis import ok
+    from cs336_systems.stages.benchmark.analysis import phase_summary
+
+    df = benchmark_rows(sizes=("tiny", "small"))  # fp32 and bf16; Q1: forward 10, f+b 30 ms
+    step = df["mode"] == "train_step"
+    df.loc[step, "fwd_ms_median"] = 10.0
+    df.loc[step, "bwd_ms_median"] = 20.0
+    df.loc[step, "opt_ms_median"] = 4.0
+    small_bf16 = step & (df["size"] == "small") & (df["precision"] == "bf16")
+    df.loc[small_bf16, ["fwd_ms_median", "bwd_ms_median"]] = [15.0, 15.0]
+    s = phase_summary(df, ok(df))["sentences"]
+    bf = next(x for x in s if x.startswith("bf16"))
+    assert "`small` 1.00× in the step, 2.00× in Q1" in bf
+    assert "forward 15.00 ms in the step against 10.00 in Q1's forward run (1.50×)" in bf
+    assert "backward 15.00 against 20.00 (0.75×); fp32's forward 1.00× its Q1 run's" in bf
+    assert "per pass" not in next(x for x in s if x.startswith("fp32"))

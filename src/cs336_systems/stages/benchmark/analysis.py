@@ -132,16 +132,46 @@ PASSES_DISAGREE = 0.2
 
 def _passes_disagree(d: pd.DataFrame, prec: str, ctx: int, ratio: pd.Series):
     """The sizes where Q1's backward/forward (forward+backward minus forward, runs of their
-    own) and the in-step phases' differ by more than PASSES_DISAGREE, and a clause naming both."""
+    own) and the in-step phases' differ by more than PASSES_DISAGREE, and a clause naming both
+    and which pass parts: each pass in the step against Q1's, and the other precision's forward
+    at the same size for contrast."""
     q1 = _eager_naive(backward_ratios(d))
-    q1 = q1[(q1["precision"] == prec) & (q1["context_length"] == ctx)].set_index("size")["ratio"]
-    off = [x for x in ratio.index if x in q1.index and abs(ratio[x] / q1[x] - 1) > PASSES_DISAGREE]
+    q1 = q1[q1["context_length"] == ctx].set_index(["precision", "size"])
+    mine = q1.loc[prec] if prec in q1.index.get_level_values(0) else q1.iloc[:0]
+    off = [
+        x
+        for x in ratio.index
+        if x in mine.index and abs(ratio[x] / mine.loc[x, "ratio"] - 1) > PASSES_DISAGREE
+    ]
     if not off:
         return [], ""
-    each = ", ".join(f"`{x}` {ratio[x]:.2f}× in the step, {q1[x]:.2f}× in Q1" for x in off)
+    each = ", ".join(
+        f"`{x}` {ratio[x]:.2f}× in the step, {mine.loc[x, 'ratio']:.2f}× in Q1" for x in off
+    )
+    step = _eager_naive(ran(d))
+    step = step[(step["mode"] == "train_step") & (step["context_length"] == ctx)]
+    step = step.set_index(["precision", "size"])
+    passes = []
+    for x in off:
+        if (prec, x) not in step.index:
+            continue
+        r, q = step.loc[(prec, x)], mine.loc[x]
+        text = (
+            f"`{x}`: forward {fmt(r['fwd_ms_median'])} ms in the step against "
+            f"{fmt(q['forward_ms'])} in Q1's forward run ({r['fwd_ms_median'] / q['forward_ms']:.2f}×), "
+            f"backward {fmt(r['bwd_ms_median'])} against {fmt(q['backward_ms'])} "
+            f"({r['bwd_ms_median'] / q['backward_ms']:.2f}×)"
+        )
+        other = next((o for o in ("fp32", "bf16") if o != prec and (o, x) in step.index), None)
+        if other and (other, x) in q1.index:
+            f_o = step.loc[(other, x), "fwd_ms_median"] / q1.loc[(other, x), "forward_ms"]
+            text += f"; {other}'s forward {f_o:.2f}× its Q1 run's"
+        passes.append(text)
     return off, (
         f" (left out where Q1's passes, each timed in runs of its own, disagree by more than "
-        f"{PASSES_DISAGREE:.0%}: {each}; neither timing checks the other)"
+        f"{PASSES_DISAGREE:.0%}: {each}"
+        + (f"; per pass, {'; '.join(passes)}" if passes else "")
+        + "; neither timing checks the other, and what makes them part was not measured)"
     )
 
 
