@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import resource
@@ -15,6 +16,13 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def block(stage: str, preset: str = "cpu", **changes) -> list[str]:
+    """`--block <json>` of a stage CLI: its preset block of config/stages/<stage>.yaml with
+    `changes` (as the workflow's rules pass it)."""
+    blocks = yaml.safe_load((ROOT / f"config/stages/{stage}.yaml").read_text())[stage]
+    return ["--block", json.dumps({**blocks[preset], **changes})]
 
 
 def kernel_test_files() -> list[str]:

@@ -36,14 +36,15 @@ GB = 1024.0  # MiB
 def setup():
     base = copy.deepcopy(DEFAULTS)
     stages = cfg.with_stage_defaults(base, ROOT / "config" / "stages")
-    checks = {}
+    checks, knobs = {}, {}
     for stage in stages:
         try:
             plan = importlib.import_module(f"cs336_systems.stages.{stage}.plan")
         except ModuleNotFoundError:
             continue
         checks[stage] = getattr(plan, "check", None)
-    return stages, cfg.load_schemas(ROOT / "workflow" / "schemas", stages), checks
+        knobs[stage] = getattr(plan, "KNOBS", None)
+    return stages, cfg.load_schemas(ROOT / "workflow" / "schemas", stages, knobs), checks
 
 
 def check(override: dict, gpus=(), host_memory_mib=None, **globals_):

@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from dist_utils import run_forked_ranks
+from pipeline_utils import block
 from torch import nn
 
 from cs336_systems import adapters
@@ -382,12 +383,15 @@ def test_ddp_benchmark_end_to_end(tmp_path):
     """The stage's worker through torchrun: baseline and two variants, checked replicas."""
     from cs336_systems.stages.ddp import measure as bench
 
+    knobs = block(
+        "ddp", context_length=16, batch_per_rank=2, warmup_steps=0, measure_steps=2,
+        variants=["naive", "bucketed", "torch_ddp"], bucket_sizes_mb=[1], profile=True,
+        timeout_s=240,
+    )  # fmt: skip
     args = bench.parse_args(
-        "variants --backend gloo --world-size 2 --size tiny --context-length 16"
-        " --batch-per-rank 2 --warmup 0 --steps 2 --variants naive,bucketed,torch_ddp"
-        f" --bucket-sizes-mb 1 --profile --trace-dir {tmp_path} --timeout-s 240"
-        f" --out {tmp_path / 'out.csv'}".split()
-    )
+        ["variants", "--machine", "m", "--preset", "cpu", *knobs, "--trace-dir", str(tmp_path),
+         "--out", str(tmp_path / "out.csv")]
+    )  # fmt: skip
     rows = {(r["variant"], r["bucket_size_mb"]): r for r in bench.run(args)}
     peer = ("torch_ddp", bench.PEER_BUCKET_MB)
     assert set(rows) == {("baseline", None), ("naive", None), ("bucketed", 1.0), peer}

@@ -9,6 +9,7 @@ import types
 
 import pandas as pd
 import pytest
+from pipeline_utils import block
 
 from cs336_systems.stages.allreduce import measure as allreduce
 from cs336_systems.stages.ceilings import measure as ceilings
@@ -113,8 +114,7 @@ def test_allreduce_launches_nothing_when_no_size_fits(monkeypatch):
 
 
 # one parser (parallel/launch.py:env_pairs) for every stage that launches workers
-@pytest.mark.parametrize("parse", [allreduce.env_pairs, ddp.env_pairs, fsdp.env_pairs,
-                                   leaderboard.env_pairs])  # fmt: skip
+@pytest.mark.parametrize("parse", [allreduce.env_pairs, fsdp.env_pairs, leaderboard.env_pairs])
 def test_env_pairs_say_what_is_wrong(parse):
     assert parse("A=1,B=x=y") == {"A": "1", "B": "x=y"}
     assert parse("") == {}
@@ -123,10 +123,19 @@ def test_env_pairs_say_what_is_wrong(parse):
             parse(bad)
 
 
-def test_ddp_needs_a_variant():
+def test_ddp_reads_its_knobs_from_one_checked_block(capsys):
+    run = ["--machine", "m", "--preset", "cpu", "--out", "x"]
+    args = ddp.parse_args(["variants", *run, *block("ddp", bucket_sizes_mb=[2, 50])])
+    assert args.bucket_sizes_mb == [2.0, 50.0] and args.world_size == 2
+    assert args.warmup == 1 and args.steps == 3 and args.nnodes == 1
+    # the sharding job profiles nothing; a worker gets the same block
+    assert not ddp.parse_args(["sharding", *run, *block("ddp", profile=True)]).profile
+    argv = ddp.worker_argv(args)
+    assert ddp.parse_args(argv).block == args.block
+    # a block the schema refuses is refused with the workflow's problem line
     with pytest.raises(SystemExit):
-        ddp.parse_args(["variants", "--backend", "gloo", "--variants=", "--out", "x"])
-    assert ddp.parse_args(["sharding", "--backend", "gloo", "--variants=", "--out", "x"])
+        ddp.parse_args(["variants", *run, *block("ddp", variants=[])])
+    assert "config: block.variants: [] — " in capsys.readouterr().err
 
 
 def test_profile_says_when_the_configured_nsys_is_not_there():

@@ -14,6 +14,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from cs336_systems.core import config as run_config  # noqa: E402
 from cs336_systems.core import machine as this_machine  # noqa: E402
 from cs336_systems.core import imports  # noqa: E402
+from cs336_systems.core.knobs import block_text  # noqa: E402
 
 min_version("9.0")
 SCHEMAS = ROOT / "workflow" / "schemas"
@@ -26,25 +27,30 @@ ConfigError = run_config.ConfigError
 STAGE_NAMES = run_config.with_stage_defaults(config, ROOT / "config" / "stages")
 
 
-def _stage_check(stage):
-    """`check(block, at, facts)` of the stage's plan module, if it has one."""
+def _stage_plan(stage):
+    """The stage's plan module (`stages/<stage>/plan.py`), if it has one."""
     name = f"cs336_systems.stages.{stage}.plan"
     try:
-        plan = importlib.import_module(name)
+        return importlib.import_module(name)
     except ModuleNotFoundError as exc:
         if exc.name == name:
             return None
         raise
-    return getattr(plan, "check", None)
+
+
+_PLANS = {stage: _stage_plan(stage) for stage in STAGE_NAMES}
 
 
 # Every config value is checked here, once, before any job: the schemas, the global keys and
-# each stage's own checks (stages/<stage>/plan.py:check); every problem is one line.
+# each stage's own checks (stages/<stage>/plan.py:check); every problem is one line. A stage
+# whose plan declares its knobs (`KNOBS`, core/knobs.py) is checked against their schema.
 _GPUS = this_machine.visible_gpus()
 _RUN = run_config.check_run(
     config,
-    run_config.load_schemas(SCHEMAS, STAGE_NAMES),
-    {stage: _stage_check(stage) for stage in STAGE_NAMES},
+    run_config.load_schemas(
+        SCHEMAS, STAGE_NAMES, {s: getattr(p, "KNOBS", None) for s, p in _PLANS.items()}
+    ),
+    {s: getattr(p, "check", None) for s, p in _PLANS.items()},
     gpus=_GPUS,
     host_memory_mib=this_machine.host_memory_mib(),
     # nested --config values arrive as text: '128' where a number is meant is read as 128

@@ -26,32 +26,18 @@ rule ddp:
         **launcher_resources("ddp"),
         gpu=gpus(DDP["world_size"], only=lambda wc: DDP["backend"] == "nccl"),
     params:
-        cfg=DDP,
-        variants=cli_list(DDP["variants"]),
-        buckets=cli_list(DDP["bucket_sizes_mb"]),
-        env=cli_list(f"{k}={v}" for k, v in sorted(DDP["env"].items())),
-        # one profiled step of some variants; its Chrome traces kept under raw/ (keep_raw)
-        profile=lambda wc: (
-            "--profile" if wc.kind == "variants" and DDP["profile"] else ""
-        ),
+        block=block_text(DDP),
+        # the profiled steps' Chrome traces (the variants job's, when profile is on) kept
         traces=lambda wc, output: (
             f"--trace-dir {parent(output[0])}/raw"
-            if wc.kind == "variants" and DDP["profile"] and config["keep_raw"]
+            if wc.kind == "variants" and config["keep_raw"]
             else ""
         ),
         common=common_args(),
     shell:
         "OMP_NUM_THREADS=1 python3 -m cs336_systems.core.gpus {resources.gpu}"
         " python3 -m cs336_systems.stages.ddp {wildcards.kind} {params.common}"
-        " --out {output} --backend {params.cfg[backend]} --world-size {params.cfg[world_size]}"
-        " --size {params.cfg[size]} --context-length {params.cfg[context_length]}"
-        " --batch-per-rank {params.cfg[batch_per_rank]} --variants={params.variants}"
-        " --bucket-sizes-mb {params.buckets} --warmup {params.cfg[warmup_steps]}"
-        " --steps {params.cfg[measure_steps]}"
-        " --matmul-precision {params.cfg[matmul_precision]}"
-        " --topology {params.cfg[launcher][topology]} --nnodes {params.cfg[launcher][nnodes]}"
-        " --timeout-s {params.cfg[timeout_s]} --env={params.env:q}"
-        " {params.profile} {params.traces} 2>&1 | tee {log}"
+        " --out {output} --block {params.block:q} {params.traces} 2>&1 | tee {log}"
 
 
 rule ddp_aggregate:

@@ -4,7 +4,8 @@
 
 and all of them are reported together (`ConfigError`). Three layers of checks:
 
-1. the JSON schemas (`workflow/schemas/<stage>.schema.yaml`, `config.schema.yaml`): types,
+1. the JSON schemas (a stage's `KNOBS` class, core/knobs.py, or its
+   `workflow/schemas/<stage>.schema.yaml`; `config.schema.yaml`): types,
    ranges, names, non-empty lists, duplicates, unknown keys. Their errors are translated into
    the line above (core/schema.py: `schema_problems`); an integer written `2.0` is read as `2`
    and said so (a note), `2.5` is refused; so is command-line text meant as a number.
@@ -361,9 +362,16 @@ def with_stage_defaults(config: dict, folder: str | Path) -> list[str]:
     return stages
 
 
-def load_schemas(folder: str | Path, stages: Iterable[str]) -> dict[str, Schema]:
+def load_schemas(
+    folder: str | Path, stages: Iterable[str], knobs: Mapping[str, type] | None = None
+) -> dict[str, Schema]:
+    """The global schema and each stage's: made from the stage's `KNOBS` class where its plan
+    module declares one (`knobs`: {stage: class}, core/knobs.py), else its schema file."""
     folder = Path(folder)
     out = {"config": Schema.load(folder / "config.schema.yaml")}
     for stage in stages:
-        out[stage] = Schema.load(folder / f"{stage}.schema.yaml")
+        if knobs and knobs.get(stage) is not None:
+            out[stage] = Schema.of(knobs[stage].schema(stage, PRESETS))
+        else:
+            out[stage] = Schema.load(folder / f"{stage}.schema.yaml")
     return out

@@ -90,9 +90,12 @@ class Schema:
 
     @classmethod
     def load(cls, path: str | Path) -> Schema:
+        return cls.of(load_yaml(path))
+
+    @classmethod
+    def of(cls, schema: dict) -> Schema:
         import jsonschema
 
-        schema = load_yaml(path)
         base = jsonschema.validators.validator_for(schema)
         checker = base.TYPE_CHECKER.redefine(
             "integer", lambda _, x: isinstance(x, int) and not isinstance(x, bool)

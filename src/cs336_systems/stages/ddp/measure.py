@@ -20,7 +20,7 @@ beyond the gradients). Peak memory (CUDA allocator, max over ranks) after buildi
 optimizer, just before and just after the optimizer step of a measured step, with a breakdown
 into parameters, gradients and optimizer state; the time per step.
 
-An optional profile (`--profile`) records one step of naive, overlap and the best bucketed
+An optional profile (the `profile` knob) records one step of naive, overlap and the best bucketed
 variant with torch.profiler (Chrome traces in `--trace-dir` for the timeline) and, on GPU,
 measures how much of the NCCL kernel time ran while compute kernels ran.
 """
@@ -28,18 +28,20 @@ measures how much of the NCCL kernel time ran while compute kernels ran.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 from collections.abc import Callable
 from pathlib import Path
 
-from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import StepClock, synchronize, time_marked_steps
+from cs336_systems.core.knobs import add_block_argument, add_run_arguments, block_text
 from cs336_systems.core.log import get_logger, point, status_level
-from cs336_systems.parallel.launch import env_pairs, summarize_slowest
+from cs336_systems.parallel.launch import summarize_slowest
 from cs336_systems.profiling.overlap import profile_step
 from cs336_systems.stages.ddp.peer import BUCKET_MB as PEER_BUCKET_MB
 from cs336_systems.stages.ddp.peer import TorchDDP
+from cs336_systems.stages.ddp.plan import DdpKnobs
 
 POINT_KEYS = ("variant", "bucket_size_mb")
 BYTES_PER_MB = 2**20
@@ -428,78 +430,52 @@ def planned_points(args) -> list[dict]:
     return points
 
 
-def _floats(text: str) -> list[float]:
-    return [float(x) for x in text.split(",") if x.strip()]
-
-
-def _names(text: str) -> list[str]:
-    names = [x for x in text.split(",") if x.strip()]
-    bad = sorted(set(names) - set(VARIANTS))
-    if bad:
-        raise argparse.ArgumentTypeError(f"unknown variant(s) {bad}; known: {VARIANTS}")
-    return names
+# AdamW's learning rate and the runs' seed: not knobs (a step's time does not depend on them)
+LR = 1e-4
+SEED = 0
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The run's own arguments (the job's kind, where its rows go and what they say they come
+    from) and the stage's knobs as one value (`--block`: its preset block, `DdpKnobs`)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("kind", choices=("variants", "sharding"))
-    ap.add_argument("--machine", default="local")
-    add_edition_argument(ap)
-    ap.add_argument("--preset", default="cpu")
-    ap.add_argument("--backend", choices=("gloo", "nccl"), required=True)
-    ap.add_argument("--world-size", type=int, default=2)
-    ap.add_argument("--size", default="tiny", help="model size name (model.MODEL_SIZES)")
-    ap.add_argument("--context-length", type=int, default=128)
-    ap.add_argument("--batch-per-rank", type=int, default=4)
-    ap.add_argument("--variants", type=_names, default=list(VARIANTS))
-    ap.add_argument("--bucket-sizes-mb", type=_floats, default=[1.0, 10.0, 100.0, 1000.0])
+    add_run_arguments(ap)
+    add_block_argument(ap, DdpKnobs)
     ap.add_argument("--no-baseline", dest="baseline", action="store_false")
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--lr", type=float, default=1e-4)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--matmul-precision", choices=("highest", "high", "medium"), default="highest")
-    ap.add_argument("--profile", action="store_true", help="profile one step of some variants")
     ap.add_argument("--trace-dir", default="", help="keep the profiled steps' Chrome traces here")
-    ap.add_argument("--topology", choices=("local", "slurm"), default="local")
-    ap.add_argument("--nnodes", type=int, default=1)
-    ap.add_argument("--env", type=env_pairs, default={}, help="KEY=VAL,... for every worker")
-    ap.add_argument("--timeout-s", type=float, default=900.0)
-    ap.add_argument("--out", type=Path)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.steps < 1 or args.warmup < 0:
-        ap.error("need --steps >= 1 and --warmup >= 0")
-    if not args.variants and not args.worker and args.kind == "variants":
-        ap.error("--variants: name at least one of " + ",".join(VARIANTS))
     if not args.worker and args.out is None:
         ap.error("--out is required")
+    return with_knobs(args)
+
+
+def with_knobs(args: argparse.Namespace) -> argparse.Namespace:
+    """`args` with each knob of its block as the attribute the stage reads."""
+    k: DdpKnobs = args.block
+    args.backend, args.world_size, args.size = k.backend, k.world_size, k.size
+    args.context_length, args.batch_per_rank = k.context_length, k.batch_per_rank
+    args.variants = list(k.variants)
+    args.bucket_sizes_mb = [float(b) for b in k.bucket_sizes_mb]
+    args.warmup, args.steps = k.warmup_steps, k.measure_steps
+    args.matmul_precision, args.timeout_s = k.matmul_precision, float(k.timeout_s)
+    # one profiled step of some variants: the variants job's only
+    args.profile = k.profile and args.kind == "variants"
+    args.topology, args.nnodes = k.launcher.topology, k.launcher.nnodes
+    args.env = {key: str(v) for key, v in k.env.items()}
+    args.lr, args.seed = LR, SEED
     return args
 
 
 def worker_argv(args) -> list[str]:
-    argv = [
-        args.kind,
-        "--worker",
-        f"--backend={args.backend}",
-        f"--size={args.size}",
-        f"--edition={args.edition}",
-        f"--context-length={args.context_length}",
-        f"--batch-per-rank={args.batch_per_rank}",
-        "--variants=" + ",".join(args.variants),
-        "--bucket-sizes-mb=" + ",".join(f"{b:g}" for b in args.bucket_sizes_mb),
-        f"--warmup={args.warmup}",
-        f"--steps={args.steps}",
-        f"--lr={args.lr}",
-        f"--seed={args.seed}",
-        f"--matmul-precision={args.matmul_precision}",
-        f"--timeout-s={args.timeout_s}",
-    ]
+    """A worker's arguments: the same block (with the launch's changes) and the run's own."""
+    block = dataclasses.replace(args.block, variants=args.variants, profile=args.profile)
+    argv = [args.kind, "--worker", f"--machine={args.machine}", f"--preset={args.preset}"]
+    argv += [f"--edition={args.edition}", "--block", block_text(block.as_block())]
     if not args.baseline:
         argv.append("--no-baseline")
-    if args.profile:
-        argv.append("--profile")
     if args.trace_dir:
         argv.append(f"--trace-dir={os.path.abspath(args.trace_dir)}")
     return argv

@@ -1,8 +1,52 @@
-"""What the workflow needs to check the ddp stage's config block (no torch)."""
+"""The ddp stage's knobs (`DdpKnobs`, one per preset block of config/stages/ddp.yaml) and what the
+workflow checks in a block beyond its schema (no torch)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 from cs336_systems.core.config import Checker, Facts, check_launcher
+from cs336_systems.core.knobs import Env, Knobs, Launcher, knob
+
+Variant = Literal["naive", "flat", "overlap", "bucketed", "torch_ddp"]
+
+
+@dataclass(frozen=True)
+class DdpKnobs(Knobs):
+    """Training steps with each DDP variant against a compute-only step, and optimizer-state
+    sharding, at one model size, context and batch per rank."""
+
+    backend: Literal["gloo", "nccl"] = knob("gloo on CPU processes, nccl on GPUs")
+    world_size: int = knob("ranks of each run", minimum=2)
+    size: str = knob("a model size name (checked against the edition's table)")
+    context_length: int = knob("tokens per sequence", minimum=1)
+    batch_per_rank: int = knob("sequences per rank and step", minimum=1)
+    variants: list[Variant] = knob(
+        "the DDP variants run, torch_ddp being PyTorch's own (25 MiB buckets)",
+        minItems=1,
+        uniqueItems=True,
+    )
+    bucket_sizes_mb: list[float] = knob(
+        "bucket sizes of the bucketed variant (MiB)",
+        minItems=1,
+        uniqueItems=True,
+        items={"exclusiveMinimum": 0},
+    )
+    warmup_steps: int = knob("steps run before the measured ones", minimum=0)
+    measure_steps: int = knob("steps measured", minimum=1)
+    sharding: bool = knob("also run the optimizer-state sharding job")
+    profile: bool = knob("profile one step of naive, overlap and the best bucketed run")
+    matmul_precision: Literal["highest", "high", "medium"] = knob(
+        "torch.set_float32_matmul_precision (highest: no TF32)"
+    )
+    env: Env = knob("variables set for every rank")
+    launcher: Launcher = knob("how the ranks start")
+    timeout_s: float = knob("seconds a launch may take", exclusiveMinimum=0)
+
+
+# the stage's knobs: its config blocks are checked against their schema (core/config.py)
+KNOBS = DdpKnobs
 
 
 def check(cfg: dict, at: Checker, facts: Facts) -> None:
