@@ -1,4 +1,4 @@
-"""scripts/gpu/engine_step.py, the GPU step timings, in its CPU smoke mode: every variant of our
+"""benchmarks/engine_step.py, the GPU step timings, in its CPU smoke mode: every variant of our
 model is a row that ran, timed by both timers, with MFU against the ceilings' peak of its path."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from fixture_rows import ceilings_rows
 
 from cs336_systems.core.results import read_csv
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu" / "engine_step.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "engine_step.py"
 
 
 def script():

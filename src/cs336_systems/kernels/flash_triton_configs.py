@@ -16,7 +16,7 @@ INTERPRET_BLOCKS = {
 
 # (BLOCK_Q, BLOCK_K, num_warps, num_stages) per kernel, operand width and head dim ("16bit" for
 # d <= 64, "16bit-d128" above). Few on purpose: every (head dim, dtype, causal) combination
-# compiles each of them; scripts/flash_tune.py measures the wider grid they were picked from.
+# compiles each of them; benchmarks/flash_tune.py measures the wider grid they were picked from.
 # fp32 operands get small tiles: the full-precision (non tensor-core) dot needs many registers
 # and compiles slowly with big tiles.
 TILE_CONFIGS = {

@@ -8,7 +8,7 @@ HEAD_DIMS = (16, 32, 64, 128)
 
 # Where these kernels are used, and with which tiles: (BLOCK_M, BLOCK_N, num_warps, STAGES) per
 # head dim, for the head dims at which they measured faster than the Triton-language kernels
-# (H100, batch 1, 16 heads, 16384 tokens, causal bf16; scripts/flash_hopper_check.py,
+# (H100, batch 1, 16 heads, 16384 tokens, causal bf16; benchmarks/flash_hopper_check.py,
 # docs/flash-attention-notes.md). Other head dims in HEAD_DIMS run when asked for (`config=`).
 # Both forwards are warp-specialized (WS): a producer warp and BLOCK_M / 64 consumer warpgroups
 # of 64 rows each, launched with 4 warps per consumer + 1 whatever num_warps says; PINGPONG: the

@@ -22,9 +22,9 @@ fails is a row with its status (harness.run_point); one that the wall budget (`-
 leaves no time for by the slowest point so far is a `skipped` row. Writes engine_step.csv
 (and ceilings.csv when it measured the peak) in OUT_DIR.
 
-    python3 scripts/gpu/engine_step.py OUT_DIR                   # xl, every variant, GPU
-    python3 scripts/gpu/engine_step.py OUT_DIR --sizes xl,small --timers marks
-    python3 scripts/gpu/engine_step.py OUT_DIR --smoke   # = --device cpu --sizes tiny
+    python3 benchmarks/engine_step.py OUT_DIR                   # xl, every variant, GPU
+    python3 benchmarks/engine_step.py OUT_DIR --sizes xl,small --timers marks
+    python3 benchmarks/engine_step.py OUT_DIR --smoke   # = --device cpu --sizes tiny
                                                          #   --no-compile --warmup 1 --steps 3
 """
 

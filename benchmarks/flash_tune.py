@@ -3,7 +3,7 @@ SDPA's flash and cuDNN backends in the same run: the evidence behind TILE_CONFIG
 docs/flash-attention-notes.md.
 
     source scripts/gpu/env.sh
-    python3 scripts/flash_tune.py --out results/flash_tune [--baseline path/to/old_module.py]
+    python3 benchmarks/flash_tune.py --out results/flash_tune [--baseline path/to/old_module.py]
 
 For each head dim (causal, bf16, batch 1, 16 heads, 16384 tokens by default):
 - every forward config of the grid, alone; every dK/dV config with the dQ pass fixed and every

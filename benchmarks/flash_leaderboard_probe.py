@@ -3,9 +3,9 @@ flash stage's leaderboard measurement (torch.compile(FlashAttentionTriton.apply)
 backward of o.sum(), do_bench) for ours under each variant and for SDPA cuDNN, in one process,
 plus a torch.profiler breakdown of one step (kernel times and the GPU idle time around them).
 
-    python3 scripts/flash_leaderboard_probe.py --out $OUT [--variants default dq_pinned ...]
-    python3 scripts/flash_leaderboard_probe.py --out $OUT --timeline   # do_bench's loop, profiled
-    ncu --profile-from-start off ... python3 scripts/flash_leaderboard_probe.py --out $OUT --one-step
+    python3 benchmarks/flash_leaderboard_probe.py --out $OUT [--variants default dq_pinned ...]
+    python3 benchmarks/flash_leaderboard_probe.py --out $OUT --timeline   # do_bench's loop, profiled
+    ncu --profile-from-start off ... python3 benchmarks/flash_leaderboard_probe.py --out $OUT --one-step
 
 ``--timeline`` runs do_bench's own loop (gradients to None, L2 cleared, events around each step,
 no synchronization between steps) under torch.profiler for ours and SDPA cuDNN, and splits each

@@ -12,7 +12,7 @@
 #    time per call, launches per call (jit / bound / unbound), with the fast path on: the host time
 #    of the forward and backward launchers alone, of the autograd forward alone, and of SDPA
 #    cuDNN's forward+backward; profile_d*_n1024.txt: cProfile of 30 fast calls per head dim.
-#   bash scripts/gpu/flash_overhead.sh   (on a GPU host, from the project root)
+#   bash benchmarks/flash_overhead.sh   (on a GPU host, from the project root)
 # Look for: gpu_programs all passed; probe bound_per_call = launches, jit/unbound_per_call 0 with
 # the fast path; host_ms (fast) near host_cudnn_ms; in the summary, flash_triton fwd_bwd <=
 # sdpa_cudnn at n >= 4096 and <= 1.5x at n = 1024 with the fast path on; the profiles' top
@@ -42,7 +42,7 @@ for mode in fast plain; do
   echo "sweep ($mode path): exit $? in $(( $(date +%s) - t0 )) s"
 done
 t0=$(date +%s)
-timeout ${PROBE_S:-70} python3 scripts/gpu/flash_overhead.py "$out/probe.csv" "$out" > "$out/probe.log" 2>&1
+timeout ${PROBE_S:-70} python3 benchmarks/flash_overhead.py "$out/probe.csv" "$out" > "$out/probe.log" 2>&1
 echo "host probe: exit $? in $(( $(date +%s) - t0 )) s"
 python3 - "$out" <<'PY'
 import sys, pandas as pd

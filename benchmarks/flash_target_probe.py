@@ -9,7 +9,7 @@ Variants (routing tables patched in this process, then the plans and kept progra
 FUSE_DQ: the warp-specialized dQ pass, then the warp-specialized dK/dV pass). Also torch.profiler
 tables (self CPU time) of 20 calls per head dim at n = 1024, routed.
 
-    python3 scripts/gpu/flash_target_probe.py OUT_DIR [VARIANT ...]   (default: all three)
+    python3 benchmarks/flash_target_probe.py OUT_DIR [VARIANT ...]   (default: all three)
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sys
 
 import torch
 import torch.nn.functional as F
-from flash_overhead import call_pair  # this folder (scripts/gpu) is the script's sys.path[0]
+from flash_overhead import call_pair  # this folder (benchmarks/) is the script's sys.path[0]
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from cs336_systems.core.harness import device_time, issue_ms

@@ -1,4 +1,4 @@
-"""Host-time probe of our FlashAttention forward+backward (scripts/gpu/flash_overhead.sh): per
+"""Host-time probe of our FlashAttention forward+backward (benchmarks/flash_overhead.sh): per
 point, the wall time of the Python calls without synchronizing (what the host spends issuing
 them) against the kernels' time (CUDA events around many calls), with the fast path (kept
 programs, bound launches) on and off, in one process; per fast point also the pieces (forward
@@ -7,7 +7,7 @@ per call (JIT, bound, unbound: from `bound_launch.STATS`) and SDPA cuDNN's host 
 same call. Writes a CSV, and cProfile listings of the fast path's calls (PROFILE_DIR); prints a
 compact table. `interleaved(d, n)` times ours and cuDNN's calls alternating, pair by pair.
 
-    python3 scripts/gpu/flash_overhead.py OUT.csv [PROFILE_DIR]
+    python3 benchmarks/flash_overhead.py OUT.csv [PROFILE_DIR]
 """
 
 from __future__ import annotations

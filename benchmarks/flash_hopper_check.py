@@ -2,7 +2,7 @@
 timings of candidate tiles beside cuDNN, SDPA flash and the Triton-language kernels in the same
 process. Writes rows to OUT/hopper.jsonl and prints a short table.
 
-    python3 scripts/flash_hopper_check.py --out $OUT [--part check|bench|all] \
+    python3 benchmarks/flash_hopper_check.py --out $OUT [--part check|bench|all] \
         [--configs "128:128,128,4,2,{'WS': True}" ...] [--dkdv-configs "64:64,64,4,3" ...] \
         [--dq-configs "64:128,64,8,3" ...]
 
