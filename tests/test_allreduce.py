@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from pipeline_utils import block
 
 from cs336_systems.parallel import launch
 from cs336_systems.stages.allreduce import measure as ar
@@ -88,9 +89,12 @@ def test_fill_missing_keeps_order_and_reason():
 def test_gloo_allreduce_end_to_end(monkeypatch):
     """Two gloo processes through torchrun: checked sums, sane bandwidths; ws 4 skipped."""
     monkeypatch.setattr(launch, "available_cores", lambda: 2)
+    knobs = block(
+        "allreduce", world_sizes=[2, 4], sizes_mb={"gloo": [0.0625, 0.5], "nccl": [1]},
+        warmup=2, repeats=5, min_repeats=2, max_seconds_per_size=0.5, timeout_s=240,
+    )  # fmt: skip
     args = ar.parse_args(
-        "--backend gloo --world-sizes 2,4 --sizes-mb 0.0625,0.5 --warmup 2 --repeats 5"
-        " --min-repeats 2 --max-seconds 0.5 --timeout-s 240 --out unused.csv".split()
+        ["--backend", "gloo", "--machine", "m", "--preset", "cpu", *knobs, "--out", "unused.csv"]
     )
     rows = [r for n in args.world_sizes for r in ar.run_world_size(args, n)]
     by_ws = {n: [r for r in rows if r["world_size"] == n] for n in (2, 4)}

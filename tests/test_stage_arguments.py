@@ -84,6 +84,25 @@ def test_ceilings_skip_sizes_that_cannot_fit_before_allocating(tmp_path, monkeyp
     assert "MiB free on cpu" in df.loc["copy", "status"]
 
 
+def allreduce_args(sizes_mb: dict, backend: str = "gloo") -> argparse.Namespace:
+    run = ["--backend", backend, "--machine", "m", "--preset", "cpu", "--out", "x"]
+    return allreduce.parse_args([*run, *block("allreduce", world_sizes=[2], sizes_mb=sizes_mb)])
+
+
+def test_allreduce_reads_its_knobs_from_one_checked_block(capsys):
+    args = allreduce_args({"gloo": [1, 10], "nccl": [2]}, backend="nccl")
+    assert args.sizes_mb == [2.0] and args.world_sizes == [2] and args.buffers == ["default"]
+    assert args.max_seconds == 1.0 and args.nnodes == 1 and args.env == {}
+    # NCCL's registered buffers are NCCL's only
+    run = ["--machine", "m", "--preset", "gpu", "--out", "x"]
+    nccl = allreduce.parse_args(["--backend", "nccl", *run, *block("allreduce", "gpu")])
+    gloo = allreduce.parse_args(["--backend", "gloo", *run, *block("allreduce", "gpu")])
+    assert nccl.buffers == ["default", "registered"] and gloo.buffers == ["default"]
+    with pytest.raises(SystemExit):
+        allreduce_args({"gloo": [], "nccl": [1]})
+    assert "config: block.sizes_mb.gloo: [] — " in capsys.readouterr().err
+
+
 def test_allreduce_skips_sizes_that_cannot_fit_and_runs_the_rest(monkeypatch):
     launched = {}
 
@@ -94,27 +113,25 @@ def test_allreduce_skips_sizes_that_cannot_fit_and_runs_the_rest(monkeypatch):
 
     monkeypatch.setattr("cs336_systems.parallel.launch.launch", fake_launch)
     monkeypatch.setattr(allreduce, "feasibility", lambda *a: None)
-    args = allreduce.parse_args(
-        ["--backend", "gloo", "--world-sizes", "2", "--sizes-mb", f"1,{2**40}", "--out", "x"]
-    )
+    args = allreduce_args({"gloo": [1, 2**40], "nccl": [1]})
     rows = {r["size_mb"]: r["status"] for r in allreduce.run_world_size(args, 2)}
     assert rows[1.0] == "ok"
     assert rows[2.0**40].startswith("skipped: 1.09951e+12 MB x 3 buffers x 2 ranks needs")
-    assert "--sizes-mb=1" in launched["argv"]
+    # the workers get the same block, with the sizes that fit
+    worker = allreduce.parse_args(launched["argv"])
+    assert worker.worker and worker.sizes_mb == [1.0] and worker.block.sizes_mb.nccl == [1]
+    assert worker.block.warmup == args.block.warmup and worker.buffers == ["default"]
 
 
 def test_allreduce_launches_nothing_when_no_size_fits(monkeypatch):
     monkeypatch.setattr("cs336_systems.parallel.launch.launch", lambda *a, **k: pytest.fail())
     monkeypatch.setattr(allreduce, "feasibility", lambda *a: None)
-    args = allreduce.parse_args(
-        ["--backend", "gloo", "--world-sizes", "2", "--sizes-mb", f"{2**40}", "--out", "x"]
-    )
-    (row,) = allreduce.run_world_size(args, 2)
+    (row,) = allreduce.run_world_size(allreduce_args({"gloo": [2**40], "nccl": [1]}), 2)
     assert row["status"].startswith("skipped:")
 
 
 # one parser (parallel/launch.py:env_pairs) for every stage that launches workers
-@pytest.mark.parametrize("parse", [allreduce.env_pairs, fsdp.env_pairs, leaderboard.env_pairs])
+@pytest.mark.parametrize("parse", [fsdp.env_pairs, leaderboard.env_pairs])
 def test_env_pairs_say_what_is_wrong(parse):
     assert parse("A=1,B=x=y") == {"A": "1", "B": "x=y"}
     assert parse("") == {}

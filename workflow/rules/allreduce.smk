@@ -27,24 +27,12 @@ rule allreduce:
         **launcher_resources("allreduce"),
         gpu=gpus(max(ALLREDUCE["world_sizes"]), only=lambda wc: wc.backend == "nccl"),
     params:
-        cfg=ALLREDUCE,
-        world_sizes=cli_list(ALLREDUCE["world_sizes"]),
-        sizes=lambda wc: cli_list(ALLREDUCE["sizes_mb"][wc.backend]),
-        buffers=lambda wc: (
-            cli_list(ALLREDUCE["nccl_buffers"]) if wc.backend == "nccl" else "default"
-        ),
-        env=cli_list(f"{k}={v}" for k, v in sorted(ALLREDUCE["env"].items())),
+        block=block_text(ALLREDUCE),
         common=common_args(),
     shell:
         "OMP_NUM_THREADS=1 python3 -m cs336_systems.core.gpus {resources.gpu}"
         " python3 -m cs336_systems.stages.allreduce {params.common} --out {output}"
-        " --backend {wildcards.backend} --world-sizes {params.world_sizes}"
-        " --sizes-mb {params.sizes} --buffers {params.buffers}"
-        " --warmup {params.cfg[warmup]} --repeats {params.cfg[repeats]}"
-        " --min-repeats {params.cfg[min_repeats]}"
-        " --max-seconds {params.cfg[max_seconds_per_size]} --sample-ms {params.cfg[sample_ms]}"
-        " --topology {params.cfg[launcher][topology]} --nnodes {params.cfg[launcher][nnodes]}"
-        " --timeout-s {params.cfg[timeout_s]} --env={params.env:q} 2>&1 | tee {log}"
+        " --backend {wildcards.backend} --block {params.block:q} 2>&1 | tee {log}"
 
 
 rule allreduce_aggregate:

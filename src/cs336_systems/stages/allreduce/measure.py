@@ -20,13 +20,14 @@ busbw = algbw * 2 (n - 1) / n (the bytes each rank's link carries in a ring all-
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
-from pathlib import Path
 
-from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import StepClock, summarize, synchronize
+from cs336_systems.core.knobs import add_block_argument, add_run_arguments, block_text
 from cs336_systems.core.log import configure, get_logger, point, status_level
-from cs336_systems.parallel.launch import env_pairs, feasibility
+from cs336_systems.parallel.launch import feasibility
+from cs336_systems.stages.allreduce.plan import AllreduceKnobs
 
 BYTES_PER_MB = 2**20
 BACKENDS = ("gloo", "nccl")
@@ -189,69 +190,47 @@ def worker(args) -> None:
 # ---- parent --------------------------------------------------------------------------------
 
 
-def _floats(text: str) -> list[float]:
-    return [float(x) for x in text.split(",") if x.strip()]
-
-
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()]
-
-
-def _buffers(text: str) -> list[str]:
-    names = [x for x in text.split(",") if x.strip()]
-    if not names or set(names) - set(BUFFERS):
-        raise argparse.ArgumentTypeError(f"buffers must be a comma list of {BUFFERS}")
-    return names
+# the seed of the messages' values: not a knob (a time does not depend on it)
+SEED = 0
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The run's own arguments (the job's backend, where its rows go and what they say they come
+    from) and the stage's knobs as one value (`--block`: its preset block, `AllreduceKnobs`)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--machine", default="local")
-    add_edition_argument(ap)
-    ap.add_argument("--preset", default="cpu")
-    ap.add_argument("--backend", choices=BACKENDS, required=True)
-    ap.add_argument("--world-sizes", type=_ints, help="comma list (required)")
-    ap.add_argument("--sizes-mb", type=_floats, required=True, help="comma list, MB = 2**20 B")
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--repeats", type=int, default=50, help="most timed samples per size")
-    ap.add_argument("--min-repeats", type=int, default=5)
-    ap.add_argument("--max-seconds", type=float, default=5.0, help="timing budget per size")
-    ap.add_argument("--sample-ms", type=float, default=5.0, help="target length of one sample")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument(
-        "--buffers", type=_buffers, default=["default"], help="NCCL only: default,registered"
-    )
-    ap.add_argument("--topology", choices=("local", "slurm"), default="local")
-    ap.add_argument("--nnodes", type=int, default=1)
-    ap.add_argument("--env", type=env_pairs, default={}, help="KEY=VAL,... for every worker")
-    ap.add_argument("--timeout-s", type=float, default=600.0)
-    ap.add_argument("--out", type=Path)
+    ap.add_argument("--backend", choices=BACKENDS, required=True, help="the job's backend")
+    add_run_arguments(ap)
+    add_block_argument(ap, AllreduceKnobs)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.warmup < 1 or args.repeats < 1 or args.min_repeats < 1:
-        ap.error("--warmup, --repeats and --min-repeats must be >= 1")
-    if not args.worker and (args.out is None or not args.world_sizes):
-        ap.error("--out and --world-sizes are required")
-    if args.backend != "nccl" and args.buffers != ["default"]:
-        ap.error("--buffers registered needs --backend nccl")
+    if not args.worker and args.out is None:
+        ap.error("--out is required")
+    return with_knobs(args)
+
+
+def with_knobs(args: argparse.Namespace) -> argparse.Namespace:
+    """`args` with each knob of its block as the attribute the stage reads (the backend's sizes;
+    buffers from NCCL's allocator are NCCL's only)."""
+    k: AllreduceKnobs = args.block
+    args.world_sizes = list(k.world_sizes)
+    args.sizes_mb = [float(s) for s in getattr(k.sizes_mb, args.backend)]
+    args.buffers = list(k.nccl_buffers) if args.backend == "nccl" else ["default"]
+    args.warmup, args.repeats, args.min_repeats = k.warmup, k.repeats, k.min_repeats
+    args.max_seconds, args.sample_ms = float(k.max_seconds_per_size), float(k.sample_ms)
+    args.topology, args.nnodes = k.launcher.topology, k.launcher.nnodes
+    args.env = {key: str(v) for key, v in k.env.items()}
+    args.timeout_s, args.seed = float(k.timeout_s), SEED
     return args
 
 
 def worker_argv(args: argparse.Namespace) -> list[str]:
-    return [
-        "--worker",
-        f"--backend={args.backend}",
-        "--sizes-mb=" + ",".join(f"{s:g}" for s in args.sizes_mb),
-        f"--warmup={args.warmup}",
-        f"--repeats={args.repeats}",
-        f"--min-repeats={args.min_repeats}",
-        f"--max-seconds={args.max_seconds}",
-        f"--sample-ms={args.sample_ms}",
-        f"--seed={args.seed}",
-        "--buffers=" + ",".join(args.buffers),
-        f"--timeout-s={args.timeout_s}",
-    ]
+    """A worker's arguments: the same block (this launch's sizes) and the run's own."""
+    sizes = dataclasses.replace(args.block.sizes_mb, **{args.backend: args.sizes_mb})
+    block = dataclasses.replace(args.block, sizes_mb=sizes)
+    argv = ["--worker", f"--backend={args.backend}", f"--machine={args.machine}"]
+    argv += [f"--preset={args.preset}", f"--edition={args.edition}"]
+    return argv + ["--block", block_text(block.as_block())]
 
 
 def memory_shortfall(backend: str, world_size: int, nnodes: int, size_mb: float) -> str | None:

@@ -1,13 +1,70 @@
-"""What the workflow needs to check the allreduce stage's config block (no torch)."""
+"""The allreduce stage's knobs (`AllreduceKnobs`, one per preset block of
+config/stages/allreduce.yaml) and what the workflow checks in a block beyond its schema
+(no torch)."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Literal
 
 from cs336_systems.core.config import Checker, Facts, check_launcher
+from cs336_systems.core.knobs import Env, Knobs, Launcher, knob
 
 # every rank holds the reference, its contribution and the buffer it all-reduces
 BUFFERS_PER_RANK = 3
+
+
+def _sizes(backend: str):
+    return knob(
+        f"{backend}'s float32 message sizes (MB = 2**20 bytes)",
+        minItems=1,
+        uniqueItems=True,
+        items={"exclusiveMinimum": 0},
+    )
+
+
+@dataclass(frozen=True)
+class SizesMb(Knobs):
+    """The message sizes each backend times."""
+
+    gloo: list[float] = _sizes("gloo")
+    nccl: list[float] = _sizes("nccl")
+
+
+@dataclass(frozen=True)
+class AllreduceKnobs(Knobs):
+    """All-reduce time and bandwidth per backend, world size and message size."""
+
+    backends: list[Literal["gloo", "nccl"]] = knob(
+        "the backends timed, one job each", minItems=1, uniqueItems=True
+    )
+    world_sizes: list[int] = knob(
+        "ranks of each launch (those the machine cannot run give skipped rows)",
+        minItems=1,
+        uniqueItems=True,
+        items={"minimum": 2},
+    )
+    sizes_mb: SizesMb = knob("message sizes per backend")
+    nccl_buffers: list[Literal["default", "registered"]] = knob(
+        "NCCL only: registered also times buffers registered with the communicator",
+        minItems=1,
+        uniqueItems=True,
+    )
+    warmup: int = knob("most warm-up all-reduces per size", minimum=1)
+    repeats: int = knob("most timed samples per size", minimum=1)
+    min_repeats: int = knob("fewest timed samples per size", minimum=1)
+    max_seconds_per_size: float = knob(
+        "the timing budget per size that picks between them", exclusiveMinimum=0
+    )
+    sample_ms: float = knob("one sample's length: back-to-back all-reduces", exclusiveMinimum=0)
+    env: Env = knob("variables set for every rank")
+    launcher: Launcher = knob("how the ranks start")
+    timeout_s: float = knob("seconds a launch may take", exclusiveMinimum=0)
+
+
+# the stage's knobs: its config blocks are checked against their schema (core/config.py)
+KNOBS = AllreduceKnobs
 
 
 def check(cfg: dict, at: Checker, facts: Facts) -> None:
