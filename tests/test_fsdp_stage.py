@@ -3,7 +3,10 @@ and the memory formulas of core/costs.py it answers question 32 with."""
 
 from __future__ import annotations
 
+import shlex
+
 import pytest
+from pipeline_utils import block
 
 from cs336_systems.core.costs import fsdp_saving_vs_optimizer_sharding, training_state_bytes
 from cs336_systems.core.results import provenance, write_csv
@@ -29,13 +32,17 @@ def test_too_few_gpus_gives_skipped_rows_with_the_command(tmp_path, monkeypatch)
     import cs336_systems.parallel.launch as launch
 
     monkeypatch.setattr(launch, "gpu_count", lambda: 1)
-    argv = f"--backend nccl --world-size 2 --size xl --out {tmp_path / 'runs.csv'}".split()
-    rows = stage.run(stage.parse_args(argv), argv)
+    knobs = block("fsdp", backend="nccl", size="xl", variants=list(stage.VARIANTS))
+    argv = ["--machine", "m", "--preset", "gpu", *knobs, "--out", str(tmp_path / "runs.csv")]
+    args = stage.parse_args(argv)
+    rows = stage.run(args, argv)
     assert [r["variant"] for r in rows] == list(stage.VARIANTS)
     assert {r["status"] for r in rows} == {"skipped: needs 2 GPUs, found 1"}
     command = rows[0]["command"]
     assert command.startswith("python3 -m cs336_systems.stages.fsdp ")
-    assert "--backend nccl" in command and "--size xl" in command
+    # the command runs the same block again
+    rerun = stage.parse_args(shlex.split(command)[3:])
+    assert rerun.block == args.block and (rerun.backend, rerun.size) == ("nccl", "xl")
     write_csv([{**provenance("m", "gpu"), **r} for r in rows], tmp_path / "fsdp.csv")
     ctx = analysis.context(tmp_path)
     assert "needs 2 GPUs, found 1" in ctx["skipped"] and ctx["commands"] == [command]
@@ -49,11 +56,13 @@ def test_stage_runs_and_answers_both_questions(tmp_path):
     """Two gloo ranks, a tiny model, one step each: rows, tensor accounting, overlap, report
     (bf16 compute halving the gathered bytes is checked in test_fsdp.py)."""
     out = tmp_path / "runs.csv"
-    argv = (
-        "--backend gloo --world-size 2 --size tiny --context-length 8 --batch-per-rank 1"
-        " --variants sharded_optimizer,fsdp,torch_fsdp_bf16 --warmup 0 --steps 1"
-        f" --trace-dir {tmp_path / 'raw'} --timeout-s 240 --out {out}"
-    ).split()
+    knobs = block(
+        "fsdp", backend="gloo", world_size=2, size="tiny", context_length=8, batch_per_rank=1,
+        variants=["sharded_optimizer", "fsdp", "torch_fsdp_bf16"], warmup_steps=0,
+        measure_steps=1, profile=True, timeout_s=240,
+    )  # fmt: skip
+    argv = ["--machine", "m", "--preset", "cpu", *knobs, "--trace-dir", str(tmp_path / "raw"),
+            "--out", str(out)]  # fmt: skip
     stage.main(argv)
     import pandas as pd
 

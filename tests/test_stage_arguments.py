@@ -131,7 +131,7 @@ def test_allreduce_launches_nothing_when_no_size_fits(monkeypatch):
 
 
 # one parser (parallel/launch.py:env_pairs) for every stage that launches workers
-@pytest.mark.parametrize("parse", [fsdp.env_pairs, leaderboard.env_pairs])
+@pytest.mark.parametrize("parse", [leaderboard.env_pairs])
 def test_env_pairs_say_what_is_wrong(parse):
     assert parse("A=1,B=x=y") == {"A": "1", "B": "x=y"}
     assert parse("") == {}
@@ -153,6 +153,19 @@ def test_ddp_reads_its_knobs_from_one_checked_block(capsys):
     with pytest.raises(SystemExit):
         ddp.parse_args(["variants", *run, *block("ddp", variants=[])])
     assert "config: block.variants: [] — " in capsys.readouterr().err
+
+
+def test_fsdp_reads_its_knobs_from_one_checked_block(capsys):
+    run = ["--machine", "m", "--preset", "cpu", "--out", "x"]
+    args = fsdp.parse_args([*run, *block("fsdp", env={"A": 1}, profile=False)])
+    assert args.backend == "gloo" and args.warmup == 1 and args.steps == 2
+    assert args.env == {"A": "1"} and not args.profile and args.timeout_s == 300.0
+    assert args.variants[0] == "ddp" and set(args.variants) <= set(fsdp.VARIANTS)
+    # a worker gets the same block
+    assert fsdp.parse_args(fsdp.worker_argv(args)).block == args.block
+    with pytest.raises(SystemExit):
+        fsdp.parse_args([*run, *block("fsdp", variants=["zero3"])])
+    assert "config: block.variants[0]: 'zero3' — " in capsys.readouterr().err
 
 
 def test_profile_says_when_the_configured_nsys_is_not_there():

@@ -24,29 +24,16 @@ rule fsdp:
             only=lambda wc: stage_config("fsdp")["backend"] == "nccl",
         ),
     params:
-        cfg=lambda wc: stage_config("fsdp"),
-        variants=lambda wc: cli_list(stage_config("fsdp")["variants"]),
-        env=lambda wc: cli_list(
-            f"{k}={v}" for k, v in sorted(stage_config("fsdp")["env"].items())
-        ),
-        profile=lambda wc: "" if stage_config("fsdp")["profile"] else "--no-profile",
-        # the profiled steps' Chrome traces kept under raw/ (keep_raw)
+        block=lambda wc: block_text(stage_config("fsdp")),
+        # the profiled steps' Chrome traces (when profile is on) kept under raw/ (keep_raw)
         traces=lambda wc, output: (
-            f"--trace-dir {parent(output[0])}/raw"
-            if stage_config("fsdp")["profile"] and config["keep_raw"]
-            else ""
+            f"--trace-dir {parent(output[0])}/raw" if config["keep_raw"] else ""
         ),
         common=common_args(),
     shell:
         "OMP_NUM_THREADS=1 python3 -m cs336_systems.core.gpus {resources.gpu}"
         " python3 -m cs336_systems.stages.fsdp {params.common} --out {output}"
-        " --backend {params.cfg[backend]} --world-size {params.cfg[world_size]}"
-        " --size {params.cfg[size]} --context-length {params.cfg[context_length]}"
-        " --batch-per-rank {params.cfg[batch_per_rank]} --variants={params.variants}"
-        " --warmup {params.cfg[warmup_steps]} --steps {params.cfg[measure_steps]}"
-        " --matmul-precision {params.cfg[matmul_precision]}"
-        " --timeout-s {params.cfg[timeout_s]} --env={params.env:q}"
-        " {params.profile} {params.traces} 2>&1 | tee {log}"
+        " --block {params.block:q} {params.traces} 2>&1 | tee {log}"
 
 
 rule fsdp_aggregate:

@@ -1,7 +1,7 @@
 """Stage `fsdp`: one training step of the same model under DDP, optimizer-state sharding and FSDP
 (fp32 and bf16 compute), measured on every rank.
 
-    python -m cs336_systems.stages.fsdp --backend nccl --world-size 2 --size xl --out F.csv
+    python -m cs336_systems.stages.fsdp --machine M --preset gpu --block '{...}' --out F.csv
 
 One torchrun launch runs the variants one after the other, each on a freshly built model (rank
 0's, broadcast by the wrapper) with AdamW (fused on CUDA, foreach on the CPU: the `optimizer`
@@ -57,28 +57,16 @@ import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import get_args
 
-from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import StepClock, Stopwatch, synchronize, time_marked_steps
+from cs336_systems.core.knobs import add_block_argument, add_run_arguments, block_text
 from cs336_systems.core.log import get_logger, point, status_level
-from cs336_systems.parallel.launch import env_pairs, summarize_slowest
+from cs336_systems.parallel.launch import summarize_slowest
 from cs336_systems.profiling.overlap import profile_step
+from cs336_systems.stages.fsdp.plan import FsdpKnobs, Variant
 
-VARIANTS = (
-    "ddp",
-    "ddp_bf16",
-    "sharded_optimizer",
-    "fsdp",
-    "fsdp_bf16",
-    "fsdp_layer",
-    "fsdp_bf16_layer",
-    "ddp_bf16_compiled",
-    "fsdp_bf16_compiled",
-    "ddp_bf16_graphed",
-    "fsdp_bf16_graphed",
-    "torch_fsdp_bf16",
-    "torch_fsdp_bf16_compiled",
-)
+VARIANTS = get_args(Variant)
 COMPILED = "_compiled"  # the suffix of a variant whose blocks' forward is compiled
 GRAPHED = "_graphed"  # compiled blocks, and the step's forward and backward as CUDA graphs
 POINT_KEYS = ("variant",)
@@ -452,63 +440,42 @@ def worker(args) -> None:
 # ---- parent --------------------------------------------------------------------------------
 
 
-def _names(text: str) -> list[str]:
-    names = [x for x in text.split(",") if x.strip()]
-    bad = sorted(set(names) - set(VARIANTS))
-    if bad:
-        raise argparse.ArgumentTypeError(f"unknown variant(s) {bad}; known: {VARIANTS}")
-    return names
+# AdamW's learning rate and the runs' seed: not knobs (a step's time does not depend on them)
+LR = 1e-4
+SEED = 0
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The run's own arguments (where its rows go and what they say they come from) and the
+    stage's knobs as one value (`--block`: its preset block, `FsdpKnobs`)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--machine", default="local")
-    add_edition_argument(ap)
-    ap.add_argument("--preset", default="cpu")
-    ap.add_argument("--backend", choices=("gloo", "nccl"), required=True)
-    ap.add_argument("--world-size", type=int, default=2)
-    ap.add_argument("--size", default="tiny", help="model size name (model.MODEL_SIZES)")
-    ap.add_argument("--context-length", type=int, default=128)
-    ap.add_argument("--batch-per-rank", type=int, default=4)
-    ap.add_argument("--variants", type=_names, default=list(VARIANTS))
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--lr", type=float, default=1e-4)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--matmul-precision", choices=("highest", "high", "medium"), default="highest")
-    ap.add_argument("--no-profile", dest="profile", action="store_false")
+    add_run_arguments(ap)
+    add_block_argument(ap, FsdpKnobs)
     ap.add_argument("--trace-dir", default="", help="keep the profiled steps' Chrome traces here")
-    ap.add_argument("--env", type=env_pairs, default={}, help="KEY=VAL,... for every worker")
-    ap.add_argument("--timeout-s", type=float, default=900.0)
-    ap.add_argument("--out", type=Path)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.steps < 1 or args.warmup < 0:
-        ap.error("need --steps >= 1 and --warmup >= 0")
     if not args.worker and args.out is None:
         ap.error("--out is required")
+    return with_knobs(args)
+
+
+def with_knobs(args: argparse.Namespace) -> argparse.Namespace:
+    """`args` with each knob of its block as the attribute the stage reads."""
+    k: FsdpKnobs = args.block
+    args.backend, args.world_size, args.size = k.backend, k.world_size, k.size
+    args.context_length, args.batch_per_rank = k.context_length, k.batch_per_rank
+    args.variants, args.warmup, args.steps = list(k.variants), k.warmup_steps, k.measure_steps
+    args.profile, args.matmul_precision = k.profile, k.matmul_precision
+    args.env = {key: str(v) for key, v in k.env.items()}
+    args.timeout_s, args.lr, args.seed = float(k.timeout_s), LR, SEED
     return args
 
 
 def worker_argv(args) -> list[str]:
-    argv = [
-        "--worker",
-        f"--backend={args.backend}",
-        f"--size={args.size}",
-        f"--edition={args.edition}",
-        f"--context-length={args.context_length}",
-        f"--batch-per-rank={args.batch_per_rank}",
-        "--variants=" + ",".join(args.variants),
-        f"--warmup={args.warmup}",
-        f"--steps={args.steps}",
-        f"--lr={args.lr}",
-        f"--seed={args.seed}",
-        f"--matmul-precision={args.matmul_precision}",
-        f"--timeout-s={args.timeout_s}",
-    ]
-    if not args.profile:
-        argv.append("--no-profile")
+    """A worker's arguments: the same block and the run's own."""
+    argv = ["--worker", f"--machine={args.machine}", f"--preset={args.preset}"]
+    argv += [f"--edition={args.edition}", "--block", block_text(args.block.as_block())]
     if args.trace_dir:
         argv.append(f"--trace-dir={os.path.abspath(args.trace_dir)}")
     return argv
