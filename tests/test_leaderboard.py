@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import shlex
+
 import pytest
+from pipeline_utils import block
 
 from cs336_systems.core.costs import matmul_param_count, train_step_flops
 from cs336_systems.engine.budget import benchmark_seconds, breakdown, classify, fits_budget
@@ -55,18 +58,24 @@ def test_the_8b_step_count():
     assert 4.9e15 < flops < 5.1e15
 
 
+GPU_RUN = ["--machine", "m", "--preset", "gpu", "--out", "/tmp/never.csv"]
+
+
 def test_a_missing_world_size_is_skipped_rows_with_the_command(monkeypatch):
     from cs336_systems.stages.leaderboard import measure
 
     monkeypatch.setattr("cs336_systems.core.device.gpu_count", lambda: 0)
-    argv = ["--backend", "nccl", "--world-size", "2", "--out", "/tmp/never.csv"]
+    argv = [*GPU_RUN, "--plans", "full,reduced", *block("leaderboard", "gpu")]
     args = measure.parse_args(argv)
     rows = measure.run(args, argv)
     assert [(r["config"], r["variant"]) for r in rows] == [("full", "engine"), ("full", "plain")]
     for r in rows:
         assert r["status"].startswith("skipped:")
-        assert r["command"].startswith("python3 -m cs336_systems.stages.leaderboard --backend nccl")
+        assert r["command"].startswith("python3 -m cs336_systems.stages.leaderboard --machine")
         assert r["d_model"] == 4096 and r["num_layers"] == 34
+    # the command runs the same block again
+    rerun = measure.parse_args(shlex.split(rows[0]["command"])[3:])
+    assert rerun.block == args.block and rerun.plans == ["full", "reduced"]
 
 
 def test_one_gpu_runs_the_reduced_configuration_on_one_process(monkeypatch):
@@ -83,14 +92,19 @@ def test_one_gpu_runs_the_reduced_configuration_on_one_process(monkeypatch):
         return launcher.LaunchResult("ok", 0, 1.0, [row])
 
     monkeypatch.setattr(launcher, "launch", fake_launch)
-    argv = ["--backend", "nccl", "--world-size", "2", "--out", "/tmp/never.csv"]
-    rows = measure.run(measure.parse_args(argv), argv)
+    argv = [*GPU_RUN, "--plans", "full,reduced", *block("leaderboard", "gpu")]
+    args = measure.parse_args(argv)
+    rows = measure.run(args, argv)
     by = {(r["config"], r["variant"]): r for r in rows}
     assert by[("full", "engine")]["status"].startswith("skipped: needs 2 GPUs")
     assert by[("reduced", "engine")]["status"] == "ok"
     assert by[("reduced", "engine")]["world_size"] == 1
     assert by[("reduced", "plain")]["status"].startswith("error")  # no row from the workers
     assert [t for _, t in launched] == [launcher.Topology(1)]
+    # the worker gets the same block (reduced_layers caps its layers) and its configuration
+    worker = measure.parse_args(launched[0][0])
+    assert worker.block == args.block and worker.config == "reduced" and worker.pinned == ""
+    assert worker.reduced_layers == 4 and worker.compile and worker.warmup == 2
 
 
 def test_the_memory_model_skips_before_allocating():

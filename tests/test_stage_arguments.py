@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from pipeline_utils import block
 
+from cs336_systems.parallel.launch import env_pairs
 from cs336_systems.stages.allreduce import measure as allreduce
 from cs336_systems.stages.ceilings import measure as ceilings
 from cs336_systems.stages.ddp import measure as ddp
@@ -130,9 +131,9 @@ def test_allreduce_launches_nothing_when_no_size_fits(monkeypatch):
     assert row["status"].startswith("skipped:")
 
 
-# one parser (parallel/launch.py:env_pairs) for every stage that launches workers
-@pytest.mark.parametrize("parse", [leaderboard.env_pairs])
-def test_env_pairs_say_what_is_wrong(parse):
+# the launcher's KEY=VALUE parser (parallel/launch.py:env_pairs)
+def test_env_pairs_say_what_is_wrong():
+    parse = env_pairs
     assert parse("A=1,B=x=y") == {"A": "1", "B": "x=y"}
     assert parse("") == {}
     for bad in ("A", "A=1,B", "=1"):
@@ -166,6 +167,26 @@ def test_fsdp_reads_its_knobs_from_one_checked_block(capsys):
     with pytest.raises(SystemExit):
         fsdp.parse_args([*run, *block("fsdp", variants=["zero3"])])
     assert "config: block.variants[0]: 'zero3' — " in capsys.readouterr().err
+
+
+def test_leaderboard_reads_its_knobs_from_one_checked_block(capsys, tmp_path):
+    run = ["--machine", "m", "--preset", "cpu", "--out", "x"]
+    knobs = block("leaderboard", reduced_layers=3, env={"A": True})
+    args = leaderboard.parse_args([*run, "--plans", "full,reduced", *knobs])
+    assert (args.backend, args.world_size, args.d_model, args.num_layers) == ("gloo", 2, 64, 2)
+    assert args.reduced_layers == 3 and args.env == {"A": "True"} and args.pinned == ""
+    assert args.ablations[0] == "sdpa" and not args.compile and args.profile
+    # the ablation job pins the engine row's checkpointing; its workers get the same block
+    runs = tmp_path / "runs.csv"
+    runs.write_text("config,variant,status,checkpointing\nfull,engine,ok,sqrt\n")
+    ablation = leaderboard.parse_args(
+        [*run, "--plans", "ablation", "--checkpoint-from", str(runs), *knobs]
+    )
+    worker = leaderboard.parse_args(leaderboard.worker_argv(ablation, "ablation"))
+    assert worker.block == args.block and worker.pinned == "sqrt" and worker.config == "ablation"
+    with pytest.raises(SystemExit):
+        leaderboard.parse_args([*run, "--plans", "full", *block("leaderboard", checkpoint="x")])
+    assert "config: block.checkpoint: 'x' — auto (by memory)" in capsys.readouterr().err
 
 
 def test_profile_says_when_the_configured_nsys_is_not_there():

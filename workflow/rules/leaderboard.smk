@@ -28,33 +28,13 @@ rule leaderboard:
             only=lambda wc: stage_config("leaderboard")["backend"] == "nccl",
         ),
     params:
-        cfg=lambda wc: stage_config("leaderboard"),
-        variants=lambda wc: cli_list(stage_config("leaderboard")["variants"]),
-        env=lambda wc: cli_list(
-            f"{k}={v}" for k, v in sorted(stage_config("leaderboard")["env"].items())
-        ),
-        flags=lambda wc: " ".join(
-            f
-            for f, on in (
-                ("--compile", stage_config("leaderboard")["compile"]),
-                ("--no-profile", not stage_config("leaderboard")["profile"]),
-            )
-            if on
-        ),
+        block=lambda wc: block_text(stage_config("leaderboard")),
         common=common_args(),
     shell:
         "OMP_NUM_THREADS=1 python3 -m cs336_systems.core.gpus {resources.gpu}"
         " python3 -m cs336_systems.stages.leaderboard {params.common} --out {output}"
-        " --plans full,reduced"
-        " --backend {params.cfg[backend]} --world-size {params.cfg[world_size]}"
-        " --vocab {params.cfg[vocab]} --d-model {params.cfg[d_model]} --d-ff {params.cfg[d_ff]}"
-        " --num-layers {params.cfg[num_layers]} --num-heads {params.cfg[num_heads]}"
-        " --context-length {params.cfg[context_length]} --batch {params.cfg[batch]}"
-        " --variants={params.variants} --warmup {params.cfg[warmup_steps]}"
-        " --steps {params.cfg[measure_steps]} --checkpoint {params.cfg[checkpoint]}"
-        " --reduced-layers {params.cfg[reduced_layers]}"
-        " --peak-csv {input.ceilings} --timeout-s {params.cfg[timeout_s]} --env={params.env:q}"
-        " {params.flags} 2>&1 | tee {log}"
+        " --plans full,reduced --block {params.block:q} --peak-csv {input.ceilings}"
+        " 2>&1 | tee {log}"
 
 
 rule leaderboard_ablation:
@@ -77,34 +57,13 @@ rule leaderboard_ablation:
             only=lambda wc: stage_config("leaderboard")["backend"] == "nccl",
         ),
     params:
-        cfg=lambda wc: stage_config("leaderboard"),
-        variants=lambda wc: cli_list(stage_config("leaderboard")["variants"]),
-        ablations=lambda wc: cli_list(LEADERBOARD_ABLATIONS),
-        env=lambda wc: cli_list(
-            f"{k}={v}" for k, v in sorted(stage_config("leaderboard")["env"].items())
-        ),
-        flags=lambda wc: " ".join(
-            f
-            for f, on in (
-                ("--compile", stage_config("leaderboard")["compile"]),
-                ("--no-profile", not stage_config("leaderboard")["profile"]),
-            )
-            if on
-        ),
+        block=lambda wc: block_text(stage_config("leaderboard")),
         common=common_args(),
     shell:
         "OMP_NUM_THREADS=1 python3 -m cs336_systems.core.gpus {resources.gpu}"
         " python3 -m cs336_systems.stages.leaderboard {params.common} --out {output}"
-        " --plans ablation --ablations={params.ablations} --checkpoint-from {input.runs}"
-        " --backend {params.cfg[backend]} --world-size {params.cfg[world_size]}"
-        " --vocab {params.cfg[vocab]} --d-model {params.cfg[d_model]} --d-ff {params.cfg[d_ff]}"
-        " --num-layers {params.cfg[num_layers]} --num-heads {params.cfg[num_heads]}"
-        " --context-length {params.cfg[context_length]} --batch {params.cfg[batch]}"
-        " --variants={params.variants} --warmup {params.cfg[warmup_steps]}"
-        " --steps {params.cfg[measure_steps]} --checkpoint {params.cfg[checkpoint]}"
-        " --reduced-layers {params.cfg[reduced_layers]}"
-        " --peak-csv {input.ceilings} --timeout-s {params.cfg[timeout_s]} --env={params.env:q}"
-        " {params.flags} 2>&1 | tee {log}"
+        " --plans ablation --checkpoint-from {input.runs} --block {params.block:q}"
+        " --peak-csv {input.ceilings} 2>&1 | tee {log}"
 
 
 rule leaderboard_aggregate:

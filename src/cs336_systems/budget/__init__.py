@@ -26,6 +26,7 @@ from cs336_systems.model import VOCAB_SIZE, size_spec
 from cs336_systems.stages.benchmark import plan as benchmark_plan
 from cs336_systems.stages.benchmark.engines import engine_points
 from cs336_systems.stages.flash.plan import seq_cap
+from cs336_systems.stages.leaderboard.plan import reduced_seconds
 from cs336_systems.stages.profile.probe import grid_contexts
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -415,26 +416,6 @@ def _ceilings(cfg: dict, dev: Device, ed: int = DEFAULT_EDITION) -> list[Job]:
     return [Job("ceilings", "ceilings", total, f"{n} matmul measurements and a copy")]
 
 
-# the leaderboard's reduced one-GPU configuration (the 8B's widths and context, the most layers
-# that fit, compiled, a few steps): 2-4 min on an H100 (the lead's estimate), its middle
-LEADERBOARD_REDUCED_S = 180.0
-# with `reduced_layers` set: the engine's blocks compile once (35 s for the 2026 xl's, measured
-# on an H100) and each step costs its FLOPs at the reached bf16 rate (warm-up, measured, the
-# first and the profiled one); the reference run's leaderboard job: 54 s in all
-LEADERBOARD_COMPILE_S = 24.0
-
-
-def _reduced_seconds(cfg: dict, dev: Device) -> float:
-    layers = cfg.get("reduced_layers", 0)
-    if not layers:
-        return LEADERBOARD_REDUCED_S
-    flops = costs.train_step_flops(cfg["vocab"], cfg["d_model"], layers, cfg["d_ff"],
-                                   cfg["batch"], cfg["context_length"])  # fmt: skip
-    step_s = flops / rate(dev, "bf16")
-    steps = cfg["warmup_steps"] + cfg["measure_steps"] + 2  # + the profiled step and the first
-    return LEADERBOARD_COMPILE_S + steps * step_s
-
-
 def _leaderboard(cfg: dict, dev: Device, ed: int = DEFAULT_EDITION) -> list[Job]:
     """gloo: the tiny configuration on one world of host processes (~30 s); NCCL on fewer
     GPUs than its world size: `skipped` rows and the reduced configuration on one GPU; else
@@ -449,7 +430,9 @@ def _leaderboard(cfg: dict, dev: Device, ed: int = DEFAULT_EDITION) -> list[Job]
                             f"{len(ablations)} ablation rows on {world} gloo processes"))  # fmt: skip
         return jobs
     if world > dev.gpus:
-        jobs = [Job("leaderboard", "reduced", dev.job_start_s + _reduced_seconds(cfg, dev),
+        # the reduced configuration's estimate sits beside its knobs (stages/leaderboard/plan.py)
+        reduced = dev.job_start_s + reduced_seconds(cfg, rate(dev, "bf16"))
+        jobs = [Job("leaderboard", "reduced", reduced,
                     f"{world} GPUs needed: the reduced configuration on one")]  # fmt: skip
         if ablations:
             jobs.append(Job("leaderboard", "ablation", dev.job_start_s,

@@ -1,14 +1,15 @@
 """Stage `leaderboard`: one training step of the 2026 leaderboard model through the engine
 (engine/step.py) and through the plain model, on the world size the machine has.
 
-    python -m cs336_systems.stages.leaderboard --backend nccl --world-size 2 --out L.csv
+    python -m cs336_systems.stages.leaderboard --machine M --preset gpu --block '{...}' \
+        --plans full,reduced --peak-csv ceilings.csv --out L.csv
 
-Configurations (`config` column, `--plans`): `full`, the configured model on `--world-size`
+Configurations (`config` column, `--plans`): `full`, the configured model on `world_size`
 ranks (a machine with fewer GPUs writes `skipped` rows with the command that runs it);
 `reduced`, on one GPU when the full one cannot run there: the same widths, context and batch
 with the most layers the engine fits by the memory model (engine/memory.py); `ablation`, the
-engine on the full configuration with one optimization turned off per row (`--ablations`,
-ABLATIONS; column `ablation`). Each row is first checked against the memory model: one that
+engine on the full configuration with one optimization turned off per row (the `ablations`
+knob, ABLATIONS; column `ablation`). Each row is first checked against the memory model: one that
 cannot fit is `skipped: needs X GB per rank, have Y` before anything is allocated. A point that
 runs: the seconds from an empty process to the end of the warm-up steps (build, compile, first
 steps: `setup_s`), the measured steps (slowest rank per step), tokens/s, TFLOP/s by
@@ -31,17 +32,16 @@ import shlex
 import sys
 from pathlib import Path
 
-from cs336_systems.core.edition import add_edition_argument
+from cs336_systems.core.knobs import add_block_argument, add_run_arguments, block_text
 from cs336_systems.core.log import get_logger, point, status_level
-from cs336_systems.parallel.launch import env_pairs
 from cs336_systems.stages.leaderboard.ablation import (
     ABLATIONS,
     engine_checkpointing,
     pins_checkpointing,
 )
+from cs336_systems.stages.leaderboard.plan import LeaderboardKnobs
 
 log = get_logger(__name__)
-VARIANTS = ("engine", "plain")
 PLANS = ("full", "reduced", "ablation")
 DIMS = ("vocab", "d_model", "d_ff", "num_layers", "num_heads", "context_length", "batch")
 STEP_RANGE = "leaderboard_step"  # the profiled step's record_function range
@@ -50,7 +50,7 @@ STEP_RANGE = "leaderboard_step"  # the profiled step's record_function range
 BREAKDOWN_VERSION = 2
 
 
-def peak_tflops(path: str, matmul_path: str = "matmul") -> float:
+def peak_tflops(path: str | Path | None, matmul_path: str = "matmul") -> float:
     """The ceilings stage's measured bf16 TFLOP/s through `matmul_path` (`matmul`: bf16
     weights, a plain bf16 matmul; `autocast_linear`: fp32 weights under bf16 autocast), NaN if
     absent."""
@@ -72,7 +72,7 @@ def matmul_path(variant: str, device_type: str, world_size: int) -> str:
     return "matmul" if engine_bf16 else "autocast_linear"
 
 
-def with_path_mfu(df, ceilings_csv: str | Path):
+def with_path_mfu(df, ceilings_csv: str | Path | None):
     """`df`'s rows with `matmul_path` (inferred for rows written before it was recorded),
     `peak_tflops_per_gpu`, `peak_tflops` (every rank's) and `mfu` against the ceilings' peak of
     that path."""
@@ -88,7 +88,7 @@ def with_path_mfu(df, ceilings_csv: str | Path):
             df["variant"], df["backend"], df["world_size"], strict=True,
         )
     ]  # fmt: skip
-    peaks = {p: peak_tflops(str(ceilings_csv), p) for p in set(df["matmul_path"])}
+    peaks = {p: peak_tflops(ceilings_csv, p) for p in set(df["matmul_path"])}
     df["peak_tflops_per_gpu"] = df["matmul_path"].map(peaks)
     df["peak_tflops"] = df["peak_tflops_per_gpu"] * df["world_size"]
     df["mfu"] = df["tflops"] / df["peak_tflops"].where(df["peak_tflops"] > 0)
@@ -419,22 +419,10 @@ def this_command(argv: list[str] | None) -> str:
 
 
 def worker_argv(args, config: str) -> list[str]:
-    out = ["--worker", f"--backend={args.backend}", f"--config={config}"]
-    out += [f"--edition={args.edition}"]
-    out += [f"--{k.replace('_', '-')}={getattr(args, k)}" for k in DIMS]
-    out += [
-        f"--variants={','.join(args.variants)}",
-        f"--ablations={','.join(args.ablations)}",
-        f"--warmup={args.warmup}",
-        f"--steps={args.steps}",
-        f"--checkpoint={args.checkpoint}",
-        f"--pinned={args.pinned}",
-        f"--reduced-layers={args.reduced_layers}",
-        f"--timeout-s={args.timeout_s}",
-    ]
-    out += ["--compile"] if args.compile else []
-    out += [] if args.profile else ["--no-profile"]
-    return out
+    """A worker's arguments: its configuration, the same block and the run's own."""
+    out = ["--worker", f"--config={config}", f"--pinned={args.pinned}"]
+    out += [f"--machine={args.machine}", f"--preset={args.preset}", f"--edition={args.edition}"]
+    return out + ["--block", block_text(args.block.as_block())]
 
 
 def run(args, argv: list[str] | None = None) -> list[dict]:
@@ -493,78 +481,57 @@ def _names_of(known) -> callable:
     return parse
 
 
-_names = _names_of(VARIANTS)
+# the runs' seed: not a knob (a step's time does not depend on it)
+SEED = 0
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The run's own arguments (which configurations the job runs, the files it reads, where
+    its rows go and what they say they come from) and the stage's knobs as one value
+    (`--block`: its preset block, `LeaderboardKnobs`)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--machine", default="local")
-    ap.add_argument("--preset", default="cpu")
-    ap.add_argument("--backend", choices=("gloo", "nccl"), required=True)
-    ap.add_argument("--world-size", type=int, default=2)
-    add_edition_argument(ap)
-    ap.add_argument("--config", default="full", help=argparse.SUPPRESS)
-    for k, v in (
-        ("vocab", 151_936),
-        ("d_model", 4096),
-        ("d_ff", 11_008),
-        ("num_layers", 34),
-        ("num_heads", 32),
-        ("context_length", 32_768),
-        ("batch", 2),
-    ):
-        ap.add_argument(f"--{k.replace('_', '-')}", type=int, default=v)
-    ap.add_argument("--variants", type=_names, default=list(VARIANTS))
+    add_run_arguments(ap)
+    add_block_argument(ap, LeaderboardKnobs)
     ap.add_argument(
         "--plans",
         type=_names_of(PLANS),
-        default=["full", "reduced"],
         help="which configurations: full, reduced (one GPU, when full cannot run), ablation",
     )
     ap.add_argument(
-        "--ablations",
-        type=_names_of(ABLATIONS),
-        default=[],
-        help=f"the ablation plan's rows: {', '.join(ABLATIONS)}",
-    )
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--checkpoint", default="auto")
-    ap.add_argument(
         "--checkpoint-from",
-        default="",
         help="the stage's runs CSV: the ablation rows run its engine row's checkpointing",
     )
-    ap.add_argument("--pinned", default="", help=argparse.SUPPRESS)
-    ap.add_argument(
-        "--reduced-layers",
-        type=int,
-        default=0,
-        help="the reduced one-GPU configuration's layers at most (0: the most that fit)",
-    )
-    ap.add_argument("--compile", action="store_true")
-    ap.add_argument("--no-profile", dest="profile", action="store_false")
-    ap.add_argument("--peak-csv", default="", help="the ceilings stage's CSV (bf16 peak)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--env", type=env_pairs, default={}, help="KEY=VAL,... for every worker")
-    ap.add_argument("--timeout-s", type=float, default=540.0)
-    ap.add_argument("--out", type=Path)
+    ap.add_argument("--peak-csv", help="the ceilings stage's CSV (bf16 peak)")
+    ap.add_argument("--config", choices=PLANS, help=argparse.SUPPRESS)
+    ap.add_argument("--pinned", help=argparse.SUPPRESS)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if not args.worker and "ablation" in args.plans:
-        args.pinned = engine_checkpointing(args.checkpoint_from)
-        if args.checkpoint_from and not args.pinned:
-            log.warning(
-                "no engine row ran in %s: each ablation row chooses its own checkpointing",
-                args.checkpoint_from,
-            )
-    if args.steps < 1 or args.warmup < 1:
-        ap.error("need --steps >= 1 and --warmup >= 1")
-    if args.reduced_layers < 0:
-        ap.error(f"need --reduced-layers >= 0, got {args.reduced_layers}")
-    if not args.worker and args.out is None:
-        ap.error("--out is required")
+    if not args.worker:
+        if args.out is None or not args.plans:
+            ap.error("--out and --plans are required")
+        args.pinned = ""
+        if "ablation" in args.plans:
+            args.pinned = engine_checkpointing(args.checkpoint_from)
+            if args.checkpoint_from and not args.pinned:
+                log.warning(
+                    "no engine row ran in %s: each ablation row chooses its own checkpointing",
+                    args.checkpoint_from,
+                )
+    return with_knobs(args)
+
+
+def with_knobs(args: argparse.Namespace) -> argparse.Namespace:
+    """`args` with each knob of its block as the attribute the stage reads."""
+    k: LeaderboardKnobs = args.block
+    args.backend, args.world_size = k.backend, k.world_size
+    for dim in DIMS:
+        setattr(args, dim, getattr(k, dim))
+    args.variants, args.ablations = list(k.variants), list(k.ablations)
+    args.reduced_layers, args.warmup, args.steps = k.reduced_layers, k.warmup_steps, k.measure_steps
+    args.checkpoint, args.compile, args.profile = k.checkpoint, k.compile, k.profile
+    args.env = {key: str(v) for key, v in k.env.items()}
+    args.timeout_s, args.seed = float(k.timeout_s), SEED
     return args
 
 
