@@ -18,11 +18,15 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def block(stage: str, preset: str = "cpu", **changes) -> list[str]:
-    """`--block <json>` of a stage CLI: its preset block of config/stages/<stage>.yaml with
-    `changes` (as the workflow's rules pass it)."""
-    blocks = yaml.safe_load((ROOT / f"config/stages/{stage}.yaml").read_text())[stage]
-    return ["--block", json.dumps({**blocks[preset], **changes})]
+def block(stage: str, preset: str = "cpu", edition: int = 2026, **changes) -> list[str]:
+    """`--block <json>` of a stage CLI: its preset block of config/stages/<stage>.yaml for
+    `edition` (its `editions` entry merged, as the workflow does) with `changes`, as the
+    workflow's rules pass it."""
+    from cs336_systems.core.edition import edition_overrides
+
+    blocks = yaml.safe_load((ROOT / f"config/stages/{stage}.yaml").read_text())
+    edition_overrides(blocks, [stage], edition)
+    return ["--block", json.dumps({**blocks[stage][preset], **changes})]
 
 
 def kernel_test_files() -> list[str]:

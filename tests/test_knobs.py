@@ -46,6 +46,9 @@ def test_the_schema_comes_from_the_fields():
 def test_a_block_round_trips_and_a_bad_one_is_refused_with_its_line():
     k = parse_block(Demo, block_text(BLOCK))
     assert isinstance(k.launcher, Launcher) and k.launcher.nnodes == 1 and k.extra is None
+    # numbers take their knob's type: YAML's 1 for a list of floats is 1.0
+    assert k.sizes == [1.0, 2.5] and all(isinstance(x, float) for x in k.sizes)
+    assert k.env == {"X": 1} and k.steps == 3 and isinstance(k.steps, int)
     assert json.loads(block_text(k.as_block())) == BLOCK
     assert parse_block(Demo, block_text(k.as_block())) == k
     with pytest.raises(argparse.ArgumentTypeError, match=r"block\.steps: 0 — "):

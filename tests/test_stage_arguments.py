@@ -11,7 +11,6 @@ import pandas as pd
 import pytest
 from pipeline_utils import block
 
-from cs336_systems.parallel.launch import env_pairs
 from cs336_systems.stages.allreduce import measure as allreduce
 from cs336_systems.stages.ceilings import measure as ceilings
 from cs336_systems.stages.ddp import measure as ddp
@@ -129,16 +128,6 @@ def test_allreduce_launches_nothing_when_no_size_fits(monkeypatch):
     monkeypatch.setattr(allreduce, "feasibility", lambda *a: None)
     (row,) = allreduce.run_world_size(allreduce_args({"gloo": [2**40], "nccl": [1]}), 2)
     assert row["status"].startswith("skipped:")
-
-
-# the launcher's KEY=VALUE parser (parallel/launch.py:env_pairs)
-def test_env_pairs_say_what_is_wrong():
-    parse = env_pairs
-    assert parse("A=1,B=x=y") == {"A": "1", "B": "x=y"}
-    assert parse("") == {}
-    for bad in ("A", "A=1,B", "=1"):
-        with pytest.raises(argparse.ArgumentTypeError, match="KEY=VALUE"):
-            parse(bad)
 
 
 def test_ddp_reads_its_knobs_from_one_checked_block(capsys):

@@ -73,6 +73,23 @@ def _type_schema(tp) -> dict:
     raise TypeError(f"no JSON schema for knob type {tp!r}")
 
 
+def _typed(tp, v):
+    """A checked block's value as its knob's type: YAML's 1 for a float knob is 1.0 (in lists
+    and mappings too), a nested mapping its Knobs."""
+    origin = get_origin(tp)
+    if tp is float and isinstance(v, int) and not isinstance(v, bool):
+        return float(v)
+    if origin is list and isinstance(v, list):
+        (item,) = get_args(tp)
+        return [_typed(item, x) for x in v]
+    if origin is dict and isinstance(v, Mapping):
+        _, value = get_args(tp)
+        return {k: _typed(value, x) for k, x in v.items()}
+    if isinstance(tp, type) and issubclass(tp, Knobs) and isinstance(v, Mapping):
+        return tp.from_block(v)
+    return v
+
+
 @dataclasses.dataclass(frozen=True)
 class Knobs:
     """Base of a stage's knobs (a frozen dataclass of `knob` fields): schema, parsing, JSON."""
@@ -125,10 +142,7 @@ class Knobs:
             if f.name not in block:
                 continue
             tp, _ = _optional(hints[f.name])
-            v = block[f.name]
-            if isinstance(tp, type) and issubclass(tp, Knobs) and isinstance(v, Mapping):
-                v = tp.from_block(v)
-            values[f.name] = v
+            values[f.name] = _typed(tp, block[f.name])
         return cls(**values)
 
     def as_block(self) -> dict:

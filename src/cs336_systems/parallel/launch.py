@@ -23,7 +23,6 @@ one GPU per local rank for NCCL), :func:`slowest_rank` (per-iteration max over r
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import logging
@@ -55,16 +54,6 @@ DISTRIBUTED_ENV = {
     "NVSHMEM_DISABLE_NVLS": "1",
 }
 TOPOLOGIES = ("local", "slurm")
-
-
-def env_pairs(text: str) -> dict[str, str]:
-    """`--env KEY=VALUE,...` of the stages that launch workers: the environment every worker
-    gets; an entry without a key or `=` is refused (argparse names the option)."""
-    pairs = [kv for kv in text.split(",") if kv.strip()]
-    bad = [kv for kv in pairs if "=" not in kv or not kv.split("=", 1)[0].strip()]
-    if bad:
-        raise argparse.ArgumentTypeError(f"--env takes KEY=VALUE,...; got {bad}")
-    return dict(kv.split("=", 1) for kv in pairs)
 
 
 def free_port(host: str = "") -> int:
