@@ -44,6 +44,17 @@ def model_columns(size: str, edition: int | str | None, vocab_size: int = VOCAB_
     }
 
 
+def rank_batch(seed: int, rank: int, batch: int, context_length: int, device):
+    """(inputs, targets) of one rank in the distributed stages: random tokens of its own seed
+    (`seed + 1000 (rank + 1)`, drawn on the CPU so every device gets the same ones)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed + 1000 * (rank + 1))
+    tokens = torch.randint(0, VOCAB_SIZE, (batch, context_length + 1), generator=gen)
+    tokens = tokens.to(device)
+    return tokens[:, :-1], tokens[:, 1:]
+
+
 @dataclass
 class Workload:
     """A model with its data on a device; `step(mode, precision, compiled)` builds a step."""

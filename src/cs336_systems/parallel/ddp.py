@@ -51,10 +51,9 @@ import torch.distributed as dist
 from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
+from cs336_systems.core.costs import MiB
 from cs336_systems.parallel import collectives
 from cs336_systems.parallel.hooks import weak_hook
-
-BYTES_PER_MB = 2**20  # bucket sizes and message sizes count MB as 2**20 bytes
 
 
 def _group_size(group: dist.ProcessGroup | None) -> int:
@@ -202,7 +201,7 @@ class DDPBucketed(_DataParallelBase):
         if bucket_size_mb <= 0:
             raise ValueError(f"bucket_size_mb must be positive, got {bucket_size_mb}")
         self.bucket_size_mb = bucket_size_mb
-        self.buckets = self._make_buckets(bucket_size_mb * BYTES_PER_MB)
+        self.buckets = self._make_buckets(bucket_size_mb * MiB)
         self._bucket_of: dict[int, _Bucket] = {}
         for bucket in self.buckets:
             for p in bucket.params:
@@ -292,7 +291,7 @@ def optimal_bucket(s_bytes: float, w_bps: float, o_s: float) -> dict:
     n_b = math.sqrt(s_bytes / (w_bps * o_s))
     return {
         "n_b": n_b,
-        "bucket_mb": math.sqrt(s_bytes * w_bps * o_s) / BYTES_PER_MB,
+        "bucket_mb": math.sqrt(s_bytes * w_bps * o_s) / MiB,
         "overhead_ms": 2 * math.sqrt(s_bytes * o_s / w_bps) * 1e3,
     }
 

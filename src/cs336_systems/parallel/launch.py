@@ -29,6 +29,7 @@ import logging
 import math
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -54,6 +55,13 @@ DISTRIBUTED_ENV = {
     "NVSHMEM_DISABLE_NVLS": "1",
 }
 TOPOLOGIES = ("local", "slurm")
+
+
+def stage_command(stage: str, argv: list[str] | None) -> str:
+    """The command line that ran (and reruns) a stage's job: `python3 -m
+    cs336_systems.stages.<stage>` and its arguments (this process's where `argv` is None)."""
+    args = sys.argv[1:] if argv is None else argv
+    return shlex.join(["python3", "-m", f"cs336_systems.stages.{stage}", *args])
 
 
 def free_port(host: str = "") -> int:

@@ -23,13 +23,13 @@ import argparse
 import dataclasses
 import math
 
+from cs336_systems.core.costs import MiB, ring_all_reduce_time
 from cs336_systems.core.harness import StepClock, summarize, synchronize
 from cs336_systems.core.knobs import add_block_argument, add_run_arguments, block_text
 from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.parallel.launch import feasibility
 from cs336_systems.stages.allreduce.plan import AllreduceKnobs
 
-BYTES_PER_MB = 2**20
 BACKENDS = ("gloo", "nccl")
 POINT_KEYS = ("buffers", "size_mb")
 # default: tensors from PyTorch's caching allocator; registered: from NCCL's allocator in a
@@ -47,10 +47,11 @@ def algbw_gbps(nbytes: float, time_ms: float) -> float:
 
 
 def busbw_factor(world_size: int) -> float:
-    """nccl-tests' all-reduce bus-bandwidth factor 2 (n - 1) / n."""
+    """nccl-tests' all-reduce bus-bandwidth factor 2 (n - 1) / n: the ring all-reduce's bytes
+    on each rank's link per byte reduced (core/costs.py's ring time at S = W = 1)."""
     if world_size < 1:
         raise ValueError(f"world size must be >= 1, got {world_size}")
-    return 2.0 * (world_size - 1) / world_size
+    return ring_all_reduce_time(1.0, world_size, 1.0)
 
 
 def busbw_gbps(nbytes: float, time_ms: float, world_size: int) -> float:
@@ -67,7 +68,7 @@ def check_sum(result, base, world_size: int, rtol: float = 1e-5) -> tuple[bool, 
 
 
 def message_numel(size_mb: float) -> int:
-    return int(size_mb * BYTES_PER_MB) // 4
+    return int(size_mb * MiB) // 4
 
 
 # ---- worker --------------------------------------------------------------------------------

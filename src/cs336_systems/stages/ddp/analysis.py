@@ -36,8 +36,8 @@ from cs336_systems.core.analysis import (
     save,
     stacked_bars,
 )
-from cs336_systems.core.costs import fit_latency_bandwidth
-from cs336_systems.parallel.ddp import BYTES_PER_MB, optimal_bucket, overhead_model
+from cs336_systems.core.costs import MiB, fit_latency_bandwidth
+from cs336_systems.parallel.ddp import optimal_bucket, overhead_model
 from cs336_systems.stages.ddp.peer import BUCKET_MB as PEER_BUCKET_MB
 from cs336_systems.stages.ddp.peer import peer_sentence
 
@@ -121,7 +121,7 @@ def comm_fits(df: pd.DataFrame, allreduce: pd.DataFrame) -> dict[str, dict]:
             }
     naive, flat = _one(d, "naive"), _one(d, "flat")
     if naive is not None and flat is not None and naive.num_grad_tensors > 1:
-        s = naive.grad_mb * BYTES_PER_MB
+        s = naive.grad_mb * MiB
         o = (naive.comm_ms_mean - flat.comm_ms_mean) * 1e-3 / (naive.num_grad_tensors - 1)
         if o > 0 and flat.comm_ms_mean * 1e-3 > o:
             fits["naive vs flat DDP runs"] = {"o": o, "w": s / (flat.comm_ms_mean * 1e-3 - o)}
@@ -145,7 +145,7 @@ def bucket_table(df: pd.DataFrame, fit: dict | None) -> pd.DataFrame:
             "sync after backward (ms)": r.comm_ms_mean,
         }
         if fit is not None and base is not None:
-            over = overhead_model(r.grad_mb * BYTES_PER_MB, fit["w"], fit["o"], r.num_buckets)
+            over = overhead_model(r.grad_mb * MiB, fit["w"], fit["o"], r.num_buckets)
             row["model overhead (ms)"] = over * 1e3
             row["model step (ms)"] = base.step_ms_mean + over * 1e3
         rows.append(row)
@@ -454,7 +454,7 @@ def context(results_dir: Path) -> dict:
             )
         )
         if fit is not None:
-            s = float(best.grad_mb) * BYTES_PER_MB
+            s = float(best.grad_mb) * MiB
             opt = optimal_bucket(s, fit["w"], fit["o"])
             ctx["model_best"] = (
                 f"With s = {fmt(best.grad_mb)} MiB of gradients and the {fit_name} fit, the model "
@@ -538,10 +538,10 @@ def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
         fits = comm_fits(df, allreduce)
         if base is not None:
             ax.axhline(base.step_ms_mean, color="gray", ls=":", label="compute only")
-            s = float(b["grad_mb"].iloc[0]) * BYTES_PER_MB
+            s = float(b["grad_mb"].iloc[0]) * MiB
             sizes = np.geomspace(b["bucket_size_mb"].min() / 4, b["bucket_size_mb"].max(), 100)
             for (name, f), style in zip(fits.items(), ("--", "-."), strict=False):
-                n_b = np.maximum(1.0, s / (sizes * BYTES_PER_MB))
+                n_b = np.maximum(1.0, s / (sizes * MiB))
                 pred = base.step_ms_mean + 1e3 * (s / (n_b * f["w"]) + n_b * f["o"])
                 ax.plot(sizes, pred, style, label=f"model ({name})")
         others = d[d["variant"].isin(["naive", "flat", "overlap"])]

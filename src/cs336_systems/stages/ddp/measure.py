@@ -34,9 +34,11 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from cs336_systems.core.costs import MiB
 from cs336_systems.core.harness import StepClock, synchronize, time_marked_steps
 from cs336_systems.core.knobs import add_block_argument, add_run_arguments, block_text
 from cs336_systems.core.log import get_logger, point, status_level
+from cs336_systems.core.workload import rank_batch
 from cs336_systems.parallel.launch import summarize_slowest
 from cs336_systems.profiling.overlap import profile_step
 from cs336_systems.stages.ddp.peer import BUCKET_MB as PEER_BUCKET_MB
@@ -44,7 +46,6 @@ from cs336_systems.stages.ddp.peer import TorchDDP
 from cs336_systems.stages.ddp.plan import DdpKnobs
 
 POINT_KEYS = ("variant", "bucket_size_mb")
-BYTES_PER_MB = 2**20
 # the parts of a step, between the marks `training_step` sets
 STEP_PARTS = {
     "fwd_bwd": ("start", "backward"),
@@ -56,19 +57,6 @@ log = get_logger(__name__)
 
 
 # ---- worker --------------------------------------------------------------------------------
-
-
-def make_batch(args, rank: int, device):
-    import torch
-
-    from cs336_systems.model import VOCAB_SIZE
-
-    gen = torch.Generator().manual_seed(args.seed + 1000 * (rank + 1))
-    tokens = torch.randint(
-        0, VOCAB_SIZE, (args.batch_per_rank, args.context_length + 1), generator=gen
-    )
-    tokens = tokens.to(device)
-    return tokens[:, :-1], tokens[:, 1:]
 
 
 def build(args, device):
@@ -176,7 +164,7 @@ def run_variants(args, ctx) -> list[dict]:
 
     device = ctx.device
     model = build(args, device)
-    x, y = make_batch(args, ctx.rank, device)
+    x, y = rank_batch(args.seed, ctx.rank, args.batch_per_rank, args.context_length, device)
     rows: list[dict] = []
 
     def record(row: dict) -> None:
@@ -255,7 +243,7 @@ def run_variants(args, ctx) -> list[dict]:
 
 
 def _mb(nbytes: float) -> float:
-    return nbytes / BYTES_PER_MB
+    return nbytes / MiB
 
 
 def _memory_point(args, ctx, sharded: bool) -> dict:
@@ -287,7 +275,7 @@ def _memory_point(args, ctx, sharded: bool) -> dict:
     else:
         optimizer = torch.optim.AdamW(model.parameters(), **adamw)
     init_alloc, init_peak = allocated()
-    x, y = make_batch(args, ctx.rank, device)
+    x, y = rank_batch(args.seed, ctx.rank, args.batch_per_rank, args.context_length, device)
     memory: dict[str, float] = {}
 
     def step(clock: StepClock, record: bool = False) -> None:

@@ -30,10 +30,9 @@ from cs336_systems.core.analysis import (
     plot_main,
     ran,
 )
-from cs336_systems.core.costs import fsdp_saving_vs_optimizer_sharding, training_state_bytes
+from cs336_systems.core.costs import MiB, fsdp_saving_vs_optimizer_sharding, training_state_bytes
 from cs336_systems.stages.fsdp.q33 import q33
 from cs336_systems.stages.fsdp.rows import (
-    BYTES_PER_MB,
     LABELS,
     SCHEME,
     _busy,
@@ -141,8 +140,8 @@ def analytic(df: pd.DataFrame, shown: bool = False) -> pd.DataFrame:
             continue
         r = these.iloc[0]
         s, rep = int(r.sharded_params), int(r.replicated_params)
-        expect = training_state_bytes(s, rep, w, scheme) / BYTES_PER_MB
-        pad = 16 * _num(r, "fsdp_pad_elems") / BYTES_PER_MB if scheme == "fsdp" else 0.0
+        expect = training_state_bytes(s, rep, w, scheme) / MiB
+        pad = 16 * _num(r, "fsdp_pad_elems") / MiB if scheme == "fsdp" else 0.0
         expect += 0.0 if math.isnan(pad) else pad
         rows.append(
             {
@@ -173,7 +172,7 @@ def _peak_gap(so: pd.Series, fs: pd.Series, s: int, w: int, saving: float, got: 
     are all alive and few gradients exist, so only the parameter half of the saving (less the
     full weights FSDP has gathered) can show there; the gradient half shows once backward has
     produced them all (allocated before the optimizer step)."""
-    params = 4 * s * (1 - 1 / w) / BYTES_PER_MB
+    params = 4 * s * (1 - 1 / w) / MiB
     gathered = float(fs.gathered_peak_mb)
     rises = [_num(r, "mem_backward_peak_mb") - _num(r, "mem_forward_peak_mb") for r in (so, fs)]
     before = [_num(r, "mem_before_step_allocated_mb") for r in (so, fs)]
@@ -212,7 +211,7 @@ def q32(df: pd.DataFrame, measured: bool) -> str:
     if fs is None or not len(d):
         return ""
     s, rep, w = int(fs.sharded_params), int(fs.replicated_params), int(fs.world_size)
-    saving = fsdp_saving_vs_optimizer_sharding(s, rep, w) / BYTES_PER_MB
+    saving = fsdp_saving_vs_optimizer_sharding(s, rep, w) / MiB
     text = (
         f"Optimizer-state sharding splits only the AdamW moments (8 bytes per parameter) over "
         f"the ranks; FSDP also splits the fp32 parameters and gradients of its units ({s:,} "

@@ -53,16 +53,16 @@ import argparse
 import functools
 import math
 import os
-import shlex
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import get_args
 
+from cs336_systems.core.costs import MiB
 from cs336_systems.core.harness import StepClock, Stopwatch, synchronize, time_marked_steps
 from cs336_systems.core.knobs import add_block_argument, add_run_arguments, block_text
 from cs336_systems.core.log import get_logger, point, status_level
-from cs336_systems.parallel.launch import summarize_slowest
+from cs336_systems.core.workload import rank_batch
+from cs336_systems.parallel.launch import stage_command, summarize_slowest
 from cs336_systems.profiling.overlap import profile_step
 from cs336_systems.stages.fsdp.plan import FsdpKnobs, Variant
 
@@ -70,7 +70,6 @@ VARIANTS = get_args(Variant)
 COMPILED = "_compiled"  # the suffix of a variant whose blocks' forward is compiled
 GRAPHED = "_graphed"  # compiled blocks, and the step's forward and backward as CUDA graphs
 POINT_KEYS = ("variant",)
-BYTES_PER_MB = 2**20
 # the parts of a step, between the marks `training_step` sets
 SPANS = {
     "fwd": ("start", "forward"),
@@ -82,23 +81,10 @@ log = get_logger(__name__)
 
 
 def _mb(nbytes: float) -> float:
-    return nbytes / BYTES_PER_MB
+    return nbytes / MiB
 
 
 # ---- worker --------------------------------------------------------------------------------
-
-
-def make_batch(args, rank: int, device):
-    import torch
-
-    from cs336_systems.model import VOCAB_SIZE
-
-    gen = torch.Generator().manual_seed(args.seed + 1000 * (rank + 1))
-    tokens = torch.randint(
-        0, VOCAB_SIZE, (args.batch_per_rank, args.context_length + 1), generator=gen
-    )
-    tokens = tokens.to(device)
-    return tokens[:, :-1], tokens[:, 1:]
 
 
 def param_split(model, wrapper) -> tuple[int, int, int]:
@@ -288,7 +274,7 @@ def measure_variant(variant: str, args, ctx) -> dict:
         torch.cuda.reset_peak_memory_stats(device)
     model, wrapper, optimizer, (sharded, replicated, pad) = build_variant(variant, args, ctx)
     init_alloc, init_peak = allocated()
-    x, y = make_batch(args, ctx.rank, device)
+    x, y = rank_batch(args.seed, ctx.rank, args.batch_per_rank, args.context_length, device)
     bf16 = variant.startswith("ddp_bf16")
     graphed, losses, extra = None, [], {}
     try:
@@ -481,12 +467,6 @@ def worker_argv(args) -> list[str]:
     return argv
 
 
-def this_command(argv: list[str] | None) -> str:
-    """The command line that ran (and reruns) this stage's job."""
-    args = sys.argv[1:] if argv is None else argv
-    return shlex.join(["python3", "-m", "cs336_systems.stages.fsdp", *args])
-
-
 def run(args, argv: list[str] | None = None) -> list[dict]:
     """All rows of the job (without provenance)."""
     from cs336_systems.core.costs import param_count
@@ -508,7 +488,7 @@ def run(args, argv: list[str] | None = None) -> list[dict]:
         rows = fill_missing(planned, result.rows, POINT_KEYS, failure)
     else:
         rows = [{**p, "status": reason} for p in planned]
-        log.warning("%s; the command that runs it: %s", reason, this_command(argv))
+        log.warning("%s; the command that runs it: %s", reason, stage_command("fsdp", argv))
     spec = size_spec(args.size, args.edition)
     for row in rows:
         row.update(
@@ -528,7 +508,7 @@ def run(args, argv: list[str] | None = None) -> list[dict]:
                 "warmup_steps": args.warmup,
                 "measure_steps": args.steps,
                 "matmul_precision": args.matmul_precision,
-                "command": this_command(argv),
+                "command": stage_command("fsdp", argv),
             }
         )
     return rows

@@ -11,7 +11,6 @@ import pandas as pd
 from cs336_systems.core import sanity
 from cs336_systems.core.analysis import mark_suspect, ok, ran
 
-BYTES_PER_MB = 2**20  # the stage's "_mb" columns are MiB
 LABELS = {
     "ddp": "DDP",
     "ddp_bf16": "DDP (bf16 autocast)",

@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import shlex
-import sys
 from pathlib import Path
 
 from cs336_systems.core.knobs import add_block_argument, add_run_arguments, block_text
@@ -413,11 +411,6 @@ def worker(args) -> None:
     finalize_worker()
 
 
-def this_command(argv: list[str] | None) -> str:
-    args = sys.argv[1:] if argv is None else argv
-    return shlex.join(["python3", "-m", "cs336_systems.stages.leaderboard", *args])
-
-
 def worker_argv(args, config: str) -> list[str]:
     """A worker's arguments: its configuration, the same block and the run's own."""
     out = ["--worker", f"--config={config}", f"--pinned={args.pinned}"]
@@ -427,7 +420,13 @@ def worker_argv(args, config: str) -> list[str]:
 
 def run(args, argv: list[str] | None = None) -> list[dict]:
     from cs336_systems.core.device import gpu_count
-    from cs336_systems.parallel.launch import Topology, feasibility, fill_missing, launch
+    from cs336_systems.parallel.launch import (
+        Topology,
+        feasibility,
+        fill_missing,
+        launch,
+        stage_command,
+    )
 
     plans = []
     if "full" in args.plans:
@@ -457,10 +456,16 @@ def run(args, argv: list[str] | None = None) -> list[dict]:
             got = fill_missing(planned, result.rows, ("config", "variant", "ablation"), failure)
         else:
             got = [{**p, "status": reason} for p in planned]
-            log.warning("%s; the command that runs it: %s", reason, this_command(argv))
+            log.warning(
+                "%s; the command that runs it: %s", reason, stage_command("leaderboard", argv)
+            )
         for row in got:
             row.update(
-                {"world_size": world, "backend": args.backend, "command": this_command(argv)}
+                {
+                    "world_size": world,
+                    "backend": args.backend,
+                    "command": stage_command("leaderboard", argv),
+                }
             )
             for k in DIMS:
                 row.setdefault(k, getattr(args, k))
