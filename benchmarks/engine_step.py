@@ -51,6 +51,7 @@ from cs336_systems.core.harness import (
     time_marked_steps,
     time_steps,
 )
+from cs336_systems.core.knobs import block_text
 from cs336_systems.core.log import configure
 from cs336_systems.core.results import machine_tag, provenance, write_csv
 from cs336_systems.core.workload import PHASE_SPANS, Workload
@@ -238,9 +239,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if args.peak_csv is None:
         args.peak_csv = args.out / "ceilings.csv"
         n = args.matmul_size or (8192 if cuda else 256)
-        reps = "200" if cuda else "20"  # do_bench's ms of repetitions on a GPU; steps on a CPU
-        cargs = ["--preset", "engine_step", "--dtypes", "bf16", "--copy-mb", "64", "--reps", reps]
-        cargs += ["--machine", machine, "--out", str(args.peak_csv), "--matmul-size", str(n)]
+        reps = 200 if cuda else 20  # do_bench's ms of repetitions on a GPU; steps on a CPU
+        knobs = {"matmul_size": n, "dtypes": ["bf16"], "copy_mb": 64, "reps": reps}
+        cargs = ["--preset", "engine_step", "--block", block_text(knobs)]
+        cargs += ["--machine", machine, "--out", str(args.peak_csv)]
         ceilings_main(cargs)
     configure("engine_step")
     print(

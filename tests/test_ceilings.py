@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 from fixture_rows import benchmark_rows, ceilings_rows, write_results
+from pipeline_utils import block
 
 from cs336_systems.core.sanity import matmul_peaks
 from cs336_systems.stages.ceilings import analysis, measure, plan
@@ -12,11 +13,11 @@ from cs336_systems.stages.ceilings import analysis, measure, plan
 
 def test_every_size_and_repeat_is_a_row_and_the_best_is_marked(tmp_path):
     out = tmp_path / "ceilings.csv"
-    measure.main(
-        ["--matmul-size", "32", "--matmul-size-of", "fp32=48", "--extra-sizes", "fp32=64",
-         "--repeats", "2", "--dtypes", "fp32,bf16", "--copy-mb", "1", "--reps", "2",
-         "--machine", "m", "--preset", "cpu", "--out", str(out)]
+    knobs = block(
+        "ceilings", matmul_size=32, matmul_size_of={"fp32": 48}, extra_sizes={"fp32": [64]},
+        repeats=2, dtypes=["fp32", "bf16"], copy_mb=1, reps=2,
     )  # fmt: skip
+    measure.main(["--machine", "m", "--preset", "cpu", *knobs, "--out", str(out)])
     df = pd.read_csv(out)
     mm = df[df["kind"] == "matmul"]
     # fp32 at 48 and 64, bf16 (both paths) at 32; each twice
@@ -33,8 +34,19 @@ def test_the_config_helpers():
     cfg = {"matmul_size": 8192, "matmul_size_of": {"fp32": 1024},
            "extra_sizes": {"fp32": [2048], "bf16": [4096, 8192]}, "dtypes": ["bf16", "fp32"]}  # fmt: skip
     assert plan.sizes_of(cfg) == {"bf16": [8192, 4096], "fp32": [1024, 2048]}
-    assert plan.cli_extra(cfg) == "bf16=4096+8192,fp32=2048"
-    assert plan.extra_by_dtype("bf16=4096+8192,fp32=2048") == {"bf16": [4096, 8192], "fp32": [2048]}
+    assert plan.sizes_of({"matmul_size": 64, "dtypes": ["fp32"]}) == {"fp32": [64]}
+
+
+def test_a_runs_rows_say_what_it_measured():
+    """The time budget estimates a reference run's ceilings job from its rows (as_measured)."""
+    rows = pd.DataFrame(
+        {"kind": ["matmul"] * 3 + ["copy"], "dtype": ["fp32", "fp32", "bf16", "fp32"],
+         "size": [1024, 2048, 512, 2**28], "repeat": [1, 2, 2, None], "warm_s": [2.0] * 4}
+    )  # fmt: skip
+    cfg = {"matmul_size": 8192, "dtypes": ["bf16", "fp32"], "copy_mb": 1, "reps": 5}
+    plan.as_measured(cfg, rows)
+    assert plan.sizes_of(cfg) == {"bf16": [512], "fp32": [1024, 2048]}
+    assert cfg["repeats"] == 2 and cfg["warm_s"] == 2.0
 
 
 def test_the_report_lists_every_measurement_and_says_what_reads_each(tmp_path):

@@ -23,7 +23,7 @@ from functools import cache
 
 import pandas as pd
 import pytest
-from pipeline_utils import ROOT
+from pipeline_utils import ROOT, block
 
 from cs336_systems.core import config as cfg
 from cs336_systems.core.machine import Gpu
@@ -458,15 +458,12 @@ def test_a_per_dtype_matmul_size_is_checked_under_its_own_key():
 def test_ceilings_measure_each_dtype_at_its_own_size(tmp_path):
     from cs336_systems.stages.ceilings import measure, plan
 
-    assert plan.cli_sizes({"matmul_size_of": {"fp32": 1024, "bf16": 64}}) == "bf16=64,fp32=1024"
-    assert plan.cli_sizes({}) == "" and plan.sizes_by_dtype("") == {}
-    with pytest.raises(ValueError, match="not <dtype>=<size>"):
-        plan.sizes_by_dtype("fp32:1024")
+    own = {"matmul_size": 64, "matmul_size_of": {"fp32": 1024, "bf16": 64}, "dtypes": ["fp32"]}
+    assert plan.sizes_of(own) == {"fp32": [1024]}
     out = tmp_path / "ceilings.csv"
-    measure.main(
-        ["--matmul-size", "32", "--matmul-size-of", "fp32=48", "--dtypes", "fp32,bf16",
-         "--copy-mb", "1", "--reps", "2", "--machine", "m", "--preset", "cpu", "--out", str(out)]
-    )  # fmt: skip
+    knobs = block("ceilings", matmul_size=32, matmul_size_of={"fp32": 48}, extra_sizes={},
+                  repeats=1, dtypes=["fp32", "bf16"], copy_mb=1, reps=2)  # fmt: skip
+    measure.main(["--machine", "m", "--preset", "cpu", *knobs, "--out", str(out)])
     df = pd.read_csv(out)
     sizes = df[df["kind"] == "matmul"].set_index(["dtype", "path"])["size"]
     assert sizes.to_dict() == {("fp32", "matmul"): 48, ("bf16", "matmul"): 32,

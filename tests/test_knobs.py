@@ -57,3 +57,39 @@ def test_a_block_round_trips_and_a_bad_one_is_refused_with_its_line():
         parse_block(Demo, block_text({**BLOCK, "nope": 1}))
     problems, _ = schema_problems({"cpu": BLOCK}, Schema.of(Demo.schema("demo", ("cpu",))))
     assert problems == []
+
+
+@dataclass(frozen=True)
+class Shape(Knobs):
+    """A shape."""
+
+    name: str = knob("its name")
+    n: int = knob("its size", minimum=1)
+
+
+@dataclass(frozen=True)
+class More(Knobs):
+    """Mappings with named keys, a list of nested knobs, a word or a number."""
+
+    extra: dict[Literal["a"], list[int]] = knob("lists", values={"items": {"minimum": 16}})
+    shapes: list[Shape] = knob("shapes", minItems=1)
+    workers: Literal["auto"] | int = knob("auto or a number", minimum=1)
+    size_of: dict[Literal["a", "b"], int] | None = knob(
+        "per key", default=None, values={"minimum": 16}
+    )
+
+
+def test_named_keys_nested_lists_and_a_word_or_a_number():
+    s = More.block_schema()["properties"]
+    assert s["size_of"] == {"type": "object", "additionalProperties": False, "description": "per key",
+                            "properties": {k: {"type": "integer", "minimum": 16} for k in "ab"}}  # fmt: skip
+    assert s["extra"]["properties"]["a"]["items"] == {"type": "integer", "minimum": 16}
+    assert s["workers"]["oneOf"] == [{"type": "string", "enum": ["auto"]}, {"type": "integer"}]
+    ok = {"extra": {"a": [16]}, "shapes": [{"name": "x", "n": 1}], "workers": "auto"}
+    k = parse_block(More, block_text(ok))
+    assert k.shapes == [Shape("x", 1)] and k.size_of is None
+    assert json.loads(block_text(k.as_block())) == ok
+    for bad in ({"size_of": {"c": 16}}, {"size_of": {"a": 8}}, {"extra": {"a": [1]}},
+                {"workers": "all"}, {"workers": 0}, {"shapes": [{"name": "x"}]}):  # fmt: skip
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_block(More, block_text({**ok, **bad}))

@@ -74,10 +74,9 @@ def test_pytest_expressions_parse_with_pytests_own_parser():
 def test_ceilings_skip_sizes_that_cannot_fit_before_allocating(tmp_path, monkeypatch):
     monkeypatch.setattr(ceilings, "copy_point", lambda *a: pytest.fail("allocated"))
     out = tmp_path / "ceilings.csv"
-    ceilings.main(
-        ["--matmul-size", "64", "--dtypes", "fp32", "--copy-mb", str(2**30), "--reps", "2",
-         "--machine", "m", "--preset", "cpu", "--out", str(out)]
-    )  # fmt: skip
+    knobs = block("ceilings", matmul_size=64, matmul_size_of={}, extra_sizes={}, repeats=1, dtypes=["fp32"],
+                  copy_mb=2**30, reps=2)  # fmt: skip
+    ceilings.main(["--machine", "m", "--preset", "cpu", *knobs, "--out", str(out)])
     df = pd.read_csv(out).set_index("kind")
     assert df.loc["matmul", "status"] == "ok"
     assert df.loc["copy", "status"].startswith("skipped: a copy of 1073741824 MiB needs")

@@ -61,20 +61,12 @@ def as_run(config: dict, preset: str, csv_dir: Path) -> dict:
 
 
 def _ceilings_as_run(config: dict, preset: str, csv: Path) -> None:
-    """The ceilings a run measured: its sizes per dtype, repeats and warm-up spin (a run from
-    before several sizes and repeats measured one size per dtype, once, cold)."""
+    """The ceilings a run measured (stages/ceilings/plan.py: `as_measured`)."""
+    from cs336_systems.stages.ceilings.plan import as_measured
+
     block = config.get("ceilings", {}).get(preset)
-    if block is None or not csv.exists():
-        return
-    df = pd.read_csv(csv)
-    mm = df[df["kind"] == "matmul"]
-    sizes = {d: sorted({int(n) for n in g["size"]}) for d, g in mm.groupby("dtype")}
-    if not sizes:
-        return
-    block["matmul_size_of"] = {d: ns[0] for d, ns in sizes.items()}
-    block["extra_sizes"] = {d: ns[1:] for d, ns in sizes.items() if len(ns) > 1}
-    block["repeats"] = int(df["repeat"].max()) if "repeat" in df else 1
-    block["warm_s"] = float(df["warm_s"].max()) if "warm_s" in df else 0.0
+    if block is not None and csv.exists():
+        as_measured(block, pd.read_csv(csv))
 
 
 def log_name(job: Job) -> str:

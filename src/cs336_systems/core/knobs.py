@@ -11,9 +11,11 @@ typed block a stage's CLI reads (`from_block`), and the one value a rule hands t
 
 A knob's limits are JSON-schema keywords (`minimum`, `exclusiveMinimum`, `minItems`,
 `uniqueItems`, `pattern`, `allowed` for the words a problem line shows); `items=` adds keywords
-to a list's items. Types: bool, int, float, str, `Literal[...]`, `list[T]`, `dict[str, T]`,
-`A | B` (the JSON types of both), another `Knobs` (a nested mapping), `X | None` (optional: may be
-left out of the block). Standard library only: the workflow reads these while planning.
+to a list's items, `values=` to a mapping's values (both merged into nested keywords). Types:
+bool, int, float, str, `Literal[...]`, `list[T]`, `dict[str, T]`, `dict[Literal[...], T]` (only
+those keys, each optional), `A | B` (the JSON types of both; `oneOf` where one is a `Literal`),
+another `Knobs` (a nested mapping; `list[K]` a list of them), `X | None` (optional: may be left
+out of the block). Standard library only: the workflow reads these while planning.
 """
 
 from __future__ import annotations
@@ -32,10 +34,17 @@ from typing import Any, Literal, get_args, get_origin
 _SCALARS = {bool: "boolean", int: "integer", float: "number", str: "string"}
 
 
-def knob(doc: str, *, default: Any = dataclasses.MISSING, items: dict | None = None, **limits):
+def knob(
+    doc: str,
+    *,
+    default: Any = dataclasses.MISSING,
+    items: dict | None = None,
+    values: dict | None = None,
+    **limits,
+):
     """A field of a `Knobs` class: its doc (the schema's description) and JSON-schema limits.
     No default: the block must give it (every preset block states every knob)."""
-    meta = {"doc": doc, "limits": limits, "items": items or {}}
+    meta = {"doc": doc, "limits": limits, "items": items or {}, "values": values or {}}
     if default is dataclasses.MISSING:
         return dataclasses.field(metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -48,6 +57,17 @@ def _optional(tp) -> tuple[Any, bool]:
         if len(args) < len(get_args(tp)):
             return (args[0] if len(args) == 1 else functools.reduce(operator.or_, args)), True
     return tp, False
+
+
+def _merge(schema: dict, more: dict) -> dict:
+    """`schema` with the keywords of `more`, nested mappings merged (an item's `items`)."""
+    out = dict(schema)
+    for key, value in more.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 def _type_schema(tp) -> dict:
@@ -63,14 +83,23 @@ def _type_schema(tp) -> dict:
         (item,) = get_args(tp)
         return {"type": "array", "items": _type_schema(item)}
     if origin is dict:
-        _, value = get_args(tp)
+        key, value = get_args(tp)
+        if get_origin(key) is Literal:  # only these keys, each optional
+            props = {k: _type_schema(value) for k in get_args(key)}
+            return {"type": "object", "additionalProperties": False, "properties": props}
         return {"type": "object", "additionalProperties": _type_schema(value)}
     if origin in (typing.Union, types.UnionType):
+        if any(get_origin(a) is Literal for a in get_args(tp)):
+            return {"oneOf": [_type_schema(a) for a in get_args(tp)]}
         kinds = [_type_schema(a)["type"] for a in get_args(tp)]
         return {"type": [k for k in kinds if isinstance(k, str)]}
     if isinstance(tp, type) and issubclass(tp, Knobs):
         return tp.block_schema()
     raise TypeError(f"no JSON schema for knob type {tp!r}")
+
+
+def _is_knobs(tp) -> bool:
+    return isinstance(tp, type) and issubclass(tp, Knobs)
 
 
 def _typed(tp, v):
@@ -108,7 +137,13 @@ class Knobs:
             s = _type_schema(tp)
             s.update(f.metadata.get("limits", {}))
             if f.metadata.get("items"):
-                s["items"] = {**s["items"], **f.metadata["items"]}
+                s["items"] = _merge(s["items"], f.metadata["items"])
+            if f.metadata.get("values"):
+                key = "properties" if "properties" in s else "additionalProperties"
+                if key == "properties":
+                    s[key] = {k: _merge(v, f.metadata["values"]) for k, v in s[key].items()}
+                else:
+                    s[key] = _merge(s[key], f.metadata["values"])
             if f.metadata.get("doc"):
                 s["description"] = f.metadata["doc"]
             props[f.name] = s
@@ -148,7 +183,13 @@ class Knobs:
     def as_block(self) -> dict:
         """The block again (nested Knobs as mappings, knobs left unset left out): what
         `block_text` sends."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        return _drop_none(dataclasses.asdict(self))
+
+
+def _drop_none(block: dict) -> dict:
+    return {
+        k: _drop_none(v) if isinstance(v, dict) else v for k, v in block.items() if v is not None
+    }
 
 
 def block_text(block: Mapping) -> str:

@@ -2,7 +2,7 @@
 
 Large matmuls in bf16, tf32 and fp32 (TFLOP/s) and a device-to-device copy (GB/s, bytes read
 plus bytes written), on random data, verified before timed. Each dtype is measured at several
-square sizes, each `--repeats` times, after `--warm-s` seconds of matmuls that bring a GPU's
+square sizes, each `repeats` times, after `warm_s` seconds of matmuls that bring a GPU's
 clocks up: every measurement is a row, and the best of a (dtype, path) is marked `best` (the
 ceiling every reader takes: the largest rate). Each matmul row names its `path`:
 `matmul` (`a @ b` on tensors of the dtype) and, for bf16, also `autocast_linear`: `F.linear` on
@@ -20,11 +20,11 @@ import torch
 import torch.nn.functional as F
 
 from cs336_systems.core.device import autocast, memory_shortfall
-from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import PointResult, device_time, run_point
+from cs336_systems.core.knobs import add_block_argument, add_run_arguments
 from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.core.results import provenance, write_csv
-from cs336_systems.stages.ceilings.plan import extra_by_dtype, sizes_by_dtype
+from cs336_systems.stages.ceilings.plan import CeilingsKnobs, sizes_of
 
 log = get_logger(__name__)
 
@@ -147,40 +147,34 @@ def fitting_point(need_mib: float, device: torch.device, what: str, fn) -> Point
     return run_point(fn)
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--matmul-size", type=int, default=8192)
-    ap.add_argument(
-        "--matmul-size-of",
-        default="",
-        help="per-dtype sizes over --matmul-size, e.g. fp32=1024 (a CPU's fp32 reaches its peak "
-        "only on larger products than its bf16 can afford without bf16 units)",
-    )
-    ap.add_argument(
-        "--extra-sizes", default="", help="more sizes per dtype, e.g. bf16=4096+16384,fp32=2048"
-    )
-    ap.add_argument("--repeats", type=int, default=1, help="each (dtype, size) this many times")
-    ap.add_argument("--warm-s", type=float, default=0.0, help="GPU matmuls before measuring")
-    ap.add_argument("--dtypes", default="bf16,tf32,fp32")
-    ap.add_argument("--copy-mb", type=int, default=1024)
-    ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--machine", required=True)
-    add_edition_argument(ap)
-    ap.add_argument("--preset", required=True)
-    ap.add_argument("--out", required=True)
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The run's own arguments (where its rows go and what they say they come from) and the
+    stage's knobs as one value (`--block`: its preset block, `CeilingsKnobs`)."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_run_arguments(ap)
+    add_block_argument(ap, CeilingsKnobs)
     args = ap.parse_args(argv)
+    if args.out is None:
+        ap.error("--out is required")
+    k: CeilingsKnobs = args.block
+    args.sizes = sizes_of(k.as_block())  # each dtype's sizes: its own, then its extra ones
+    args.repeats = k.repeats or 1
+    args.warm_s = float(k.warm_s or 0)
+    args.dtypes, args.copy_mb, args.reps = list(k.dtypes), k.copy_mb, k.reps
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     configure("ceilings")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     base = provenance(args.machine, args.preset, args.edition)
     rows = []
-    size_of = sizes_by_dtype(args.matmul_size_of)
-    extra = extra_by_dtype(args.extra_sizes)
     warmed = warm_up(device, args.warm_s)
     if warmed:
         log.info("warmed the GPU up for %.1f s of bf16 matmuls", warmed)
-    for name, path in matmul_paths(args.dtypes.split(",")):
-        sizes = list(dict.fromkeys([size_of.get(name, args.matmul_size), *extra.get(name, [])]))
-        for n in sizes:
+    for name, path in matmul_paths(args.dtypes):
+        for n in args.sizes[name]:
             for rep in range(args.repeats):
                 again = [f"repeat {rep + 1}/{args.repeats}"] if args.repeats > 1 else []
                 with point("matmul", name, *([] if path == "matmul" else [path]), f"n={n}", *again):

@@ -1,10 +1,55 @@
-"""What the workflow needs to check the ceilings stage's config block (no torch)."""
+"""The ceilings stage's knobs (`CeilingsKnobs`, one per preset block of
+config/stages/ceilings.yaml), the sizes each dtype is measured at, and what the workflow checks in
+a block beyond its schema (no torch)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 from cs336_systems.core.config import Checker, Facts, device_memory
+from cs336_systems.core.knobs import Knobs, knob
 
 BYTES = {"bf16": 2, "fp16": 2, "tf32": 4, "fp32": 4}
+Dtype = Literal["bf16", "tf32", "fp32", "fp16"]
+SIZE = {"minimum": 16}  # the smallest square matmul measured
+
+
+@dataclass(frozen=True)
+class CeilingsKnobs(Knobs):
+    """Measured matmul peaks and copy bandwidth."""
+
+    matmul_size: int = knob("each dtype's square matmul size", **SIZE)
+    dtypes: list[Dtype] = knob("the dtypes measured", minItems=1, uniqueItems=True)
+    copy_mb: int = knob("MiB of the device-to-device copy", minimum=1)
+    reps: int = knob(
+        "timed calls of a measurement (CPU; at least 100 ms of them on a GPU)", minimum=1
+    )
+    matmul_size_of: dict[Dtype, int] | None = knob(
+        "per-dtype sizes over matmul_size (a CPU's fp32 needs larger products to reach its peak"
+        " than its bf16 can afford without bf16 units)",
+        default=None,
+        values=SIZE,
+    )
+    extra_sizes: dict[Dtype, list[int]] | None = knob(
+        "more square sizes per dtype, measured beside its own; the best rate is the ceiling",
+        default=None,
+        values={"uniqueItems": True, "items": SIZE},
+    )
+    repeats: int | None = knob(
+        "each (dtype, size) measured this many times; the best kept, every one reported",
+        default=None,
+        minimum=1,
+    )
+    warm_s: float | None = knob(
+        "seconds of matmuls run before the first measurement (GPU clocks up from idle)",
+        default=None,
+        minimum=0,
+    )
+
+
+# the stage's knobs: its config blocks are checked against their schema (core/config.py)
+KNOBS = CeilingsKnobs
 
 
 def size_of(cfg: dict) -> dict[str, int]:
@@ -18,42 +63,19 @@ def sizes_of(cfg: dict) -> dict[str, list[int]]:
     return {d: list(dict.fromkeys([n, *extra.get(d, [])])) for d, n in size_of(cfg).items()}
 
 
-def cli_extra(cfg: dict) -> str:
-    """`extra_sizes` as the stage's --extra-sizes argument ('bf16=4096+16384,fp32=2048', or '')."""
-    return ",".join(
-        f"{d}={'+'.join(map(str, ns))}"
-        for d, ns in sorted(cfg.get("extra_sizes", {}).items())
-        if ns
-    )
-
-
-def extra_by_dtype(text: str) -> dict[str, list[int]]:
-    """--extra-sizes's 'bf16=4096+16384,fp32=2048' as a mapping ('' is none)."""
-    out = {}
-    for item in filter(None, (t.strip() for t in text.split(","))):
-        dtype, _, ns = item.partition("=")
-        if dtype not in BYTES or not all(n.isdigit() for n in ns.split("+")):
-            raise ValueError(f"--extra-sizes: {item!r} is not <dtype>=<size>[+<size>...]")
-        out[dtype] = [int(n) for n in ns.split("+")]
-    return out
-
-
-def cli_sizes(cfg: dict) -> str:
-    """`matmul_size_of` as the stage's --matmul-size-of argument ('fp32=1024', or '')."""
-    return ",".join(f"{d}={n}" for d, n in sorted(cfg.get("matmul_size_of", {}).items()))
-
-
-def sizes_by_dtype(text: str) -> dict[str, int]:
-    """--matmul-size-of's 'fp32=1024,bf16=512' as a mapping ('' is none)."""
-    out = {}
-    for item in filter(None, (t.strip() for t in text.split(","))):
-        dtype, _, n = item.partition("=")
-        if dtype not in BYTES or not n.isdigit():
-            raise ValueError(
-                f"--matmul-size-of: {item!r} is not <dtype>=<size> ({', '.join(BYTES)})"
-            )
-        out[dtype] = int(n)
-    return out
+def as_measured(block: dict, rows) -> None:
+    """`block` (in place) as the run whose rows (`rows`: a ceilings CSV, a DataFrame) measured:
+    its sizes per dtype, repeats and warm-up spin (a run from before several sizes and repeats
+    measured one size per dtype, once, cold). The time budget estimates a reference run's job
+    by it (budget/measured.py)."""
+    mm = rows[rows["kind"] == "matmul"]
+    sizes = {d: sorted({int(n) for n in g["size"]}) for d, g in mm.groupby("dtype")}
+    if not sizes:
+        return
+    block["matmul_size_of"] = {d: ns[0] for d, ns in sizes.items()}
+    block["extra_sizes"] = {d: ns[1:] for d, ns in sizes.items() if len(ns) > 1}
+    block["repeats"] = int(rows["repeat"].max()) if "repeat" in rows else 1
+    block["warm_s"] = float(rows["warm_s"].max()) if "warm_s" in rows else 0.0
 
 
 def check(cfg: dict, at: Checker, facts: Facts) -> None:
