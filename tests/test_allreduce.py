@@ -302,22 +302,17 @@ def test_the_suspect_point_stays_out_of_the_ddp_model_and_the_ring_table(tmp_pat
     assert ctx["fits"][0].endswith("GB/s (1 suspect point excluded: see Suspect numbers)")
     # the ring-model rows: every NCCL point that ran but the suspect one
     out = tmp_path / "arithmetic.csv"
+    shape = {"name": "s", "tokens": 64, "d_model": 16, "d_ff": 48}
     arithmetic(
-        [
-            "--shapes",
-            "s:64:16:48",
-            "--backends",
-            "nccl",
-            "--allreduce",
-            str(results / "allreduce.csv"),
-        ]
+        [*block("arithmetic", "gpu", shapes=[shape], splits=[[8, 8]])]
+        + ["--allreduce", str(results / "allreduce.csv")]
         + ["--machine", "h200-x2", "--preset", "gpu", "--out", str(out)]
     )
     ring = pd.read_csv(out).query("problem == 'ring_check'")
     assert len(ring) == 7 and len(ring[ring["message_mb"] == 1.0]) == 1  # registered only
     ring_clean = tmp_path / "arithmetic_clean.csv"
     arithmetic(
-        ["--shapes", "s:64:16:48", "--backends", "nccl"]
+        [*block("arithmetic", "gpu", shapes=[shape], splits=[[8, 8]])]
         + ["--allreduce", str(_h200_results(tmp_path, True) / "allreduce.csv")]
         + ["--machine", "h200-x2", "--preset", "gpu", "--out", str(ring_clean)]
     )

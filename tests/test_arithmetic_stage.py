@@ -8,16 +8,16 @@ import math
 
 import pandas as pd
 import pytest
-from pipeline_utils import copy_workflow, planned_jobs, snakemake
+from pipeline_utils import block, copy_workflow, planned_jobs, snakemake
 
 from cs336_systems.core import costs
 from cs336_systems.core.config import Checker, Facts
 from cs336_systems.stages.arithmetic import analysis, plan
 from cs336_systems.stages.arithmetic.measure import main
 
-SHAPES = "s:64:16:48"  # B=64, D=16, D_FF=48
-ARGS = ["--shapes", SHAPES, "--devices", "2,4", "--splits", "2x2", "--message-mb", "2"]
-ARGS += ["--b200-tflops", "2500", "--b200-egress-gbps", "900", "--machine", "t", "--preset", "cpu"]
+SHAPE = {"name": "s", "tokens": 64, "d_model": 16, "d_ff": 48}  # B=64, D=16, D_FF=48
+# the cpu preset's B200, XXL model and TPU with a small shape and grid
+KNOBS = {"shapes": [SHAPE], "devices": [2, 4], "splits": [[2, 2]], "message_mb": 2}
 
 
 def ceilings_csv(path, dtypes=("fp32", "bf16"), fp32=1.5) -> str:
@@ -63,9 +63,11 @@ def allreduce_csv(path, backend="gloo") -> str:
     return str(path)
 
 
-def run(tmp_path, *extra) -> pd.DataFrame:
+def run(tmp_path, *extra, backends=("gloo",)) -> pd.DataFrame:
     out = tmp_path / "arithmetic.csv"
-    main([*ARGS, "--out", str(out), "--dtypes", "fp16,bf16", "--backends", "gloo", *extra])
+    measured = {"dtypes": ["fp16", "bf16"], "backends": list(backends)}
+    knobs = block("arithmetic", **KNOBS, measured=measured)
+    main(["--machine", "t", "--preset", "cpu", *knobs, "--out", str(out), *extra])
     return pd.read_csv(out)
 
 
@@ -156,12 +158,11 @@ def test_a_missing_input_is_a_skipped_row_and_the_run_goes_on(tmp_path):
     # no NCCL row on a CPU machine
     df = run(
         tmp_path,
-        "--backends",
-        "nccl",
         "--ceilings",
         ceilings_csv(tmp_path / "c.csv"),
         "--allreduce",
         allreduce_csv(tmp_path / "a.csv"),
+        backends=["nccl"],
     )
     nccl = df[df["case"] == "measured-nccl"]
     assert set(nccl["status"]) == {"skipped: no ok nccl row in allreduce.csv"}
@@ -235,8 +236,8 @@ def test_plan_inputs_options_and_checks():
         "h100_gb": 80,
         "measured": {"dtypes": ["bf16"], "backends": ["gloo"]},
     }
-    assert "--shapes a:8:4:16,a:8:4:16 --devices 2 --splits 1x1,2x2" in plan.options(cfg)
-    assert "--xxl 16384:53248:126 --tpu 460:180:95:16x4:2x1 --h100-gb 80" in plan.options(cfg)
+    knobs = plan.ArithmeticKnobs.from_block(cfg)  # typed: nested blocks and a list of shapes
+    assert knobs.shapes[1] == plan.Shape("a", 8, 4, 16) and knobs.tpu.mesh == [16, 4]
     at = Checker(("arithmetic", "cpu"))
     plan.check(cfg, at, Facts("cpu", True, "m", ("arithmetic",)))
     where = [p.path for p in at.problems]

@@ -19,12 +19,12 @@ rule arithmetic:
         f"{RESULTS}/logs/arithmetic.log",
     localrule: True
     params:
-        options=arithmetic_plan.options(ARITHMETIC),
+        block=block_text(ARITHMETIC),
         inputs=arithmetic_plan.input_args(ARITHMETIC_INPUTS),
         common=common_args(),
     shell:
         "python3 -m cs336_systems.stages.arithmetic {params.common} --out {output}"
-        " {params.options} {params.inputs} 2>&1 | tee {log}"
+        " --block {params.block:q} {params.inputs} 2>&1 | tee {log}"
 
 
 if "arithmetic" in STAGES:

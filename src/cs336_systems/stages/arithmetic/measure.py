@@ -10,7 +10,7 @@ Cases:
   egress bandwidth W given in the config (the handout gives none; NVLink 5 carries 1.8 TB/s
   per GPU, 900 GB/s each way);
 - `measured-<backend>`: this machine, C the fastest 16-bit matmul of the ceilings stage's CSV
-  (`--dtypes`, any path; a faster fp32 where the machine has no faster 16-bit path), W the best
+  (the `measured.dtypes` knob, any path; a faster fp32 where the machine has no faster 16-bit path), W the best
   bus bandwidth of `<backend>` in the allreduce stage's CSV (under the ring model a rank's link
   carries busbw = 2 (N-1)/N S / t, which is the handout's W). A number the inputs lack makes that case's rows `skipped: <why>`.
 
@@ -27,15 +27,17 @@ all-reduce that failed a sanity check (core/sanity.py) gives neither W nor a row
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 from pathlib import Path
 
 import pandas as pd
 
 from cs336_systems.core import costs, sanity
-from cs336_systems.core.edition import add_edition_argument
+from cs336_systems.core.knobs import add_block_argument, add_run_arguments
 from cs336_systems.core.log import configure, get_logger, point
 from cs336_systems.core.results import provenance, write_csv
+from cs336_systems.stages.arithmetic.plan import ArithmeticKnobs, Tpu, Xxl
 
 log = get_logger(__name__)
 
@@ -226,12 +228,11 @@ def accounting_variants(x: int, y: int, max_tp: float) -> list[tuple[str, int, i
     return out
 
 
-def accounting_rows(xxl: str, tpu: str, h100_gb: float) -> list[dict]:
+def accounting_rows(xxl: Xxl, tpu: Tpu, h100_gb: float) -> list[dict]:
     """Every answer of communication_accounting, one row per quantity and variant."""
-    d, dff, blocks = (int(v) for v in xxl.split(":"))
-    tflops, ici, hbm, mesh, axes = tpu.split(":")
-    x, y = (int(v) for v in mesh.split("x"))
-    m_x, m_y = (int(v) for v in axes.split("x"))
+    d, dff, blocks = xxl.d_model, xxl.d_ff, xxl.blocks
+    tflops, ici, hbm = tpu.tflops, tpu.ici_gbps, tpu.hbm_gb
+    (x, y), (m_x, m_y) = tpu.mesh, tpu.axes
     c, w, m = float(tflops) * 1e12, float(ici) * 1e9, float(hbm) * 1e9
 
     def evaluate(xx, yy, wb):
@@ -273,52 +274,39 @@ def accounting_rows(xxl: str, tpu: str, h100_gb: float) -> list[dict]:
     return rows
 
 
-def parse_shapes(text: str) -> list[dict]:
-    out = []
-    for item in text.split(","):
-        name, tokens, d, dff = item.split(":")
-        out.append({"name": name, "tokens": int(tokens), "d_model": int(d), "d_ff": int(dff)})
-    return out
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The run's own arguments (its input CSVs, where its rows go and what they say they come
+    from) and the stage's knobs as one value (`--block`: its preset block, `ArithmeticKnobs`)."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_run_arguments(ap)
+    add_block_argument(ap, ArithmeticKnobs)
+    ap.add_argument("--ceilings", help="the ceilings stage's CSV (C), where it ran")
+    ap.add_argument("--allreduce", help="the allreduce stage's CSV (W), where it ran")
+    args = ap.parse_args(argv)
+    if args.out is None:
+        ap.error("--out is required")
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--shapes", required=True, help="name:tokens:d_model:d_ff,...")
-    ap.add_argument("--devices", default="2,8")
-    ap.add_argument("--splits", default="8x8", help="N_FSDPxN_TP,...")
-    ap.add_argument("--message-mb", type=float, default=1024)
-    ap.add_argument("--b200-tflops", type=float, default=2500)
-    ap.add_argument("--b200-egress-gbps", type=float, default=900)
-    ap.add_argument("--xxl", default="16384:53248:126", help="d_model:d_ff:blocks")
-    ap.add_argument(
-        "--tpu", default="460:180:95:16x4:2x1", help="TFLOP/s:ICI GB/s:HBM GB:XxY:M_XxM_Y"
-    )
-    ap.add_argument("--h100-gb", type=float, default=80)
-    ap.add_argument("--dtypes", default="fp16,bf16")
-    ap.add_argument("--backends", default="nccl,gloo")
-    ap.add_argument("--ceilings", default="")
-    ap.add_argument("--allreduce", default="")
-    ap.add_argument("--machine", required=True)
-    ap.add_argument("--preset", required=True)
-    ap.add_argument("--out", required=True)
-    add_edition_argument(ap)
-    args = ap.parse_args(argv)
+    args = parse_args(argv)
+    k: ArithmeticKnobs = args.block
     configure("arithmetic")
-    shapes = parse_shapes(args.shapes)
-    devices = [int(x) for x in args.devices.split(",")]
-    splits = [tuple(int(v) for v in s.split("x")) for s in args.splits.split(",")]
+    shapes = [dataclasses.asdict(shape) for shape in k.shapes]
+    devices, splits, message_mb = list(k.devices), [tuple(s) for s in k.splits], float(k.message_mb)
+    b200_tflops, b200_egress_gbps = float(k.b200.tflops), float(k.b200.egress_gbps)
     ceilings, why_c = _read(args.ceilings, "ceilings")
     allreduce, why_w = _read(args.allreduce, "allreduce")
     if allreduce is not None:  # a point that failed a sanity check gives neither W nor a ring row
         allreduce = allreduce[~sanity.is_suspect(sanity.flag(allreduce, "allreduce"))]
     b200 = (
-        f"handout: C = {args.b200_tflops:g} TFLOP/s (FP16); "
-        f"config: W = {args.b200_egress_gbps:g} GB/s (NVLink 5 per direction, not in the handout)"
+        f"handout: C = {b200_tflops:g} TFLOP/s (FP16); "
+        f"config: W = {b200_egress_gbps:g} GB/s (NVLink 5 per direction, not in the handout)"
     )
-    cases = [("b200", args.b200_tflops * 1e12, args.b200_egress_gbps * 1e9, b200, "")]
-    c, c_src, c_why = matmul_peak(ceilings, why_c, args.dtypes.split(","))
+    cases = [("b200", b200_tflops * 1e12, b200_egress_gbps * 1e9, b200, "")]
+    c, c_src, c_why = matmul_peak(ceilings, why_c, list(k.measured.dtypes))
     checks = []
-    for backend in args.backends.split(","):
+    for backend in k.measured.backends:
         w, w_src, w_why = best_busbw(allreduce, why_w, backend)
         source = "; ".join(s for s in (c_src, w_src) if s)
         cases.append(
@@ -328,7 +316,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     for case, cc, ww, source, why in cases:
         with point(case):
-            got = case_rows(case, shapes, devices, splits, args.message_mb, cc, ww, source, why)
+            got = case_rows(case, shapes, devices, splits, message_mb, cc, ww, source, why)
             bad = [r for r in got if r["status"] != "ok"]
             if bad:
                 log.warning("%d rows skipped: %s", len(bad), bad[0]["status"])
@@ -338,7 +326,7 @@ def main(argv: list[str] | None = None) -> None:
             rows += got
     rows += checks
     with point("communication_accounting"):
-        acc = accounting_rows(args.xxl, args.tpu, args.h100_gb)
+        acc = accounting_rows(k.xxl, k.tpu, float(k.h100_gb))
         log.info("%d answers of the XXL model's accounting", len(acc))
     rows += acc
     base = provenance(args.machine, args.preset, args.edition)

@@ -1,8 +1,98 @@
-"""What the workflow needs to plan and check the arithmetic stage (no torch)."""
+"""The arithmetic stage's knobs (`ArithmeticKnobs`, one per preset block of
+config/stages/arithmetic.yaml) and what the workflow needs to plan and check the stage (no
+torch)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 from cs336_systems.core.config import Checker, Facts
+from cs336_systems.core.knobs import Knobs, knob
+
+POSITIVE = {"exclusiveMinimum": 0}
+PAIR = {"minItems": 2, "maxItems": 2, "items": {"minimum": 1}}  # [a, b], each at least 1
+
+
+@dataclass(frozen=True)
+class Shape(Knobs):
+    """One FFN: x is (tokens, d_model); W1, W2: (d_model, d_ff); W3: (d_ff, d_model)."""
+
+    name: str = knob(
+        "the shape's name (keys the rows)",
+        pattern="^[A-Za-z0-9._-]+$",
+        allowed="letters, digits, . _ -",
+    )
+    tokens: int = knob("tokens per step, the handout's B", minimum=1)
+    d_model: int = knob("model width", minimum=1)
+    d_ff: int = knob("FFN width", minimum=1)
+
+
+@dataclass(frozen=True)
+class B200(Knobs):
+    """The handout's B200."""
+
+    tflops: float = knob("C: matmul TFLOP/s (the handout's FP16 figure)", **POSITIVE)
+    egress_gbps: float = knob(
+        "W: egress GB/s per GPU and direction (not in the handout)", **POSITIVE
+    )
+
+
+@dataclass(frozen=True)
+class Xxl(Knobs):
+    """The 2025 handout's XXL model (communication_accounting)."""
+
+    d_model: int = knob("model width", minimum=1)
+    d_ff: int = knob("FFN width", minimum=1)
+    blocks: int = knob("blocks of two linears", minimum=1)
+
+
+@dataclass(frozen=True)
+class Tpu(Knobs):
+    """The 2025 handout's TPU v5p."""
+
+    tflops: float = knob("C: matmul TFLOP/s", **POSITIVE)
+    ici_gbps: float = knob("W_ici: GB/s of one ICI link", **POSITIVE)
+    hbm_gb: float = knob("HBM GB of one chip", **POSITIVE)
+    mesh: list[int] = knob("[X, Y]: the FSDP and the TP axis of the mesh", **PAIR)
+    axes: list[int] = knob(
+        "[M_X, M_Y]: physical axes each logical axis spans (bandwidth multiples)", **PAIR
+    )
+
+
+@dataclass(frozen=True)
+class Measured(Knobs):
+    """Which rows of the ceilings and allreduce stages' CSVs stand for this machine."""
+
+    dtypes: list[Literal["fp16", "bf16", "tf32", "fp32"]] = knob(
+        "C: the first of these measured by the ceilings stage", minItems=1, uniqueItems=True
+    )
+    backends: list[Literal["gloo", "nccl"]] = knob(
+        "W: the best bus bandwidth of each (one case per backend)", minItems=1, uniqueItems=True
+    )
+
+
+@dataclass(frozen=True)
+class ArithmeticKnobs(Knobs):
+    """The 2026 communication arithmetic and the 2025 communication accounting, evaluated."""
+
+    shapes: list[Shape] = knob("the FFN shapes evaluated", minItems=1)
+    devices: list[int] = knob(
+        "N at which the times are evaluated", minItems=1, uniqueItems=True, items={"minimum": 2}
+    )
+    splits: list[list[int]] = knob(
+        "[N_FSDP, N_TP] of the 2-D problem's times", minItems=1, uniqueItems=True, items=PAIR
+    )
+    message_mb: float = knob("S of the alternate ring all-reduce (MB)", **POSITIVE)
+    b200: B200 = knob("the handout's B200")
+    xxl: Xxl = knob("the 2025 handout's XXL model")
+    tpu: Tpu = knob("the 2025 handout's TPU v5p and mesh")
+    h100_gb: float = knob("GB of an H100 (the accounting's memory comparison)", **POSITIVE)
+    measured: Measured = knob("this machine's case: C and W from the measuring stages' CSVs")
+
+
+# the stage's knobs: its config blocks are checked against their schema (core/config.py)
+KNOBS = ArithmeticKnobs
 
 # the other stages' CSVs the stage reads, when those stages run: {option: (stage, file)}
 SOURCES = {"ceilings": ("ceilings", "ceilings.csv"), "allreduce": ("allreduce", "allreduce.csv")}
@@ -16,40 +106,6 @@ def inputs(stages: list[str], results: str) -> dict[str, str]:
 def input_args(paths: dict[str, str]) -> str:
     """The CLI options naming the input CSVs (an absent one is reported as missing)."""
     return " ".join(f"--{opt} {path}" for opt, path in sorted(paths.items()))
-
-
-def shape_arg(cfg: dict) -> str:
-    return ",".join(f"{s['name']}:{s['tokens']}:{s['d_model']}:{s['d_ff']}" for s in cfg["shapes"])
-
-
-def split_arg(cfg: dict) -> str:
-    return ",".join(f"{f}x{t}" for f, t in cfg["splits"])
-
-
-def xxl_arg(cfg: dict) -> str:
-    x = cfg["xxl"]
-    return f"{x['d_model']}:{x['d_ff']}:{x['blocks']}"
-
-
-def tpu_arg(cfg: dict) -> str:
-    """C TFLOP/s : W_ici GB/s : HBM GB : X x Y : M_X x M_Y."""
-    t = cfg["tpu"]
-    return (
-        f"{t['tflops']}:{t['ici_gbps']}:{t['hbm_gb']}:{t['mesh'][0]}x{t['mesh'][1]}"
-        f":{t['axes'][0]}x{t['axes'][1]}"
-    )
-
-
-def options(cfg: dict) -> str:
-    """Every option of the job but the inputs and the common ones."""
-    return (
-        f"--shapes {shape_arg(cfg)} --devices {','.join(map(str, cfg['devices']))}"
-        f" --splits {split_arg(cfg)} --message-mb {cfg['message_mb']}"
-        f" --b200-tflops {cfg['b200']['tflops']} --b200-egress-gbps {cfg['b200']['egress_gbps']}"
-        f" --xxl {xxl_arg(cfg)} --tpu {tpu_arg(cfg)} --h100-gb {cfg['h100_gb']}"
-        f" --dtypes {','.join(cfg['measured']['dtypes'])}"
-        f" --backends {','.join(cfg['measured']['backends'])}"
-    )
 
 
 def check(cfg: dict, at: Checker, facts: Facts) -> None:
