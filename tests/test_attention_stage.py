@@ -10,7 +10,7 @@ import textwrap
 import pandas as pd
 import pytest
 import torch
-from pipeline_utils import ROOT
+from pipeline_utils import ROOT, block
 
 from cs336_systems import report
 from cs336_systems.core import results as kernel_results
@@ -72,18 +72,15 @@ def results(tmp_path_factory):
                 *COMMON,
                 "--impl",
                 impl,
-                "--batch-size",
-                "2",
-                "--head-dims",
-                "16",
-                "--seq-lens",
-                "16,32",
-                "--warmup",
-                "1",
-                "--fwd-steps",
-                "2",
-                "--bwd-steps",
-                "2",
+                *block(
+                    "attention",
+                    batch_size=2,
+                    head_dims=[16],
+                    seq_lens=[16, 32],
+                    warmup_steps=1,
+                    fwd_steps=2,
+                    bwd_steps=2,
+                ),  # fmt: skip
                 "--out",
                 str(out / "attention" / f"{impl}.csv"),
             ]

@@ -21,18 +21,12 @@ rule attention:
     resources:
         gpu=gpus(1),
     params:
-        cfg=ATTENTION,
-        head_dims=cli_list(ATTENTION["head_dims"]),
-        seq_lens=cli_list(ATTENTION["seq_lens"]),
-        causal="--causal" if ATTENTION["causal"] else "",
+        block=block_text(ATTENTION),
         common=common_args(),
     shell:
         "python3 -m cs336_systems.core.gpus {resources.gpu}"
         " python3 -m cs336_systems.stages.attention {params.common} --out {output}"
-        " --impl {wildcards.impl} --batch-size {params.cfg[batch_size]}"
-        " --head-dims {params.head_dims} --seq-lens {params.seq_lens} {params.causal}"
-        " --warmup {params.cfg[warmup_steps]} --fwd-steps {params.cfg[fwd_steps]}"
-        " --bwd-steps {params.cfg[bwd_steps]} 2>&1 | tee {log}"
+        " --impl {wildcards.impl} --block {params.block:q} 2>&1 | tee {log}"
 
 
 rule attention_aggregate:

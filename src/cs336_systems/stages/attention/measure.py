@@ -1,12 +1,13 @@
 """Stage `attention`: naive PyTorch attention, eager and torch.compile'd, over head dim x length.
 
-    python -m cs336_systems.stages.attention.measure --impl naive_eager --batch-size 8 \
-        --head-dims 16,32,64,128 --seq-lens 256,1024,4096,8192,16384 --warmup 5 \
-        --fwd-steps 100 --bwd-steps 100 --machine M --preset P --out X.csv
+    python -m cs336_systems.stages.attention --impl naive_eager --machine M --preset P \
+        --block '{"impls": ["naive_eager"], "batch_size": 8, "head_dims": [16, 32, 64, 128],
+        "seq_lens": [256, 1024, 4096], "causal": false, "warmup_steps": 5, "fwd_steps": 100,
+        "bwd_steps": 100}' --out X.csv
 
 One head, random fp32 Q, K, V of shape (batch, n, d). Per point: warm-up forward+backward
-passes, then `fwd-steps` timed forward passes, the memory in use once a forward pass has built
-its graph (what backward will need), then `bwd-steps` timed backward passes (each after an
+passes, then `fwd_steps` timed forward passes, the memory in use once a forward pass has built
+its graph (what backward will need), then `bwd_steps` timed backward passes (each after an
 untimed forward). A point that runs out of memory is a row with status `oom` and the phase
 where it happened; the forward timings survive a backward OOM.
 """
@@ -18,7 +19,6 @@ import argparse
 import torch
 
 from cs336_systems.core.device import allow_recompiles
-from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import (
     Stopwatch,
     is_oom,
@@ -28,9 +28,11 @@ from cs336_systems.core.harness import (
     synchronize,
     time_steps,
 )
+from cs336_systems.core.knobs import add_block_argument, add_run_arguments
 from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.core.results import provenance, write_csv
 from cs336_systems.model import naive_attention
+from cs336_systems.stages.attention.plan import AttentionKnobs
 
 log = get_logger(__name__)
 
@@ -190,45 +192,38 @@ def run(
     return rows
 
 
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x]
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The run's own arguments (the job's implementation, its device, where its rows go and what
+    they say they come from) and the stage's knobs as one value (`--block`: its preset block,
+    `AttentionKnobs`)."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--impl", required=True, choices=IMPLS)
+    ap.add_argument("--device", help="the device (cuda where there is one, else cpu)")
+    add_run_arguments(ap)
+    add_block_argument(ap, AttentionKnobs)
+    args = ap.parse_args(argv)
+    if args.out is None:
+        ap.error("--out is required")
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--impl", required=True, choices=IMPLS)
-    ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--head-dims", type=_ints, required=True)
-    ap.add_argument("--seq-lens", type=_ints, required=True)
-    ap.add_argument("--causal", action="store_true")
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--fwd-steps", type=int, default=100)
-    ap.add_argument("--bwd-steps", type=int, default=100)
-    ap.add_argument("--device", default="auto")
-    ap.add_argument("--machine", required=True)
-    add_edition_argument(ap)
-    ap.add_argument("--preset", required=True)
-    ap.add_argument("--out", required=True)
-    args = ap.parse_args(argv)
+    args = parse_args(argv)
+    k: AttentionKnobs = args.block
     configure("attention")
-    if min(args.fwd_steps, args.bwd_steps) < 1 or args.warmup < 0:
-        ap.error("need --fwd-steps/--bwd-steps >= 1 and --warmup >= 0")
-    device_name = args.device
-    if device_name == "auto":
-        device_name = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(device_name)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     base = {**provenance(args.machine, args.preset, args.edition), "device": device.type}
     if device.type == "cuda":
         base["device_memory_mb"] = torch.cuda.get_device_properties(device).total_memory / 2**20
     rows = run(
         args.impl,
-        args.batch_size,
-        args.head_dims,
-        args.seq_lens,
-        args.causal,
-        args.warmup,
-        args.fwd_steps,
-        args.bwd_steps,
+        k.batch_size,
+        list(k.head_dims),
+        list(k.seq_lens),
+        k.causal,
+        k.warmup_steps,
+        k.fwd_steps,
+        k.bwd_steps,
         device,
         base,
     )

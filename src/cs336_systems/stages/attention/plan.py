@@ -1,12 +1,41 @@
-"""What the workflow needs to plan the attention stage's jobs, from the stage's config block."""
+"""The attention stage's knobs (`AttentionKnobs`, one per preset block of
+config/stages/attention.yaml) and what the workflow needs to plan its jobs and check a block
+beyond its schema (no torch)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 from cs336_systems.core.config import Checker, Facts, head_dim_problem
+from cs336_systems.core.knobs import Knobs, knob
+
+Impl = Literal["naive_eager", "naive_compiled"]
 
 # naive attention takes any d; the study compares it with the flash stage's kernels, whose
 # head dims are multiples of 8 (SDPA's backends), so those are the ones worth measuring
 MAX_HEAD_DIM = 256
+POSITIVE = {"minItems": 1, "uniqueItems": True, "items": {"minimum": 1}}  # a list of sizes
+
+
+@dataclass(frozen=True)
+class AttentionKnobs(Knobs):
+    """Naive attention eager vs compiled, head dim x length."""
+
+    impls: list[Impl] = knob("the implementations (one job each)", minItems=1, uniqueItems=True)
+    batch_size: int = knob("sequences of a point (one head)", minimum=1)
+    head_dims: list[int] = knob("head dims d of the grid", **POSITIVE)
+    seq_lens: list[int] = knob("sequence lengths n of the grid", **POSITIVE)
+    causal: bool = knob("a causal mask")
+    warmup_steps: int = knob("untimed forward+backward passes before a point's timings", minimum=0)
+    fwd_steps: int = knob("timed forward passes of a point", minimum=1)
+    bwd_steps: int = knob(
+        "timed backward passes of a point (each after an untimed forward)", minimum=1
+    )
+
+
+# the stage's knobs: its config blocks are checked against their schema (core/config.py)
+KNOBS = AttentionKnobs
 
 
 def point_files(cfg: dict, results: str) -> list[str]:
