@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+import pandas as pd
 import pytest
 import torch
+from pipeline_utils import block
 
 from cs336_systems.stages.precision import measure as prec
 
@@ -117,3 +119,15 @@ def test_precision_memory_ratio_ignores_checkpointed_memory_rows(tmp_path):
     pd.DataFrame(rows).to_csv(tmp_path / "memory.csv", index=False)
     s = analysis._speed_and_memory(tmp_path)
     assert "0.60× the fp32 value (one point; see the Memory section)" in s["memory_sentence"]
+
+
+def test_the_cli_reads_its_devices_from_the_block(tmp_path):
+    """The rule's command: the preset block as one checked value, three CSVs."""
+    outs = [tmp_path / f"{name}.csv" for name in ("acc", "dtypes", "ln")]
+    run = ["run", "--machine", "m", "--preset", "cpu", *block("precision", devices=["cpu"])]
+    prec.main([*run, "--out", str(outs[0]), "--dtypes-out", str(outs[1]),
+               "--layernorm-out", str(outs[2])])  # fmt: skip
+    assert set(pd.read_csv(outs[0])["device"]) == {"cpu"}
+    with pytest.raises(SystemExit):
+        prec.main([*run[:5], *block("precision", devices=["tpu"]), "--out", "x",
+                   "--dtypes-out", "y", "--layernorm-out", "z"])  # fmt: skip

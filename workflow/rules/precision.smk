@@ -23,11 +23,11 @@ rule precision:
     resources:
         gpu=gpus(1),
     params:
-        devices=cli_list(PRECISION["devices"]),
+        block=block_text(PRECISION),
         common=common_args(),
     shell:
         "python3 -m cs336_systems.core.gpus {resources.gpu}"
-        " python3 -m cs336_systems.stages.precision run {params.common} --devices {params.devices}"
+        " python3 -m cs336_systems.stages.precision run {params.common} --block {params.block:q}"
         " --out {output.accumulation} --dtypes-out {output.dtypes}"
         " --layernorm-out {output.layernorm} 2>&1 | tee {log}"
 

@@ -1,6 +1,7 @@
 """Stage `precision`: what low-precision floating point does to sums, autocast and LayerNorm.
 
-    python -m cs336_systems.stages.precision.measure run --machine M --preset P --out accumulation.csv \
+    python -m cs336_systems.stages.precision run --machine M --preset P \
+        --block '{"devices": ["cpu", "cuda"]}' --out accumulation.csv \
         --dtypes-out dtypes.csv --layernorm-out layernorm.csv
 
 Three experiments, on the CPU and (when present) on CUDA:
@@ -24,10 +25,11 @@ import pandas as pd
 import torch
 from torch import nn
 
-from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import Stopwatch
+from cs336_systems.core.knobs import add_block_argument, add_run_arguments
 from cs336_systems.core.log import configure, get_logger
 from cs336_systems.core.results import provenance, write_csv
+from cs336_systems.stages.precision.plan import PrecisionKnobs
 
 log = get_logger(__name__)
 
@@ -251,15 +253,15 @@ def run(args) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("run")
-    p.add_argument("--machine", required=True)
-    add_edition_argument(p)
-    p.add_argument("--preset", required=True)
-    p.add_argument("--devices", type=lambda t: [d for d in t.split(",") if d], default=None)
-    p.add_argument("--out", required=True, help="accumulation CSV")
+    p = sub.add_parser("run", help="the stage's job: its three CSVs (--out: accumulation)")
+    add_run_arguments(p)
+    add_block_argument(p, PrecisionKnobs)
     p.add_argument("--dtypes-out", required=True)
     p.add_argument("--layernorm-out", required=True)
     args = ap.parse_args(argv)
+    if args.out is None:
+        p.error("--out is required")
+    args.devices = list(args.block.devices)
     configure("precision")
     with Stopwatch() as job:
         acc, dts, ln = run(args)

@@ -1,0 +1,24 @@
+"""The precision stage's knobs (`PrecisionKnobs`, one per preset block of
+config/stages/precision.yaml); no torch: the workflow reads it while planning."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from cs336_systems.core.knobs import Knobs, knob
+
+
+@dataclass(frozen=True)
+class PrecisionKnobs(Knobs):
+    """Accumulation, autocast dtypes, LayerNorm."""
+
+    devices: list[Literal["cpu", "cuda"]] = knob(
+        "devices to run on; a device that is not present gives `skipped` rows",
+        minItems=1,
+        uniqueItems=True,
+    )
+
+
+# the stage's knobs: its config blocks are checked against their schema (core/config.py)
+KNOBS = PrecisionKnobs
