@@ -29,6 +29,14 @@ def block(stage: str, preset: str = "cpu", edition: int = 2026, **changes) -> li
     return ["--block", json.dumps({**blocks[stage][preset], **changes})]
 
 
+def kernel_tests_block(**changes) -> list[str]:
+    """`--block` of the kernel_tests stage as tests run it on their own files (`--files`): two
+    kernels, every test selected, one worker; `changes` on top."""
+    kernels = {"flash_pytorch": "^test_pytorch_", "flash_triton": "^test_triton_"}
+    knobs = {"kernels": kernels, "select": "", "marker": "", "timeout_s": 1800, "workers": 1}
+    return block("kernel_tests", **{**knobs, **changes})
+
+
 def kernel_test_files() -> list[str]:
     """The kernel_tests stage's test files: its config checks that they exist."""
     blocks = yaml.safe_load((ROOT / "config/stages/kernel_tests.yaml").read_text())

@@ -10,7 +10,7 @@ import textwrap
 import pandas as pd
 import pytest
 import torch
-from pipeline_utils import ROOT, block
+from pipeline_utils import ROOT, block, kernel_tests_block
 
 from cs336_systems import report
 from cs336_systems.core import results as kernel_results
@@ -58,8 +58,7 @@ def results(tmp_path_factory):
             *COMMON,
             "--files",
             str(test_file),
-            "--kernel=flash_pytorch=^test_pytorch_",
-            "--kernel=flash_triton=^test_triton_",
+            *kernel_tests_block(),
             "--junit",
             str(out / "kernel_tests" / "junit.xml"),
             "--out",
@@ -160,9 +159,8 @@ def test_kernel_tests_in_xdist_workers_give_the_same_rows(results, tmp_path):
     test_file.write_text(SYNTHETIC_TESTS)
     out = tmp_path / "kt.csv"
     kernel_tests_stage.main(
-        [*COMMON, "--files", str(test_file), "--kernel=flash_pytorch=^test_pytorch_",
-         "--kernel=flash_triton=^test_triton_", "--workers", "2", "--junit",
-         str(tmp_path / "j.xml"), "--out", str(out)]
+        [*COMMON, "--files", str(test_file), *kernel_tests_block(workers=2),
+         "--junit", str(tmp_path / "j.xml"), "--out", str(out)]
     )  # fmt: skip
     df, one = pd.read_csv(out), pd.read_csv(results / "kernel_tests.csv")
     assert set(df["pytest_workers"]) == {2} and set(one["pytest_workers"]) == {1}
@@ -189,8 +187,8 @@ def test_kernel_tests_when_pytest_cannot_collect(tmp_path):
     bad.write_text("import does_not_exist\n")
     out = tmp_path / "kt.csv"
     kernel_tests_stage.main(
-        [*COMMON, "--files", str(bad), "--kernel=flash_triton=^test_", "--junit",
-         str(tmp_path / "j.xml"), "--out", str(out)]
+        [*COMMON, "--files", str(bad), *kernel_tests_block(kernels={"flash_triton": "^test_"}),
+         "--junit", str(tmp_path / "j.xml"), "--out", str(out)]
     )  # fmt: skip
     assert kernel_results.verdicts(out) == {"flash_triton": "failed"}
 
@@ -230,7 +228,8 @@ def test_kernel_tests_fail_when_a_kernel_module_cannot_import(tmp_path, monkeypa
     out = tmp_path / "kt.csv"
     kernel_tests_stage.main(
         [*COMMON, "--files", str(ROOT / "tests" / "test_flash_attention.py"),
-         "--kernel=flash_triton=^test_(triton_|hopper_|plan_)", "--select", "adapters",
+         *kernel_tests_block(kernels={"flash_triton": "^test_(triton_|hopper_|plan_)"},
+                             select="adapters"),
          "--junit", str(tmp_path / "j.xml"), "--out", str(out)]
     )  # fmt: skip
     assert kernel_results.verdicts(out)["flash_triton"] == "failed"
@@ -286,9 +285,8 @@ def test_a_kernel_no_selected_test_checked_is_not_timed(results, tmp_path):
     test_file.write_text(SYNTHETIC_TESTS)
     gate = tmp_path / "kernel_tests.csv"
     kernel_tests_stage.main(
-        [*COMMON, "--files", str(test_file), "--kernel=flash_pytorch=^test_pytorch_",
-         "--kernel=flash_triton=^test_triton_", "--select", "pytorch", "--junit",
-         str(tmp_path / "j.xml"), "--out", str(gate)]
+        [*COMMON, "--files", str(test_file), *kernel_tests_block(select="pytorch"),
+         "--junit", str(tmp_path / "j.xml"), "--out", str(gate)]
     )  # fmt: skip
     assert kernel_results.verdicts(gate) == {"flash_pytorch": "passed"}
     out = tmp_path / "flash.csv"

@@ -84,7 +84,10 @@ def test_named_keys_nested_lists_and_a_word_or_a_number():
     assert s["size_of"] == {"type": "object", "additionalProperties": False, "description": "per key",
                             "properties": {k: {"type": "integer", "minimum": 16} for k in "ab"}}  # fmt: skip
     assert s["extra"]["properties"]["a"]["items"] == {"type": "integer", "minimum": 16}
-    assert s["workers"]["oneOf"] == [{"type": "string", "enum": ["auto"]}, {"type": "integer"}]
+    assert s["workers"]["oneOf"] == [
+        {"type": "string", "enum": ["auto"]},
+        {"type": "integer", "minimum": 1},  # the number's bound
+    ]
     ok = {"extra": {"a": [16]}, "shapes": [{"name": "x", "n": 1}], "workers": "auto"}
     k = parse_block(More, block_text(ok))
     assert k.shapes == [Shape("x", 1)] and k.size_of is None

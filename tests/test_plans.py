@@ -55,8 +55,8 @@ def test_default_configs_plan_without_errors():
             elif stage == "attention":
                 assert len(attention_plan.point_files(cfg, "r")) == len(cfg["impls"])
             else:
-                args = kernel_tests_plan.kernel_args(cfg)
-                assert args.count("--kernel=") == len(cfg["kernels"])
+                knobs = kernel_tests_plan.KernelTestsKnobs.from_block(cfg)
+                assert knobs.kernels == cfg["kernels"] and knobs.files == cfg["files"]
 
 
 def test_flash_gate_only_when_kernel_tests_run():

@@ -9,7 +9,7 @@ import types
 
 import pandas as pd
 import pytest
-from pipeline_utils import block
+from pipeline_utils import block, kernel_tests_block
 
 from cs336_systems.stages.allreduce import measure as allreduce
 from cs336_systems.stages.ceilings import measure as ceilings
@@ -20,28 +20,27 @@ from cs336_systems.stages.kernel_tests.plan import expression_problem
 from cs336_systems.stages.leaderboard import measure as leaderboard
 from cs336_systems.stages.profile import measure as profile
 
-KERNELS = ["--kernel", "flash_pytorch=^test_pytorch_", "--kernel", "flash_triton=^test_triton_"]
 
-
-def run_kernel_tests(tmp_path, files, *extra) -> pd.DataFrame:
+def run_kernel_tests(tmp_path, files, **knobs) -> pd.DataFrame:
+    """The stage on `files` (a run argument: the block's files are the kernels' own)."""
     out = tmp_path / "kernel_tests.csv"
     kernel_tests.main(
-        ["--files", ",".join(map(str, files)), *KERNELS, "--junit", str(tmp_path / "j.xml"),
-         "--machine", "m", "--preset", "cpu", "--out", str(out), *extra]
+        ["--files", ",".join(map(str, files)), *kernel_tests_block(**knobs),
+         "--junit", str(tmp_path / "j.xml"), "--machine", "m", "--preset", "cpu", "--out", str(out)]
     )  # fmt: skip
     return pd.read_csv(out)
 
 
 @pytest.mark.parametrize(
-    "flag,expr", [("--select", "not (fp16"), ("--select", "a b"), ("--marker", "gpu and")]
+    "key,expr", [("select", "not (fp16"), ("select", "a b"), ("marker", "gpu and")]
 )
-def test_kernel_tests_refuse_a_bad_expression_before_pytest_runs(tmp_path, monkeypatch, flag, expr):
+def test_kernel_tests_refuse_a_bad_expression_before_pytest_runs(tmp_path, monkeypatch, key, expr):
     monkeypatch.setattr(kernel_tests, "run_pytest", lambda *a: pytest.fail("pytest ran"))
     test = tmp_path / "test_tiny.py"
     test.write_text("def test_pytorch_one():\n    pass\n")
-    df = run_kernel_tests(tmp_path, [test], flag, expr)
+    df = run_kernel_tests(tmp_path, [test], **{key: expr})
     assert list(df["kernel"]) == ["flash_pytorch", "flash_triton"]
-    short = {"--select": "-k", "--marker": "-m"}[flag]
+    short = {"select": "-k", "marker": "-m"}[key]
     assert df["status"].str.startswith(f"error: pytest {short} {expr!r}").all(), df["status"][0]
     assert (df["outcome"] == "error").all()
 
@@ -49,12 +48,12 @@ def test_kernel_tests_refuse_a_bad_expression_before_pytest_runs(tmp_path, monke
 def test_kernel_tests_say_when_the_selection_is_empty(tmp_path):
     test = tmp_path / "test_tiny.py"
     test.write_text("def test_pytorch_one():\n    pass\n")
-    df = run_kernel_tests(tmp_path, [test], "--select", "triton")
+    df = run_kernel_tests(tmp_path, [test], select="triton")
     assert (df["pytest_exit_code"] == 5).all()
     assert df["status"].str.startswith("skipped: no test of").all()
     assert "selected by -k 'triton'" in df["message"][0]
     # and a selection that matches runs
-    df = run_kernel_tests(tmp_path, [test], "--select", "pytorch")
+    df = run_kernel_tests(tmp_path, [test], select="pytorch")
     assert list(df["status"]) == ["ok"] and list(df["kernel"]) == ["flash_pytorch"]
 
 

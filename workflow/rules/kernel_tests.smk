@@ -28,18 +28,12 @@ rule kernel_tests:
     resources:
         gpu=gpus(1),
     params:
-        files=lambda wc, input: cli_list(input.tests),
-        kernels=kernel_tests_plan.kernel_args(KERNEL_TESTS),
-        select=kernel_tests_plan.option(KERNEL_TESTS, "select"),
-        marker=kernel_tests_plan.option(KERNEL_TESTS, "marker"),
-        timeout=KERNEL_TESTS["timeout_s"],
-        workers=KERNEL_TESTS.get("workers", 1),
+        block=block_text(KERNEL_TESTS),
         common=common_args(),
     shell:
         "OMP_NUM_THREADS=1 python3 -m cs336_systems.core.gpus {resources.gpu}"
-        " python3 -m cs336_systems.stages.kernel_tests {params.common} --files {params.files}"
-        " {params.kernels} --select {params.select} --marker {params.marker}"
-        " --timeout {params.timeout} --workers {params.workers} --junit {output.junit} --out {output.csv} 2>&1 | tee {log}"
+        " python3 -m cs336_systems.stages.kernel_tests {params.common} --block {params.block:q}"
+        " --junit {output.junit} --out {output.csv} 2>&1 | tee {log}"
 
 
 rule kernel_tests_plots:

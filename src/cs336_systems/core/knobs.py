@@ -70,6 +70,21 @@ def _merge(schema: dict, more: dict) -> dict:
     return out
 
 
+_NUMBER_LIMITS = ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum")
+
+
+def _add_limits(schema: dict, limits: dict) -> None:
+    """`limits` into `schema`; a number's bounds into the number branches of a `oneOf` (a word
+    or a number: the bound is the number's, and a problem line says so)."""
+    for key, value in limits.items():
+        branches = [b for b in schema.get("oneOf", []) if b.get("type") in ("integer", "number")]
+        if key in _NUMBER_LIMITS and branches:
+            for b in branches:
+                b[key] = value
+        else:
+            schema[key] = value
+
+
 def _type_schema(tp) -> dict:
     """The JSON schema of one Python type (see the module's list)."""
     origin = get_origin(tp)
@@ -135,7 +150,7 @@ class Knobs:
         for f in dataclasses.fields(cls):
             tp, optional = _optional(hints[f.name])
             s = _type_schema(tp)
-            s.update(f.metadata.get("limits", {}))
+            _add_limits(s, f.metadata.get("limits", {}))
             if f.metadata.get("items"):
                 s["items"] = _merge(s["items"], f.metadata["items"])
             if f.metadata.get("values"):

@@ -1,10 +1,11 @@
 """Stage `kernel_tests`: run the kernels' pytest suites, keep a JUnit XML and a tidy CSV.
 
-    python -m cs336_systems.stages.kernel_tests.measure --files tests/test_flash_attention.py \
-        --kernel 'flash_triton=^test_triton_' --kernel 'flash_pytorch=^test_pytorch_' \
-        [--select 'not float16'] [--marker 'not slow'] --junit X.xml --out X.csv --machine M --preset P
+    python -m cs336_systems.stages.kernel_tests --machine M --preset P --block '{"files":
+        ["tests/test_flash_attention.py"], "kernels": {"flash_triton": "^test_triton_",
+        "flash_pytorch": "^test_pytorch_"}, "select": "not fp16", "marker": "", "timeout_s": 900,
+        "workers": "auto"}' --junit X.xml --out X.csv [--files other test files]
 
-One row per test: test, kernel (the first --kernel pattern its name matches, else `other`),
+One row per test: test, kernel (the first `kernels` pattern its name matches, else `other`),
 outcome (passed / failed / error / skipped), duration_ms, message. Failing tests do not fail
 the job; they are rows, and `verdicts()` turns them into a per-kernel verdict that the
 benchmark stages read: a kernel with a failed test is not benchmarked. On a machine without
@@ -24,12 +25,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import Stopwatch
+from cs336_systems.core.knobs import add_block_argument, add_run_arguments
 from cs336_systems.core.log import configure, get_logger
 from cs336_systems.core.results import provenance, verdicts, write_csv
 from cs336_systems.stages.kernel_tests.plan import (  # noqa: F401 (MAX_AUTO_WORKERS)
     MAX_AUTO_WORKERS,
+    KernelTestsKnobs,
     expression_problem,
     worker_count,
 )
@@ -149,35 +151,33 @@ def argument_problem(files: list[str], select: str, marker: str, timeout_s: int)
     return ""
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The run's own arguments (its JUnit file, where its rows go and what they say they come
+    from; other test files than the block's) and the stage's knobs as one value (`--block`: its
+    preset block, `KernelTestsKnobs`)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--files", required=True, help="comma-separated test files")
+    add_run_arguments(ap)
+    add_block_argument(ap, KernelTestsKnobs)
+    ap.add_argument("--junit", required=True, help="the JUnit XML pytest writes")
     ap.add_argument(
-        "--kernel",
-        action="append",
-        default=[],
-        metavar="NAME=REGEX",
-        help="a kernel and the regex its tests' names match (repeatable, first match wins)",
+        "--files",
+        help="comma-separated test files run instead of the block's (a test's own suite)",
     )
-    ap.add_argument("--select", default="", help="pytest -k expression")
-    ap.add_argument("--marker", default="", help="pytest -m expression")
-    ap.add_argument("--timeout", type=int, default=1800)
-    ap.add_argument("--workers", default="1", help="pytest-xdist workers: a number or auto")
-    ap.add_argument("--junit", required=True)
-    ap.add_argument("--machine", required=True)
-    add_edition_argument(ap)
-    ap.add_argument("--preset", required=True)
-    ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
-    configure("kernel_tests")
+    if args.out is None:
+        ap.error("--out is required")
+    k: KernelTestsKnobs = args.block
+    args.files = [f for f in args.files.split(",") if f] if args.files else list(k.files)
+    args.patterns = dict(k.kernels)
+    args.select, args.marker, args.timeout = k.select, k.marker, k.timeout_s
+    args.workers = 1 if k.workers is None else k.workers
+    return args
 
-    patterns = {}
-    for item in args.kernel:
-        name, sep, regex = item.partition("=")
-        if not sep or not name:
-            ap.error(f"--kernel takes NAME=REGEX, got {item!r}")
-        patterns[name] = regex
-    files = [f for f in args.files.split(",") if f]
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    configure("kernel_tests")
+    patterns, files = args.patterns, args.files
     junit = Path(args.junit)
     junit.parent.mkdir(parents=True, exist_ok=True)
     junit.unlink(missing_ok=True)

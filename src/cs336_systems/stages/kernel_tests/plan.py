@@ -1,19 +1,59 @@
-"""What the workflow needs to plan the kernel_tests stage's job, from the stage's config block."""
+"""The kernel_tests stage's knobs (`KernelTestsKnobs`, one per preset block of
+config/stages/kernel_tests.yaml) and what the workflow needs to plan its job and check a block
+beyond its schema (no torch)."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
 import re
-import shlex
 import sys
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Literal
 
 from cs336_systems.core.config import Checker, Facts
+from cs336_systems.core.knobs import Knobs, knob
 
 # the most xdist workers `auto` starts: more compete for one GPU and its compiler threads
 MAX_AUTO_WORKERS = 16
+
+
+@dataclass(frozen=True)
+class KernelTestsKnobs(Knobs):
+    """The kernels' pytest suites."""
+
+    files: list[str] = knob(
+        "the kernels' test files",
+        minItems=1,
+        uniqueItems=True,
+        items={
+            "pattern": r"^tests/test_[A-Za-z0-9_]+\.py$",
+            "allowed": "a test file tests/test_<name>.py",
+        },
+    )
+    kernels: dict[str, str] = knob(
+        "kernel -> regex on a test's name (first match wins)",
+        minProperties=1,
+        propertyNames={"pattern": "^[a-z][a-z0-9_]*$", "allowed": "a kernel name: a-z, 0-9, _"},
+        values={"minLength": 1},
+    )
+    select: str = knob("pytest -k expression ('' selects every test)")
+    marker: str = knob("pytest -m expression ('' selects every test)")
+    # pytest and torch take seconds to start: a shorter limit only times out
+    timeout_s: int = knob("seconds the suite may take", minimum=60)
+    workers: Literal["auto"] | int | None = knob(
+        "pytest-xdist worker processes: auto (this machine's CPU cores, at most 16; one runs"
+        " without xdist), or a number",
+        default=None,
+        minimum=1,
+        allowed="auto or a whole number of at least 1",
+    )
+
+
+# the stage's knobs: its config blocks are checked against their schema (core/config.py)
+KNOBS = KernelTestsKnobs
 
 
 def worker_count(requested: str | int) -> int:
@@ -23,18 +63,6 @@ def worker_count(requested: str | int) -> int:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         return max(1, min(MAX_AUTO_WORKERS, cores or 1))
     return max(1, int(requested))
-
-
-def kernel_args(cfg: dict) -> str:
-    """--kernel NAME=REGEX arguments, shell-quoted (the regexes hold | and ^)."""
-    return " ".join(
-        shlex.quote(f"--kernel={name}={regex}") for name, regex in cfg["kernels"].items()
-    )
-
-
-def option(cfg: dict, key: str) -> str:
-    """A pytest selection option (-k / -m expression), shell-quoted; '' when unset."""
-    return shlex.quote(cfg[key])
 
 
 @cache
