@@ -18,15 +18,19 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def block(stage: str, preset: str = "cpu", edition: int = 2026, **changes) -> list[str]:
-    """`--block <json>` of a stage CLI: its preset block of config/stages/<stage>.yaml for
-    `edition` (its `editions` entry merged, as the workflow does) with `changes`, as the
-    workflow's rules pass it."""
-    from cs336_systems.core.edition import edition_overrides
+def block(
+    stage: str, preset: str = "cpu", edition: int | None = None, part=None, **changes
+) -> list[str]:
+    """`--block <json>` of a stage CLI: its preset block of config/stages/<stage>.yaml, merged
+    with its `editions` entry for `edition` (default the current one), with `changes`, and
+    narrowed to a job's `part` (a `Knobs.part` class) where given (as the workflow's rules pass
+    it)."""
+    from cs336_systems.core.edition import DEFAULT_EDITION, edition_overrides
 
-    blocks = yaml.safe_load((ROOT / f"config/stages/{stage}.yaml").read_text())
-    edition_overrides(blocks, [stage], edition)
-    return ["--block", json.dumps({**blocks[stage][preset], **changes})]
+    blocks = yaml.safe_load((ROOT / f"config/stages/{stage}.yaml").read_text())[stage]
+    edition_overrides({stage: blocks}, [stage], edition or DEFAULT_EDITION)
+    chosen = {**blocks[preset], **changes}
+    return ["--block", json.dumps(part.select(chosen) if part else chosen)]
 
 
 def kernel_tests_block(**changes) -> list[str]:

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from pipeline_utils import copy_workflow, snakemake
+from pipeline_utils import block, copy_workflow, snakemake
 
 from cs336_systems.core import checkpointing as ck
 from cs336_systems.core import config as config_check
@@ -244,6 +244,31 @@ def test_plan_check_names_the_key_and_the_divisors():
     assert edition_sizes.size_table(2025)["xl"]["num_layers"] == 48
     assert edition_sizes.size_table(2025)["2.7B"]["num_layers"] == 32
     assert "10B" not in edition_sizes.size_table(2025)
+
+
+def test_the_cli_reads_its_knobs_from_one_checked_block(capsys):
+    from cs336_systems.stages.checkpointing import measure
+
+    run = ["--machine", "m", "--preset", "cpu", "--out", "x"]
+    args = measure.parse_args(["strategies", "--precision", "fp32", *run, *block("checkpointing")])
+    assert args.strategies == STRATEGIES and args.num_layers == 8 and args.vocab_size == 256
+    assert (args.warmup, args.steps, args.skip_factor, args.device) == (1, 2, 1.5, "auto")
+    # the accounting job reads its own part of the block, and only that
+    part = ckpt_plan.ACCOUNTING_KNOBS
+    args = measure.parse_args(["accounting", *run, *block("checkpointing", part=part)])
+    assert (args.size, args.device, args.compile_backend) == ("xl", "meta", "partition")
+    with pytest.raises(SystemExit):
+        measure.parse_args(["accounting", *run, *block("checkpointing")])
+    # a block size that does not divide the layers, or one the schema refuses, stops the CLI
+    with pytest.raises(SystemExit):
+        measure.parse_args(
+            ["strategies", "--precision", "fp32", *run, *block("checkpointing", block_sizes=[3])]
+        )
+    with pytest.raises(SystemExit):
+        measure.parse_args(
+            ["strategies", "--precision", "fp32", *run, *block("checkpointing", measure_steps=0)]
+        )
+    assert "config: block.measure_steps: 0 — " in capsys.readouterr().err
 
 
 def test_plan_reads_the_size_table_without_torch():

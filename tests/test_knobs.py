@@ -96,3 +96,39 @@ def test_named_keys_nested_lists_and_a_word_or_a_number():
                 {"workers": "all"}, {"workers": 0}, {"shapes": [{"name": "x"}]}):  # fmt: skip
         with pytest.raises(argparse.ArgumentTypeError):
             parse_block(More, block_text({**ok, **bad}))
+
+
+def test_a_part_checks_and_reads_only_its_knobs():
+    Part = Demo.part("steps", "launcher", "extra")
+    s = Part.block_schema()
+    assert set(s["properties"]) == {"steps", "launcher", "extra"}
+    assert s["properties"]["steps"] == Demo.block_schema()["properties"]["steps"]
+    k = parse_block(Part, block_text({"steps": 2, "launcher": BLOCK["launcher"]}))
+    assert (
+        k.steps == 2
+        and k.extra is None
+        and k.as_block() == {"steps": 2, "launcher": BLOCK["launcher"]}
+    )
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown|not allowed|Additional"):
+        parse_block(Part, block_text({"steps": 2, "launcher": BLOCK["launcher"], "mode": "a"}))
+    with pytest.raises(ValueError):
+        Demo.part("nope")
+
+
+@dataclass(frozen=True)
+class Inner(Knobs):
+    """Nested knobs, one optional."""
+
+    b: int = knob("b")
+    a: int | None = knob("a", default=None)
+
+
+@dataclass(frozen=True)
+class Outer(Knobs):
+    """Knobs holding nested ones."""
+
+    inner: Inner = knob("inner")
+
+
+def test_knobs_left_unset_are_left_out_at_every_depth():
+    assert Outer.from_block({"inner": {"b": 1}}).as_block() == {"inner": {"b": 1}}

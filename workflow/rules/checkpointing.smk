@@ -4,6 +4,7 @@
 
 from cs336_systems.stages.checkpointing import plan as checkpointing_plan
 
+CHECKPOINTING = stage_config("checkpointing")
 CHECKPOINTING_SOURCES = code_stamp(
     "checkpointing", "cs336_systems.stages.checkpointing"
 )
@@ -23,14 +24,13 @@ rule checkpointing_accounting:
     resources:
         gpu=gpus(1),
     params:
-        cfg=lambda wc: stage_config("checkpointing")["accounting"],
+        # its part of the block: the strategies' knobs leave this job as it was
+        block=block_text(checkpointing_plan.ACCOUNTING_KNOBS.select(CHECKPOINTING)),
         common=common_args(),
     shell:
         "python3 -m cs336_systems.core.gpus {resources.gpu}"
         " python3 -m cs336_systems.stages.checkpointing accounting {params.common}"
-        " --size {params.cfg[size]} --batch-size {params.cfg[batch_size]}"
-        " --context-length {params.cfg[context_length]} --device {params.cfg[device]}"
-        " --compile-backend {params.cfg[compile_backend]} --out {output} 2>&1 | tee {log}"
+        " --block {params.block:q} --out {output} 2>&1 | tee {log}"
 
 
 rule checkpointing:
@@ -47,31 +47,20 @@ rule checkpointing:
     resources:
         gpu=gpus(1),
     params:
-        cfg=lambda wc: stage_config("checkpointing"),
-        strategies=lambda wc: cli_list(
-            checkpointing_plan.strategies(stage_config("checkpointing"))
-        ),
-        layers=lambda wc: checkpointing_plan.num_layers(
-            stage_config("checkpointing"), EDITION
-        ),
-        vocab=lambda wc: checkpointing_plan.vocab_arg(stage_config("checkpointing")),
+        block=block_text(CHECKPOINTING),
         common=common_args(),
     shell:
         "python3 -m cs336_systems.core.gpus {resources.gpu}"
         " python3 -m cs336_systems.stages.checkpointing strategies {params.common}"
-        " --size {params.cfg[size]} --num-layers {params.layers}"
-        " {params.vocab} --batch-size {params.cfg[batch_size]}"
-        " --context-length {params.cfg[context_length]} --precision {wildcards.precision}"
-        " --strategies {params.strategies} --warmup {params.cfg[warmup_steps]}"
-        " --steps {params.cfg[measure_steps]} --skip-factor {params.cfg[skip_factor]}"
-        " --out {output} 2>&1 | tee {log}"
+        " --precision {wildcards.precision} --block {params.block:q} --out {output}"
+        " 2>&1 | tee {log}"
 
 
 rule checkpointing_aggregate:
     input:
         points=lambda wc: expand(
             CHECKPOINTING_POINTS,
-            precision=stage_config("checkpointing")["precisions"],
+            precision=CHECKPOINTING["precisions"],
         ),
         saved=str(rules.checkpointing_accounting.output[0]),
         code=code_stamp("results", "cs336_systems.core.results"),

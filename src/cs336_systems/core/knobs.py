@@ -195,6 +195,32 @@ class Knobs:
             values[f.name] = _typed(tp, block[f.name])
         return cls(**values)
 
+    @classmethod
+    def part(cls, *names: str) -> type[Knobs]:
+        """These knobs narrowed to `names`, the same fields (types, docs, limits): the part of a
+        block one job of a stage reads. A rule passes each job its part, so that a knob the job
+        does not read (the sweep's other sizes, another job's settings) changes none of its
+        params, and Snakemake reruns only the jobs a change concerns."""
+        hints = cls._hints()
+        chosen = {f.name: f for f in dataclasses.fields(cls) if f.name in names}
+        if unknown := set(names) - set(chosen):
+            raise ValueError(f"{cls.__name__} has no knob {sorted(unknown)}")
+        fields = [
+            (f.name, hints[f.name], dataclasses.field(default=f.default, metadata=f.metadata))
+            for f in chosen.values()
+        ]
+        part = dataclasses.make_dataclass(
+            f"{cls.__name__}Part", fields, bases=(Knobs,), frozen=True
+        )
+        part.__doc__ = cls.__doc__
+        return part
+
+    @classmethod
+    def select(cls, block: Mapping) -> dict:
+        """The keys of `block` that are these knobs (a job's part of a preset block)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return {k: v for k, v in block.items() if k in names}
+
     def as_block(self) -> dict:
         """The block again (nested Knobs as mappings, knobs left unset left out): what
         `block_text` sends."""

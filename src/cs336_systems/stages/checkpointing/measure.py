@@ -1,15 +1,18 @@
 """Stage `checkpointing`: what autograd saves for backward, and what activation checkpointing buys.
 
-    python -m cs336_systems.stages.checkpointing accounting --size xl --batch-size 4 \\
-        --context-length 2048 --device meta --compile-backend partition --out saved.csv ...
-    python -m cs336_systems.stages.checkpointing strategies --size xl --precision fp32 \\
-        --strategies none,every_1,every_2,halving --batch-size 4 --context-length 2048 --out S.csv
+    python -m cs336_systems.stages.checkpointing accounting --machine M --preset P \\
+        --block JSON --out saved.csv
+    python -m cs336_systems.stages.checkpointing strategies --precision fp32 --machine M \\
+        --preset P --block JSON --out S.csv
+
+`--block`: the stage's preset block as JSON (plan.py: `CheckpointingKnobs`, as the rule passes
+it); the strategies run are none, every_<k> of `block_sizes` and the `nested` ones.
 
 `accounting`: one RMSNorm and one TransformerBlock of the size's dimensions on (batch, context,
 d_model), eager and torch.compile'd, under ``profiling.saved_tensors.SavedTensorLog``: one row per
 saved tensor (shape, dtype, bytes, storage, parameter/buffer/input/activation, module, the op
 that saved it), fp32 as in the handout. The meta device gives exact shapes without allocating;
-``--compile-backend partition`` then stands in for inductor (its decompositions and min-cut
+the `partition` compile backend then stands in for inductor (its decompositions and min-cut
 partitioner, no code generation).
 
 `strategies`: a training step (forward, cross-entropy, backward, AdamW) of the model with its
@@ -33,7 +36,6 @@ import torch.nn.functional as F
 
 from cs336_systems.core import checkpointing, costs
 from cs336_systems.core.device import autocast, pick_device
-from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import (
     Stopwatch,
     release_memory,
@@ -42,6 +44,7 @@ from cs336_systems.core.harness import (
     synchronize,
     time_steps,
 )
+from cs336_systems.core.knobs import add_block_argument, add_run_arguments
 from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.core.results import provenance, with_columns_first, write_csv
 from cs336_systems.model import (
@@ -54,6 +57,8 @@ from cs336_systems.model import (
     size_spec,
 )
 from cs336_systems.profiling.saved_tensors import LiveTensorBytes, SavedTensorLog, compile_backend
+from cs336_systems.stages.checkpointing import plan as stage_plan
+from cs336_systems.stages.checkpointing.plan import ACCOUNTING_KNOBS, CheckpointingKnobs
 
 MiB = 2**20
 GiB = 2**30
@@ -301,36 +306,26 @@ def plan_calls(plan: tuple) -> int:
 # ---- CLI -------------------------------------------------------------------------------------
 
 
-def _csv_list(text: str) -> list[str]:
-    return [x for x in str(text).split(",") if x]
+# the strategies job's device (CUDA when present) and the runs' seed: not knobs
+STRATEGIES_DEVICE = "auto"
+SEED = 0
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The run's own arguments (the job, its precision, where its rows go and what they say
+    they come from) and the stage's knobs as one value (`--block`: its preset block)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("accounting", "strategies"):
+    # the accounting job reads its part of the block only (plan.py: ACCOUNTING_KNOBS)
+    for name, knobs in (("accounting", ACCOUNTING_KNOBS), ("strategies", CheckpointingKnobs)):
         p = sub.add_parser(name)
-        p.add_argument("--size", required=True)
-        p.add_argument("--batch-size", type=int, required=True)
-        p.add_argument("--context-length", type=int, required=True)
-        p.add_argument("--device", default="auto")
-        p.add_argument("--machine", required=True)
-        add_edition_argument(p)
-        p.add_argument("--preset", required=True)
-        p.add_argument("--out", required=True)
-    acc = sub.choices["accounting"]
-    acc.add_argument("--compile-backend", choices=("inductor", "partition"), default="inductor")
-    st = sub.choices["strategies"]
-    st.add_argument("--precision", choices=("fp32", "bf16"), required=True)
-    st.add_argument("--strategies", type=_csv_list, required=True)
-    st.add_argument("--num-layers", type=int, default=None)
-    st.add_argument("--vocab-size", type=int, default=VOCAB_SIZE)
-    st.add_argument("--warmup", type=int, default=1)
-    st.add_argument("--steps", type=int, default=2)
-    st.add_argument("--skip-factor", type=float, default=1.5)
-    st.add_argument("--seed", type=int, default=0)
+        add_run_arguments(p)
+        add_block_argument(p, knobs)
+    sub.choices["strategies"].add_argument("--precision", choices=("fp32", "bf16"), required=True)
     args = ap.parse_args(argv)
-    configure("checkpointing")
+    if args.out is None:
+        ap.error("--out is required")
+    args = with_knobs(args)
     if args.cmd == "strategies":
         n = dims(args.size, args.num_layers, args.edition)["num_layers"]
         for name in args.strategies:
@@ -338,6 +333,35 @@ def main(argv: list[str] | None = None) -> None:
                 checkpointing.plan_for(name, n)
             except ValueError as exc:
                 ap.error(str(exc))
+    return args
+
+
+def with_knobs(args: argparse.Namespace) -> argparse.Namespace:
+    """`args` with each knob of its block (the job's part of it) as the attribute the stage
+    reads."""
+    k = args.block
+    if args.cmd == "accounting":
+        acc = k.accounting
+        args.size, args.batch_size, args.context_length = (
+            acc.size,
+            acc.batch_size,
+            acc.context_length,
+        )
+        args.device, args.compile_backend = acc.device, acc.compile_backend
+        return args
+    args.size, args.batch_size, args.context_length = k.size, k.batch_size, k.context_length
+    args.device, args.seed = STRATEGIES_DEVICE, SEED
+    args.strategies = stage_plan.strategies(k.as_block())
+    args.num_layers = k.num_layers
+    args.vocab_size = k.vocab_size if k.vocab_size is not None else VOCAB_SIZE
+    args.warmup, args.steps = k.warmup_steps, k.measure_steps
+    args.skip_factor = float(k.skip_factor)
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    configure("checkpointing")
     with Stopwatch() as job:
         rows = accounting(args) if args.cmd == "accounting" else strategies(args)
     first = ["module_kind", "compile", "index"] if args.cmd == "accounting" else ["strategy"]

@@ -1,4 +1,5 @@
-"""What the workflow needs to plan (and check) the checkpointing stage, from its config block.
+"""The checkpointing stage's knobs (`CheckpointingKnobs`, one per preset block of
+config/stages/checkpointing.yaml) and what the workflow needs to plan (and check) from a block.
 
 Pure functions of the preset block (no torch): the model's size table is read from model.py's
 source (``core.edition.size_table``), so a block size that does not divide the layer count
@@ -7,9 +8,72 @@ is refused while planning, before any job, in the run's one-line form (core/conf
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 from cs336_systems.core.edition import DEFAULT_EDITION, size_table
+from cs336_systems.core.knobs import Knobs, knob
 
 NESTED = ("sqrt", "halving", "chain")
+
+Size = Literal["tiny", "small", "medium", "large", "xl", "2.7B"]
+
+
+@dataclass(frozen=True)
+class Accounting(Knobs):
+    """The saved-tensor accounting job: one RMSNorm and one TransformerBlock of a size."""
+
+    size: Size = knob("a model size name: its dimensions")
+    batch_size: int = knob("sequences of the input", minimum=1)
+    context_length: int = knob("tokens per sequence", minimum=1)
+    device: Literal["auto", "cpu", "cuda", "meta"] = knob(
+        "auto: CUDA when present, else CPU; meta: shapes only, nothing allocated"
+    )
+    compile_backend: Literal["inductor", "partition"] = knob(
+        "the compiled run's backend (partition: inductor's partitioner, no code generation)"
+    )
+
+
+@dataclass(frozen=True)
+class CheckpointingKnobs(Knobs):
+    """The tensors autograd saves (saved-tensor accounting) and the peak memory and step time of a
+    training step under each checkpointing strategy."""
+
+    accounting: Accounting = knob("the saved-tensor accounting job")
+    size: Size = knob("the strategies' model size")
+    batch_size: int = knob("sequences per step", minimum=1)
+    context_length: int = knob("tokens per sequence", minimum=1)
+    precisions: list[Literal["fp32", "bf16"]] = knob(
+        "one strategies job per precision (bf16: autocast)", minItems=1, uniqueItems=True
+    )
+    block_sizes: list[int] = knob(
+        "one level of checkpointing every k blocks; each k must divide the layer count",
+        uniqueItems=True,
+        items={"minimum": 1},
+    )
+    nested: list[Literal["sqrt", "halving", "chain"]] = knob(
+        "the nested strategies run", uniqueItems=True
+    )
+    warmup_steps: int = knob("steps run before the measured ones", minimum=1)
+    measure_steps: int = knob("steps timed per strategy", minimum=1)
+    skip_factor: float = knob(
+        "a point predicted to need more than this many times the GPU's memory is skipped",
+        exclusiveMinimum=0,
+    )
+    num_layers: int | None = knob(
+        "override the size's layer count (the CPU preset's tiny model)", default=None, minimum=1
+    )
+    vocab_size: int | None = knob(
+        "override the study's vocabulary (a small one: the blocks hold the memory)",
+        default=None,
+        minimum=2,
+    )
+
+
+# the stage's knobs: its config blocks are checked against their schema (core/config.py)
+KNOBS = CheckpointingKnobs
+# what the accounting job reads: a change to the strategies' knobs leaves it as it was
+ACCOUNTING_KNOBS = CheckpointingKnobs.part("accounting")
 
 
 def num_layers(cfg: dict, edition: int = DEFAULT_EDITION) -> int | None:
@@ -18,11 +82,6 @@ def num_layers(cfg: dict, edition: int = DEFAULT_EDITION) -> int | None:
         return cfg["num_layers"]
     spec = size_table(edition).get(cfg["size"])
     return spec["num_layers"] if spec else None
-
-
-def vocab_arg(cfg: dict) -> str:
-    """`--vocab-size V` where the block overrides the study's vocabulary, else nothing."""
-    return f"--vocab-size {cfg['vocab_size']}" if "vocab_size" in cfg else ""
 
 
 def divisors(n: int) -> list[int]:
