@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import numpy as np
@@ -10,12 +11,14 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
+from pipeline_utils import block
 
 from cs336_systems.core.analysis import load
 from cs336_systems.core.device import autocast
 from cs336_systems.core.workload import Workload
 from cs336_systems.profiling import memory_snapshot as snapshots
 from cs336_systems.stages.memory import measure as mem
+from cs336_systems.stages.memory.plan import JOB_KNOBS as JOB
 
 GPU = Path(__file__).parent / "fixtures" / "gpu"
 SNAPSHOT_FIXTURE = GPU / "memory_snapshot.pickle"  # from scripts/gpu_capture_fixtures.py
@@ -235,6 +238,30 @@ def cpu_run(tmp_path_factory):
     )
     rows, allocs = mem.run(args)
     return rows, allocs
+
+
+def test_the_cli_reads_its_knobs_from_one_checked_block(capsys):
+    run = ["run", "--size", "tiny", "--machine", "m", "--preset", "gpu", "--out", "x"]
+    run += ["--allocations-out", "a", "--raw-dir", "r", "--timeline-dir", "t", "--keep-raw", "no"]
+    args = mem.parse_args([*run, *block("memory", "gpu", part=JOB)])
+    assert args.contexts == [128, 2048] and args.modes == ["forward", "train_step"]
+    assert (args.batch_size, args.warmup, args.max_entries, args.skip_factor) == (4, 2, 200000, 1.5)
+    assert (args.checkpoint_contexts, args.checkpoint) == ([2048], "best") and not args.keep_raw
+    assert args.nsys_contexts == [2048] and args.nsys == ""
+    # the 2025 edition's entry is merged into the block before it reaches the CLI
+    args = mem.parse_args([*run, *block("memory", "gpu", edition=2025, part=JOB)])
+    assert args.contexts == [128, 256, 512] and args.checkpoint_contexts == []
+    # the knobs a block may leave out get what the rule once gave them
+    required = JOB.block_schema()["required"]
+    lean = {k: v for k, v in json.loads(block("memory", part=JOB)[1]).items() if k in required}
+    args = mem.parse_args([*run, "--block", json.dumps(lean)])
+    assert (args.max_entries, args.checkpoint_contexts, args.nsys_contexts) == (200000, [], [])
+    with pytest.raises(SystemExit):
+        mem.parse_args([*run, *block("memory", modes=["sideways"], part=JOB)])
+    # a job reads its part only: not the sweep's sizes
+    with pytest.raises(SystemExit):
+        mem.parse_args([*run, *block("memory")])
+    assert "config: block.modes[0]: 'sideways' — " in capsys.readouterr().err
 
 
 def test_memory_stage_on_cpu(cpu_run):

@@ -1,13 +1,12 @@
 # Stage `memory`: CUDA memory snapshots of one step (timeline PNGs, largest allocations), peak
 # memory with a breakdown, the analytic activation model; RSS on a CPU. One job per model size.
 
+from cs336_systems.stages.memory import plan as memory_plan
+
 MEMORY = stage_config("memory")
 MEMORY_POINTS = f"{RESULTS}/memory/{{size}}.csv"
 MEMORY_ALLOCATIONS = f"{RESULTS}/memory/{{size}}.allocations.csv"
 MEMORY_BLOCKS = f"{RESULTS}/memory/{{size}}.blocks.csv"
-MEMORY_CHECKPOINT = MEMORY.get(
-    "checkpoint", {"contexts": [], "modes": [], "strategy": "best"}
-)
 MEMORY_SOURCES = code_stamp("memory", "cs336_systems.stages.memory")
 MEMORY_PLOTS = ["peak", "activations", "timelines"]
 MEMORY_FIGURES = figures("memory", MEMORY_PLOTS)
@@ -27,32 +26,17 @@ rule memory:
     resources:
         gpu=gpus(1),
     params:
-        contexts=cli_list(MEMORY["context_lengths"]),
-        modes=cli_list(MEMORY["modes"]),
-        precisions=cli_list(MEMORY["precisions"]),
-        batch=MEMORY["batch_size"],
-        warmup=MEMORY["warmup_steps"],
-        max_entries=MEMORY.get("max_entries", 200000),
+        # the job's part of the block: every knob but the sweep's sizes
+        block=block_text(memory_plan.JOB_KNOBS.select(MEMORY)),
         keep_raw=config["keep_raw"],
-        ck_contexts=cli_list(MEMORY_CHECKPOINT["contexts"]),
-        ck_modes=cli_list(MEMORY_CHECKPOINT["modes"]),
-        ck_strategy=MEMORY_CHECKPOINT["strategy"],
-        skip_factor=MEMORY.get("skip_factor", 1.5),
-        nsys_contexts=cli_list(MEMORY.get("nsys_contexts", [])),
-        nsys=MEMORY.get("nsys", ""),
         raw=f"{RESULTS}/memory/raw",
         timelines=f"{RESULTS}/memory/timelines",
         common=common_args(),
     shell:
         "python3 -m cs336_systems.core.gpus {resources.gpu}"
         " python3 -m cs336_systems.stages.memory run {params.common} --size {wildcards.size}"
-        " --contexts {params.contexts} --modes {params.modes} --precisions {params.precisions}"
-        " --batch-size {params.batch} --warmup {params.warmup}"
-        " --max-entries {params.max_entries} --raw-dir {params.raw}"
+        " --block {params.block:q} --raw-dir {params.raw}"
         " --timeline-dir {params.timelines} --keep-raw {params.keep_raw}"
-        " --checkpoint-contexts={params.ck_contexts} --checkpoint-modes={params.ck_modes}"
-        " --checkpoint {params.ck_strategy} --skip-factor {params.skip_factor}"
-        " --nsys-contexts={params.nsys_contexts} --nsys={params.nsys:q}"
         " --out {output.points} --allocations-out {output.allocations}"
         " --blocks-out {output.blocks} 2>&1 | tee {log}"
 

@@ -1,8 +1,11 @@
 """Stage `memory`: what holds memory during a forward pass and a training step, and when.
 
-    python -m cs336_systems.stages.memory.measure run --size xl --contexts 128,256,512 --modes forward,train_step \
-        --precisions fp32,bf16 --machine M --preset P --out S.csv --allocations-out S.alloc.csv \
-        --raw-dir raw/ --timeline-dir timelines/
+    python -m cs336_systems.stages.memory run --size xl --machine M --preset P --block JSON \
+        --out S.csv --allocations-out S.alloc.csv --raw-dir raw/ --timeline-dir timelines/ \
+        --keep-raw true
+
+`--block`: the job's part of the stage's preset block as JSON (plan.py: `JOB_KNOBS`, every
+knob but the sweep's `sizes`, as the rule passes it).
 
 One job per model size; each (context, mode, precision) point runs warm-up steps of the benchmark
 stage's `Workload`, then one measured step during which:
@@ -37,13 +40,13 @@ import torch
 from cs336_systems.core import checkpointing
 from cs336_systems.core import costs as flops
 from cs336_systems.core.device import pick_device
-from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import Stopwatch, release_memory, run_point, synchronize
+from cs336_systems.core.knobs import add_block_argument, add_run_arguments
 from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.core.phases import phase_hooks
 from cs336_systems.core.results import provenance, write_csv
 from cs336_systems.core.workload import Workload
-from cs336_systems.model import BATCH_SIZE, VOCAB_SIZE, size_spec
+from cs336_systems.model import VOCAB_SIZE, size_spec
 from cs336_systems.profiling.memory_snapshot import (
     active_timeline,
     largest_allocations,
@@ -52,10 +55,10 @@ from cs336_systems.profiling.memory_snapshot import (
     write_viz_page,
 )
 from cs336_systems.stages.memory import blocks
+from cs336_systems.stages.memory.plan import JOB_KNOBS
 
 MiB = 2**20
 GiB = 2**30
-MODES = ("forward", "forward_backward", "train_step")
 PRECISIONS = ("fp32", "bf16")
 
 log = get_logger(__name__)
@@ -507,50 +510,59 @@ def run(args) -> tuple[pd.DataFrame, pd.DataFrame]:
     return pd.DataFrame(rows), pd.DataFrame(allocs)
 
 
-def _csv_list(text: str, cast=str) -> list:
-    return [cast(x) for x in str(text).split(",") if x]
-
-
 def _bool(text: str) -> bool:
     return str(text).lower() in ("1", "true", "yes", "on")
 
 
-def main(argv: list[str] | None = None) -> None:
+# what a block that leaves a knob out gets (the knobs that may be left out)
+MAX_ENTRIES = 200_000
+NO_CHECKPOINT = {"contexts": [], "modes": [], "strategy": "best"}
+SKIP_FACTOR = 1.5
+# not knobs: the device (CUDA when present) and the seconds part (f)'s nsys capture may take
+DEVICE = "auto"
+NSYS_TIMEOUT_S = 600.0
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The run's own arguments (the job's size, where its rows and raw files go, what they say
+    they come from) and the stage's knobs as one value (`--block`: the job's part of its
+    preset block)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("run")
-    p.add_argument("--size", required=True)
-    p.add_argument("--contexts", type=lambda s: _csv_list(s, int), required=True)
-    p.add_argument("--modes", type=_csv_list, default=["forward", "train_step"])
-    p.add_argument("--precisions", type=_csv_list, default=list(PRECISIONS))
-    p.add_argument("--batch-size", type=int, default=BATCH_SIZE)
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--max-entries", type=int, default=200_000)
-    p.add_argument("--device", default="auto")
-    p.add_argument("--machine", required=True)
-    add_edition_argument(p)
-    p.add_argument("--preset", required=True)
+    p.add_argument("--size", required=True, help="the job's model size (one of `sizes`)")
+    add_run_arguments(p)
+    add_block_argument(p, JOB_KNOBS)
     p.add_argument("--raw-dir", required=True)
     p.add_argument("--timeline-dir", required=True)
-    p.add_argument("--keep-raw", type=_bool, default=True)
-    p.add_argument("--out", required=True)
+    p.add_argument("--keep-raw", type=_bool, required=True, help="keep the snapshots")
     p.add_argument("--allocations-out", required=True)
     p.add_argument("--blocks-out", default="", help="part (f) rows (blocks.py); empty: none")
-    p.add_argument("--checkpoint-contexts", type=lambda s: _csv_list(s, int), default=[])
-    p.add_argument("--checkpoint-modes", type=_csv_list, default=["train_step"])
-    p.add_argument("--checkpoint", default="best", help="best (analytic) or a strategy name")
-    p.add_argument("--skip-factor", type=float, default=1.5, help="skip needs > this x GPU")
-    p.add_argument("--nsys-contexts", type=lambda s: _csv_list(s, int), default=[])
-    p.add_argument("--nsys", default="", help="path to nsys (else $NSYS, else PATH)")
-    p.add_argument("--nsys-timeout", type=float, default=600)
     args = ap.parse_args(argv)
+    if args.out is None:
+        ap.error("--out is required")
+    return with_knobs(args)
+
+
+def with_knobs(args: argparse.Namespace) -> argparse.Namespace:
+    """`args` with each knob of its block as the attribute the stage reads."""
+    k = args.block  # plan.py: JOB_KNOBS
+    args.contexts, args.modes = list(k.context_lengths), list(k.modes)
+    args.precisions, args.batch_size, args.warmup = list(k.precisions), k.batch_size, k.warmup_steps
+    args.max_entries = k.max_entries if k.max_entries is not None else MAX_ENTRIES
+    ck = k.checkpoint.as_block() if k.checkpoint is not None else NO_CHECKPOINT
+    args.checkpoint_contexts, args.checkpoint_modes = list(ck["contexts"]), list(ck["modes"])
+    args.checkpoint = ck["strategy"]
+    args.skip_factor = float(k.skip_factor if k.skip_factor is not None else SKIP_FACTOR)
+    args.nsys_contexts = list(k.nsys_contexts or [])
+    args.nsys = k.nsys or ""
+    args.device, args.nsys_timeout = DEVICE, NSYS_TIMEOUT_S
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     configure("memory")
-    for m in args.modes:
-        if m not in MODES:
-            ap.error(f"unknown mode {m!r}; known: {MODES}")
-    for prec in args.precisions:
-        if prec not in PRECISIONS:
-            ap.error(f"unknown precision {prec!r}; known: {PRECISIONS}")
     with Stopwatch() as job:
         rows, allocs = run(args)
     write_csv(rows, args.out)

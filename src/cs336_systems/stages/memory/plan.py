@@ -1,11 +1,77 @@
-"""What the workflow needs to check the memory stage's config block (no torch)."""
+"""The memory stage's knobs (`MemoryKnobs`, one per preset block of config/stages/memory.yaml)
+and what the workflow checks in a block beyond its schema (no torch)."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, fields
+from typing import Literal
 
 from cs336_systems.core.config import Checker, Facts
 from cs336_systems.core.edition import size_table
+from cs336_systems.core.knobs import Knobs, knob
+
+Mode = Literal["forward", "forward_backward", "train_step"]
+
+
+@dataclass(frozen=True)
+class MemoryCheckpoint(Knobs):
+    """Points run again with one level of activation checkpointing."""
+
+    contexts: list[int] = knob(
+        "the contexts run again checkpointed", uniqueItems=True, items={"minimum": 1}
+    )
+    modes: list[Mode] = knob("the modes run again checkpointed", uniqueItems=True)
+    strategy: str = knob(
+        "best (the analytic best every_<k>) or a core/checkpointing.py strategy",
+        pattern="^(best|every_[0-9]+|sqrt|halving|chain)$",
+    )
+
+
+@dataclass(frozen=True)
+class MemoryKnobs(Knobs):
+    """CUDA memory snapshots of one step, peak memory with a breakdown and the analytic activation
+    model, one job per model size."""
+
+    sizes: list[str] = knob(
+        "model size names (checked against the edition's table), one job each",
+        minItems=1,
+        uniqueItems=True,
+    )
+    context_lengths: list[int] = knob(
+        "tokens per sequence of the points", minItems=1, uniqueItems=True, items={"minimum": 1}
+    )
+    modes: list[Mode] = knob("what a measured step runs", minItems=1, uniqueItems=True)
+    precisions: list[Literal["fp32", "bf16"]] = knob(
+        "fp32, or bf16 autocast", minItems=1, uniqueItems=True
+    )
+    batch_size: int = knob("sequences per step", minimum=1)
+    warmup_steps: int = knob("steps run before the measured one", minimum=0)
+    max_entries: int | None = knob(
+        "allocator events kept in a snapshot's trace", default=None, minimum=1
+    )
+    checkpoint: MemoryCheckpoint | None = knob(
+        "points run again with one level of checkpointing", default=None
+    )
+    skip_factor: float | None = knob(
+        "a point predicted to need more than this many times the GPU's memory is skipped",
+        default=None,
+        exclusiveMinimum=0,
+    )
+    nsys_contexts: list[int] | None = knob(
+        "contexts of part (f)'s Nsight --cuda-memory-usage capture of one block",
+        default=None,
+        uniqueItems=True,
+        items={"minimum": 1},
+    )
+    nsys: str | None = knob("path to the nsys binary; empty for $NSYS, then PATH", default=None)
+
+
+# the stage's knobs: its config blocks are checked against their schema (core/config.py)
+KNOBS = MemoryKnobs
+# what one job (one size) reads: every knob but the sweep's sizes (a size added to the sweep
+# leaves the other sizes' jobs as they were)
+JOB_KNOBS = MemoryKnobs.part(*(f.name for f in fields(MemoryKnobs) if f.name != "sizes"))
 
 
 def layer_counts(edition: int) -> dict[str, int]:
