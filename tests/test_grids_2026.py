@@ -7,6 +7,7 @@ import argparse
 import pandas as pd
 import pytest
 import torch
+from pipeline_utils import block as stage_block
 
 from cs336_systems.core import costs
 from cs336_systems.model import run_in_order, size_spec
@@ -238,9 +239,11 @@ def test_profile_job_probes_then_profiles_the_grid(tmp_path, monkeypatch):
 
     monkeypatch.setattr(prof, "run", fake_run)
     out = tmp_path / "probe.csv"
+    probe_knobs = {"start": 8, "max": 64, "mode": "forward_backward", "above": 4, "count": 3}
+    part = prof.JOB_KNOBS
+    knobs = stage_block("profile", context_lengths="probe", probe=probe_knobs, part=part)
     prof.main(
-        ["run", "--size=tiny", "--contexts=probe", "--probe-start=8", "--probe-max=64"]
-        + ["--grid-above=4", "--machine=m", "--preset=cpu", "--device=cpu"]
+        ["run", "--size=tiny", *knobs, "--machine=m", "--preset=cpu", "--keep-raw=true"]
         + [f"--raw-dir={tmp_path}", f"--out={tmp_path / 'p.csv'}"]
         + [f"--kernels-out={tmp_path / 'k.csv'}", f"--probe-out={out}", "--edition=2025"]
     )

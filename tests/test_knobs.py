@@ -132,3 +132,27 @@ class Outer(Knobs):
 
 def test_knobs_left_unset_are_left_out_at_every_depth():
     assert Outer.from_block({"inner": {"b": 1}}).as_block() == {"inner": {"b": 1}}
+
+
+@dataclass(frozen=True)
+class Either(Knobs):
+    """A knob that is a list or a word."""
+
+    contexts: list[int] | Literal["probe"] = knob(
+        "a list, or `probe`",
+        oneOf=[
+            {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 1}},
+            {"type": "string", "const": "probe"},
+        ],
+    )
+
+
+def test_a_union_with_its_alternatives_whole_checks_each_branch():
+    s = Either.block_schema()["properties"]["contexts"]
+    assert "type" not in s and len(s["oneOf"]) == 2  # the alternatives alone describe it
+    assert parse_block(Either, '{"contexts": "probe"}').contexts == "probe"
+    assert parse_block(Either, '{"contexts": [8, 16]}').contexts == [8, 16]
+    with pytest.raises(argparse.ArgumentTypeError, match=r"block\.contexts\[0\]: 0 — "):
+        parse_block(Either, '{"contexts": [0]}')
+    with pytest.raises(argparse.ArgumentTypeError, match=r"block\.contexts: 'all' — "):
+        parse_block(Either, '{"contexts": "all"}')

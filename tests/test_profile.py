@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sqlite3
 import stat
@@ -11,11 +12,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from pipeline_utils import block
 
 from cs336_systems.model import ATTENTION_FUNCTIONS, build_model, naive_attention
 from cs336_systems.profiling import nsys as nsys_tools
 from cs336_systems.profiling.annotated_attention import annotated_naive_attention
 from cs336_systems.stages.profile import measure as prof
+from cs336_systems.stages.profile.plan import JOB_KNOBS as JOB
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PROVISIONAL = FIXTURES / "provisional"
@@ -335,6 +338,7 @@ def _args(tmp_path: Path, **over) -> argparse.Namespace:
         timeout=60,
         raw_dir=str(tmp_path / "raw"),
         keep_raw=True,
+        block=JOB.from_block(json.loads(block("profile", part=JOB)[1])),
     )
     a.update(over)
     return argparse.Namespace(**a)
@@ -428,6 +432,35 @@ def test_analysis_compares_with_the_harness(cpu_run, tmp_path):
     h = analysis.harness_comparison(points.drop(columns=["harness_ms_mean"]), bench.iloc[:0])
     sentence, cov = analysis.answers.harness_sentence(h, "operator")
     assert cov["nsys_profile.a"]["status"] == "partly"
+
+
+def test_the_cli_reads_its_knobs_and_hands_its_capture_the_same_block(tmp_path, capsys):
+    run = ["run", "--size", "small", "--machine", "m", "--preset", "gpu", "--out", "x"]
+    run += ["--kernels-out", "k", "--probe-out", "p", "--raw-dir", "r", "--keep-raw", "yes"]
+    args = prof.parse_args([*run, *block("profile", "gpu", part=JOB)])
+    assert args.contexts == "probe" and (args.probe_start, args.probe_max) == (256, 16384)
+    assert (args.grid_above, args.grid_count, args.probe_mode) == (128, 3, "forward_backward")
+    assert (args.harness_warmup, args.harness_steps, args.timeout) == (5, 10, 600.0)
+    assert (args.warmup, args.steps, args.profiler, args.nsys) == (1, 1, "auto", "")
+    # the 2025 edition lists its contexts; the nsys child gets them resolved, and the block
+    args = prof.parse_args([*run, *block("profile", "gpu", edition=2025, part=JOB)])
+    assert args.contexts == [128, 256, 512, 1024]
+    cmd = prof._inner_command(args, tmp_path / "points.json")
+    child = prof.parse_args(cmd[cmd.index("capture") :])
+    assert child.block == args.block and child.contexts == args.contexts
+    # what the parent measures, the child measures (a run's args may differ from its block)
+    args.batch_size = 1
+    cmd = prof._inner_command(args, tmp_path / "points.json")
+    assert prof.parse_args(cmd[cmd.index("capture") :]).batch_size == 1
+    assert (child.harness_steps, child.modes) == (args.harness_steps, args.modes)
+    # `probe` needs somewhere to write the probe's rows; a list or `probe`, nothing else
+    with pytest.raises(SystemExit):
+        prof.parse_args(
+            [a for a in run if a not in ("--probe-out", "p")] + block("profile", part=JOB)
+        )
+    with pytest.raises(SystemExit):
+        prof.parse_args([*run, *block("profile", context_lengths="all", part=JOB)])
+    assert "config: block.context_lengths: 'all' — " in capsys.readouterr().err
 
 
 def test_nsys_failure_falls_back_to_torch_profiler(tmp_path, monkeypatch):

@@ -1,14 +1,12 @@
 # Stage `profile`: which kernels forward, forward+backward and a training step run, per phase,
 # under Nsight Systems (where nsys works) or torch.profiler. One job per model size.
 
+from cs336_systems.stages.profile import plan as profile_plan
+
 PROFILE = stage_config("profile")
 PROFILE_POINTS = f"{RESULTS}/profile/{{size}}.csv"
 PROFILE_KERNELS = f"{RESULTS}/profile/{{size}}.kernels.csv"
 PROFILE_PROBE = f"{RESULTS}/profile/{{size}}.probe.csv"
-PROFILE_PROBE_CFG = PROFILE.get(
-    "probe",
-    {"start": 256, "max": 16384, "mode": "forward_backward", "above": 128, "count": 3},
-)
 PROFILE_SOURCES = code_stamp("profile", "cs336_systems.stages.profile")
 PROFILE_PLOTS = ["kernel_share", "gemm_share", "attention"]
 PROFILE_FIGURES = figures("profile", PROFILE_PLOTS)
@@ -28,42 +26,19 @@ rule profile:
     resources:
         gpu=gpus(1),
     params:
-        # `probe`: the job finds the largest context that fits first (stages/profile/probe.py)
-        contexts=(
-            "probe"
-            if PROFILE["context_lengths"] == "probe"
-            else cli_list(PROFILE["context_lengths"])
-        ),
-        probe=(
-            f"--probe-start {PROFILE_PROBE_CFG['start']} --probe-max {PROFILE_PROBE_CFG['max']}"
-            f" --probe-mode {PROFILE_PROBE_CFG['mode']} --grid-above {PROFILE_PROBE_CFG['above']}"
-            f" --grid-count {PROFILE_PROBE_CFG['count']}"
-        ),
-        modes=cli_list(PROFILE["modes"]),
-        precision=PROFILE["precision"],
-        batch=PROFILE["batch_size"],
-        warmup=PROFILE["warmup_steps"],
-        steps=PROFILE["measure_steps"],
-        harness=(
-            f"--harness-warmup {PROFILE.get('harness', {}).get('warmup_steps', 0)}"
-            f" --harness-steps {PROFILE.get('harness', {}).get('measure_steps', 0)}"
-        ),
-        profiler=PROFILE["profiler"],
-        nsys=PROFILE.get("nsys", ""),
-        timeout=PROFILE.get("timeout_s", 600),
+        # `context_lengths: probe`: the job finds the largest context that fits first
+        # (stages/profile/probe.py) and writes the probe's rows
+        # the job's part of the block: every knob but the sweep's sizes
+        block=block_text(profile_plan.JOB_KNOBS.select(PROFILE)),
         keep_raw=config["keep_raw"],
         raw=f"{RESULTS}/profile/raw",
         common=common_args(),
     shell:
         "python3 -m cs336_systems.core.gpus {resources.gpu}"
         " python3 -m cs336_systems.stages.profile run {params.common} --size {wildcards.size}"
-        " --contexts {params.contexts} --modes {params.modes} --precision {params.precision}"
-        " --batch-size {params.batch} --warmup {params.warmup} --steps {params.steps}"
-        " {params.harness}"
-        " --profiler {params.profiler} --nsys={params.nsys:q} --timeout {params.timeout}"
-        " --raw-dir {params.raw} --keep-raw {params.keep_raw}"
-        " {params.probe} --probe-out {output.probe}"
-        " --out {output.points} --kernels-out {output.kernels} 2>&1 | tee {log}"
+        " --block {params.block:q} --raw-dir {params.raw} --keep-raw {params.keep_raw}"
+        " --probe-out {output.probe} --out {output.points} --kernels-out {output.kernels}"
+        " 2>&1 | tee {log}"
 
 
 rule profile_aggregate:

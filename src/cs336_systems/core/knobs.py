@@ -11,11 +11,13 @@ typed block a stage's CLI reads (`from_block`), and the one value a rule hands t
 
 A knob's limits are JSON-schema keywords (`minimum`, `exclusiveMinimum`, `minItems`,
 `uniqueItems`, `pattern`, `allowed` for the words a problem line shows); `items=` adds keywords
-to a list's items, `values=` to a mapping's values (both merged into nested keywords). Types:
-bool, int, float, str, `Literal[...]`, `list[T]`, `dict[str, T]`, `dict[Literal[...], T]` (only
-those keys, each optional), `A | B` (the JSON types of both; `oneOf` where one is a `Literal`),
-another `Knobs` (a nested mapping; `list[K]` a list of them), `X | None` (optional: may be left
-out of the block). Standard library only: the workflow reads these while planning.
+to a list's items, `values=` to a mapping's values (both merged into nested keywords);
+`oneOf=[...]` gives a union's alternatives whole (each with its own limits) instead of the schema
+its type would give. Types: bool, int, float, str, `Literal[...]`, `list[T]`, `dict[str, T]`,
+`dict[Literal[...], T]` (only those keys, each optional), `A | B` (the JSON types of both;
+`oneOf` where one is a `Literal`), another `Knobs` (a nested mapping; `list[K]` a list of them),
+`X | None` (optional: may be left out of the block). Standard library only: the workflow reads
+these while planning.
 """
 
 from __future__ import annotations
@@ -149,8 +151,10 @@ class Knobs:
         props, required = {}, []
         for f in dataclasses.fields(cls):
             tp, optional = _optional(hints[f.name])
-            s = _type_schema(tp)
-            _add_limits(s, f.metadata.get("limits", {}))
+            limits = f.metadata.get("limits", {})
+            # a knob whose limits give its alternatives (`oneOf`) is described by them alone
+            s = {} if "oneOf" in limits else _type_schema(tp)
+            _add_limits(s, limits)
             if f.metadata.get("items"):
                 s["items"] = _merge(s["items"], f.metadata["items"])
             if f.metadata.get("values"):

@@ -1,7 +1,11 @@
 """Stage `profile`: which kernels a forward pass, a forward+backward and a training step run.
 
-    python -m cs336_systems.stages.profile.measure run --size small --contexts 128,256 --modes forward,train_step \
-        --machine M --preset P --out S.csv --kernels-out S.kernels.csv --raw-dir raw/
+    python -m cs336_systems.stages.profile run --size small --machine M --preset P --block JSON \
+        --out S.csv --kernels-out S.kernels.csv --probe-out S.probe.csv --raw-dir raw/ \
+        --keep-raw true
+
+`--block`: the job's part of the stage's preset block as JSON (plan.py: `JOB_KNOBS`, every
+knob but the sweep's `sizes`, as the rule passes it).
 
 One job per model size. For each context length x mode it times warm-up and measured steps with
 the benchmark stage's `Workload` (the same step the harness times), with the model's attention
@@ -11,7 +15,7 @@ swapped for `naive_annotated`. Profiler ranges mark each warm-up and measured st
 module, tensor and optimizer hooks; for Nsight's timeline also NVTX start/end ranges
 ``forward``, ``backward``, ``optimizer``) and the parts of attention (``attention.qk_matmul`` ...).
 
-Profilers: with `nsys` (found on PATH, through $NSYS or ``--nsys``) and CUDA, the measurement
+Profilers: with `nsys` (found on PATH, through $NSYS or the `nsys` knob) and CUDA, the measurement
 runs again as a child of ``nsys profile`` capturing from the first measured step
 (``cudaProfilerStart``) and the report is read through its SQLite export. Otherwise, or when
 nsys fails, torch.profiler records each point's measured steps (CUDA kernels on a GPU, CPU
@@ -26,6 +30,7 @@ backward kernels are launched from the autograd engine's thread. Outputs: one ro
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -47,11 +52,11 @@ from cs336_systems.core.harness import (
     synchronize,
     time_steps,
 )
+from cs336_systems.core.knobs import add_block_argument, add_run_arguments, block_text
 from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.core.phases import PhaseRanges, phase_hooks
 from cs336_systems.core.results import provenance, write_csv
 from cs336_systems.core.workload import Workload, model_columns
-from cs336_systems.model import BATCH_SIZE
 from cs336_systems.profiling import nsys as nsys_tools
 from cs336_systems.profiling.annotated_attention import annotate, annotated_naive_attention
 from cs336_systems.profiling.attribution import (
@@ -65,9 +70,7 @@ from cs336_systems.profiling.attribution import (
     summary_from_kern_sum,
 )
 from cs336_systems.stages.profile import probe
-from cs336_systems.stages.profile.plan import nsys_problem
-
-MODES = ("forward", "forward_backward", "train_step")
+from cs336_systems.stages.profile.plan import JOB_KNOBS, Harness, nsys_problem
 
 log = get_logger(__name__)
 PROFILER_NSYS = "nsys"
@@ -288,6 +291,17 @@ def choose_profiler(requested: str, nsys_setting: str | None, cuda: bool) -> tup
 
 
 def _inner_command(args, points_json: Path) -> list[str]:
+    """The capture child's command: the same block, with what this run measures (the knobs as
+    `args` has them), and the contexts resolved."""
+    knobs = dataclasses.replace(
+        args.block,
+        modes=list(args.modes),
+        precision=args.precision,
+        batch_size=args.batch_size,
+        warmup_steps=args.warmup,
+        measure_steps=args.steps,
+        harness=Harness(warmup_steps=args.harness_warmup, measure_steps=args.harness_steps),
+    )
     cmd = [
         sys.executable,
         "-m",
@@ -296,14 +310,8 @@ def _inner_command(args, points_json: Path) -> list[str]:
         f"--size={args.size}",
         f"--edition={args.edition}",
         f"--contexts={','.join(map(str, args.contexts))}",
-        f"--modes={','.join(args.modes)}",
-        f"--precision={args.precision}",
-        f"--batch-size={args.batch_size}",
-        f"--warmup={args.warmup}",
-        f"--steps={args.steps}",
-        f"--harness-warmup={args.harness_warmup}",
-        f"--harness-steps={args.harness_steps}",
-        f"--device={args.device}",
+        "--block",
+        block_text(knobs.as_block()),
         f"--points-out={points_json}",
     ]
     return cmd
@@ -499,53 +507,66 @@ def run_probe(args) -> None:
     release_memory()
 
 
-def _add_point_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--size", required=True)
-    p.add_argument("--contexts", type=_contexts, required=True, help="a list, or `probe`")
-    p.add_argument("--modes", type=_csv_list, default=list(MODES))
-    p.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
-    p.add_argument("--batch-size", type=int, default=BATCH_SIZE)
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--steps", type=int, default=1)
-    p.add_argument("--harness-warmup", type=int, default=0, help="the harness's forward timing")
-    p.add_argument("--harness-steps", type=int, default=0, help="0: none")
-    p.add_argument("--device", default="auto")
+# what a block that leaves a knob out gets (the knobs that may be left out)
+PROBE = {"start": 256, "max": 16384, "mode": "forward_backward", "above": 128, "count": 3}
+PROBE_KEYS = ("start", "max", "mode")
+NO_HARNESS = {"warmup_steps": 0, "measure_steps": 0}
+NSYS_TIMEOUT_S = 600
+# not a knob: the device (CUDA when present)
+DEVICE = "auto"
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The run's own arguments (the job's size, where its rows and raw files go, what they say
+    they come from) and the stage's knobs as one value (`--block`: its preset block); the
+    `capture` child gets the same block and the contexts its parent resolved."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     run_p = sub.add_parser("run", help="profile one model size (the rule's job)")
-    _add_point_args(run_p)
-    run_p.add_argument("--machine", required=True)
-    add_edition_argument(run_p)
-    run_p.add_argument("--preset", required=True)
-    run_p.add_argument("--profiler", choices=("auto", "nsys", "torch"), default="auto")
-    run_p.add_argument("--nsys", default="", help="path to nsys (else $NSYS, else PATH)")
-    run_p.add_argument("--timeout", type=float, default=None, help="seconds per nsys command")
+    run_p.add_argument("--size", required=True, help="the job's model size (one of `sizes`)")
+    add_run_arguments(run_p)
+    add_block_argument(run_p, JOB_KNOBS)
     run_p.add_argument("--raw-dir", required=True)
-    run_p.add_argument("--keep-raw", type=_bool, default=True)
-    run_p.add_argument("--out", required=True)
+    run_p.add_argument("--keep-raw", type=_bool, required=True, help="keep the raw captures")
     run_p.add_argument("--kernels-out", required=True)
-    run_p.add_argument("--probe-out", default="", help="the probe's rows (`--contexts probe`)")
-    run_p.add_argument("--probe-start", type=int, default=256)
-    run_p.add_argument("--probe-max", type=int, default=16384, help="largest context tried")
-    run_p.add_argument("--probe-mode", choices=MODES, default="forward_backward")
-    run_p.add_argument("--grid-above", type=int, default=128, help="grid contexts exceed this")
-    run_p.add_argument("--grid-count", type=int, default=3)
+    run_p.add_argument("--probe-out", default="", help="the probe's rows (contexts `probe`)")
     cap = sub.add_parser("capture", help="(internal) the measurement nsys profiles")
-    _add_point_args(cap)
+    cap.add_argument("--size", required=True)
     add_edition_argument(cap)
+    cap.add_argument("--contexts", type=lambda s: _csv_list(s, int), required=True)
+    add_block_argument(cap, JOB_KNOBS)
     cap.add_argument("--points-out", required=True)
     args = ap.parse_args(argv)
-    for mode in args.modes:
-        if mode not in MODES:
-            ap.error(f"unknown mode {mode!r}; known: {MODES}")
+    if args.cmd == "run" and args.out is None:
+        ap.error("--out is required")
+    args = with_knobs(args)
+    if args.cmd == "run" and args.contexts == "probe" and not args.probe_out:
+        ap.error("context_lengths: probe needs --probe-out")
+    return args
 
+
+def with_knobs(args: argparse.Namespace) -> argparse.Namespace:
+    """`args` with each knob of its block as the attribute the stage reads."""
+    k = args.block  # plan.py: JOB_KNOBS
+    if args.cmd == "run":  # the capture child's contexts are its parent's, resolved
+        ctx = k.context_lengths
+        args.contexts = ctx if ctx == "probe" else list(ctx)
+    args.modes, args.precision, args.batch_size = list(k.modes), k.precision, k.batch_size
+    args.warmup, args.steps, args.device = k.warmup_steps, k.measure_steps, DEVICE
+    harness = k.harness.as_block() if k.harness is not None else NO_HARNESS
+    args.harness_warmup, args.harness_steps = harness["warmup_steps"], harness["measure_steps"]
+    probe_knobs = k.probe.as_block() if k.probe is not None else PROBE
+    args.probe_start, args.probe_max, args.probe_mode = (probe_knobs[key] for key in PROBE_KEYS)
+    args.grid_above, args.grid_count = probe_knobs["above"], probe_knobs["count"]
+    args.profiler, args.nsys = k.profiler, k.nsys or ""
+    args.timeout = float(k.timeout_s if k.timeout_s is not None else NSYS_TIMEOUT_S)
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     configure("profile")
     if args.cmd == "capture":
-        if args.contexts == "probe":
-            ap.error("capture: --contexts must list context lengths")
         control = _CudaProfilerControl()
         rows = run_points(args, control)
         control.stop()
@@ -553,11 +574,7 @@ def main(argv: list[str] | None = None) -> None:
         return
 
     if args.contexts == "probe":
-        if not args.probe_out:
-            ap.error("--contexts probe needs --probe-out")
         run_probe(args)
-    elif not args.contexts:
-        ap.error("--contexts: at least one context length, or `probe`")
     elif args.probe_out:  # the grid was given: a row that says so
         row = {**provenance(args.machine, args.preset, args.edition), "size": args.size}
         row.update(status="skipped: context lengths given", grid_contexts=_cli(args.contexts))

@@ -1,12 +1,77 @@
-"""What the workflow needs to check the profile stage's config block (no torch)."""
+"""The profile stage's knobs (`ProfileKnobs`, one per preset block of config/stages/profile.yaml)
+and what the workflow checks in a block beyond its schema (no torch)."""
 
 from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Literal
 
 from cs336_systems.core.config import Checker, Facts
+from cs336_systems.core.knobs import Knobs, knob
+
+Mode = Literal["forward", "forward_backward", "train_step"]
+
+
+@dataclass(frozen=True)
+class Probe(Knobs):
+    """`context_lengths: probe`: the largest context that fits, found by doubling."""
+
+    start: int = knob("the first context tried", minimum=1)
+    max: int = knob("the largest context tried", minimum=1)
+    mode: Mode = knob("what the probe runs at each context")
+    above: int = knob("the grid's contexts exceed this", minimum=0)
+    count: int = knob("powers of two in the grid, ending at the largest that fits", minimum=1)
+
+
+@dataclass(frozen=True)
+class Harness(Knobs):
+    """The forward timed as the benchmark harness times it, outside the capture, at each
+    profiled context (does the profiler's time match it?)."""
+
+    warmup_steps: int = knob("steps before the timed ones", minimum=0)
+    measure_steps: int = knob("steps timed; 0: none", minimum=0)
+
+
+@dataclass(frozen=True)
+class ProfileKnobs(Knobs):
+    """Which kernels forward, forward+backward and a training step run, per phase, under Nsight
+    Systems or torch.profiler, one job per model size."""
+
+    sizes: list[str] = knob(
+        "model size names (checked against the edition's table), one job each",
+        minItems=1,
+        uniqueItems=True,
+    )
+    context_lengths: list[int] | Literal["probe"] = knob(
+        "a list, or `probe` (the largest that fits, found by doubling; see probe)",
+        oneOf=[
+            {"type": "array", "minItems": 1, "uniqueItems": True,
+             "items": {"type": "integer", "minimum": 1}},
+            {"type": "string", "const": "probe"},
+        ],
+    )  # fmt: skip
+    modes: list[Mode] = knob("what a profiled step runs", minItems=1, uniqueItems=True)
+    precision: Literal["fp32", "bf16"] = knob("fp32, or bf16 autocast")
+    batch_size: int = knob("sequences per step", minimum=1)
+    warmup_steps: int = knob("steps before the profiled ones", minimum=0)
+    measure_steps: int = knob("steps profiled", minimum=1)
+    profiler: Literal["auto", "nsys", "torch"] = knob(
+        "auto picks nsys with CUDA and a found nsys; a failing nsys falls back"
+    )
+    probe: Probe | None = knob("how `probe` finds the contexts", default=None)
+    harness: Harness | None = knob("the harness's forward beside each point", default=None)
+    nsys: str | None = knob("path to the nsys binary; empty for $NSYS, then PATH", default=None)
+    timeout_s: int | None = knob("seconds each nsys command may take", default=None, minimum=1)
+
+
+# the stage's knobs: its config blocks are checked against their schema (core/config.py)
+KNOBS = ProfileKnobs
+# what one job (one size) reads: every knob but the sweep's sizes (a size added to the sweep
+# leaves the other sizes' jobs as they were)
+JOB_KNOBS = ProfileKnobs.part(*(f.name for f in fields(ProfileKnobs) if f.name != "sizes"))
 
 
 def nsys_problem(setting: str) -> str | None:
