@@ -10,9 +10,11 @@ import math
 import pandas as pd
 import pytest
 import torch
+from pipeline_utils import block
 
 from cs336_systems.core import costs
 from cs336_systems.stages.benchmark import measure as bench
+from cs336_systems.stages.benchmark import plan as bench_plan
 
 CPU = torch.device("cpu")
 
@@ -33,6 +35,41 @@ def grid(modes, precisions=("fp32",), edition=2026, size="tiny", steps=4, **kw):
         edition=edition,
         **kw,
     )
+
+
+def test_each_job_reads_its_part_of_the_block(capsys):
+    run = ["--machine", "m", "--preset", "gpu", "--out", "x"]
+    cfg = json.loads(block("benchmark", "gpu")[1])
+    point = ["run", "--size", "xl", "--context-length", "512", "--attention", "naive", *run]
+    point += ["--compile", bench_plan.compile_arg(cfg, "xl", 512, "naive")]
+    point += ["--engines", bench_plan.engines_arg(cfg, "naive")]
+    args = bench.parse_args([*point, "--block", json.dumps(bench_plan.run_block(cfg))])
+    assert (args.modes, args.precisions) == ("forward,forward_backward,train_step", "fp32,bf16")
+    assert (args.compile, args.engines) == ("eager,compiled", "plain,fast,hf_gpt2")
+    assert (args.compile_modes, args.compile_precisions) == (
+        "forward,forward_backward,train_step",
+        "bf16",
+    )
+    assert (args.compile_mode, args.batch_size, args.warmup, args.steps) == ("default", 4, 5, 10)
+    assert args.max_point_s is None and args.device == "auto"
+    # another size in the sweep, or another sweep, changes no point job's block
+    other = {**cfg, "sizes": ["small"], "warmup_sweep": {**cfg["warmup_sweep"], "warmups": [0]}}
+    assert bench_plan.run_block(other) == bench_plan.run_block(cfg)
+    # the warm-up sweep's job reads the sweep and the batch size
+    warm = [
+        "warmup",
+        "--size",
+        "small",
+        *run,
+        *block("benchmark", "gpu", part=bench_plan.WARMUP_KNOBS),
+    ]
+    args = bench.parse_args(warm)
+    assert (args.context_length, args.warmups, args.steps) == (512, "0,1,2,5", 10)
+    assert (args.mode, args.precision, args.batch_size) == ("train_step", "fp32", 4)
+    # the whole block is not a job's part
+    with pytest.raises(SystemExit):
+        bench.parse_args([*point, *block("benchmark", "gpu")])
+    assert "config: block.sizes: " in capsys.readouterr().err
 
 
 def test_phases_of_a_training_step_add_up_to_the_step():

@@ -266,7 +266,7 @@ def test_an_integer_written_2_0_reaches_the_job_as_2(tmp_path):
     proc = snakemake(work, "--dry-run", "-p", "--configfile", str(path))
     out = proc.stdout + proc.stderr
     assert "config: benchmark.cpu.batch_size: 2.0 — read as the integer 2" in out
-    assert "--batch-size 2 " in out and "--batch-size 2.0" not in out
+    assert '"batch_size":2,' in out and '"batch_size":2.0' not in out  # in the job's --block
 
 
 def test_nested_numbers_on_the_command_line_reach_the_job_as_numbers(bare_copy):

@@ -33,8 +33,9 @@ rule benchmark:
         compile=lambda wc: benchmark_plan.compile_arg(
             BENCHMARK, wc.size, int(wc.ctx), wc.attention
         ),
-        # modes, precisions, compile filters and mode, batch size, warm-up and measured steps
-        shared=benchmark_plan.shared_args(BENCHMARK),
+        # the part of the block every point's job reads alike (modes, precisions, compile
+        # filters and mode, batch size, warm-up and measured steps), formatted once
+        block=block_text(benchmark_plan.run_block(BENCHMARK)),
         # plain; fast (engine/step.py) and hf_gpt2 in the first attention's job
         engines=lambda wc: benchmark_plan.engines_arg(BENCHMARK, wc.attention),
         common=common_args(),
@@ -42,8 +43,8 @@ rule benchmark:
         "python3 -m cs336_systems.core.gpus {resources.gpu}"
         " python3 -m cs336_systems.stages.benchmark run {params.common} --out {output}"
         " --size {wildcards.size} --context-length {wildcards.ctx}"
-        " --attention {wildcards.attention} --compile {params.compile} {params.shared}"
-        " --engines {params.engines}"
+        " --attention {wildcards.attention} --compile={params.compile}"
+        " --engines {params.engines} --block {params.block:q}"
         " --ceilings {input.ceilings}"
         " 2>&1 | tee {log}"
 
@@ -60,17 +61,13 @@ rule benchmark_warmup:
     resources:
         gpu=gpus(1),
     params:
-        cfg=BENCHMARK["warmup_sweep"],
-        warmups=cli_list(BENCHMARK["warmup_sweep"]["warmups"]),
-        batch=BENCHMARK["batch_size"],
+        # its part of the block: the sweep and the batch size
+        block=block_text(benchmark_plan.WARMUP_KNOBS.select(BENCHMARK)),
         common=common_args(),
     shell:
         "python3 -m cs336_systems.core.gpus {resources.gpu}"
         " python3 -m cs336_systems.stages.benchmark warmup {params.common} --out {output}"
-        " --size {wildcards.size} --context-length {params.cfg[context_length]}"
-        " --warmups {params.warmups} --steps {params.cfg[measure_steps]}"
-        " --mode {params.cfg[mode]} --precision {params.cfg[precision]}"
-        " --batch-size {params.batch} 2>&1 | tee {log}"
+        " --size {wildcards.size} --block {params.block:q} 2>&1 | tee {log}"
 
 
 rule benchmark_aggregate:

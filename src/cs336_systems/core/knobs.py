@@ -168,12 +168,10 @@ class Knobs:
             props[f.name] = s
             if not optional and f.default is dataclasses.MISSING:
                 required.append(f.name)
-        return {
-            "type": "object",
-            "additionalProperties": False,
-            "required": required,
-            "properties": props,
-        }
+        schema = {"type": "object", "additionalProperties": False, "required": required}
+        if not required:  # every knob may be left out
+            del schema["required"]
+        return {**schema, "properties": props}
 
     @classmethod
     def schema(cls, stage: str, presets: tuple[str, ...]) -> dict:

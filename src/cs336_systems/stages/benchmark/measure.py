@@ -2,9 +2,14 @@
 and within each step its phases (forward, backward, optimizer step: `fwd_ms_*`, `bwd_ms_*`,
 `opt_ms_*`, timed between marks on the device, beside the whole step's `step_ms_*`).
 
-    python -m cs336_systems.stages.benchmark.measure run --size small --context-length 128 ... --out X.csv
-    python -m cs336_systems.stages.benchmark.measure warmup --size small --context-length 128 --warmups 0,1,2,5 ...
-    python -m cs336_systems.stages.benchmark.measure aggregate --ceilings C.csv --out B.csv points/*.csv
+    python -m cs336_systems.stages.benchmark run --size small --context-length 128 \
+        --attention naive --compile eager,compiled --engines plain --block JSON ... --out X.csv
+    python -m cs336_systems.stages.benchmark warmup --size small --block JSON ... --out W.csv
+    python -m cs336_systems.stages.benchmark aggregate --ceilings C.csv --out B.csv points/*.csv
+
+`--block`: the job's part of the stage's preset block as JSON (plan.py: `RUN_KNOBS`,
+`WARMUP_KNOBS`, as the rules pass them); a point's job takes its size, context, attention and
+what of `compile` and `engines` applies to it (plan.py: `compile_arg`, `engines_arg`).
 
 Each (size, context length, attention) job builds the model once and times every mode x
 precision x compile point on it through the harness; a point that runs out of memory or fails
@@ -22,7 +27,6 @@ import torch
 
 from cs336_systems.core import costs as flops
 from cs336_systems.core.device import free_memory_mib, memory_shortfall, pick_device
-from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import (
     peak_memory_mb,
     pipelined_ms,
@@ -31,18 +35,16 @@ from cs336_systems.core.harness import (
     summarize,
     time_marked_steps,
 )
+from cs336_systems.core.knobs import add_block_argument, add_run_arguments
 from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.core.results import concat_csvs, provenance, write_csv
 from cs336_systems.core.sanity import flag
 from cs336_systems.core.workload import PHASE_SPANS, Workload, model_columns
 from cs336_systems.kernels.attention import attention_function
-from cs336_systems.model import BATCH_SIZE, VOCAB_SIZE, size_spec
+from cs336_systems.model import VOCAB_SIZE, size_spec
 from cs336_systems.stages.benchmark.derived import add_mfu, model_rates, too_costly
 from cs336_systems.stages.benchmark.engines import engine_rows
-
-MODES = ("forward", "forward_backward", "train_step")
-PRECISIONS = ("fp32", "bf16")
-COMPILE = ("eager", "compiled")
+from cs336_systems.stages.benchmark.plan import RUN_KNOBS, WARMUP_KNOBS
 
 MODE_WHAT = {
     "forward": "forward",
@@ -301,54 +303,65 @@ def _csv_list(text: str, cast=str) -> list:
     return [cast(x) for x in text.split(",") if x]
 
 
-def main(argv: list[str] | None = None) -> None:
+# what a block that leaves a knob out gets (the knobs that may be left out)
+COMPILE_MODE = "default"
+# not a knob: the device (CUDA when present)
+DEVICE = "auto"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The run's own arguments (the job's size, context, attention, compile list and engines,
+    where its rows go and what they say they come from) and the job's part of the stage's
+    knobs as one value (`--block`)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("run", "warmup"):
+    for name, knobs in (("run", RUN_KNOBS), ("warmup", WARMUP_KNOBS)):
         p = sub.add_parser(name)
-        p.add_argument("--size", required=True)
-        p.add_argument("--context-length", type=int, required=True)
-        p.add_argument("--batch-size", type=int, default=BATCH_SIZE)
-        p.add_argument("--steps", type=int, default=10)
-        p.add_argument("--device", default="auto")
-        p.add_argument("--machine", required=True)
-        add_edition_argument(p)
-        p.add_argument("--preset", required=True)
-        p.add_argument("--out", required=True)
+        p.add_argument("--size", required=True, help="the job's model size")
+        add_run_arguments(p)
+        add_block_argument(p, knobs)
     run = sub.choices["run"]
-    run.add_argument("--modes", default=",".join(MODES))
-    run.add_argument("--precisions", default=",".join(PRECISIONS))
-    run.add_argument("--compile", default="eager")
-    run.add_argument("--compile-modes", default=None, help="modes that get compiled points")
-    run.add_argument(
-        "--compile-precisions", default=None, help="precisions that get compiled points"
-    )
-    run.add_argument("--attention", default="naive")
-    run.add_argument(
-        "--compile-mode",
-        default="default",
-        choices=["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"],
-    )
-    run.add_argument("--warmup", type=int, default=5)
-    run.add_argument("--engines", default="plain", help="plain, fast, hf_gpt2 (engines.py)")
+    run.add_argument("--context-length", type=int, required=True, help="the job's context")
+    run.add_argument("--attention", required=True, help="the job's attention")
+    run.add_argument("--compile", required=True, help="the job's compile settings (compile_arg)")
+    run.add_argument("--engines", required=True, help="the job's engines (engines_arg)")
     run.add_argument(
         "--ceilings", default="", help="the ceilings CSV: measured matmul rates per precision"
     )
-    run.add_argument(
-        "--max-point-s",
-        type=float,
-        default=None,
-        help="skip a point estimated above this many seconds at the measured rates",
-    )
-    warm = sub.choices["warmup"]
-    warm.add_argument("--warmups", default="0,1,2,5")
-    warm.add_argument("--mode", default="train_step")
-    warm.add_argument("--precision", default="fp32")
     agg = sub.add_parser("aggregate")
     agg.add_argument("--ceilings", required=True)
     agg.add_argument("--out", required=True)
     agg.add_argument("inputs", nargs="+")
     args = ap.parse_args(argv)
+    if args.out is None:
+        ap.error("--out is required")
+    return with_knobs(args)
+
+
+def with_knobs(args: argparse.Namespace) -> argparse.Namespace:
+    """`args` with each knob of the job's block as the attribute the stage reads."""
+    if args.cmd == "aggregate":
+        return args
+    k = args.block
+    args.device = DEVICE
+    args.batch_size = k.batch_size
+    if args.cmd == "warmup":
+        ws = k.warmup_sweep
+        args.context_length, args.warmups = ws.context_length, ",".join(map(str, ws.warmups))
+        args.steps, args.mode, args.precision = ws.measure_steps, ws.mode, ws.precision
+        return args
+    args.modes, args.precisions = ",".join(k.modes), ",".join(k.precisions)
+    only = k.compile_only
+    args.compile_modes = ",".join(only.modes) if only and only.modes else None
+    args.compile_precisions = ",".join(only.precisions) if only and only.precisions else None
+    args.compile_mode = k.compile_mode or COMPILE_MODE
+    args.warmup, args.steps = k.warmup_steps, k.measure_steps
+    args.max_point_s = float(k.max_point_s) if k.max_point_s is not None else None
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     configure("benchmark")
 
     if args.cmd == "aggregate":

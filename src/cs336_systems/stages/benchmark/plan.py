@@ -1,4 +1,5 @@
-"""What the workflow needs to plan the benchmark stage's jobs, from the stage's config block.
+"""The benchmark stage's knobs (`BenchmarkKnobs`, one per preset block of
+config/stages/benchmark.yaml) and what the workflow needs to plan the stage's jobs from a block.
 
 Pure functions of the validated preset block (no torch): the rules file calls them.
 """
@@ -6,8 +7,98 @@ Pure functions of the validated preset block (no torch): the rules file calls th
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
+from typing import Literal
 
 from cs336_systems.core.config import Checker, Facts
+from cs336_systems.core.knobs import Knobs, knob
+
+Mode = Literal["forward", "forward_backward", "train_step"]
+Precision = Literal["fp32", "bf16"]
+Attention = Literal["naive", "sdpa", "flash_triton"]
+# a model size name: checked against the run's size table (`check` below)
+SIZES = {"minItems": 1, "uniqueItems": True}
+CONTEXTS = {"minItems": 1, "uniqueItems": True, "items": {"minimum": 1}}
+SET = {"minItems": 1, "uniqueItems": True}
+
+
+@dataclass(frozen=True)
+class CompileOnly(Knobs):
+    """Where compiled points run: only where every listed axis matches."""
+
+    sizes: list[str] | None = knob("model sizes", default=None, **SIZES)
+    context_lengths: list[int] | None = knob("context lengths", default=None, **CONTEXTS)
+    attentions: list[Attention] | None = knob("attentions", default=None, **SET)
+    modes: list[Mode] | None = knob("modes", default=None, **SET)
+    precisions: list[Precision] | None = knob("precisions", default=None, **SET)
+
+
+@dataclass(frozen=True)
+class AttentionOnly(Knobs):
+    """Where attentions after the first run (the first runs everywhere)."""
+
+    sizes: list[str] | None = knob("model sizes", default=None, **SIZES)
+    context_lengths: list[int] | None = knob("context lengths", default=None, **CONTEXTS)
+
+
+@dataclass(frozen=True)
+class WarmupSweep(Knobs):
+    """One point measured after each number of warm-up steps, on a fresh model each time."""
+
+    sizes: list[str] = knob("model sizes, one job each", **SIZES)
+    context_length: int = knob("tokens per sequence", minimum=1)
+    warmups: list[int] = knob("warm-up steps before the measured ones", **SET, items={"minimum": 0})
+    measure_steps: int = knob("steps measured", minimum=1)
+    mode: Mode = knob("what a step runs")
+    precision: Precision = knob("fp32, or bf16 autocast")
+
+
+@dataclass(frozen=True)
+class BenchmarkKnobs(Knobs):
+    """End-to-end model latency over size x context x mode x precision x compile, one job per
+    (size, context length, attention), and the warm-up sweep."""
+
+    sizes: list[str] = knob("model size names (checked against the edition's table)", **SIZES)
+    context_lengths: list[int] = knob("tokens per sequence", **CONTEXTS)
+    modes: list[Mode] = knob("what a step runs", **SET)
+    precisions: list[Precision] = knob("fp32, or bf16 autocast", **SET)
+    compile: list[Literal["eager", "compiled"]] = knob("eager, torch.compile'd", **SET)
+    attentions: list[Attention] = knob("the model's attention (the first runs everywhere)", **SET)
+    batch_size: int = knob("sequences per step", minimum=1)
+    warmup_steps: int = knob("steps before the measured ones", minimum=0)
+    measure_steps: int = knob("steps measured", minimum=1)
+    compile_only: CompileOnly | None = knob("where compiled points run", default=None)
+    compile_mode: (
+        Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] | None
+    ) = knob("torch.compile's mode for compiled points", default=None)
+    engines: list[Literal["plain", "fast", "hf_gpt2"]] | None = knob(
+        "the train step through the plain model, the engine, a compiled HF GPT-2",
+        default=None,
+        **SET,
+    )
+    attention_only: AttentionOnly | None = knob(
+        "where attentions after the first run (the first runs everywhere)", default=None
+    )
+    max_point_s: float | None = knob(
+        "a point whose estimated time (its FLOPs over warm-up and measured steps at this"
+        " machine's measured matmul rate for its precision, from the ceilings stage) is above"
+        " this many seconds becomes a `skipped:` row instead of running",
+        default=None,
+        exclusiveMinimum=0,
+    )
+    warmup_sweep: WarmupSweep | None = knob("the warm-up sweep's jobs", default=None)
+
+
+# the stage's knobs: its config blocks are checked against their schema (core/config.py)
+KNOBS = BenchmarkKnobs
+# what each job reads: a point's job every knob its points share (the job's compile list and
+# engines come from `compile_arg` and `engines_arg`); the warm-up sweep's its sweep and batch.
+# A value only other jobs read (another size or context, the sweep) leaves a job as it was.
+RUN_KNOBS = BenchmarkKnobs.part(
+    "modes", "precisions", "compile_only", "compile_mode", "batch_size", "warmup_steps",
+    "measure_steps", "max_point_s",
+)  # fmt: skip
+WARMUP_KNOBS = BenchmarkKnobs.part("batch_size", "warmup_sweep")
 
 # the sweep axes a filter (`compile_only`, `attention_only`) may narrow
 FILTERED = {
@@ -47,21 +138,15 @@ def compile_filter(cfg: dict, key: str) -> str:
     return ",".join(str(v) for v in cfg.get("compile_only", {}).get(key, cfg[key]))
 
 
-def shared_args(cfg: dict) -> str:
-    """The options every point's job takes alike, as one string (the rule formats it once)."""
-    return " ".join(
-        [
-            f"--modes {','.join(cfg['modes'])}",
-            f"--precisions {','.join(cfg['precisions'])}",
-            f"--compile-modes {compile_filter(cfg, 'modes')}",
-            f"--compile-precisions {compile_filter(cfg, 'precisions')}",
-            f"--compile-mode {cfg.get('compile_mode', 'default')}",
-            f"--batch-size {cfg['batch_size']}",
-            f"--warmup {cfg['warmup_steps']}",
-            f"--steps {cfg['measure_steps']}",
-            *([f"--max-point-s {cfg['max_point_s']}"] if "max_point_s" in cfg else []),
-        ]
-    )
+def run_block(cfg: dict) -> dict:
+    """The part of the block a point's job reads (`RUN_KNOBS`), its compile filter as the modes
+    and precisions that get compiled points (the sizes, contexts and attentions it admits are
+    the job's `compile_arg`)."""
+    part = RUN_KNOBS.select(cfg)
+    part["compile_only"] = {
+        key: cfg.get("compile_only", {}).get(key, cfg[key]) for key in ("modes", "precisions")
+    }
+    return part
 
 
 def engines_arg(cfg: dict, attention: str) -> str:
