@@ -3,6 +3,7 @@ kernels by the kernel tests, OOM rows, the analyses and the report sections they
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import textwrap
@@ -18,10 +19,21 @@ from cs336_systems.stages.attention import analysis as attention_analysis
 from cs336_systems.stages.attention import measure as attention_benchmark
 from cs336_systems.stages.flash import analysis as flash_analysis
 from cs336_systems.stages.flash import measure as flash_benchmark
+from cs336_systems.stages.flash import plan as flash_plan
 from cs336_systems.stages.kernel_tests import analysis as kernel_tests_analysis
 from cs336_systems.stages.kernel_tests import measure as kernel_tests_stage
 
 COMMON = ["--machine", "test-machine", "--preset", "cpu"]
+
+
+def flash_sweep(out, impls, seq_lens, *extra, steps=1, **changes) -> list[str]:
+    """The flash stage's fp32 sweep job: the cpu preset's part of the block at head dim 16, no
+    warm-up and `steps` timed steps, with `changes`."""
+    timing = {**json.loads(block("flash")[1])["timing"], "warmup_steps": 0, "steps": steps}
+    knobs = block("flash", part=flash_plan.SWEEP_KNOBS, impls=impls, head_dims=[16],
+                  seq_lens=seq_lens, timing=timing, **changes)  # fmt: skip
+    return ["sweep", *COMMON, "--dtype", "fp32", *knobs, "--out", str(out), *extra]
+
 
 SYNTHETIC_TESTS = textwrap.dedent(
     """
@@ -101,29 +113,10 @@ def results(tmp_path_factory):
     pd.concat([att, twin, oom]).to_csv(out / "attention.csv", index=False)
 
     flash_benchmark.main(
-        [
-            "sweep",
-            *COMMON,
-            "--impls",
-            "naive_eager,flash_pytorch,flash_triton",
-            "--dtype",
-            "fp32",
-            "--head-dims",
-            "16",
-            "--seq-lens",
-            "16,32",
-            "--max-seq-len",
-            "flash_triton=16",
-            "--warmup-steps",
-            "0",
-            "--steps",
-            "1",
-            "--kernel-tests",
-            str(out / "kernel_tests.csv"),
-            "--out",
-            str(out / "flash" / "fp32.csv"),
-        ]
-    )
+        flash_sweep(out / "flash" / "fp32.csv", ["naive_eager", "flash_pytorch", "flash_triton"],
+                    [16, 32], "--kernel-tests", str(out / "kernel_tests.csv"),
+                    max_seq_len={"flash_triton": 16})
+    )  # fmt: skip
     return out
 
 
@@ -291,10 +284,8 @@ def test_a_kernel_no_selected_test_checked_is_not_timed(results, tmp_path):
     assert kernel_results.verdicts(gate) == {"flash_pytorch": "passed"}
     out = tmp_path / "flash.csv"
     flash_benchmark.main(
-        ["sweep", *COMMON, "--impls", "flash_pytorch,flash_triton", "--dtype", "fp32",
-         "--head-dims", "16", "--seq-lens", "16", "--warmup-steps", "0", "--steps", "1",
-         "--kernel-tests", str(gate), "--out", str(out)]
-    )  # fmt: skip
+        flash_sweep(out, ["flash_pytorch", "flash_triton"], [16], "--kernel-tests", str(gate))
+    )
     df = pd.read_csv(out).set_index("impl")
     assert df.loc["flash_pytorch", "status"] == "ok"
     assert df.loc["flash_triton", "status"] == (
@@ -321,13 +312,15 @@ def test_a_kernel_no_selected_test_checked_is_not_timed(results, tmp_path):
 
 def test_flash_caps_per_implementation_or_per_dtype():
     """max_seq_len caps an implementation at every dtype ({impl: n}) or at some ({impl: {dtype:
-    n}}); the sweep's --max-seq-len carries both forms, and the skip row names which."""
-    from cs336_systems.stages.flash import plan as flash_plan
-
+    n}}); the job's block carries both forms, and the skip row names which."""
     caps = {"flash_pytorch": 16384, "flash_triton": {"fp32": 4096}}
-    arg = flash_plan.caps_arg(caps)
-    assert arg == "flash_pytorch=16384,flash_triton:fp32=4096"
-    assert flash_plan.parse_caps(arg) == caps
+    knobs = block("flash", part=flash_plan.SWEEP_KNOBS, max_seq_len=caps)
+    assert (
+        flash_benchmark.parse_args(
+            ["sweep", *COMMON, "--dtype", "fp32", *knobs, "--out", "x"]
+        ).max_seq_len
+        == caps
+    )
     assert flash_plan.seq_cap(caps, "flash_triton", "fp32") == 4096
     assert flash_plan.seq_cap(caps, "flash_triton", "bf16") == math.inf
     assert flash_plan.seq_cap(caps, "flash_pytorch", "bf16") == 16384
@@ -343,10 +336,7 @@ def test_flash_caps_per_implementation_or_per_dtype():
 def test_flash_triton_point_on_cpu(tmp_path):
     """Our Triton kernel through the benchmark (interpreter): checked, timed, tiles recorded."""
     out = tmp_path / "f.csv"
-    flash_benchmark.main(
-        ["sweep", *COMMON, "--impls", "flash_triton", "--dtype", "fp32", "--head-dims", "16",
-         "--seq-lens", "16", "--warmup-steps", "0", "--steps", "1", "--out", str(out)]
-    )  # fmt: skip
+    flash_benchmark.main(flash_sweep(out, ["flash_triton"], [16]))
     row = pd.read_csv(out).iloc[0]
     assert row["status"] == "ok" and row["fwd_bwd_ms_median"] > 0
     assert row["triton_fwd_config"] == "16x16" and row["grid"] == "sweep"
@@ -356,9 +346,7 @@ def test_flash_sweep_writes_rows_as_it_goes_and_resumes(tmp_path, monkeypatch):
     """Interrupted after two points, the partial CSV holds their rows; the rerun measures only
     the rest (an error row is measured again), then writes the output and drops the partial."""
     out, partial = tmp_path / "f.csv", tmp_path / "partial.csv"
-    argv = ["sweep", *COMMON, "--impls", "naive_eager,flash_pytorch", "--dtype", "fp32",
-            "--head-dims", "16", "--seq-lens", "16,32", "--warmup-steps", "0", "--steps", "1",
-            "--out", str(out), "--partial", str(partial)]  # fmt: skip
+    argv = flash_sweep(out, ["naive_eager", "flash_pytorch"], [16, 32], "--partial", str(partial))
     real = flash_benchmark.measure
     measured, first_run = [], [True]
 
@@ -399,17 +387,15 @@ def test_flash_sweep_writes_rows_as_it_goes_and_resumes(tmp_path, monkeypatch):
 def test_flash_resume_ignores_rows_timed_differently(tmp_path, monkeypatch):
     """A partial row of another timing (or commit, kernel verdict, ...) is not reused."""
     out, partial = tmp_path / "f.csv", tmp_path / "partial.csv"
-    argv = ["sweep", *COMMON, "--impls", "naive_eager", "--dtype", "fp32", "--head-dims", "16",
-            "--seq-lens", "16", "--warmup-steps", "0", "--out", str(out), "--partial",
-            str(partial)]  # fmt: skip
-    flash_benchmark.main([*argv, "--steps", "1"])
+    argv = ["--partial", str(partial)]
+    flash_benchmark.main(flash_sweep(out, ["naive_eager"], [16], *argv, steps=1))
     pd.read_csv(out).to_csv(partial, index=False)  # as if interrupted before the final write
     assert len(flash_benchmark.finished_rows(partial)) == 1
     real, calls = flash_benchmark.measure, []
     monkeypatch.setattr(
         flash_benchmark, "measure", lambda *a, **k: calls.append(a[0]) or real(*a, **k)
     )
-    flash_benchmark.main([*argv, "--steps", "2"])
+    flash_benchmark.main(flash_sweep(out, ["naive_eager"], [16], *argv, steps=2))
     assert calls == ["naive_eager"]
     assert pd.read_csv(out)["timing"].str.endswith(" steps=2").all()
 
@@ -423,10 +409,7 @@ def test_flash_reference_is_top_left_causal():
 
 def test_flash_rejects_unknown_impl(tmp_path):
     with pytest.raises(SystemExit):
-        flash_benchmark.main(
-            ["sweep", *COMMON, "--impls", "naive_eager,mystery", "--dtype", "fp32",
-             "--head-dims", "16", "--seq-lens", "16", "--out", str(tmp_path / "x.csv")]
-        )  # fmt: skip
+        flash_benchmark.main(flash_sweep(tmp_path / "x.csv", ["naive_eager", "mystery"], [16]))
 
 
 @pytest.fixture(scope="module")
@@ -538,15 +521,58 @@ def test_fixed_cost_without_cudnn_rows_says_why():
 
 
 def test_flash_target_grid_rows(tmp_path):
-    """`sweep --grid target` writes rows named for the target set, with its head count."""
+    """The `target` job writes rows named for the target set, with its head count and its own
+    do_bench windows; the leaderboard job reads its point (the gpu preset's parts)."""
     out = tmp_path / "t.csv"
-    flash_benchmark.main(
-        ["sweep", *COMMON, "--grid", "target", "--impls", "naive_eager", "--dtype", "fp32",
-         "--heads", "2", "--head-dims", "16", "--seq-lens", "16", "--warmup-steps", "0",
-         "--steps", "1", "--out", str(out)]
-    )  # fmt: skip
+    target = {
+        "impls": ["naive_eager"],
+        "dtype": "fp32",
+        "batch_size": 1,
+        "heads": 2,
+        "head_dims": [16],
+        "seq_lens": [16],
+        "warmup_ms": 25,
+        "rep_ms": 100,
+    }
+    timing = {**json.loads(block("flash")[1])["timing"], "warmup_steps": 0, "steps": 1}
+    knobs = block("flash", part=flash_plan.TARGET_KNOBS, target=target, timing=timing)
+    args = flash_benchmark.parse_args(["target", *COMMON, *knobs, "--out", str(out)])
+    assert (args.grid, args.dtype, args.heads, args.warmup_ms, args.rep_ms) == (
+        "target",
+        "fp32",
+        2,
+        25.0,
+        100.0,
+    )
+    flash_benchmark.main(["target", *COMMON, *knobs, "--out", str(out)])
     row = pd.read_csv(out).iloc[0]
     assert row["grid"] == "target" and row["heads"] == 2 and row["status"] == "ok"
+    board = block("flash", "gpu", part=flash_plan.LEADERBOARD_KNOBS)
+    args = flash_benchmark.parse_args(["leaderboard", *COMMON, *board, "--out", "x"])
+    assert (args.impls, args.dtype, args.heads) == (
+        ["flash_triton", "sdpa_flash", "sdpa_cudnn"],
+        "bf16",
+        16,
+    )
+    assert (args.head_dims, args.seq_lens, args.grid) == ([64], [16384], "leaderboard")
+    assert (args.warmup_ms, args.rep_ms, args.steps, args.flash_tiles) == (
+        250.0,
+        1000.0,
+        3,
+        [64, 64],
+    )
+    # a sweep's job reads the sweep's part: its dtypes and the other jobs' blocks are not in it
+    sweep = flash_benchmark.parse_args(flash_sweep("x", ["naive_eager"], [16]))
+    assert (sweep.heads, sweep.batch_size, sweep.grid, sweep.flash_tiles) == (
+        1,
+        1,
+        "sweep",
+        [32, 32],
+    )
+    with pytest.raises(SystemExit):
+        flash_benchmark.parse_args(
+            ["sweep", *COMMON, "--dtype", "fp32", *block("flash"), "--out", "x"]
+        )
 
 
 def test_interpreter_times_give_no_speed_up(results, tmp_path):

@@ -47,7 +47,8 @@ def test_default_configs_plan_without_errors():
             if stage == "benchmark":
                 assert benchmark_plan.points(cfg)
             elif stage == "flash":
-                assert "--warmup-ms" in flash_plan.options(cfg)
+                sweep = flash_plan.SWEEP_KNOBS.from_block(flash_plan.SWEEP_KNOBS.select(cfg))
+                assert flash_plan.job_settings("sweep", sweep)["steps"] == cfg["timing"]["steps"]
                 files = flash_plan.point_files(cfg, "results/m")
                 assert files[0].startswith("results/m/flash/")
                 # the fixed-cost target set is a job of its own where the preset has one

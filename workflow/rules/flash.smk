@@ -26,11 +26,8 @@ rule flash:
     resources:
         gpu=gpus(1),
     params:
-        impls=cli_list(FLASH["impls"]),
-        head_dims=cli_list(FLASH["head_dims"]),
-        seq_lens=cli_list(FLASH["seq_lens"]),
-        batch=FLASH["batch_size"],
-        options=flash_plan.options(FLASH),
+        # the job's part of the block: the sweep's axes, timing, caps, tiles and precision
+        block=block_text(flash_plan.SWEEP_KNOBS.select(FLASH)),
         gate=lambda wc, input: flash_plan.gate_arg(input.gate),
         common=common_args(),
         # rows so far, rewritten after each point (not an output: Snakemake would delete it
@@ -39,8 +36,7 @@ rule flash:
     shell:
         "python3 -m cs336_systems.core.gpus {resources.gpu}"
         " python3 -m cs336_systems.stages.flash sweep {params.common} --out {output}"
-        " --partial {params.partial} --dtype {wildcards.dtype} --impls {params.impls} --batch-size {params.batch}"
-        " --head-dims {params.head_dims} --seq-lens {params.seq_lens} {params.options}"
+        " --partial {params.partial} --dtype {wildcards.dtype} --block {params.block:q}"
         " {params.gate} 2>&1 | tee {log}"
 
 
@@ -57,21 +53,15 @@ rule flash_leaderboard:
     resources:
         gpu=gpus(1),
     params:
-        board=lambda wc: FLASH["leaderboard"],
-        impls=lambda wc: cli_list(FLASH["leaderboard"]["impls"]),
-        options=flash_plan.options(FLASH),
-        timing=lambda wc: flash_plan.leaderboard_timing(FLASH),
+        # the job's part of the block: the leaderboard point, timing, caps, tiles, precision
+        block=block_text(flash_plan.LEADERBOARD_KNOBS.select(FLASH)),
         gate=lambda wc, input: flash_plan.gate_arg(input.gate),
         common=common_args(),
         partial=f"{RESULTS}/flash/partial/leaderboard.csv",
     shell:
         "python3 -m cs336_systems.core.gpus {resources.gpu}"
         " python3 -m cs336_systems.stages.flash leaderboard {params.common} --out {output}"
-        " --partial {params.partial}"
-        " --impls {params.impls} --dtype {params.board[dtype]}"
-        " --batch-size {params.board[batch_size]} --heads {params.board[heads]}"
-        " --seq-len {params.board[seq_len]} --head-dim {params.board[head_dim]}"
-        " {params.options} {params.timing} {params.gate} 2>&1 | tee {log}"
+        " --partial {params.partial} --block {params.block:q} {params.gate} 2>&1 | tee {log}"
 
 
 rule flash_target:
@@ -87,22 +77,15 @@ rule flash_target:
     resources:
         gpu=gpus(1),
     params:
-        t=lambda wc: FLASH["target"],
-        impls=lambda wc: cli_list(FLASH["target"]["impls"]),
-        head_dims=lambda wc: cli_list(FLASH["target"]["head_dims"]),
-        seq_lens=lambda wc: cli_list(FLASH["target"]["seq_lens"]),
-        options=flash_plan.options(FLASH),
-        timing=lambda wc: flash_plan.leaderboard_timing(FLASH, "target"),
+        # the job's part of the block: the target's points, timing, caps, tiles, precision
+        block=block_text(flash_plan.TARGET_KNOBS.select(FLASH)),
         gate=lambda wc, input: flash_plan.gate_arg(input.gate),
         common=common_args(),
         partial=f"{RESULTS}/flash/partial/target.csv",
     shell:
         "python3 -m cs336_systems.core.gpus {resources.gpu}"
-        " python3 -m cs336_systems.stages.flash sweep --grid target {params.common} --out {output}"
-        " --partial {params.partial} --impls {params.impls} --dtype {params.t[dtype]}"
-        " --batch-size {params.t[batch_size]} --heads {params.t[heads]}"
-        " --head-dims {params.head_dims} --seq-lens {params.seq_lens}"
-        " {params.options} {params.timing} {params.gate} 2>&1 | tee {log}"
+        " python3 -m cs336_systems.stages.flash target {params.common} --out {output}"
+        " --partial {params.partial} --block {params.block:q} {params.gate} 2>&1 | tee {log}"
 
 
 rule flash_aggregate:

@@ -1,9 +1,11 @@
 """Stage `flash`: causal attention implementations side by side over length x head dim x dtype.
 
-    python -m cs336_systems.stages.flash.measure sweep --dtype bf16 --head-dims 16,32,64,128 \
-        --seq-lens 128,...,65536 --impls naive_eager,flash_triton,... --machine M --preset P \
+    python -m cs336_systems.stages.flash sweep --dtype bf16 --machine M --preset P --block JSON \
         --kernel-tests results/M/kernel_tests.csv --out X.csv
-    python -m cs336_systems.stages.flash.measure leaderboard --heads 16 --seq-len 16384 --head-dim 64 ...
+    python -m cs336_systems.stages.flash target|leaderboard --machine M --preset P --block JSON ...
+
+`--block`: the job's part of the stage's preset block as JSON (plan.py: `SWEEP_KNOBS`,
+`TARGET_KNOBS`, `LEADERBOARD_KNOBS`, as the rules pass them).
 
 Implementations: naive PyTorch attention eager and torch.compile'd, our FlashAttention-2 in
 PyTorch and in Triton, and PyTorch SDPA pinned to one backend at a time (flash, cuDNN,
@@ -30,11 +32,17 @@ import pandas as pd
 import torch
 
 from cs336_systems.core import costs as flops
-from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import device_time, is_oom, release_memory, short_reason, timer_name
+from cs336_systems.core.knobs import add_block_argument, add_run_arguments
 from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.core.results import provenance, verdicts, write_csv
-from cs336_systems.stages.flash.plan import parse_caps, seq_cap
+from cs336_systems.stages.flash.plan import (
+    LEADERBOARD_KNOBS,
+    SWEEP_KNOBS,
+    TARGET_KNOBS,
+    job_settings,
+    seq_cap,
+)
 
 log = get_logger(__name__)
 
@@ -487,52 +495,41 @@ def run(
     return rows
 
 
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x]
+# not a knob: the device (CUDA when present)
+DEVICE = "auto"
+JOBS = {"sweep": SWEEP_KNOBS, "target": TARGET_KNOBS, "leaderboard": LEADERBOARD_KNOBS}
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The run's own arguments (the sweep's dtype, the kernel tests' verdicts, where its rows go
+    and what they say they come from) and the job's part of the stage's knobs (`--block`)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("sweep", "leaderboard"):
+    for name, knobs in JOBS.items():
         p = sub.add_parser(name)
-        p.add_argument("--impls", required=True)
-        p.add_argument("--dtype", required=True, choices=sorted(DTYPES))
-        p.add_argument("--batch-size", type=int, default=1)
-        p.add_argument("--max-seq-len", type=parse_caps, default={})
-        p.add_argument("--flash-tiles", type=_ints, default=[64, 64])
-        p.add_argument("--warmup-ms", type=float, default=25)
-        p.add_argument("--rep-ms", type=float, default=100)
-        p.add_argument("--warmup-steps", type=int, default=1)
-        p.add_argument("--steps", type=int, default=3)
-        p.add_argument("--fp32-matmul-precision", default="highest", choices=["highest", "high"])
-        p.add_argument("--kernel-tests", default="")
-        p.add_argument("--device", default="auto")
-        p.add_argument("--machine", required=True)
-        add_edition_argument(p)
-        p.add_argument("--preset", required=True)
-        p.add_argument("--out", required=True)
+        add_run_arguments(p)
+        add_block_argument(p, knobs)
+        p.add_argument("--kernel-tests", default="", help="the kernel tests' CSV (the gate)")
         p.add_argument(
             "--partial",
             default="",
             help="rows so far, rewritten after each point; a rerun keeps its ok rows (resume)",
         )
-    sweep = sub.choices["sweep"]
-    sweep.add_argument("--heads", type=int, default=1)
-    sweep.add_argument("--head-dims", type=_ints, required=True)
-    sweep.add_argument("--seq-lens", type=_ints, required=True)
-    sweep.add_argument(
-        "--grid",
-        default="sweep",
-        choices=["sweep", "target"],
-        help="what the rows are: the handout's sweep, or the fixed-cost target point set "
-        "(config `flash.<preset>.target`)",
-    )
-    board = sub.choices["leaderboard"]
-    board.add_argument("--heads", type=int, default=16)
-    board.add_argument("--head-dim", type=int, default=64)
-    board.add_argument("--seq-len", type=int, default=16384)
+    sub.choices["sweep"].add_argument("--dtype", required=True, choices=sorted(DTYPES))
     args = ap.parse_args(argv)
+    if args.out is None:
+        ap.error("--out is required")
+    return with_knobs(args)
+
+
+def with_knobs(args: argparse.Namespace) -> argparse.Namespace:
+    """`args` with what the job runs (plan.py: `job_settings` of its block) as its attributes."""
+    vars(args).update(job_settings(args.cmd, args.block), device=DEVICE)
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     configure("flash")
 
     device_name = args.device
@@ -543,18 +540,10 @@ def main(argv: list[str] | None = None) -> None:
         # before the Triton kernels are imported: they run in Triton's interpreter on CPU
         os.environ.setdefault("TRITON_INTERPRET", "1")
     torch.set_float32_matmul_precision(args.fp32_matmul_precision)
-    impls = [x for x in args.impls.split(",") if x]
-    unknown = sorted(set(impls) - set(IMPLS))
-    if unknown:
-        ap.error(f"unknown implementation(s) {unknown}; known: {list(IMPLS)}")
-    if len(args.flash_tiles) != 2:
-        ap.error("--flash-tiles takes two numbers: tile_q,tile_k")
+    impls = list(args.impls)
     timer = Timer(device, args.warmup_ms, args.rep_ms, args.warmup_steps, args.steps)
     base = {**provenance(args.machine, args.preset, args.edition), "device": device.type}
-    if args.cmd == "sweep":
-        dims, lens, grid = args.head_dims, args.seq_lens, args.grid
-    else:
-        dims, lens, grid = [args.head_dim], [args.seq_len], "leaderboard"
+    dims, lens, grid = args.head_dims, args.seq_lens, args.grid
     rows = run(
         impls,
         args.batch_size,
