@@ -5,7 +5,7 @@
 #  - gpu_programs.txt: tests/test_flash_programs.py -m gpu, in one process (no xdist, no
 #    pytest-benchmark): kept programs' bound replays == the plain path, every replayed launch bound;
 #  - gpu_tests.txt: then a sample of the flash GPU tests (bf16 causal d 64/128);
-#  - short_fast.csv, short_plain.csv: the short-sequence sweep (d 16,32,64,128 x n 1024,4096,16384;
+#  - short_fast.csv, short_plain.csv: the short-sequence points (the flash stage's target job) (d 16,32,64,128 x n 1024,4096,16384;
 #    ours vs sdpa_cudnn vs sdpa_flash, bf16 causal B1 H16), fast path on (CS336_FLASH_PROGRAMS=1)
 #    and off (=0: a plan, allocations and JIT launches every call, as before);
 #  - probe.csv: per point the host time of one forward+backward call (no sync), the back-to-back
@@ -31,15 +31,25 @@ timeout ${TESTS_S:-40} python3 -m pytest -q -m gpu -p no:cacheprovider -p no:ben
   -p no:xdist tests/test_flash_attention.py \
   -k "${TESTS_K:-bf16 and causal and (64 or 128) and not 4096}" > "$out/gpu_tests.txt" 2>&1
 echo "gpu tests (sample): exit $? in $(( $(date +%s) - t0 )) s; $(tail -1 "$out/gpu_tests.txt")"
+# the short-sequence points: the flash stage's target job on the gpu preset's target block, with
+# SDPA flash beside ours and cuDNN and do_bench windows of 25/100 ms
+block=$(python3 - <<'PY'
+import yaml
+from cs336_systems.core.knobs import block_text
+from cs336_systems.stages.flash.plan import TARGET_KNOBS
+b = yaml.safe_load(open("config/stages/flash.yaml"))["flash"]["gpu"]
+b["target"] = {**b["target"], "impls": ["flash_triton", "sdpa_cudnn", "sdpa_flash"],
+               "warmup_ms": 25, "rep_ms": 100}
+print(block_text(TARGET_KNOBS.select(b)))
+PY
+)
 for mode in fast plain; do
   t0=$(date +%s)
   [ "$mode" = fast ] && on=1 || on=0
   CS336_FLASH_PROGRAMS=$on CS336_FLASH_BIND=$on timeout ${SWEEP_S:-70} \
-    python3 -m cs336_systems.stages.flash sweep $common --out "$out/short_$mode.csv" \
-    --impls flash_triton,sdpa_cudnn,sdpa_flash --dtype bf16 --batch-size 1 --heads 16 \
-    --head-dims 16,32,64,128 --seq-lens 1024,4096,16384 --warmup-ms 25 --rep-ms 100 \
-    > "$out/short_$mode.log" 2>&1
-  echo "sweep ($mode path): exit $? in $(( $(date +%s) - t0 )) s"
+    python3 -m cs336_systems.stages.flash target $common --out "$out/short_$mode.csv" \
+    --partial "$out/partial_$mode" --block "$block" > "$out/short_$mode.log" 2>&1
+  echo "target points ($mode path): exit $? in $(( $(date +%s) - t0 )) s"
 done
 t0=$(date +%s)
 timeout ${PROBE_S:-70} python3 benchmarks/flash_overhead.py "$out/probe.csv" "$out" > "$out/probe.log" 2>&1
@@ -58,7 +68,8 @@ for mode in ("fast", "plain"):
     frames.append(df[~df["impl"].str.startswith("sdpa")] if mode == "plain" else df)
 if frames:
     df = pd.concat(frames)
-    t = df.pivot_table(index=["head_dim", "seq_len"], columns="impl", values="fwd_bwd_ms_median")
+    d = "d_head" if "d_head" in df else "head_dim"
+    t = df.pivot_table(index=[d, "seq_len"], columns="impl", values="fwd_bwd_ms_median")
     if "ours_fast" in t and "sdpa_cudnn" in t:
         t["fast/cudnn"] = t["ours_fast"] / t["sdpa_cudnn"]
     print("forward+backward ms (median), bf16 causal B1 H16:")
