@@ -8,7 +8,7 @@ import torch.nn.functional as F
 import yaml
 from pipeline_utils import block, copy_workflow, snakemake
 
-from cs336_systems.core import checkpointing as ck
+from cs336_systems.core import checkpoint_plans as ck
 from cs336_systems.core import config as config_check
 from cs336_systems.core import costs
 from cs336_systems.core import edition as edition_sizes

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from cs336_systems.core.device import autocast
-from cs336_systems.engine import memory
+from cs336_systems.engine import memory_model
 from cs336_systems.engine.step import Engine, EngineOptions
 from cs336_systems.model import TransformerLM
 
@@ -160,11 +160,14 @@ def test_master_weights_default_and_refusals():
 
 
 def test_master_weights_memory_model_drops_the_autocast_copies():
-    shape = memory.StepShape(97, 32, 64, 4, 4, 3, 16, "bf16", "sdpa", "cpu")
-    mw = memory.StepShape(97, 32, 64, 4, 4, 3, 16, "bf16", "sdpa", "cpu", master_weights=True)
-    assert memory.state_bytes(mw) == memory.state_bytes(shape)  # 4 + 2 + 2 + 8 = 16 B
+    shape = memory_model.StepShape(97, 32, 64, 4, 4, 3, 16, "bf16", "sdpa", "cpu")
+    mw = memory_model.StepShape(97, 32, 64, 4, 4, 3, 16, "bf16", "sdpa", "cpu", master_weights=True)
+    assert memory_model.state_bytes(mw) == memory_model.state_bytes(shape)  # 4 + 2 + 2 + 8 = 16 B
     casts = 2 * 4 * (4 * 32 * 32 + 3 * 32 * 64)
-    got = memory.step_bytes(shape, "none", 7)["total"] - memory.step_bytes(mw, "none", 7)["total"]
+    got = (
+        memory_model.step_bytes(shape, "none", 7)["total"]
+        - memory_model.step_bytes(mw, "none", 7)["total"]
+    )
     assert got == casts + 2 * 32 * 97  # blocks' weight casts + the head weight's cast
 
 
@@ -182,25 +185,25 @@ def test_auto_checkpointing_follows_free_memory():
     lm, tokens, targets = _setup()
     opts = EngineOptions(precision="fp32", free_bytes=1e12)
     assert Engine.build(copy.deepcopy(lm), tokens, targets, opts).plan["strategy"] == "none"
-    shape = memory.StepShape(97, 32, 64, 4, 4, 3, 16, "fp32", "sdpa", "cpu")
-    none = memory.step_bytes(shape, "none", 7)["total"]
-    tight = EngineOptions(precision="fp32", free_bytes=none / (1 - memory.MARGIN) - 1)
+    shape = memory_model.StepShape(97, 32, 64, 4, 4, 3, 16, "fp32", "sdpa", "cpu")
+    none = memory_model.step_bytes(shape, "none", 7)["total"]
+    tight = EngineOptions(precision="fp32", free_bytes=none / (1 - memory_model.MARGIN) - 1)
     plan = Engine.build(copy.deepcopy(lm), tokens, targets, tight).plan
     assert plan["strategy"] != "none" and plan["fits"]
     tiny = EngineOptions(precision="fp32", free_bytes=1.0)
     plan = Engine.build(lm, tokens, targets, tiny).plan
     assert not plan["fits"]
-    assert memory.shortfall(plan, 1).startswith("skipped: needs ")
+    assert memory_model.shortfall(plan, 1).startswith("skipped: needs ")
 
 
 def test_the_2026_leaderboard_model_needs_checkpointing_and_sharding():
     """By the memory model: 8B on one 141 GB GPU does not fit; on two (FSDP, batch 1 each) it
     fits only with checkpointing."""
     big = dict(vocab_size=151_936, d_model=4096, d_ff=11_008, num_layers=34, num_heads=32)
-    one = memory.StepShape(**big, batch=2, seq=32_768, world=1, scheme="single")
-    assert not memory.choose_checkpointing(one, 141e9, 1024)["fits"]
-    two = memory.StepShape(**big, batch=1, seq=32_768, world=2, scheme="fsdp")
-    choice = memory.choose_checkpointing(two, 141e9, 1024)
+    one = memory_model.StepShape(**big, batch=2, seq=32_768, world=1, scheme="single")
+    assert not memory_model.choose_checkpointing(one, 141e9, 1024)["fits"]
+    two = memory_model.StepShape(**big, batch=1, seq=32_768, world=2, scheme="fsdp")
+    choice = memory_model.choose_checkpointing(two, 141e9, 1024)
     assert choice["fits"] and choice["strategy"] != "none"
 
 

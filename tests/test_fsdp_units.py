@@ -22,7 +22,7 @@ from dist_utils import run_forked_ranks
 from torch import nn
 from torch.utils._pytree import tree_map_only
 
-from cs336_systems.core import checkpointing
+from cs336_systems.core import checkpoint_plans
 from cs336_systems.model import TransformerLM
 from cs336_systems.parallel import collectives
 from cs336_systems.parallel.fsdp import FSDP
@@ -99,7 +99,7 @@ def train(
     torch.manual_seed(0)
     base = make_lm(tied, frozen)
     ref, local = copy.deepcopy(base), copy.deepcopy(base)
-    checkpointing.apply(local, strategy)
+    checkpoint_plans.apply(local, strategy)
     if dtype is not None:
         cast_units(ref, dtype)
     if rank:  # FSDP starts every rank from rank 0's model

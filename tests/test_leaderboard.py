@@ -8,7 +8,12 @@ import pytest
 from pipeline_utils import block
 
 from cs336_systems.core.costs import matmul_param_count, train_step_flops
-from cs336_systems.engine.budget import benchmark_seconds, breakdown, classify, fits_budget
+from cs336_systems.engine.leaderboard_rules import (
+    benchmark_seconds,
+    breakdown,
+    classify,
+    fits_budget,
+)
 
 
 def test_budget_counts_setup_and_do_bench_phases():

@@ -74,7 +74,7 @@ def test_a_profiled_gpu_step_adds_up_and_names_its_parts():
         pytest.skip("needs a CUDA GPU")
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from cs336_systems.engine.budget import classify as step_classify
+    from cs336_systems.engine.leaderboard_rules import classify as step_classify
     from cs336_systems.profiling.timeline import gpu_kernels, step_window
 
     dev = torch.device("cuda")

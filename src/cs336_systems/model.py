@@ -49,7 +49,7 @@ VOCAB_SIZE = 10_000
 BATCH_SIZE = 4
 
 AttentionFn = Callable[..., torch.Tensor]
-# how TransformerLM runs its stack of blocks: (blocks, x) -> x; core.checkpointing swaps in
+# how TransformerLM runs its stack of blocks: (blocks, x) -> x; core.checkpoint_plans swaps in
 # arrangements of torch.utils.checkpoint
 BlocksFn = Callable[[nn.ModuleList, torch.Tensor], torch.Tensor]
 
@@ -215,7 +215,7 @@ class TransformerBlock(nn.Module):
         self.attn = CausalSelfAttention(d_model, num_heads, rope)
         self.ln2 = RMSNorm(d_model)
         self.ffn = SwiGLU(d_model, d_ff)
-        # core.checkpointing: keep only the FFN half's input and recompute the half in backward
+        # core.checkpoint_plans: keep only the FFN half's input and recompute the half in backward
         self.checkpoint_ffn = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

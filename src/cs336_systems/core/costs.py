@@ -235,7 +235,7 @@ def checkpoint_memory(
     cached_bytes: int = 0,
 ) -> dict[str, float]:
     """Peak bytes of saved activations of a training step whose blocks run as `plan` arranges
-    them (core/checkpointing.py: a tuple of block indices and checkpointed sub-tuples), and the
+    them (core/checkpoint_plans.py: a tuple of block indices and checkpointed sub-tuples), and the
     block forwards it recomputes.
 
     Each block saves B = `block_bytes`, of which a = `boundary_bytes` is its input; a checkpoint

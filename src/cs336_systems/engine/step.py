@@ -15,9 +15,9 @@ AdamW):
   bf16) every Linear weight (blocks and LM head) becomes a bf16 leaf the matmuls use as is (no
   autocast cast, a bf16 .grad) and engine/master_adamw.py keeps its fp32 master, updated with
   AdamW's moments and re-cast to the bf16 copy in one Triton pass per tensor;
-- activation checkpointing: `auto` picks it by engine/memory.py against the memory this
+- activation checkpointing: `auto` picks it by engine/memory_model.py against the memory this
   process can use (the least recomputation that fits: whole blocks, or only their FFN half,
-  ``mixed_p<P>_f<F>``, with `selective`), or a named strategy (core/checkpointing.py); on CUDA
+  ``mixed_p<P>_f<F>``, with `selective`), or a named strategy (core/checkpoint_plans.py); on CUDA
   the first step then measures what one block saves under each arrangement and the step's
   peak, and the choice is made again from those measurements (`calibration`);
 - compile: each block's ``forward`` compiled in place (names unchanged) when `compile` (the
@@ -42,9 +42,9 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from cs336_systems.core import checkpointing
+from cs336_systems.core import checkpoint_plans
 from cs336_systems.core.device import autocast, free_memory_mib
-from cs336_systems.engine import memory
+from cs336_systems.engine import memory_model
 from cs336_systems.engine.fused_ce import chunk_for, linear_cross_entropy
 from cs336_systems.engine.master_adamw import MasterAdamW
 from cs336_systems.kernels.attention import attention_function
@@ -107,7 +107,7 @@ def resolve_attention(name: str, device: torch.device) -> str:
 ATTENTION_CANDIDATES = ("flash_triton", "sdpa_cudnn")
 
 
-def fastest_attention(s: memory.StepShape, device: torch.device) -> dict:
+def fastest_attention(s: memory_model.StepShape, device: torch.device) -> dict:
     """`auto` on CUDA: our FlashAttention-2 and SDPA's cuDNN backend at this step's attention
     (the rank's batch, heads, context and head dim, causal, the compute dtype), each output and
     query gradient checked against the other's, forward + backward timed back to back
@@ -190,9 +190,9 @@ class TrainModule(nn.Module):
 
 def shape_of(
     lm: nn.Module, batch: int, seq: int, opts: EngineOptions, device: torch.device, world: int
-) -> memory.StepShape:
+) -> memory_model.StepShape:
     attn = lm.layers[0].attn
-    return memory.StepShape(
+    return memory_model.StepShape(
         vocab_size=lm.vocab_size,
         d_model=lm.ln_final.weight.numel(),
         d_ff=lm.layers[0].ffn.w1.weight.shape[0],
@@ -222,8 +222,8 @@ def capacity_bytes(device: torch.device) -> float:
 def fsdp_window(strategy: str, num_layers: int) -> int:
     """Units FSDP may hold at once: a checkpointed segment is recomputed whole before its
     backward, so one more than the largest segment prefetches the next (at least 2)."""
-    plan = checkpointing.plan_for(strategy, num_layers)
-    sizes = [len(checkpointing.blocks_of(item)) for item in plan if isinstance(item, tuple)]
+    plan = checkpoint_plans.plan_for(strategy, num_layers)
+    sizes = [len(checkpoint_plans.blocks_of(item)) for item in plan if isinstance(item, tuple)]
     return max(2, max(sizes, default=0) + 1)
 
 
@@ -236,7 +236,7 @@ class Engine:
     targets: torch.Tensor
     options: EngineOptions
     plan: dict = field(default_factory=dict)  # the checkpointing choice and its memory
-    shape: memory.StepShape | None = None
+    shape: memory_model.StepShape | None = None
     calibration: dict | None = None  # the first step's measurements (pending: {})
 
     @classmethod
@@ -292,9 +292,9 @@ class Engine:
         # the budget once the model is in its final (sharded) form
         capacity = opts.free_bytes if opts.free_bytes is not None else capacity_bytes(device)
         if opts.checkpoint == "auto":
-            plan = memory.choose_checkpointing(shape, capacity, chunk, opts.selective)
+            plan = memory_model.choose_checkpointing(shape, capacity, chunk, opts.selective)
         else:
-            plan = {**memory.step_bytes(shape, opts.checkpoint, chunk), "fits": True}
+            plan = {**memory_model.step_bytes(shape, opts.checkpoint, chunk), "fits": True}
         plan = {**plan, "chunk": chunk, "master_weights": master, "capacity": capacity}
         plan["attention"] = attention
         if opts.compile:
@@ -316,7 +316,7 @@ class Engine:
     def use_strategy(self, strategy: str) -> None:
         """Run the blocks under `strategy` from the next step on."""
         lm = self.train.lm
-        checkpointing.apply(lm, strategy)
+        checkpoint_plans.apply(lm, strategy)
         if hasattr(self.net, "window"):
             self.net.window = fsdp_window(strategy, len(lm.layers)) if self.options.prefetch else 1
         self.plan["strategy"] = strategy
@@ -357,15 +357,15 @@ class Engine:
         """One step under a probe arrangement (the last block plain, the one before it with its
         FFN half checkpointed, the rest checkpointed alone) that measures what a block saves in
         each arrangement (memory allocated across its forward, its output included) and the
-        step's peak; then the least recomputation whose predicted peak fits (memory.py
+        step's peak; then the least recomputation whose predicted peak fits (memory_model.py
         mixed_bytes on the measured bytes) is chosen for the next steps. Where the probe itself
         may not fit by the model, the model's choice stays."""
-        from cs336_systems.core.checkpointing import mixed_name
+        from cs336_systems.core.checkpoint_plans import mixed_name
 
         s, lm, dev = self.shape, self.train.lm, self.device
         probe = mixed_name(1, 1)
-        budget = self.plan["capacity"] * (1 - memory.MARGIN)
-        modelled = memory.step_bytes(s, probe, self.plan["chunk"])["total"]
+        budget = self.plan["capacity"] * (1 - memory_model.MARGIN)
+        modelled = memory_model.step_bytes(s, probe, self.plan["chunk"])["total"]
         if modelled > budget:
             self.calibration = {
                 "skipped": f"the probe {probe} may not fit ({modelled / 1e9:.1f} GB)"
@@ -418,17 +418,17 @@ class Engine:
         slack = max(0.0, torch.cuda.max_memory_reserved(dev) - torch.cuda.max_memory_allocated(dev))
         budget -= slack
         blk = {k: float(v) for k, v in deltas.items()}
-        base = peak + grown - memory.mixed_bytes(s, 1, 1, 0, blk)["peak_bytes"]
+        base = peak + grown - memory_model.mixed_bytes(s, 1, 1, 0, blk)["peak_bytes"]
         rows = []
-        for name in memory.candidates(n, selective=True):
-            counts = checkpointing.mixed_counts(name, n)
+        for name in memory_model.candidates(n, selective=True):
+            counts = checkpoint_plans.mixed_counts(name, n)
             if name == "none":
                 counts = (n, 0)
             elif name == "every_1":
                 counts = (0, 0)
             if counts is None:
                 continue
-            act = memory.mixed_bytes(s, *counts, 0, blk)
+            act = memory_model.mixed_bytes(s, *counts, 0, blk)
             rows.append((act["compute_factor"], base + act["peak_bytes"], name))
         fitting = [r for r in rows if r[1] <= budget]
         if fitting:

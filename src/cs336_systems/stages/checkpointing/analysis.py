@@ -9,7 +9,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from cs336_systems.core import checkpointing, costs
+from cs336_systems.core import checkpoint_plans, costs
 from cs336_systems.core.analysis import (
     empty_figure,
     fmt,
@@ -37,7 +37,7 @@ def mem(mib: float) -> str:
 
 
 def label(name: str) -> str:
-    k = checkpointing.block_size_of(name)
+    k = checkpoint_plans.block_size_of(name)
     return f"one level, every {k} block{'s' if k > 1 else ''}" if k else STRATEGY_LABEL[name]
 
 
@@ -318,8 +318,8 @@ def nested_sentences(df: pd.DataFrame) -> list[str]:
 
 
 def code_sketch() -> str:
-    """The builders and the runner of core/checkpointing.py, as the report's code sketch."""
-    parts = [checkpointing._halving, checkpointing._chain, checkpointing.run_plan]
+    """The builders and the runner of core/checkpoint_plans.py, as the report's code sketch."""
+    parts = [checkpoint_plans._halving, checkpoint_plans._chain, checkpoint_plans.run_plan]
     return "\n\n".join(inspect.getsource(p).rstrip() for p in parts)
 
 

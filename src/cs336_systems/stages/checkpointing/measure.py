@@ -16,7 +16,7 @@ the `partition` compile backend then stands in for inductor (its decompositions 
 partitioner, no code generation).
 
 `strategies`: a training step (forward, cross-entropy, backward, AdamW) of the model with its
-blocks run under each strategy of ``core.checkpointing``. Per strategy, after warm-up steps
+blocks run under each strategy of ``core.checkpoint_plans``. Per strategy, after warm-up steps
 (gradients kept allocated, so the memory before a step is parameters + gradients + optimizer
 state): one step under ``LiveTensorBytes`` (peak bytes of tensors the step creates; on CUDA also
 the allocator's peak above the memory before it), `measure_steps` timed steps, and one forward
@@ -34,7 +34,7 @@ import argparse
 import torch
 import torch.nn.functional as F
 
-from cs336_systems.core import checkpointing, costs
+from cs336_systems.core import checkpoint_plans, costs
 from cs336_systems.core.device import autocast, pick_device
 from cs336_systems.core.harness import (
     Stopwatch,
@@ -256,12 +256,12 @@ def strategies(args) -> list[dict]:
     static = trainer.static_bytes() if trainer is not None else None
     rows = []
     for name in args.strategies:
-        plan = checkpointing.plan_for(name, spec["num_layers"])
+        plan = checkpoint_plans.plan_for(name, spec["num_layers"])
         model = model_for(plan, inputs)
         row = {
             **base,
             "strategy": name,
-            "block_size": checkpointing.block_size_of(name),
+            "block_size": checkpoint_plans.block_size_of(name),
             "checkpoint_calls": plan_calls(plan),
             "model_peak_mb": model["peak_bytes"] / MiB,
             "model_forward_mb": model["forward_bytes"] / MiB,
@@ -280,7 +280,7 @@ def strategies(args) -> list[dict]:
                 row["status"] = f"skipped: needs {need:.0f} GiB; have {have / GiB:.0f} GiB"
                 row["static_mb"] = static / MiB
             else:
-                checkpointing.apply(trainer.model, name)
+                checkpoint_plans.apply(trainer.model, name)
                 res = run_point(lambda: measure_strategy(trainer, args))
                 row["status"] = res.status
                 row.update(res.value or {})
@@ -330,7 +330,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         n = dims(args.size, args.num_layers, args.edition)["num_layers"]
         for name in args.strategies:
             try:
-                checkpointing.plan_for(name, n)
+                checkpoint_plans.plan_for(name, n)
             except ValueError as exc:
                 ap.error(str(exc))
     return args

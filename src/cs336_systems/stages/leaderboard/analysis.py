@@ -27,7 +27,7 @@ from cs336_systems.core.sanity import is_suspect
 from cs336_systems.stages.leaderboard.ablation import pins_checkpointing
 from cs336_systems.stages.leaderboard.measure import with_path_mfu
 
-# the compute parts of a profiled step (engine/budget.py classify), then what adds the rest of
+# the compute parts of a profiled step (engine/leaderboard_rules.py classify), then what adds the rest of
 # its wall time: communication no compute hid, and the GPU idle (GPU); or the host's (CPU)
 PARTS = ("attention", "matmul", "loss", "optimizer", "other")
 REST = ("communication_exposed", "idle", "host", "communication")

@@ -7,7 +7,7 @@
 Configurations (`config` column, `--plans`): `full`, the configured model on `world_size`
 ranks (a machine with fewer GPUs writes `skipped` rows with the command that runs it);
 `reduced`, on one GPU when the full one cannot run there: the same widths, context and batch
-with the most layers the engine fits by the memory model (engine/memory.py); `ablation`, the
+with the most layers the engine fits by the memory model (engine/memory_model.py); `ablation`, the
 engine on the full configuration with one optimization turned off per row (the `ablations`
 knob, ABLATIONS; column `ablation`). Each row is first checked against the memory model: one that
 cannot fit is `skipped: needs X GB per rank, have Y` before anything is allocated. A point that
@@ -15,7 +15,7 @@ runs: the seconds from an empty process to the end of the warm-up steps (build, 
 steps: `setup_s`), the measured steps (slowest rank per step), tokens/s, TFLOP/s by
 core/costs.train_step_flops, MFU against the ceilings stage's measured bf16 peak of the path the
 matmuls take (`--peak-csv`; NaN without it) times the world size, peak memory per rank in GiB
-(CUDA allocator; NaN on the CPU), the 10-minute rule (engine/budget.py), the checkpointing the
+(CUDA allocator; NaN on the CPU), the 10-minute rule (engine/leaderboard_rules.py), the checkpointing the
 engine chose and what it measured to choose it, and one profiled step's breakdown per rank
 (`breakdown_r<rank>_<part>_ms`; rank 0's also as `breakdown_<part>_ms`): on a GPU the step's
 wall time on the device timeline, split into the compute parts, exposed communication and idle
@@ -100,7 +100,7 @@ def _profile(step, device) -> dict[str, float]:
     from torch.profiler import ProfilerActivity, profile, record_function
 
     from cs336_systems.core.harness import synchronize
-    from cs336_systems.engine.budget import classify
+    from cs336_systems.engine.leaderboard_rules import classify
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=acts) as prof:
@@ -239,10 +239,10 @@ def memory_check(
     `measured_fit` the fixed checkpointing is one a run of this configuration fitted (the
     engine's own choice, from its measured block bytes): only what `changes` add is checked."""
     from cs336_systems.core.device import free_memory_mib
-    from cs336_systems.engine import memory
+    from cs336_systems.engine import memory_model
     from cs336_systems.engine.fused_ce import chunk_for
 
-    s = memory.StepShape(
+    s = memory_model.StepShape(
         vocab_size=dims["vocab"],
         d_model=dims["d_model"],
         d_ff=dims["d_ff"],
@@ -261,20 +261,22 @@ def memory_check(
     if variant == "engine":
         chunk = chunk_for(s.vocab_size)
         if changes.get("checkpoint", "auto") != "auto":
-            fixed = memory.step_bytes(s, changes["checkpoint"], chunk)
-            choice = {**fixed, "fits": True, "budget": free * (1 - memory.MARGIN)}
+            fixed = memory_model.step_bytes(s, changes["checkpoint"], chunk)
+            choice = {**fixed, "fits": True, "budget": free * (1 - memory_model.MARGIN)}
             choice["fits"] = measured_fit or fixed["total"] <= choice["budget"]
         else:
-            choice = memory.choose_checkpointing(s, free, chunk, changes.get("selective", True))
+            choice = memory_model.choose_checkpointing(
+                s, free, chunk, changes.get("selective", True)
+            )
         if changes.get("loss") == "plain":  # the logits in bf16, their fp32 copy and softmax
             logits = 10 * s.batch * s.seq * s.vocab_size
             choice = {**choice, "total": choice["total"] + logits}
             choice["fits"] = choice["total"] <= choice["budget"]
-        reason = memory.shortfall(choice, world)
+        reason = memory_model.shortfall(choice, world)
     else:
-        choice = memory.plain_bytes(s)
-        fits = choice["total"] <= free * (1 - memory.MARGIN)
-        reason = None if fits else memory.need_message(choice["total"], free, "plain model")
+        choice = memory_model.plain_bytes(s)
+        fits = choice["total"] <= free * (1 - memory_model.MARGIN)
+        reason = None if fits else memory_model.need_message(choice["total"], free, "plain model")
     return reason, {"need_gb": choice["total"] / 1e9, "free_gb": free / 1e9}
 
 
@@ -293,7 +295,7 @@ def measure(variant: str, dims: dict, layers: int, args, ctx, changes=None, prof
 
     from cs336_systems.core.costs import train_step_flops
     from cs336_systems.core.harness import Stopwatch, time_steps
-    from cs336_systems.engine.budget import benchmark_seconds, fits_budget
+    from cs336_systems.engine.leaderboard_rules import benchmark_seconds, fits_budget
     from cs336_systems.parallel.launch import every_rank, slowest_rank
 
     if ctx.device.type == "cuda":

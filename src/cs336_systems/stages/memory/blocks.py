@@ -11,7 +11,7 @@ and the bytes of one block's parameter gradients; the checkpointing choice of th
 - ``block_grad_bytes``: backward of that block's output; a post-accumulate-grad hook on each of
   its parameters adds up the gradient bytes as backward makes them (fp32 parameters: 4 bytes
   per parameter, under autocast too).
-- ``best_block_size``: the k of ``every_<k>`` checkpointing (core/checkpointing.py) that
+- ``best_block_size``: the k of ``every_<k>`` checkpointing (core/checkpoint_plans.py) that
   minimizes the peak saved bytes of ``core.costs.checkpoint_memory`` for this model, context and
   precision (ties: the larger k, fewer checkpoint calls).
 - ``step_need_bytes``: parameters, gradients and AdamW state a mode holds plus the analytic
@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from cs336_systems.core import costs
-from cs336_systems.core.checkpointing import plan_for, strategy_name
+from cs336_systems.core.checkpoint_plans import plan_for, strategy_name
 from cs336_systems.core.device import autocast
 from cs336_systems.core.harness import release_memory, run_point, synchronize
 from cs336_systems.core.log import configure, get_logger, point

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from cs336_systems.core import checkpointing
+from cs336_systems.core import checkpoint_plans
 from cs336_systems.core import costs as flops
 from cs336_systems.core.device import pick_device
 from cs336_systems.core.harness import Stopwatch, release_memory, run_point, synchronize
@@ -296,11 +296,11 @@ def measure_point(
 ):
     """One point (its blocks run under checkpointing `strategy`): warm up, then one recorded
     step; returns (row values, snapshot or None)."""
-    checkpointing.apply(work.model, strategy)
+    checkpoint_plans.apply(work.model, strategy)
     try:
         return _measure_point(work, mode, precision, warmup, snapshot_path, args)
     finally:
-        checkpointing.apply(work.model, "none")
+        checkpoint_plans.apply(work.model, "none")
 
 
 def _measure_point(work: Workload, mode: str, precision: str, warmup: int, snapshot_path, args):

@@ -23,7 +23,7 @@ class MemoryCheckpoint(Knobs):
     )
     modes: list[Mode] = knob("the modes run again checkpointed", uniqueItems=True)
     strategy: str = knob(
-        "best (the analytic best every_<k>) or a core/checkpointing.py strategy",
+        "best (the analytic best every_<k>) or a core/checkpoint_plans.py strategy",
         pattern="^(best|every_[0-9]+|sqrt|halving|chain)$",
     )
 

@@ -11,7 +11,7 @@ import pandas as pd
 
 from cs336_systems.core import costs
 from cs336_systems.core.analysis import md_table, sort_sizes
-from cs336_systems.core.checkpointing import plan_for
+from cs336_systems.core.checkpoint_plans import plan_for
 from cs336_systems.core.edition import size_table
 from cs336_systems.model import VOCAB_SIZE
 

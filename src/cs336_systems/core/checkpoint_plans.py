@@ -26,7 +26,7 @@ Strategies (``plan_for(name, num_layers)``):
   (second norm and SwiGLU) keeps only its input and is recomputed in backward.
 - ``mixed_p<P>_f<F>``: the last P blocks plain, the F blocks before them as in ``ffn``, the
   rest each checkpointed alone (``every_1``): the arrangement a memory budget picks block by
-  block (engine/memory.py), from none (P = N) through ``ffn`` (F = N) to ``every_1``.
+  block (engine/memory_model.py), from none (P = N) through ``ffn`` (F = N) to ``every_1``.
 
 Use: ``apply(model, "every_4")`` sets ``model.run_blocks`` (``model.run_in_order`` undoes it);
 ``run_plan(plan, blocks, x)`` runs any plan on any sequence of blocks.

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cs336_systems.core import costs
-from cs336_systems.core.checkpointing import mixed_counts, mixed_name, plan_for
+from cs336_systems.core.checkpoint_plans import mixed_counts, mixed_name, plan_for
 
 FUSED_ATTENTIONS = ("flash_triton", "sdpa", "sdpa_cudnn")
 # fraction of free memory kept for what the model omits; 0.15 chose every_8 (+33% compute) for
