@@ -11,6 +11,7 @@ from pipeline_utils import ROOT
 
 from cs336_systems.core import log as logs
 from cs336_systems.core.harness import run_point
+from cs336_systems.core.knobs import block_text
 
 PKG = ROOT / "src" / "cs336_systems"
 LINE = re.compile(
@@ -118,10 +119,8 @@ def test_a_stage_entry_point_logs_in_the_format(tmp_path, capsys):
     from cs336_systems.stages.ceilings.measure import main
 
     out = tmp_path / "c.csv"
-    main(
-        ["--matmul-size=64", "--dtypes=fp32", "--copy-mb=1", "--reps=2"]
-        + ["--machine=t", "--preset=cpu", f"--out={out}"]
-    )
+    knobs = {"matmul_size": 64, "dtypes": ["fp32"], "copy_mb": 1, "reps": 2}
+    main(["--block", block_text(knobs), "--machine=t", "--preset=cpu", f"--out={out}"])
     lines = [LINE.match(line) for line in capsys.readouterr().err.splitlines()]
     assert lines and all(lines)
     assert {m["stage"] for m in lines} == {"ceilings"}
