@@ -137,6 +137,11 @@ def test_ddp_reads_its_knobs_from_one_checked_block(capsys):
     assert not ddp.parse_args(["sharding", *run, *block("ddp", profile=True)]).profile
     argv = ddp.worker_argv(args)
     assert ddp.parse_args(argv).block == args.block
+    # the compute-only baseline alone, where DDP cannot run: its worker runs no variant (the
+    # block keeps its valid list: an empty one is refused)
+    args.variants = []
+    only = ddp.parse_args(ddp.worker_argv(args))
+    assert only.variants == [] and only.block.variants == args.block.variants
     # a block the schema refuses is refused with the workflow's problem line
     with pytest.raises(SystemExit):
         ddp.parse_args(["variants", *run, *block("ddp", variants=[])])

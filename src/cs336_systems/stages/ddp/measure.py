@@ -431,6 +431,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_run_arguments(ap)
     add_block_argument(ap, DdpKnobs)
     ap.add_argument("--no-baseline", dest="baseline", action="store_false")
+    # the compute-only baseline alone (a launch on one process where DDP cannot run)
+    ap.add_argument("--only-baseline", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--trace-dir", default="", help="keep the profiled steps' Chrome traces here")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
@@ -445,7 +447,7 @@ def with_knobs(args: argparse.Namespace) -> argparse.Namespace:
     k: DdpKnobs = args.block
     args.backend, args.world_size, args.size = k.backend, k.world_size, k.size
     args.context_length, args.batch_per_rank = k.context_length, k.batch_per_rank
-    args.variants = list(k.variants)
+    args.variants = [] if args.only_baseline else list(k.variants)
     args.bucket_sizes_mb = [float(b) for b in k.bucket_sizes_mb]
     args.warmup, args.steps = k.warmup_steps, k.measure_steps
     args.matmul_precision, args.timeout_s = k.matmul_precision, float(k.timeout_s)
@@ -459,9 +461,11 @@ def with_knobs(args: argparse.Namespace) -> argparse.Namespace:
 
 def worker_argv(args) -> list[str]:
     """A worker's arguments: the same block (with the launch's changes) and the run's own."""
-    block = dataclasses.replace(args.block, variants=args.variants, profile=args.profile)
+    block = dataclasses.replace(args.block, profile=args.profile)
     argv = [args.kind, "--worker", f"--machine={args.machine}", f"--preset={args.preset}"]
     argv += [f"--edition={args.edition}", "--block", block_text(block.as_block())]
+    if not args.variants:  # the block's variants stay a valid list; the launch runs none
+        argv.append("--only-baseline")
     if not args.baseline:
         argv.append("--no-baseline")
     if args.trace_dir:
