@@ -215,13 +215,13 @@ def with_knobs(args: argparse.Namespace) -> argparse.Namespace:
     buffers from NCCL's allocator are NCCL's only)."""
     k: AllreduceKnobs = args.block
     args.world_sizes = list(k.world_sizes)
-    args.sizes_mb = [float(s) for s in getattr(k.sizes_mb, args.backend)]
+    args.sizes_mb = list(getattr(k.sizes_mb, args.backend))
     args.buffers = list(k.nccl_buffers) if args.backend == "nccl" else ["default"]
     args.warmup, args.repeats, args.min_repeats = k.warmup, k.repeats, k.min_repeats
-    args.max_seconds, args.sample_ms = float(k.max_seconds_per_size), float(k.sample_ms)
+    args.max_seconds, args.sample_ms = k.max_seconds_per_size, k.sample_ms
     args.topology, args.nnodes = k.launcher.topology, k.launcher.nnodes
     args.env = {key: str(v) for key, v in k.env.items()}
-    args.timeout_s, args.seed = float(k.timeout_s), SEED
+    args.timeout_s, args.seed = k.timeout_s, SEED
     return args
 
 

@@ -448,9 +448,9 @@ def with_knobs(args: argparse.Namespace) -> argparse.Namespace:
     args.backend, args.world_size, args.size = k.backend, k.world_size, k.size
     args.context_length, args.batch_per_rank = k.context_length, k.batch_per_rank
     args.variants = [] if args.only_baseline else list(k.variants)
-    args.bucket_sizes_mb = [float(b) for b in k.bucket_sizes_mb]
+    args.bucket_sizes_mb = list(k.bucket_sizes_mb)
     args.warmup, args.steps = k.warmup_steps, k.measure_steps
-    args.matmul_precision, args.timeout_s = k.matmul_precision, float(k.timeout_s)
+    args.matmul_precision, args.timeout_s = k.matmul_precision, k.timeout_s
     # one profiled step of some variants: the variants job's only
     args.profile = k.profile and args.kind == "variants"
     args.topology, args.nnodes = k.launcher.topology, k.launcher.nnodes

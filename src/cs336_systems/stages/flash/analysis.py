@@ -492,13 +492,16 @@ def context(results_dir: Path) -> dict:
     errors = sw[sw["status"].astype(str).str.startswith("error")]
     dtypes = sorted(sw["dtype"].unique()) if len(sw) else []
     grids = sorted(set(df["grid"])) if "grid" in df else ["sweep"]
+    # our Triton kernel on a CPU runs in Triton's interpreter: its times are the interpreter's,
+    # so no speed-up or host-overhead reading of them is given
+    interpreter = first.get("device", "") == "cpu"
     coverage = {}
     if len(sw) == 0:
         coverage["flash_benchmarking.a"] = {
             "status": "not",
             "why": f"the sweep did not run: flash.csv holds only the {', '.join(grids)} rows",
         }
-    elif first.get("device", "") == "cpu":
+    elif interpreter:
         coverage["flash_benchmarking.a"] = {
             "status": "partly",
             "why": "our Triton kernel ran in Triton's CPU interpreter: its times measure the "
@@ -513,9 +516,6 @@ def context(results_dir: Path) -> dict:
                 "block (config/stages/flash.yaml)",
                 "how": "`snakemake --cores 1 report` on a CUDA GPU (the gpu preset)",
             }
-    # our Triton kernel on a CPU runs in Triton's interpreter: its times are the interpreter's,
-    # so no speed-up or host-overhead reading of them is given
-    interpreter = first.get("device", "") == "cpu"
     return {
         "coverage": coverage,
         "available": True,

@@ -454,7 +454,7 @@ def with_knobs(args: argparse.Namespace) -> argparse.Namespace:
     args.variants, args.warmup, args.steps = list(k.variants), k.warmup_steps, k.measure_steps
     args.profile, args.matmul_precision = k.profile, k.matmul_precision
     args.env = {key: str(v) for key, v in k.env.items()}
-    args.timeout_s, args.lr, args.seed = float(k.timeout_s), LR, SEED
+    args.timeout_s, args.lr, args.seed = k.timeout_s, LR, SEED
     return args
 
 

@@ -538,7 +538,7 @@ def with_knobs(args: argparse.Namespace) -> argparse.Namespace:
     args.reduced_layers, args.warmup, args.steps = k.reduced_layers, k.warmup_steps, k.measure_steps
     args.checkpoint, args.compile, args.profile = k.checkpoint, k.compile, k.profile
     args.env = {key: str(v) for key, v in k.env.items()}
-    args.timeout_s, args.seed = float(k.timeout_s), SEED
+    args.timeout_s, args.seed = k.timeout_s, SEED
     return args
 
 
