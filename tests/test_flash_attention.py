@@ -585,22 +585,30 @@ def test_hopper_kernels_compile_for_sm90_with_their_overlap():
         expected = {"forward": {1}, "backward_dkdv": {3, 2}, "backward_dq": {2, 1}}[r["kernel"]]
         if plain_fused:  # S^T with four products in flight, dP^T with three
             expected = {4, 3}
-        # dQ inside the dK/dV pass: as routed at d = 64 (a dQ warpgroup), and the plain one
-        assert r["fused_dq"] == (r["kernel"] == "backward_dkdv" and r["head_dim"] == 64), r
+        serial = (r["kernel"], r["head_dim"]) == ("backward_dkdv", 128)
+        if serial:  # SERIAL: S^T waited for with dP^T in flight, then everything
+            expected = {1, 0}
+        # dQ inside the dK/dV pass: as routed at d = 64 (a dQ warpgroup) and 128 (in the
+        # consumers), and the plain one
+        assert r["fused_dq"] == (r["kernel"] == "backward_dkdv" and r["head_dim"] in (64, 128)), r
         assert r["tma_reductions"] == r["fused_dq"], r
         assert expected <= set(r["wgmma_waits"]), r
         # and ptxas kept those products asynchronous (no wait added after each one)
         assert not r["wgmma_serialized"], r
         # warp-specialized (a producer warp and consumer warpgroups): both forwards, every dQ
         # pass and the routed d = 64 dK/dV pass
-        ws = r["kernel"] in ("forward", "backward_dq") or (r["kernel"], r["head_dim"]) == (
-            "backward_dkdv",
-            64,
+        ws = (
+            r["kernel"] in ("forward", "backward_dq")
+            or r["kernel"] == "backward_dkdv"
+            and r["head_dim"] in (64, 128)
         )
         assert r["warp_specialized"] == (ws and not plain_fused), r
-        # no spills; ptxas keeps four values (16 bytes) of the d = 64 warp-specialized dK/dV
-        # consumer on the stack at its 240 registers
-        spill = 16 if r["warp_specialized"] and r["kernel"] == "backward_dkdv" else 0
+        # no spills but scalars: ptxas keeps four values (16 bytes) of the d = 64
+        # warp-specialized dK/dV consumer on the stack at its 240 registers, and 26 (104 bytes)
+        # of the d = 128 SERIAL consumers, which hold 64 x 128 dK and dV accumulators each
+        spill = 0
+        if r["warp_specialized"] and r["kernel"] == "backward_dkdv":
+            spill = 104 if serial else 16
         assert r["tma_loads"] and r["stack_bytes"] <= spill and r["local_bytes"] == 0, r
         assert r["shared_bytes"] <= 227 * 1024, r
 
@@ -669,20 +677,27 @@ def test_hopper_kernels_against_float64(d, dtype, causal):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("d", [32, 64])
+@pytest.mark.parametrize("d", [32, 64, 128])
 @pytest.mark.parametrize("dtype", [BF16, F16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("n_q, n_k", [(777, 1500), (1500, 333)])
 @pytest.mark.parametrize(
     "config",
-    ["plain", (64, 128, 4, 3, {"WS": True, "FUSE_DQ": True})],
-    ids=["plain", "ws"],
+    [
+        "plain",
+        (64, 128, 4, 3, {"WS": True, "FUSE_DQ": True}),
+        (64, 128, 4, 2, {"WS": True, "FUSE_DQ": True, "SERIAL": True, "DS_BUFS": 2}),
+    ],
+    ids=["plain", "ws", "ws_serial"],
 )
 def test_hopper_fused_dq_against_float64(d, dtype, causal, n_q, n_k, config, monkeypatch):
     """The dK/dV pass that also computes dQ (TMA reductions from every key tile into one fp32
     tensor), routed in place of the two passes: ragged, n_q < n_k and n_q > n_k; plain (one
-    warpgroup) and warp-specialized (a dQ warpgroup beside the two consumers)."""
+    warpgroup), warp-specialized with a dQ warpgroup beside the two consumers (d <= 64), and
+    warp-specialized with each consumer computing half of dQ's columns (SERIAL, every d)."""
     _hopper_gpu()
+    if d == 128 and not (isinstance(config, tuple) and config[4].get("SERIAL")):
+        pytest.skip("at d = 128 only the SERIAL form fits its registers")
     monkeypatch.setitem(
         hopper_configs.DKDV_CONFIGS,
         d,
@@ -735,14 +750,19 @@ def test_hopper_dq_variants_against_float64(d, config, causal, n_q, n_k):
 @pytest.mark.parametrize("d", [32, 64, 128])
 @pytest.mark.parametrize(
     "config",
-    [(64, 128, 4, 3, {"WS": True, "A_IN_REGS": True}), (64, 128, 4, 3, {"WS": True})],
-    ids=["ws_a_in_regs", "ws"],
+    [
+        (64, 128, 4, 3, {"WS": True, "A_IN_REGS": True}),
+        (64, 128, 4, 3, {"WS": True}),
+        (64, 128, 4, 2, {"WS": True, "SERIAL": True}),
+    ],
+    ids=["ws_a_in_regs", "ws", "ws_serial"],
 )
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("n_q, n_k", [(777, 1500), (1500, 333)])
 def test_hopper_ws_dkdv_against_float64(d, config, causal, n_q, n_k):
     """The warp-specialized dK/dV pass (two consumer warpgroups of 64 keys sharing each Q and
-    dO tile), with K and V as register operands and without, ragged, n_q < n_k and n_q > n_k
+    dO tile), with K and V as register operands and without, and with each tile's products
+    waited for within the tile (SERIAL), ragged, n_q < n_k and n_q > n_k
     (key tiles whose second half lies past n_k, query tiles that see only one half)."""
     fh = _hopper_gpu()
     if d == 128 and config[4].get("A_IN_REGS"):

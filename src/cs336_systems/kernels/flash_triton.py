@@ -496,8 +496,8 @@ def flash_backward_triton(
     (`kernels.dispatch.plan`): on Hopper the dK/dV and dQ passes are Gluon kernels where they
     are routed (as for the forward; not with `fuse_dq`, `blocks`, `use_desc=False` or
     `use_gluon=False`); a Gluon dQ pass runs first and computes D itself; a Gluon dK/dV
-    configuration may compute dQ as well (FUSE_DQ, at d = 64: into an fp32 accumulator that the
-    D kernel zeroes), and then no dQ pass runs. Without options the call's program is kept, as
+    configuration may compute dQ as well (FUSE_DQ, at d = 64 and 128: into an fp32
+    accumulator that the D kernel zeroes), and then no dQ pass runs. Without options the call's program is kept, as
     for the forward.
     """
     q4, k4, v4, o4, do4 = (triton_launch.as_4d(x) for x in (q, k, v, o, do))

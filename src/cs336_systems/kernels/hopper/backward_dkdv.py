@@ -326,10 +326,11 @@ def _attn_bwd_dkdv_kernel(
 
 
 @gluon.jit
-def reduce_dq(dq_desc, buf, dq, coord):
+def reduce_dq(dq_desc, buf, dq, coord, PENDING: gl.constexpr = 1):
     """Add the fp32 tile `dq` into the rows of `dq_desc` at `coord` by a TMA reduction through
-    `buf`, one of two buffers used in turn (the reduction that read it before is waited for)."""
-    tma.store_wait(1)
+    `buf`, one of PENDING + 1 buffers used in turn (the reduction that read it before is waited
+    for: at most PENDING others stay in flight)."""
+    tma.store_wait(PENDING)
     gl.thread_barrier()
     buf.reshape([dq_desc.block_type.shape[2], dq_desc.block_type.shape[3]]).store(dq)
     fence_async_shared()

@@ -26,19 +26,27 @@ FORWARD_CONFIGS = {
 # dQ by TMA reductions, the consumers keeping 216 registers (so K and V stay in shared memory).
 # At d = 64 that is five products per tile pair instead of the two passes' seven: under the
 # H100's power cap the leaderboard step measured 0.97x cuDNN against 1.00x for the two passes.
+# SERIAL: each consumer waits for a query tile's products within the tile, so its score tiles
+# and its dK, dV accumulators (64 keys x 128 at d = 128) are never live beside the previous
+# tile's operands; with FUSE_DQ the consumers then compute dQ themselves (no third warpgroup),
+# each half of its columns from both consumers' dS tiles, one tile behind. At d = 128, n = 16384
+# (forward+backward, B=1, H=16, causal bf16) that measured 0.99x cuDNN on one H100 host (7.45
+# against 7.49 ms) and 1.04x on another (7.68 against 7.41, seven interleaved rounds), where the
+# one-warpgroup pass (32, 64, 4, 3) and the dQ pass took 1.24x and 1.14x on the same hosts.
 DKDV_CONFIGS = {
     16: (64, 64, 4, 3),
     32: (64, 64, 4, 3),
     64: (64, 128, 4, 3, {"WS": True, "FUSE_DQ": True, "DS_BUFS": 3}),
-    128: (32, 64, 4, 3),
+    128: (64, 128, 4, 2, {"WS": True, "SERIAL": True, "FUSE_DQ": True, "DS_BUFS": 3}),
 }
 
 # dQ: BLOCK_M query rows per program, BLOCK_N keys per step; WS: a producer warp and BLOCK_M / 64
 # consumer warpgroups sharing each K and V tile. Where it runs (the head dim's dK/dV pass does
-# not fuse dQ), this pass runs before the dK/dV pass and computes D itself. At d = 64 FUSE_DQ
-# took its place; at d = 128 two consumers (three do not fit in shared memory) measured 2.39 ms
-# against 2.80 + 0.05 for the Triton-language pass and the D kernel (n = 16384, each pass alone);
-# d = 16 and 32 keep the Triton-language pass.
+# not fuse dQ), this pass runs before the dK/dV pass and computes D itself. At d = 64 and 128
+# FUSE_DQ took its place (the d = 128 tiles stay for a dK/dV configuration that does not fuse:
+# two consumers, three do not fit in shared memory, measured 2.39 ms against 2.80 + 0.05 for
+# the Triton-language pass and the D kernel, n = 16384, each pass alone); d = 16 and 32 keep
+# the Triton-language pass.
 DQ_CONFIGS = {64: (192, 64, 4, 3, {"WS": True}), 128: (128, 64, 4, 3, {"WS": True})}
 
 CONFIGS = {"forward": FORWARD_CONFIGS, "backward_dkdv": DKDV_CONFIGS, "backward_dq": DQ_CONFIGS}

@@ -21,6 +21,9 @@ from cs336_systems.kernels.hopper.configs import HEAD_DIMS, config_for, fuses_dq
 from cs336_systems.kernels.hopper.forward import _attn_fwd_kernel, _attn_fwd_ws_kernel
 
 LOG2E = 1.4426950408889634
+# columns of dQ per product and TMA reduction in the warp-specialized pass's dQ warpgroup: its
+# fp32 accumulator of 64 queries x 64 columns takes 32 of its 72 registers per thread
+DQ_COLUMNS = 64
 GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
 
 
@@ -40,10 +43,12 @@ def supported(*tensors: torch.Tensor) -> bool:
     return tensors_fit(*tensors)
 
 
-def _descriptor(x: torch.Tensor, block_rows: int) -> TensorDescriptor:
-    """A TMA descriptor over (batch, heads, n, d) with (1, 1, block_rows, d) tiles: rows past n
-    read as zeros and are not written, per head."""
-    block = [1, 1, block_rows, x.shape[-1]]
+def _descriptor(
+    x: torch.Tensor, block_rows: int, block_cols: int | None = None
+) -> TensorDescriptor:
+    """A TMA descriptor over (batch, heads, n, d) with (1, 1, block_rows, block_cols) tiles
+    (block_cols: d unless given): rows past n read as zeros and are not written, per head."""
+    block = [1, 1, block_rows, block_cols or x.shape[-1]]
     dtype = gl.float32 if x.dtype == torch.float32 else GL_DTYPES[x.dtype]
     layout = gl.NVMMASharedLayout.get_default_for(block, dtype)
     return TensorDescriptor(x, list(x.shape), list(x.stride()), block, layout)
@@ -110,7 +115,7 @@ def _dkdv_call(q, k, v, do, lse, delta, dk, dv, is_causal, config=None, dq=None)
     ws = constants.pop("WS", False)
     if ws:  # two consumer warpgroups of block_n / 2 keys each, and a producer warp
         # (FUSE_DQ: and a dQ warpgroup, for which the consumers give up registers)
-        regs = 216 if constants.get("FUSE_DQ") else 240
+        regs = 216 if constants.get("FUSE_DQ") and not constants.get("SERIAL") else 240
         constants = {
             "CONSUMER_REGS": regs,
             "DS_BUFS": 3,
@@ -121,6 +126,11 @@ def _dkdv_call(q, k, v, do, lse, delta, dk, dv, is_causal, config=None, dq=None)
         for name in ("k_desc", "v_desc", "dk_desc", "dv_desc"):
             rows[name] = (rows[name][0], block_n // 2)
     args = {name: _descriptor(x, r) for name, (x, r) in rows.items()}
+    if ws and constants.get("FUSE_DQ"):
+        # SERIAL: each consumer adds its half of the columns; else the dQ warpgroup adds 64
+        # columns at a time
+        cols = d // 2 if constants.get("SERIAL") else min(d, DQ_COLUMNS)
+        args["dq_desc"] = _descriptor(rows["dq_desc"][0], block_m, cols)
     args.update(L=lse, Delta=delta, n_heads=h, n_q=n_q, n_k=k.shape[2])
     args.update(qk_scale=LOG2E / math.sqrt(d), sm_scale=1.0 / math.sqrt(d))
     grid = (b * h, triton.cdiv(k.shape[2], block_n))
