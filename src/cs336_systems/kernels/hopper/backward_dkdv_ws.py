@@ -1,7 +1,9 @@
 """The warp-specialized Hopper dK/dV pass (`_attn_bwd_dkdv_ws_kernel`): a producer warp and two
 consumer warpgroups of BLOCK_N / 2 keys sharing each Q and dO tile, each running the query-tile
-step of the one-warpgroup pass (`backward_dkdv.dkdv_tile`); with FUSE_DQ a third warpgroup
-computes dQ from the consumers' dS tiles and adds it into an fp32 tensor by TMA reductions."""
+step of the one-warpgroup pass (`backward_dkdv.dkdv_tile`), or with SERIAL one that waits for
+each tile's products within the tile (`dkdv_tile_serial`). FUSE_DQ: dQ too, added into an fp32
+tensor by TMA reductions, by a third warpgroup from the consumers' dS tiles, or with SERIAL by
+the consumers themselves, half of dQ's columns each."""
 
 from __future__ import annotations
 
@@ -181,27 +183,11 @@ def _dkdv_consumer(
             if FUSE_DQ:
                 # dV_i and dK_i are in flight: dS_i^T into the ring, then tile i - 1's dQ
                 # product (both warpgroups' dS^T of that tile are in by now, or soon)
-                b = i % NB
-                mbarrier.wait(ds_free.index(b), ((i // NB) & 1) ^ 1)
-                ds_smem.index(2 * b + C).store(ds_lo)
-                fence_async_shared()
-                gl.thread_barrier()
-                mbarrier.arrive(ds_ready.index(b), count=1)
+                _ds_in(ds_smem, ds_free, ds_ready, ds_lo, i, C)
                 if i >= 1:
-                    pb = (i - 1) % NB
-                    mbarrier.wait(ds_ready.index(pb), ((i - 1) // NB) & 1)
-                    dq = warpgroup_mma(
-                        ds_smem.index(2 * pb).permute((1, 0)),
-                        k_lo,
-                        dq_init,
-                        use_acc=False,
-                        is_async=True,
-                    )
-                    dq = warpgroup_mma(
-                        ds_smem.index(2 * pb + 1).permute((1, 0)), k_hi, dq, is_async=True
-                    )
+                    dq = _dq_half(ds_smem, ds_ready, i - 1, k_lo, k_hi, dq_init)
                     dv_done, dk_done, dq = warpgroup_mma_wait(0, deps=[dv, dk, dq])
-                    mbarrier.arrive(ds_free.index(pb), count=1)
+                    mbarrier.arrive(ds_free.index((i - 1) % NB), count=1)
                     row = (lo_tile + i - 1) * BLOCK_M
                     coord = [off_b, off_h, row, C * DQ_COLS]
                     reduce_dq(dq_desc, dq_smem.index(C), dq * sm_scale, coord, 0)
@@ -220,18 +206,7 @@ def _dkdv_consumer(
             mbarrier.wait(ready.index(0), 0)
         if FUSE_DQ:
             if T >= 1:  # the last tile's dQ
-                pb = (T - 1) % NB
-                mbarrier.wait(ds_ready.index(pb), ((T - 1) // NB) & 1)
-                dq = warpgroup_mma(
-                    ds_smem.index(2 * pb).permute((1, 0)),
-                    k_lo,
-                    dq_init,
-                    use_acc=False,
-                    is_async=True,
-                )
-                dq = warpgroup_mma(
-                    ds_smem.index(2 * pb + 1).permute((1, 0)), k_hi, dq, is_async=True
-                )
+                dq = _dq_half(ds_smem, ds_ready, T - 1, k_lo, k_hi, dq_init)
                 dq = warpgroup_mma_wait(0, deps=[dq])
                 row = (lo_tile + T - 1) * BLOCK_M
                 coord = [off_b, off_h, row, C * DQ_COLS]
@@ -353,9 +328,23 @@ def dkdv_tile_serial(
 
 
 @gluon.jit
+def _dq_half(ds_smem, ds_ready, t, k_lo, k_hi, dq_init):
+    """A SERIAL consumer's half of dQ_t = dS_t K: once both consumers' dS_t^T are in ring
+    buffer t % NB, the products over both halves of the keys (`k_lo`, `k_hi`: K's rows of each
+    consumer, sliced to this warpgroup's columns), issued and left in flight."""
+    NB: gl.constexpr = ds_smem.shape[0] // 2
+    b = t % NB
+    mbarrier.wait(ds_ready.index(b), (t // NB) & 1)
+    dq = warpgroup_mma(
+        ds_smem.index(2 * b).permute((1, 0)), k_lo, dq_init, use_acc=False, is_async=True
+    )
+    return warpgroup_mma(ds_smem.index(2 * b + 1).permute((1, 0)), k_hi, dq, is_async=True)
+
+
+@gluon.jit
 def _ds_in(ds_smem, ds_free, ds_ready, ds_lo, i, C: gl.constexpr):
-    """Consumer C's dS_i^T into ring buffer i % NB, once the dQ product of the tile that used the
-    buffer before is done; then signal `ds_ready` (both consumers)."""
+    """Consumer C's dS_i^T into ring buffer i % NB, once the dQ products of the tile that used
+    the buffer before are done; then signal `ds_ready` (both consumers)."""
     NB: gl.constexpr = ds_smem.shape[0] // 2
     b = i % NB
     mbarrier.wait(ds_free.index(b), ((i // NB) & 1) ^ 1)
