@@ -21,8 +21,7 @@ import json
 import sys
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from flash_overhead import call_pair  # this folder (benchmarks/) is the script's sys.path[0]
 
 from cs336_systems.core.harness import device_time
 from cs336_systems.kernels import dispatch
@@ -69,19 +68,7 @@ def largest_error(causal: bool, n_q: int, n_k: int) -> float:
 
 def time_length(n: int, rounds: int) -> list[dict]:
     """Every variant and cuDNN at length n, in `rounds` interleaved rounds: one row each."""
-    q, k, v = (
-        torch.randn(1, 16, n, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-        for _ in range(3)
-    )
-    do = torch.randn(1, 16, n, D, device="cuda", dtype=torch.bfloat16)
-
-    def ours():
-        fat.FlashAttentionTriton.apply(q, k, v, True).backward(do)
-
-    def cudnn():
-        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(do)
-
+    q, k, v, _, ours, cudnn = call_pair(D, n)
     names = [*VARIANTS, "cudnn"]
     times = {name: [] for name in names}
     for r in range(rounds):

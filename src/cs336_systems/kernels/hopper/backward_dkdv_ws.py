@@ -374,43 +374,30 @@ def _dkdv_dq_worker(
     consumers' dS_t^T are in ring buffer t % NB, dQ_t = dS_t K over both halves of the keys
     (K from the consumers' shared-memory tiles), the buffer released (`ds_free`), and
     sm_scale dQ_t added into the fp32 rows of `dq_desc` by a TMA reduction through two staging
-    tiles; `fin` once no product reads K any more. Where `dq_desc`'s tiles are narrower than
-    the head dim (d = 128: 64 columns, so that the accumulator fits this warpgroup's
-    registers), dQ_t is computed and added one column block at a time, K sliced to match."""
+    tiles; `fin` once no product reads K any more."""
     NB: gl.constexpr = ds_smem.shape[0] // 2
     HALF: gl.constexpr = ds_smem.shape[1]
     BLOCK_M: gl.constexpr = ds_smem.shape[2]
     HEAD_DIM: gl.constexpr = k_smem.shape[4]
-    DQ_COLS: gl.constexpr = dq_desc.block_type.shape[3]
-    NCOL: gl.constexpr = HEAD_DIM // DQ_COLS
     # a layout passed straight into a @jit helper must be a constexpr: named here it is one
     # (unnamed, Triton 3.6 flattened it as a value on the CPU machine of 2026-11-25, where the
     # sm_90 compile test failed; the GPU host compiled it either way)
-    dq_layout: gl.constexpr = mma_layout(4, DQ_COLS)
-    dq_init = gl.zeros([BLOCK_M, DQ_COLS], gl.float32, dq_layout)
+    dq_layout: gl.constexpr = mma_layout(4, HEAD_DIM)
+    dq_init = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, dq_layout)
     k_0 = k_smem.index(0).reshape([HALF, HEAD_DIM])
     k_1 = k_smem.index(1).reshape([HALF, HEAD_DIM])
     mbarrier.wait(kv_bar, 0)
     for t in range(T):
         b = t % NB
         mbarrier.wait(ds_ready.index(b), (t // NB) & 1)
+        dq = warpgroup_mma(
+            ds_smem.index(2 * b).permute((1, 0)), k_0, dq_init, use_acc=False, is_async=True
+        )
+        dq = warpgroup_mma(ds_smem.index(2 * b + 1).permute((1, 0)), k_1, dq, is_async=True)
+        dq = warpgroup_mma_wait(0, deps=[dq])
+        mbarrier.arrive(ds_free.index(b), count=1)
         row = (lo_tile + t) * BLOCK_M
-        for c in gl.static_range(NCOL):
-            if NCOL == 1:
-                k_a = k_0
-                k_b = k_1
-            else:
-                k_a = k_0.slice(c * DQ_COLS, DQ_COLS, dim=1)
-                k_b = k_1.slice(c * DQ_COLS, DQ_COLS, dim=1)
-            dq = warpgroup_mma(
-                ds_smem.index(2 * b).permute((1, 0)), k_a, dq_init, use_acc=False, is_async=True
-            )
-            dq = warpgroup_mma(ds_smem.index(2 * b + 1).permute((1, 0)), k_b, dq, is_async=True)
-            dq = warpgroup_mma_wait(0, deps=[dq])
-            if c == NCOL - 1:
-                mbarrier.arrive(ds_free.index(b), count=1)
-            coord = [off_b, off_h, row, c * DQ_COLS]
-            reduce_dq(dq_desc, dq_smem.index((t * NCOL + c) % 2), dq * sm_scale, coord)
+        reduce_dq(dq_desc, dq_smem.index(t % 2), dq * sm_scale, [off_b, off_h, row, 0])
     mbarrier.arrive(fin, count=1)
     tma.store_wait(0)
 

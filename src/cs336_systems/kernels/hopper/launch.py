@@ -21,9 +21,6 @@ from cs336_systems.kernels.hopper.configs import HEAD_DIMS, config_for, fuses_dq
 from cs336_systems.kernels.hopper.forward import _attn_fwd_kernel, _attn_fwd_ws_kernel
 
 LOG2E = 1.4426950408889634
-# columns of dQ per product and TMA reduction in the warp-specialized pass's dQ warpgroup: its
-# fp32 accumulator of 64 queries x 64 columns takes 32 of its 72 registers per thread
-DQ_COLUMNS = 64
 GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
 
 
@@ -126,11 +123,9 @@ def _dkdv_call(q, k, v, do, lse, delta, dk, dv, is_causal, config=None, dq=None)
         for name in ("k_desc", "v_desc", "dk_desc", "dv_desc"):
             rows[name] = (rows[name][0], block_n // 2)
     args = {name: _descriptor(x, r) for name, (x, r) in rows.items()}
-    if ws and constants.get("FUSE_DQ"):
-        # SERIAL: each consumer adds its half of the columns; else the dQ warpgroup adds 64
-        # columns at a time
-        cols = d // 2 if constants.get("SERIAL") else min(d, DQ_COLUMNS)
-        args["dq_desc"] = _descriptor(rows["dq_desc"][0], block_m, cols)
+    if ws and constants.get("FUSE_DQ") and constants.get("SERIAL"):
+        # each consumer adds its half of dQ's columns
+        args["dq_desc"] = _descriptor(rows["dq_desc"][0], block_m, d // 2)
     args.update(L=lse, Delta=delta, n_heads=h, n_q=n_q, n_k=k.shape[2])
     args.update(qk_scale=LOG2E / math.sqrt(d), sm_scale=1.0 / math.sqrt(d))
     grid = (b * h, triton.cdiv(k.shape[2], block_n))
