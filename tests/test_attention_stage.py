@@ -520,6 +520,90 @@ def test_fixed_cost_without_cudnn_rows_says_why():
     assert flash_analysis.fixed_cost(rows.assign(grid="sweep")) == {"available": False}
 
 
+def test_fixed_cost_judges_on_the_paired_rounds_median_ratio():
+    """With paired rounds the verdict is the median of the rounds' ratios, not the single
+    windows' ratio: a host drift that made one window slow does not fail a point; the table
+    shows both, and a point whose rounds do not pair is judged on its single windows."""
+    ours = {(32, 1024): 0.36, (32, 4096): 0.40, (64, 4096): 0.40}
+    cudnn = {(32, 1024): 0.22, (32, 4096): 0.41, (64, 4096): 0.38}
+    rows = _target_rows(ours, cudnn)
+    rounds = {
+        ("flash_triton", 32, 1024): "0.3 0.2 0.36",  # ratios 1.2, 1.0, 1.8: median 1.2
+        ("sdpa_cudnn", 32, 1024): "0.25 0.2 0.2",
+        ("flash_triton", 32, 4096): "0.5 0.42 0.44",  # ratios 1.25, 1.05, 1.1: median 1.1
+        ("sdpa_cudnn", 32, 4096): "0.4 0.4 0.4",
+        ("flash_triton", 64, 4096): "0.4 0.4",  # two rounds against three: not paired
+        ("sdpa_cudnn", 64, 4096): "0.4 0.4 0.4",
+    }
+    rows["fwd_bwd_rounds_ms"] = [
+        rounds[k] for k in zip(rows["impl"], rows["d_head"], rows["seq_len"])
+    ]
+    got = flash_analysis.fixed_cost(rows)
+    assert got["sentences"][0] == (
+        "The target holds at 1 of 3 points; not at d=32 n=4096 (1.10×), d=64 n=4096 (1.05×)."
+    )
+    assert "median of 3 rounds" in got["sentences"][1]
+    cells = {
+        tuple(c.strip() for c in line.split("|")[1:3]): [c.strip() for c in line.split("|")[3:-1]]
+        for line in got["table"].splitlines()[2:]
+    }
+    # the rounds' medians as times, the median ratio, the rounds' span, the single windows' 1.64
+    assert cells[("32", "1024")] == ["0.300", "0.200", "1.20", "1.00-1.80", "1.64", "<= 1.5", "met"]
+    assert cells[("64", "4096")] == ["0.400", "0.380", "1.05", "", "1.05", "<= 1", "not met"]
+    assert "(1 of 3 points without paired rounds, judged on those)." in got["sentences"][1]
+    # without rounds the table has no rounds columns
+    assert (
+        "rounds" not in flash_analysis.fixed_cost(rows.drop(columns=["fwd_bwd_rounds_ms"]))["table"]
+    )
+
+
+def test_paired_rounds_alternate_the_order_and_record_each_round():
+    from cs336_systems.stages.flash import rounds
+
+    calls = []
+
+    def fake_timer(fn, prefix, grads):
+        fn()  # the call runs: forward, then backward into the leaves
+        assert all(g.grad is not None for g in grads)
+        calls.append(current[0])
+        return {f"{prefix}_ms_median": {"a": 1.0, "b": 2.0}[current[0]] + len(calls) / 100}
+
+    current = ["?"]
+
+    def impl(name):
+        def fn(q, k, v):
+            current[0] = name
+            return (q * k + v).sum(-1, keepdim=True) * q
+
+        return fn
+
+    fns = {"a": impl("a"), "b": impl("b")}
+    shape = (1, 2, 8, 4)
+    got = rounds.time_rounds(fns, shape, torch.float32, torch.device("cpu"), fake_timer, 3)
+    assert calls == ["a", "b", "b", "a", "a", "b"]
+    assert got == {"a": [1.01, 1.04, 1.05], "b": [2.02, 2.03, 2.06]}
+    rows = [{"impl": "a", "status": "ok"}, {"impl": "b", "status": "ok"}]
+    assert rounds.needs_rounds(rows)
+    calls.clear()
+    rounds.add_rounds(rows, fns, shape, torch.float32, torch.device("cpu"), fake_timer, 3)
+    assert rows[0]["fwd_bwd_rounds_ms"] == "1.01 1.04 1.05" and rows[0]["rounds_status"] == "ok"
+    assert rows[1]["fwd_bwd_rounds_ms_median"] == 2.03
+    assert rounds.parse_rounds(rows[1]["fwd_bwd_rounds_ms"]) == [2.02, 2.03, 2.06]
+    assert rounds.parse_rounds(2.5) == [2.5] and rounds.parse_rounds(float("nan")) == []
+    # kept rows that have their rounds, or a point with a failed implementation: no rounds
+    assert not rounds.needs_rounds(rows)
+    assert not rounds.needs_rounds([{"impl": "a", "status": "ok"}, {"impl": "b", "status": "oom"}])
+
+    def broken(q, k, v):
+        raise RuntimeError("no kernel for this shape")
+
+    rows = [{"impl": "a", "status": "ok"}, {"impl": "b", "status": "ok"}]
+    rounds.add_rounds(rows, {"a": fns["a"], "b": broken}, shape, torch.float32,
+                      torch.device("cpu"), fake_timer, 3)  # fmt: skip
+    assert {r["rounds_status"] for r in rows} == {"error: RuntimeError: no kernel for this shape"}
+    assert not any("fwd_bwd_rounds_ms" in r for r in rows)
+
+
 def test_flash_target_grid_rows(tmp_path):
     """The `target` job writes rows named for the target set, with its head count and its own
     do_bench windows; the leaderboard job reads its point (the gpu preset's parts)."""
@@ -533,6 +617,7 @@ def test_flash_target_grid_rows(tmp_path):
         "seq_lens": [16],
         "warmup_ms": 25,
         "rep_ms": 100,
+        "rounds": 2,
     }
     timing = {**json.loads(block("flash")[1])["timing"], "warmup_steps": 0, "steps": 1}
     knobs = block("flash", part=flash_plan.TARGET_KNOBS, target=target, timing=timing)
@@ -547,6 +632,13 @@ def test_flash_target_grid_rows(tmp_path):
     flash_benchmark.main(["target", *COMMON, *knobs, "--out", str(out)])
     row = pd.read_csv(out).iloc[0]
     assert row["grid"] == "target" and row["heads"] == 2 and row["status"] == "ok"
+    # its paired rounds: two timed forward+backward calls, their median beside them
+    assert row["rounds_status"] == "ok" and args.rounds == 2
+    each = [float(x) for x in row["fwd_bwd_rounds_ms"].split()]
+    assert len(each) == 2 and all(x > 0 for x in each)
+    assert row["fwd_bwd_rounds_ms_median"] == pytest.approx(sum(each) / 2, rel=1e-4)
+    gpu_target = block("flash", "gpu", part=flash_plan.TARGET_KNOBS)
+    assert flash_benchmark.parse_args(["target", *COMMON, *gpu_target, "--out", "x"]).rounds == 5
     board = block("flash", "gpu", part=flash_plan.LEADERBOARD_KNOBS)
     args = flash_benchmark.parse_args(["leaderboard", *COMMON, *board, "--out", "x"])
     assert (args.impls, args.dtype, args.heads) == (

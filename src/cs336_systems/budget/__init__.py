@@ -344,7 +344,9 @@ def _flash(
         pre = CACHED_PRECOMPILE_S if shared_cache else dev.triton_precompile_s
         total = dev.job_start_s + dev.flash_setup_s + pre + points * dev.point_s
         total += 8 * len(t["impls"]) * flops / rate(dev, t["dtype"])
-        total += points * 3 * (t.get("warmup_ms", 0) + t.get("rep_ms", 0)) / 1e3
+        # three windows a point, and one a round per point with the paired rounds (rounds.py)
+        windows = points * (3 + t.get("rounds", 0))
+        total += windows * (t.get("warmup_ms", 0) + t.get("rep_ms", 0)) / 1e3
         jobs.append(Job("flash", "target", total, f"{points} points"))
     if cfg.get("leaderboard"):
         b = cfg["leaderboard"]

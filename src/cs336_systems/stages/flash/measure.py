@@ -16,7 +16,8 @@ forward+backward with harness.device_time: triton.testing.do_bench (median and 2
 quantiles, L2 flushed between runs) on the GPU; the harness's synchronized timer on CPU, where
 do_bench cannot run.
 TFLOP/s use cs336_systems.core.costs.attention_flops (causal: half the square). Our kernels are
-benchmarked only when the kernel tests passed.
+benchmarked only when the kernel tests passed. The target job then times each point's
+forward+backward again in paired rounds (rounds.py), its implementations back to back.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from cs336_systems.stages.flash.plan import (
     job_settings,
     seq_cap,
 )
+from cs336_systems.stages.flash.rounds import add_rounds, needs_rounds, point_inputs
 
 log = get_logger(__name__)
 
@@ -236,11 +238,7 @@ def measure(
     row: dict = {"status": "ok"}
     stage = "inputs"
     try:
-        g = torch.Generator(device=device).manual_seed(n * 7 + d)
-        shape = (batch, heads, n, d)
-        q, k, v, do = (torch.randn(shape, generator=g, device=device).to(dtype) for _ in "qkvd")
-        for x in (q, k, v):
-            x.requires_grad_()
+        q, k, v, do = point_inputs((batch, heads, n, d), dtype, device)
 
         stage = "check"
         key = (batch, heads, n, d, dtype)
@@ -414,10 +412,12 @@ def run(
     grid: str,
     base: dict,
     partial: str | os.PathLike | None = None,
+    rounds: int = 0,
 ) -> list[dict]:
     """Every point's row. With `partial`, the rows so far are rewritten there (atomically) after
     each point, and a point whose row is already there with status ok (an interrupted job's) is
-    taken from it instead of measured again."""
+    taken from it instead of measured again. With `rounds`, each point whose implementations
+    all passed then gets its paired rounds (rounds.py)."""
     dtype = DTYPES[dtype_name]
     done = finished_rows(partial)
     if done:
@@ -492,6 +492,14 @@ def run(
                         row["status"],
                         f" fwd+bwd {shown:.3f} ms" if shown == shown else "",
                     )
+            here = rows[-len(impls) :]
+            if rounds and needs_rounds(here):
+                with point(grid, "rounds", dtype_name, f"d={d}", f"n={n}"):
+                    for impl in impls:
+                        fns[impl] = fns.get(impl) or make_impl(impl, flash_tiles)
+                    add_rounds(here, fns, (batch, heads, n, d), dtype, device, timer, rounds)
+                    if partial:
+                        write_csv(rows, partial)
     return rows
 
 
@@ -559,6 +567,7 @@ def main(argv: list[str] | None = None) -> None:
         grid,
         base,
         args.partial or None,
+        args.rounds,
     )
     for row in rows:
         for key in (

@@ -56,6 +56,13 @@ class Target(Knobs):
     rep_ms: float | None = knob(
         "do_bench windows (ms); the sweep's timing otherwise", default=None, **WINDOW
     )
+    rounds: int = knob(
+        "after each point, forward+backward of the implementations timed again back to back in"
+        " this many rounds (rounds.py); the target is judged on the rounds' median ratio, on the"
+        " single windows' ratio with 0",
+        default=0,
+        minimum=0,
+    )
 
 
 @dataclass(frozen=True)
@@ -154,13 +161,14 @@ def job_settings(job: str, knobs) -> dict:
         "rep_ms": float(t.rep_ms),
         "warmup_steps": t.warmup_steps,
         "steps": t.steps,
+        "rounds": 0,  # the target's paired rounds
     }
     if job == "sweep":
         out.update(impls=list(knobs.impls), batch_size=knobs.batch_size, heads=SWEEP_HEADS)
         return {**out, "head_dims": list(knobs.head_dims), "seq_lens": list(knobs.seq_lens)}
     own = knobs.target if job == "target" else knobs.leaderboard
     if job == "target":
-        out.update(head_dims=list(own.head_dims), seq_lens=list(own.seq_lens))
+        out.update(head_dims=list(own.head_dims), seq_lens=list(own.seq_lens), rounds=own.rounds)
     else:
         out.update(head_dims=[own.head_dim], seq_lens=[own.seq_len])
     for key in ("warmup_ms", "rep_ms"):
