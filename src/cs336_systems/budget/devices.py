@@ -50,7 +50,7 @@ class Device:
 
 # calibrated on the job log of the H100 reference run of 50ebc65 (that of dfdd876 before it, on
 # another host of the kind); budget/measured.py reads the committed reference's job log
-# (report/reference/h100-80gb-hbm3/jobs/, now the run of 490f82d) and docs/budgets.md compares
+# (report/reference/h100-80gb-hbm3/jobs/, now the run of e0aec35) and docs/budgets.md compares
 # it with the estimates
 H100 = Device(
     name="one H100 80GB (fp32 42, bf16 200 TFLOP/s reached)",

@@ -116,8 +116,8 @@ The `H100` constants in budget/devices.py come from a reference run of the gpu p
 H100 80GB HBM3 (one Snakemake run of commit 50ebc65, 2026-11-25: 19.5 min of wall time, 18.8
 with a job running; the run of dfdd876 a day earlier, on another host of the kind, took 21.2).
 The table below holds them against the reference run committed now
-(`report/reference/h100-80gb-hbm3/jobs/**/*.tsv`, one run of 490f82d, 2026-11-26, on another
-host of the kind: 24.5 min of wall time, 24.3 with a job running). Where the job log alone
+(`report/reference/h100-80gb-hbm3/jobs/**/*.tsv`, one run of e0aec35, 2026-11-27, on another
+host of the kind: 23.4 min of wall time, 23.4 with a job running). Where the job log alone
 does not separate a constant, the job's own log (`results/<machine>/logs/`) did:
 
 - rates (`tflops`): xl at context 512, batch 4, eager: training step 1030 ms in fp32 (41
