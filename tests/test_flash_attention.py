@@ -604,11 +604,12 @@ def test_hopper_kernels_compile_for_sm90_with_their_overlap():
         )
         assert r["warp_specialized"] == (ws and not plain_fused), r
         # no spills but scalars: ptxas keeps four values (16 bytes) of the d = 64
-        # warp-specialized dK/dV consumer on the stack at its 240 registers, and 26 (104 bytes)
-        # of the d = 128 SERIAL consumers, which hold 64 x 128 dK and dV accumulators each
+        # warp-specialized dK/dV consumer on the stack at its 240 registers, and 28 (112 bytes)
+        # of the d = 128 SERIAL consumers, which hold 64 x 128 dK and dV accumulators each (24
+        # before their launch order was renumbered, HEADS_TOGETHER, as built here: long sequences)
         spill = 0
         if r["warp_specialized"] and r["kernel"] == "backward_dkdv":
-            spill = 104 if serial else 16
+            spill = 112 if serial else 16
         assert r["tma_loads"] and r["stack_bytes"] <= spill and r["local_bytes"] == 0, r
         assert r["shared_bytes"] <= 227 * 1024, r
 
@@ -744,6 +745,70 @@ def test_hopper_dq_variants_against_float64(d, config, causal, n_q, n_k):
     assert_close(dq, dq_ref, TOL[BF16][1], "dQ (own D)")
     with pytest.raises(ValueError, match="warp-specialized"):
         fh.backward_dq(q, k, v, do, lse, delta, dq, causal, config=config[:4])
+
+
+def test_heads_together_applies_from_the_tiles_a_head_has():
+    """The launcher keeps a config's HEADS_TOGETHER only where each head has at least
+    TOGETHER_MIN_TILES programs (long sequences), and launches in the grid's order (0) below,
+    where every head's heaviest programs must start first; a config without it is left alone."""
+    grouped = {"BLOCK_M": 64, "HEADS_TOGETHER": 2}
+    enough = fh.TOGETHER_MIN_TILES
+    assert fh._launch_order(grouped, enough) == grouped
+    assert fh._launch_order(grouped, enough - 1) == {"BLOCK_M": 64, "HEADS_TOGETHER": 0}
+    assert grouped["HEADS_TOGETHER"] == 2  # the config's own dict is not changed
+    assert fh._launch_order({"BLOCK_M": 64}, 1) == {"BLOCK_M": 64}
+    # as routed: 16384 queries give the d = 64 forward 86 programs a head, 4096 give 22
+    q = torch.empty(1, 2, 16384, 64, dtype=BF16)
+    lse = torch.empty(1, 2, 16384)
+    _, grid, _, constants = fh._forward_call(q, q, q, q, lse, True)
+    assert grid == (2, 86) and constants["HEADS_TOGETHER"] == 2
+    short = q[:, :, :4096]
+    _, grid, _, constants = fh._forward_call(short, short, short, short, lse[..., :4096], True)
+    assert grid == (2, 22) and constants["HEADS_TOGETHER"] == 0
+
+
+HEADS_TOGETHER_CASES = {
+    # (head dim, forward config, dK/dV config): each Gluon kernel kind as routed or tested
+    "d32_lockstep_plain": (32, (128, 64, 8, 3), (64, 64, 4, 3)),
+    "d64_routed": (64, None, None),
+    "d128_routed": (128, None, None),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", list(HEADS_TOGETHER_CASES))
+@pytest.mark.parametrize("together", [1, 4])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("n_q, n_k", [(777, 1500), (1500, 333)])
+def test_hopper_heads_together_against_float64(case, together, causal, n_q, n_k, monkeypatch):
+    """The forward and the dK/dV pass with their programs renumbered so that `together` heads
+    run at a time (HEADS_TOGETHER), on 2 x 3 (batch x heads) = 6 rows of programs, so that with
+    4 the last group holds 2: every program still computes one tile once (outputs and gradients
+    against float64), ragged, n_q < n_k and n_q > n_k."""
+    _hopper_gpu()
+    monkeypatch.setattr(fh, "TOGETHER_MIN_TILES", 1)  # renumbered at these short lengths too
+    d, fwd, dkdv = HEADS_TOGETHER_CASES[case]
+    for table, config in (
+        (hopper_configs.FORWARD_CONFIGS, fwd),
+        (hopper_configs.DKDV_CONFIGS, dkdv),
+    ):
+        config = config or table[d]
+        switches = {**(config[4] if len(config) > 4 else {}), "HEADS_TOGETHER": together}
+        monkeypatch.setitem(table, d, (*config[:4], switches))
+    g = torch.Generator(device="cuda").manual_seed(d + n_q + together)
+    q, do = (torch.randn(2, 3, n_q, d, device="cuda", dtype=BF16, generator=g) for _ in "qo")
+    k, v = (torch.randn(2, 3, n_k, d, device="cuda", dtype=BF16, generator=g) for _ in "kv")
+    o, lse = fat.flash_forward_triton(q, k, v, causal, use_gluon=True)
+    chosen = fat.chosen_configs()["forward"]
+    assert (chosen["kernel"], chosen["heads_together"]) == ("gluon", together)
+    o_ref, lse_ref = reference(q, k, v, causal)
+    assert_close(o, o_ref, TOL[BF16][0], "O")
+    assert_close(lse, lse_ref, TOL[BF16][0], "L")
+    grads = fat.flash_backward_triton(q, k, v, o, do, lse, causal, use_gluon=True)
+    chosen = fat.chosen_configs()["backward_dkdv"]
+    assert (chosen["kernel"], chosen["heads_together"]) == ("gluon", together)
+    for name, got, ref in zip("QKV", grads, reference_grads(q, k, v, do, causal), strict=True):
+        assert_close(got, ref, TOL[BF16][1], f"d{name}")
 
 
 @pytest.mark.gpu

@@ -40,8 +40,9 @@ def compile_for_sm90(kernel: str, head_dim: int, is_causal: bool = True, config=
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
 
-    x = torch.empty(1, 2, 1024, head_dim, dtype=torch.bfloat16)
-    stats = torch.empty(1, 2, 1024, dtype=torch.float32)
+    # long sequences: the launch order they get (launch.py: TOGETHER_MIN_TILES) is built too
+    x = torch.empty(1, 2, 16384, head_dim, dtype=torch.bfloat16)
+    stats = torch.empty(1, 2, 16384, dtype=torch.float32)
     if kernel == "forward":
         fn, _, args, constants = launch._forward_call(x, x, x, x, stats, is_causal, config)
     elif kernel == "backward_dq":  # as routed: computing D too

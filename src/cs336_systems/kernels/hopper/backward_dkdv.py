@@ -16,7 +16,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from cs336_systems.kernels.hopper.common import mma_layout, tma_reduce_add
+from cs336_systems.kernels.hopper.common import mma_layout, program_tile, tma_reduce_add
 
 
 @gluon.jit
@@ -143,6 +143,7 @@ def _attn_bwd_dkdv_kernel(
     num_warps: gl.constexpr,
     A_IN_REGS: gl.constexpr = False,
     FUSE_DQ: gl.constexpr = False,
+    HEADS_TOGETHER: gl.constexpr = 0,
 ):
     """dV = P^T dO and dK = scale * dS^T Q for one tile of BLOCK_N keys, over the query tiles
     that see it, in transposed form (keys are rows). Q and dO tiles stream through a TMA ring.
@@ -164,8 +165,8 @@ def _attn_bwd_dkdv_kernel(
 
     # grid (batch x heads, key tiles); causal: key tile 0 sees every query, so ascending order
     # launches the heaviest programs first
-    pid_bh = gl.program_id(0)
-    k0 = gl.program_id(1) * BLOCK_N
+    pid_bh, k_tile = program_tile(HEADS_TOGETHER)
+    k0 = k_tile * BLOCK_N
     off_b = pid_bh // n_heads
     off_h = pid_bh % n_heads
 

@@ -24,7 +24,7 @@ from cs336_systems.kernels.hopper.backward_dkdv import (
     load_rows_stats,
     reduce_dq,
 )
-from cs336_systems.kernels.hopper.common import mma_layout
+from cs336_systems.kernels.hopper.common import mma_layout, program_tile
 
 
 @gluon.jit
@@ -430,6 +430,7 @@ def _attn_bwd_dkdv_ws_kernel(
     DS_BUFS: gl.constexpr = 3,
     DQ_REGS: gl.constexpr = 72,
     SERIAL: gl.constexpr = False,
+    HEADS_TOGETHER: gl.constexpr = 0,
 ):
     """The dK/dV pass with warp specialization: one producer warp issues the TMA copies; two
     consumer warpgroups, each in its own partition, own BLOCK_N / 2 keys each and share every
@@ -443,8 +444,8 @@ def _attn_bwd_dkdv_ws_kernel(
     # where dQ is computed: by a third warpgroup, or (SERIAL) by the consumers
     DQ_WG: gl.constexpr = FUSE_DQ and not SERIAL
     SERIAL_DQ: gl.constexpr = FUSE_DQ and SERIAL
-    pid_bh = gl.program_id(0)
-    k0 = gl.program_id(1) * BLOCK_N
+    pid_bh, k_tile = program_tile(HEADS_TOGETHER)
+    k0 = k_tile * BLOCK_N
     off_b = pid_bh // n_heads
     off_h = pid_bh % n_heads
 

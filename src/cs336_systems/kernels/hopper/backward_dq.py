@@ -186,6 +186,7 @@ def _attn_bwd_dq_ws_kernel(
     num_warps: gl.constexpr,
     CONSUMER_REGS: gl.constexpr,
     DELTA: gl.constexpr = False,
+    HEADS_TOGETHER: gl.constexpr = 0,
 ):
     """The dQ pass with warp specialization: one producer warp issues the TMA copies; BLOCK_M /
     64 (2 or 3) consumer warpgroups of 64 query rows each, in their own partitions, share every
@@ -196,7 +197,7 @@ def _attn_bwd_dq_ws_kernel(
     NC: gl.constexpr = BLOCK_M // ROWS
     gl.static_assert((NC == 2) | (NC == 3), "two or three consumer warpgroups")
     pid_bh, off_b, off_h, q0, n_tiles, first_masked = query_tile(
-        n_heads, n_k, BLOCK_M, BLOCK_N, IS_CAUSAL
+        n_heads, n_k, BLOCK_M, BLOCK_N, IS_CAUSAL, HEADS_TOGETHER
     )
 
     q_smem = gl.allocate_shared_memory(dtype, [NC] + q_desc.block_type.shape, q_desc.layout)

@@ -97,16 +97,52 @@ def load_kv_ring(k_desc, v_desc, k_smem, v_smem, bars, off_b, off_h, n_tiles):
 
 
 @gluon.jit
-def query_tile(n_heads, n_k, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr):
+def program_tile(HEADS_TOGETHER: gl.constexpr):
+    """This program's (batch x head index, tile index) on a (batch x heads, tiles) grid. The
+    hardware launches programs with program_id(0) fastest, so as the grid says (HEADS_TOGETHER
+    0) every head's tile t starts before any head's tile t + 1, and the programs in flight read
+    and write every head's rows at once. With HEADS_TOGETHER = g the launch order is renumbered:
+    g heads at a time run all their tiles (tile 0 of each of the g, then tile 1, ...), so the
+    programs in flight share g heads' rows in L2; the last group may hold fewer heads."""
+    if not HEADS_TOGETHER:
+        bh = gl.program_id(0)
+        tile = gl.program_id(1)
+    elif HEADS_TOGETHER == 1:
+        launched = gl.program_id(1) * gl.num_programs(0) + gl.program_id(0)
+        bh = launched // gl.num_programs(1)
+        tile = launched % gl.num_programs(1)
+    else:
+        n_bh = gl.num_programs(0)
+        launched = gl.program_id(1) * n_bh + gl.program_id(0)
+        per_group = gl.num_programs(1) * HEADS_TOGETHER
+        group = launched // per_group
+        first = group * HEADS_TOGETHER
+        left = n_bh - first
+        size = gl.where(left < HEADS_TOGETHER, left, HEADS_TOGETHER)
+        within = launched - group * per_group
+        bh = first + within % size
+        tile = within // size
+    return bh, tile
+
+
+@gluon.jit
+def query_tile(
+    n_heads,
+    n_k,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    IS_CAUSAL: gl.constexpr,
+    HEADS_TOGETHER: gl.constexpr,
+):
     """Where a forward program works, on a (batch x heads, query tiles) grid with, under causal
     masking, the heaviest query tiles first: its (batch x head) index, batch, head, first query
     row, and its key tiles [0, n_tiles), of which those from first_masked on cross the diagonal
-    or the ragged end."""
-    pid_bh = gl.program_id(0)
+    or the ragged end. HEADS_TOGETHER: the launch order (`program_tile`)."""
+    pid_bh, tile = program_tile(HEADS_TOGETHER)
     if IS_CAUSAL:
-        pid_m = gl.num_programs(1) - 1 - gl.program_id(1)
+        pid_m = gl.num_programs(1) - 1 - tile
     else:
-        pid_m = gl.program_id(1)
+        pid_m = tile
     q0 = pid_m * BLOCK_M
     if IS_CAUSAL:
         hi = gl.minimum(n_k, q0 + BLOCK_M)

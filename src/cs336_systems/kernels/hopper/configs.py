@@ -13,9 +13,12 @@ HEAD_DIMS = (16, 32, 64, 128)
 # Both forwards are warp-specialized (WS): a producer warp and BLOCK_M / 64 consumer warpgroups
 # of 64 rows each, launched with 4 warps per consumer + 1 whatever num_warps says; PINGPONG: the
 # consumers take turns to issue their products (at d = 64: three consumers at 160 registers).
+# HEADS_TOGETHER: g heads' programs launched together (hopper/common.py: program_tile), so the
+# programs in flight share those heads' rows in L2; the launcher applies it where a head has at
+# least TOGETHER_MIN_TILES programs (hopper/launch.py), long sequences. Also on the dK/dV pass.
 FORWARD_CONFIGS = {
-    64: (192, 128, 4, 2, {"WS": True, "PINGPONG": True}),
-    128: (128, 128, 4, 2, {"WS": True}),
+    64: (192, 128, 4, 2, {"WS": True, "PINGPONG": True, "HEADS_TOGETHER": 2}),
+    128: (128, 128, 4, 2, {"WS": True, "HEADS_TOGETHER": 2}),
 }
 
 # dK/dV: BLOCK_M query rows per step, BLOCK_N keys per program; A_IN_REGS: K and V are held in
@@ -36,8 +39,14 @@ FORWARD_CONFIGS = {
 DKDV_CONFIGS = {
     16: (64, 64, 4, 3),
     32: (64, 64, 4, 3),
-    64: (64, 128, 4, 3, {"WS": True, "FUSE_DQ": True, "DS_BUFS": 3}),
-    128: (64, 128, 4, 2, {"WS": True, "SERIAL": True, "FUSE_DQ": True, "DS_BUFS": 3}),
+    64: (64, 128, 4, 3, {"WS": True, "FUSE_DQ": True, "DS_BUFS": 3, "HEADS_TOGETHER": 2}),
+    128: (
+        64,
+        128,
+        4,
+        2,
+        {"WS": True, "SERIAL": True, "FUSE_DQ": True, "DS_BUFS": 3, "HEADS_TOGETHER": 2},
+    ),
 }
 
 # dQ: BLOCK_M query rows per program, BLOCK_N keys per step; WS: a producer warp and BLOCK_M / 64

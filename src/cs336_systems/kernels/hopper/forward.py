@@ -74,6 +74,7 @@ def _attn_fwd_kernel(
     IS_CAUSAL: gl.constexpr,
     STAGES: gl.constexpr,
     num_warps: gl.constexpr,
+    HEADS_TOGETHER: gl.constexpr = 0,
 ):
     dtype: gl.constexpr = q_desc.dtype
     s_layout: gl.constexpr = mma_layout(num_warps, BLOCK_N)
@@ -84,7 +85,7 @@ def _attn_fwd_kernel(
     rows_o: gl.constexpr = gl.SliceLayout(1, o_layout)
 
     pid_bh, off_b, off_h, q0, n_tiles, first_masked = query_tile(
-        n_heads, n_k, BLOCK_M, BLOCK_N, IS_CAUSAL
+        n_heads, n_k, BLOCK_M, BLOCK_N, IS_CAUSAL, HEADS_TOGETHER
     )
 
     q_smem = gl.allocate_shared_memory(dtype, q_desc.block_type.shape, q_desc.layout)
@@ -341,6 +342,7 @@ def _attn_fwd_ws_kernel(
     num_warps: gl.constexpr,
     CONSUMER_REGS: gl.constexpr,
     PINGPONG: gl.constexpr = False,
+    HEADS_TOGETHER: gl.constexpr = 0,
 ):
     """The forward with warp specialization (FlashAttention-3's): one producer warp issues the
     TMA copies of Q, K and V; BLOCK_M / 64 (2 or 3) consumer warpgroups, each in its own
@@ -351,7 +353,7 @@ def _attn_fwd_ws_kernel(
     NC: gl.constexpr = BLOCK_M // ROWS
     gl.static_assert((NC == 2) | (NC == 3), "two or three consumer warpgroups")
     pid_bh, off_b, off_h, q0, n_tiles, first_masked = query_tile(
-        n_heads, n_k, BLOCK_M, BLOCK_N, IS_CAUSAL
+        n_heads, n_k, BLOCK_M, BLOCK_N, IS_CAUSAL, HEADS_TOGETHER
     )
 
     q_smem = gl.allocate_shared_memory(dtype, [NC] + q_desc.block_type.shape, q_desc.layout)

@@ -67,6 +67,23 @@ def _constants(head_dim, config, is_causal) -> dict:
     )
 
 
+# HEADS_TOGETHER (hopper/common.py: program_tile) applies only where each head has at least this
+# many programs: at n = 16384 (86-128 a head) grouping two heads took the d = 64 and d = 128
+# forward+backward from 0.96x and 1.05x cuDNN to 0.94x and 0.99x, with the dK/dV pass's DRAM
+# traffic 5.4x lower at d = 128 (one H100, round 11 of the flash notes); at n = 4096 (22-32 a
+# head) the grid's own order, every head's heaviest programs first, kept d = 128 at 0.92x
+# against 1.00x grouped, the groups' heavy programs starting late
+TOGETHER_MIN_TILES = 64
+
+
+def _launch_order(constants: dict, tiles: int) -> dict:
+    """`constants` with their HEADS_TOGETHER where a head has `tiles` >= TOGETHER_MIN_TILES
+    programs, and 0 (the grid's order) otherwise."""
+    if constants.get("HEADS_TOGETHER") and tiles < TOGETHER_MIN_TILES:
+        return {**constants, "HEADS_TOGETHER": 0}
+    return constants
+
+
 def _consumer_regs(block_m: int) -> int:
     """Registers per thread of each of the block_m / 64 consumer warpgroups of a
     warp-specialized kernel: what two or three warpgroups and the producer warp can share of an
@@ -96,6 +113,7 @@ def _forward_call(q, k, v, o, lse, is_causal, config=None):
         qk_scale=LOG2E / math.sqrt(d),
     )
     grid = (b * h, triton.cdiv(n_q, block_m))
+    constants = _launch_order(constants, grid[1])
     return (_attn_fwd_ws_kernel if ws else _attn_fwd_kernel), grid, args, constants
 
 
@@ -129,6 +147,7 @@ def _dkdv_call(q, k, v, do, lse, delta, dk, dv, is_causal, config=None, dq=None)
     args.update(L=lse, Delta=delta, n_heads=h, n_q=n_q, n_k=k.shape[2])
     args.update(qk_scale=LOG2E / math.sqrt(d), sm_scale=1.0 / math.sqrt(d))
     grid = (b * h, triton.cdiv(k.shape[2], block_n))
+    constants = _launch_order(constants, grid[1])
     return (_attn_bwd_dkdv_ws_kernel if ws else _attn_bwd_dkdv_kernel), grid, args, constants
 
 
@@ -153,7 +172,7 @@ def _dq_call(q, k, v, do, lse, delta, dq, is_causal, config=None, o=None):
     if o is not None:
         constants["DELTA"] = True
     constants = {"CONSUMER_REGS": _consumer_regs(block_m), **constants, "num_warps": 4}
-    return _attn_bwd_dq_ws_kernel, grid, args, constants
+    return _attn_bwd_dq_ws_kernel, grid, args, _launch_order(constants, grid[1])
 
 
 def _launch(call) -> Launched:
