@@ -133,6 +133,7 @@ class Pass(NamedTuple):
             "autotuned": False,
             "kernel": "gluon",
             "warp_specialized": bool(switches.get("WS")),
+            # the config's group of heads; the launcher applies it on long sequences only
             "heads_together": int(switches.get("HEADS_TOGETHER", 0)),
             "reason": self.reason,
         }
