@@ -69,7 +69,7 @@ def _constants(head_dim, config, is_causal) -> dict:
 
 # HEADS_TOGETHER (hopper/common.py: program_tile) applies only where each head has at least this
 # many programs: at n = 16384 (86-128 a head) grouping two heads took the d = 64 and d = 128
-# forward+backward from 0.96x and 1.05x cuDNN to 0.94x and 0.99x, with the dK/dV pass's DRAM
+# forward+backward from 0.96x and 1.04x cuDNN to 0.94x and 1.005x, with the dK/dV pass's DRAM
 # traffic 5.4x lower at d = 128 (one H100, round 11 of the flash notes); at n = 4096 (22-32 a
 # head) the grid's own order, every head's heaviest programs first, kept d = 128 at 0.92x
 # against 1.00x grouped, the groups' heavy programs starting late
