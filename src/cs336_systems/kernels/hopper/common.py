@@ -107,10 +107,6 @@ def program_tile(HEADS_TOGETHER: gl.constexpr):
     if not HEADS_TOGETHER:
         bh = gl.program_id(0)
         tile = gl.program_id(1)
-    elif HEADS_TOGETHER == 1:
-        launched = gl.program_id(1) * gl.num_programs(0) + gl.program_id(0)
-        bh = launched // gl.num_programs(1)
-        tile = launched % gl.num_programs(1)
     else:
         n_bh = gl.num_programs(0)
         launched = gl.program_id(1) * n_bh + gl.program_id(0)
