@@ -16,7 +16,7 @@ leaderboard's method) and the host's issue time of one step (harness.issue_ms). 
 core/costs.py:train_step_flops (GPT-2's MLP has 2 d d_ff: d_ff x 2/3), MFU against the bf16
 peak of each variant's matmul path (bf16 working weights: a plain bf16 matmul; else autocast
 F.linear) from a ceilings CSV (`--peak-csv`, or the ceilings stage run here first) read through
-core/sanity.py:matmul_peaks (the leaderboard's peak_tflops). `--profile`: one profiled step
+core/costs.py:matmul_peaks (the leaderboard's peak_tflops). `--profile`: one profiled step
 split into the leaderboard's parts (attention, matmul, loss, optimizer, ...). A point that
 fails is a row with its status (harness.run_point); one that the wall budget (`--budget-s`)
 leaves no time for by the slowest point so far is a `skipped` row. Writes engine_step.csv
@@ -51,12 +51,12 @@ from cs336_systems.core.harness import (
     time_marked_steps,
     time_steps,
 )
-from cs336_systems.core.knobs import block_text
-from cs336_systems.core.log import configure
 from cs336_systems.core.results import machine_tag, provenance, write_csv
 from cs336_systems.core.workload import PHASE_SPANS, Workload
 from cs336_systems.engine.step import Engine, EngineOptions
 from cs336_systems.model import VOCAB_SIZE, size_spec
+from cs336_systems.planning.knobs import block_text
+from cs336_systems.planning.log import configure
 from cs336_systems.stages.benchmark.engines import hf_step, state_shortfall
 from cs336_systems.stages.ceilings.measure import main as ceilings_main
 from cs336_systems.stages.leaderboard.measure import _profile, peak_tflops

@@ -45,9 +45,9 @@ def apply_variant(text: str) -> None:
     """Set the routing tables of this process for one variant (see the module docstring)."""
     import copy
 
-    from cs336_systems.kernels import flash_triton_configs as tl_configs
-    from cs336_systems.kernels import flash_triton_launch
     from cs336_systems.kernels.hopper import configs as fh
+    from cs336_systems.kernels.triton import configs as tl_configs
+    from cs336_systems.kernels.triton import launch as triton_launch
 
     original = ORIGINAL.setdefault(
         "tables",
@@ -63,7 +63,7 @@ def apply_variant(text: str) -> None:
     fh.FORWARD_CONFIGS.update(fwd)
     fh.DQ_CONFIGS.clear()
     fh.DQ_CONFIGS.update(gdq)
-    for tuned in flash_triton_launch._TUNED.values():  # choices made under another variant's tables
+    for tuned in triton_launch._TUNED.values():  # choices made under another variant's tables
         tuned.cache.clear()
     for part in text.split("+"):
         if part == "default":

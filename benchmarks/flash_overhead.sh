@@ -35,7 +35,7 @@ echo "gpu tests (sample): exit $? in $(( $(date +%s) - t0 )) s; $(tail -1 "$out/
 # SDPA flash beside ours and cuDNN and do_bench windows of 25/100 ms
 block=$(python3 - <<'PY'
 import yaml
-from cs336_systems.core.knobs import block_text
+from cs336_systems.planning.knobs import block_text
 from cs336_systems.stages.flash.plan import TARGET_KNOBS
 b = yaml.safe_load(open("config/stages/flash.yaml"))["flash"]["gpu"]
 b["target"] = {**b["target"], "impls": ["flash_triton", "sdpa_cudnn", "sdpa_flash"],

@@ -38,8 +38,8 @@ import triton.testing  # noqa: E402
 from cs336_systems.core.costs import attention_flops  # noqa: E402
 from cs336_systems.core.results import provenance  # noqa: E402
 from cs336_systems.kernels import flash_triton as fat  # noqa: E402
-from cs336_systems.kernels import flash_triton_launch as triton_launch  # noqa: E402
-from cs336_systems.kernels.flash_triton_configs import TUNE_KEY  # noqa: E402
+from cs336_systems.kernels.triton import launch as triton_launch  # noqa: E402
+from cs336_systems.kernels.triton.configs import TUNE_KEY  # noqa: E402
 
 GRID = {
     "forward": {"BLOCK_Q": [64, 128], "BLOCK_K": [64, 128], "warps": [4, 8], "stages": [2, 3]},

@@ -25,7 +25,7 @@ def block(
     with its `editions` entry for `edition` (default the current one), with `changes`, and
     narrowed to a job's `part` (a `Knobs.part` class) where given (as the workflow's rules pass
     it)."""
-    from cs336_systems.core.edition import DEFAULT_EDITION, edition_overrides
+    from cs336_systems.planning.edition import DEFAULT_EDITION, edition_overrides
 
     blocks = yaml.safe_load((ROOT / f"config/stages/{stage}.yaml").read_text())[stage]
     edition_overrides({stage: blocks}, [stage], edition or DEFAULT_EDITION)

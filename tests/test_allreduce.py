@@ -145,7 +145,7 @@ def test_crash_reason_from_worker_output():
 def test_latency_bandwidth_fit():
     import pandas as pd
 
-    from cs336_systems.core.costs import fit_latency_bandwidth
+    from cs336_systems.reporting.analysis import fit_latency_bandwidth
 
     o, w = 20e-6, 100e9  # 20 us per call, 100 GB/s
     sizes = [2**20, 10 * 2**20, 100 * 2**20, 2**30]
@@ -170,7 +170,7 @@ def test_report_of_a_machine_where_no_point_ran(tmp_path):
     import pandas as pd
     from fixture_rows import prov, write_results
 
-    from cs336_systems import report
+    from cs336_systems.reporting import report
 
     rows = pd.DataFrame(
         [
@@ -217,10 +217,12 @@ H200_CSV = Path(__file__).resolve().parent / "fixtures" / "h200-x2"
 def _h200_results(tmp_path, clean: bool = False) -> Path:
     """The all-reduce and DDP CSVs of the two-H200 run kept as test data (tests/fixtures), its
     NCCL 1 MiB point (default buffers, 2 ranks) given a time std above its mean, so that the
-    generic check flags it on load (as it flagged the 1 MiB point of another run on the same
-    machine); `clean`: as run."""
+    generic check flags it (as it flagged the 1 MiB point of another run on the same machine),
+    written flagged as the stage's aggregate writes it; `clean`: as run."""
     import pandas as pd
     from fixture_rows import write_results
+
+    from cs336_systems.reporting.sanity import flag
 
     ar_df = pd.read_csv(H200_CSV / "allreduce.csv")
     one = (ar_df["backend"] == "nccl") & (ar_df["buffers"] == "default") & (ar_df["size_mb"] == 1)
@@ -228,14 +230,14 @@ def _h200_results(tmp_path, clean: bool = False) -> Path:
     assert one.sum() == 1
     if not clean:
         ar_df.loc[one, "time_ms_std"] = 1.5 * ar_df.loc[one, "time_ms_mean"]
+    ar_df = flag(ar_df, "allreduce")
     ddp = pd.read_csv(H200_CSV / "ddp.csv")
     folder = tmp_path / ("as-run" if clean else "flagged") / "h200-x2"
     return write_results(folder, allreduce=ar_df, ddp=ddp)
 
 
 def _nccl_fit(results: Path):
-    from cs336_systems.core.analysis import load
-    from cs336_systems.core.costs import fit_latency_bandwidth
+    from cs336_systems.reporting.analysis import fit_latency_bandwidth, load
 
     fit = fit_latency_bandwidth(load(results, "allreduce"))
     return fit.set_index(["backend", "buffers", "world_size"]).loc[("nccl", "default", 2)]
@@ -244,7 +246,7 @@ def _nccl_fit(results: Path):
 def test_a_suspect_point_stays_out_of_the_latency_fit(tmp_path):
     import pandas as pd
 
-    from cs336_systems.core.costs import fit_latency_bandwidth
+    from cs336_systems.reporting.analysis import fit_latency_bandwidth
 
     fit = _nccl_fit(_h200_results(tmp_path))
     assert (fit["points"], fit["suspect"]) == (3, 1)
@@ -263,7 +265,7 @@ def test_a_suspect_point_stays_out_of_the_latency_fit(tmp_path):
 def test_the_allreduce_section_counts_each_kind_once_and_labels_binary_units(tmp_path):
     import re
 
-    from cs336_systems import report
+    from cs336_systems.reporting import report
 
     section = report.render(_h200_results(tmp_path), ["allreduce"])
     section = section.split('<a id="allreduce"></a>', 1)[1]
@@ -287,7 +289,7 @@ def test_the_suspect_point_stays_out_of_the_ddp_model_and_the_ring_table(tmp_pat
     table use the all-reduce points that passed the checks, and say how many they left out."""
     import pandas as pd
 
-    from cs336_systems.core.analysis import load
+    from cs336_systems.reporting.analysis import load
     from cs336_systems.stages.arithmetic.measure import main as arithmetic
     from cs336_systems.stages.ddp import analysis as ddp
 
@@ -321,7 +323,7 @@ def test_the_suspect_point_stays_out_of_the_ddp_model_and_the_ring_table(tmp_pat
 
 def test_the_section_names_only_the_backends_that_ran(tmp_path):
     """An NCCL-only run's section does not describe gloo (the H100 reference once did)."""
-    from cs336_systems import report
+    from cs336_systems.reporting import report
 
     section = report.render(_h200_results(tmp_path), ["allreduce"])
     section = section.split('<a id="allreduce"></a>', 1)[1]

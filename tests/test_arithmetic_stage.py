@@ -11,7 +11,7 @@ import pytest
 from pipeline_utils import block, copy_workflow, planned_jobs, snakemake
 
 from cs336_systems.core import costs
-from cs336_systems.core.config import Checker, Facts
+from cs336_systems.planning.config import Checker, Facts
 from cs336_systems.stages.arithmetic import analysis, plan
 from cs336_systems.stages.arithmetic.measure import main
 
@@ -259,8 +259,7 @@ def test_dry_run_plans_the_stage_with_its_inputs(tmp_path):
 def test_communication_accounting_answers_every_part(tmp_path):
     """The 2025 handout's XXL model on TPU v5p: each part's numbers from core/costs.py's
     formulas, each sentence from the rows, and the 2025 coverage rows answered."""
-    from cs336_systems import report
-    from cs336_systems.core import coverage
+    from cs336_systems.reporting import coverage, report
 
     run(tmp_path)
     df = pd.read_csv(tmp_path / "arithmetic.csv")

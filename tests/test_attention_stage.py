@@ -13,8 +13,8 @@ import pytest
 import torch
 from pipeline_utils import ROOT, block, kernel_tests_block
 
-from cs336_systems import report
 from cs336_systems.core import results as kernel_results
+from cs336_systems.reporting import report
 from cs336_systems.stages.attention import analysis as attention_analysis
 from cs336_systems.stages.attention import measure as attention_benchmark
 from cs336_systems.stages.flash import analysis as flash_analysis
@@ -440,7 +440,7 @@ def test_flash_context(stage_results):
 
 
 def test_a_run_without_the_leaderboard_block_says_so_in_the_coverage(results, tmp_path):
-    from cs336_systems.core import coverage
+    from cs336_systems.reporting import coverage
 
     flash = pd.read_csv(results / "flash" / "fp32.csv")
     flash.to_csv(tmp_path / "flash.csv", index=False)
@@ -676,6 +676,8 @@ def test_interpreter_times_give_no_speed_up(results, tmp_path):
     ours[timed] *= 300
     ours[[c for c in flash.columns if c.endswith("_tflops")]] /= 300
     flash = pd.concat([flash[flash["impl"] != "flash_triton"], ours])
+    # steady times: a point whose spread a loaded host inflated is flagged and left out
+    flash[[c for c in flash.columns if c.endswith("_ms_std")]] = 0.0
     assert (flash["device"] == "cpu").all()
     flash.to_csv(tmp_path / "flash.csv", index=False)
     ctx = flash_analysis.context(tmp_path)

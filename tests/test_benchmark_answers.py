@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 from fixture_rows import benchmark_rows, ceilings_rows, write_results
 
-from cs336_systems import report
-from cs336_systems.core.analysis import empty_figure, on_axis, placeholder_reason
+from cs336_systems.reporting import report
+from cs336_systems.reporting.analysis import empty_figure, on_axis, placeholder_reason
 from cs336_systems.stages.benchmark import analysis, answers, figures
 
 

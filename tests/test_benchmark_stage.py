@@ -157,8 +157,8 @@ def test_the_report_answers_with_the_three_phases_for_every_size_of_the_edition(
 ):
     from fixture_rows import prov
 
-    from cs336_systems import report
     from cs336_systems.core.results import write_csv
+    from cs336_systems.reporting import report
 
     # tiny runs; small's training step cannot fit 60 MiB: a skipped row the table shows
     monkeypatch.setattr(bench, "free_memory_mib", lambda device: 60.0)
@@ -260,7 +260,7 @@ def test_goal_breakdown_splits_the_step_by_its_own_marks_and_flags_the_impossibl
     """The goal point's forward/backward/optimizer split comes from the step's phase marks (the
     modes' difference would give 20 ms of optimizer, below the byte floor); without marks the
     difference is used and, being below the floor, shown as suspect."""
-    from cs336_systems.stages.benchmark.goal import ADAMW_BYTES_PER_PARAM, goal_breakdown
+    from cs336_systems.stages.benchmark.answers import ADAMW_BYTES_PER_PARAM, goal_breakdown
 
     ceilings = pd.DataFrame([{"kind": "copy", "status": "ok", "gbps": 1000.0}])
     floor_ms = ADAMW_BYTES_PER_PARAM * 1e9 / 1e12 * 1e3  # 28 ms at 1000 GB/s

@@ -60,7 +60,7 @@ def test_phases_that_disagree_with_q1s_passes_are_left_out_and_named():
     phases' backward/forward; a size where the two agree stays in."""
     from fixture_rows import benchmark_rows
 
-    from cs336_systems.core.analysis import ok
+    from cs336_systems.reporting.analysis import ok
     from cs336_systems.stages.benchmark.analysis import phase_summary
 
     df = benchmark_rows(sizes=("tiny", "small"))  # Q1: forward 10, forward+backward 30 ms
@@ -78,7 +78,7 @@ def test_where_the_phases_and_q1_disagree_each_pass_is_set_beside_q1s():
     runs, and the other precision's forward at the same size for contrast."""
     from fixture_rows import benchmark_rows
 
-    from cs336_systems.core.analysis import ok
+    from cs336_systems.reporting.analysis import ok
     from cs336_systems.stages.benchmark.analysis import phase_summary
 
     df = benchmark_rows(sizes=("tiny", "small"))  # fp32 and bf16; Q1: forward 10, f+b 30 ms

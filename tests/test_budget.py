@@ -29,7 +29,7 @@ def test_the_preset_fits_its_budget(preset):
 def test_the_gpu_preset_runs_the_handouts_protocol_and_grids():
     """5 warm-up and 10 measured steps, 100 attention passes (both handouts); 2025's profiling
     grid (every size at 128-1024) and memory grid (2.7B at 128-512), within the budget."""
-    from cs336_systems.core.questions import PROTOCOL
+    from cs336_systems.reporting.questions import PROTOCOL
 
     for stage, keys in PROTOCOL.items():
         for edition in (2025, 2026):
@@ -209,7 +209,7 @@ def test_a_point_above_max_point_s_costs_nothing():
 
 
 def test_the_cost_guard_skips_what_the_cpu_reference_run_skipped():
-    """The budget's guard (stages/benchmark/derived.py too_costly's rule) on the cpu preset's
+    """The budget's guard (stages/benchmark/mfu.py too_costly's rule) on the cpu preset's
     plain points, at the rates a cpu run's ceilings measured: skipped exactly where that run
     wrote a `skipped: at least ...` row. Two runs: the committed reference (a host without bf16
     units, where small's bf16 points are skipped) and CPU2's calibration run, whose rates CPU2's
@@ -218,7 +218,7 @@ def test_the_cost_guard_skips_what_the_cpu_reference_run_skipped():
 
     import pandas as pd
 
-    from cs336_systems.core.sanity import matmul_peaks
+    from cs336_systems.core.costs import matmul_peaks
 
     cfg = CONFIG["benchmark"]["cpu"]
     steps = cfg["warmup_steps"] + cfg["measure_steps"]

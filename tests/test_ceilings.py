@@ -7,7 +7,7 @@ import pandas as pd
 from fixture_rows import benchmark_rows, ceilings_rows, write_results
 from pipeline_utils import block
 
-from cs336_systems.core.sanity import matmul_peaks
+from cs336_systems.core.costs import matmul_peaks
 from cs336_systems.stages.ceilings import analysis, measure, plan
 
 

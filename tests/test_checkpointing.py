@@ -9,11 +9,11 @@ import yaml
 from pipeline_utils import block, copy_workflow, snakemake
 
 from cs336_systems.core import checkpoint_plans as ck
-from cs336_systems.core import config as config_check
 from cs336_systems.core import costs
-from cs336_systems.core import edition as edition_sizes
 from cs336_systems.core.device import autocast
 from cs336_systems.model import RMSNorm, RotaryEmbedding, TransformerBlock, TransformerLM
+from cs336_systems.planning import config as config_check
+from cs336_systems.planning import edition as edition_sizes
 from cs336_systems.profiling.saved_tensors import LiveTensorBytes, SavedTensorLog
 from cs336_systems.stages.checkpointing import plan as ckpt_plan
 

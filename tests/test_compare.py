@@ -1,11 +1,11 @@
-"""The comparison report (compare.py, rule `compare`) from two results folders."""
+"""The comparison report (reporting/compare.py, rule `compare`) from two results folders."""
 
 from __future__ import annotations
 
 import pytest
 from fixture_rows import benchmark_rows, ceilings_rows, write_results
 
-from cs336_systems import compare
+from cs336_systems.reporting import compare
 
 
 def test_comparison_of_two_results_folders(tmp_path):

@@ -1,4 +1,4 @@
-"""Every config value checked before any job (core/config.py, the schemas, each stage's
+"""Every config value checked before any job (planning/config.py, the schemas, each stage's
 plan.py:check), one category of bad input at a time, on the real defaults with one override.
 
 Each problem is one line, `config: <stage>.<preset>.<key>[<index>]: <value> — <allowed>`.
@@ -25,8 +25,8 @@ import pandas as pd
 import pytest
 from pipeline_utils import ROOT, block
 
-from cs336_systems.core import config as cfg
-from cs336_systems.core.machine import Gpu
+from cs336_systems.planning import config as cfg
+from cs336_systems.planning.machine import Gpu
 
 DEFAULTS = cfg.load_yaml(ROOT / "config" / "config.yaml")
 GB = 1024.0  # MiB
@@ -493,7 +493,7 @@ def test_auto_machine_tag_is_checked_like_a_given_one():
 
 def test_model_size_names_match_the_model():
     from cs336_systems import model
-    from cs336_systems.core import edition as ed
+    from cs336_systems.planning import edition as ed
 
     assert ed.EDITIONS == model.EDITIONS and ed.DEFAULT_EDITION == model.DEFAULT_EDITION
     for edition in ed.EDITIONS:
@@ -520,7 +520,7 @@ def test_the_edition_picks_the_size_table_and_the_overrides():
 
 
 def test_kernel_limits_match_the_kernels():
-    from cs336_systems.kernels.flash_triton_common import MAX_HEAD_DIM
+    from cs336_systems.kernels.triton.common import MAX_HEAD_DIM
     from cs336_systems.stages.flash.plan import MAX_HEAD_DIM as PLANNED
 
     assert PLANNED == MAX_HEAD_DIM
@@ -540,8 +540,8 @@ def test_describe_and_key_paths():
 
 
 def test_what_stops_a_run_from_starting():
-    """core/config.py:start_problems, checked by the workflow's onstart (not by a dry run)."""
-    from cs336_systems.core.config import start_problems
+    """planning/config.py:start_problems, checked by the workflow's onstart (not by a dry run)."""
+    from cs336_systems.planning.config import start_problems
 
     h100 = [Gpu("NVIDIA H100 80GB HBM3", "GPU-1", 81559.0)]
     auto = {"preset": "auto", "machine": "auto"}

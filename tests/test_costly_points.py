@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from cs336_systems.stages.benchmark import derived
+from cs336_systems.stages.benchmark import mfu
 from cs336_systems.stages.benchmark.measure import run_grid, step_flops
 
 # a CPU without bf16 units, as the ceilings stage measured one (issue 21): TFLOP/s per path
@@ -22,25 +22,25 @@ CEILINGS = pd.DataFrame(
 
 
 def test_rates_are_those_of_the_models_paths():
-    rates = derived.model_rates(CEILINGS)
+    rates = mfu.model_rates(CEILINGS)
     # bf16 through autocast F.linear, not the plain bf16 matmul's much higher rate
     assert rates == {"fp32": (0.018, "matmul"), "bf16": (0.00087, "autocast_linear")}
-    assert derived.model_rates(None) == {}
+    assert mfu.model_rates(None) == {}
 
 
 def test_small_bf16_is_skipped_with_the_measured_rate_and_fp32_runs():
-    rates = derived.model_rates(CEILINGS)
+    rates = mfu.model_rates(CEILINGS)
     flops = step_flops("small", 64, 4, "train_step")
-    why = derived.too_costly(flops, 4, "bf16", rates, 60)
+    why = mfu.too_costly(flops, 4, "bf16", rates, 60)
     seconds = 4 * flops / 0.00087e12
     assert why.startswith(f"skipped: at least {seconds:.0f} s (4 steps of {flops / 1e9:.1f} GFLOP")
     assert "0.00087 TFLOP/s through autocast F.linear" in why and "max_point_s of 60 s" in why
     # the same point in fp32 takes 4 x 98 GFLOP / 18 GFLOP/s, about 22 s: it runs
-    assert derived.too_costly(flops, 4, "fp32", rates, 60) == ""
-    assert derived.too_costly(flops, 4, "fp32", rates, 10) != ""
+    assert mfu.too_costly(flops, 4, "fp32", rates, 60) == ""
+    assert mfu.too_costly(flops, 4, "fp32", rates, 10) != ""
     # no limit or no measured rate: the point runs
-    assert derived.too_costly(flops, 4, "bf16", rates, None) == ""
-    assert derived.too_costly(flops, 4, "bf16", {}, 60) == ""
+    assert mfu.too_costly(flops, 4, "bf16", rates, None) == ""
+    assert mfu.too_costly(flops, 4, "bf16", {}, 60) == ""
 
 
 def test_run_grid_rows_for_skipped_points_and_measures_the_rest():

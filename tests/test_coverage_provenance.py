@@ -11,9 +11,8 @@ import pandas as pd
 import pytest
 from fixture_rows import benchmark_rows, ceilings_rows, prov, write_results
 
-from cs336_systems import report
-from cs336_systems.core import coverage, questions
 from cs336_systems.core.results import git_state, provenance
+from cs336_systems.reporting import coverage, questions, report
 
 # ------------------------------------------------------------------------------ coverage
 
@@ -256,7 +255,7 @@ def test_provenance_numbers_are_written_alike():
 
 
 def test_the_report_says_which_card_measured_a_stage(monkeypatch):
-    """Each row records the card(s) its job measured on (`gpu_index`: what core/gpus.py claimed
+    """Each row records the card(s) its job measured on (`gpu_index`: what planning/claim.py claimed
     for it); a stage's provenance row lists them."""
     from cs336_systems.core import results
 

@@ -518,7 +518,7 @@ def _ddp_rows():
 def test_report_shows_suspect_ddp_runs_marked_and_keeps_them_out_of_sentences(tmp_path):
     from fixture_rows import write_results
 
-    from cs336_systems import report
+    from cs336_systems.reporting import report
     from cs336_systems.stages.ddp import analysis
 
     results = write_results(tmp_path / "results" / "fixture-cpu", ddp=_ddp_rows())
@@ -578,7 +578,7 @@ def _bucket_rows(overlap: tuple, buckets: list[tuple]):
 
 
 def test_bucketed_against_overlap_is_stated_from_the_numbers():
-    from cs336_systems.stages.ddp import analysis
+    from cs336_systems.stages.ddp import answers
 
     # every bucket size ~10 ms slower than overlap, within 1 ms of each other; 1 MiB buckets
     # hold one tensor each, like overlap, and leave 10.25 ms after backward against 0.44
@@ -591,7 +591,7 @@ def test_bucketed_against_overlap_is_stated_from_the_numbers():
             (1000.0, 8, 1035.0, 0.3, 9.9),
         ],
     )
-    lines = analysis.bucket_vs_overlap(d)
+    lines = answers.bucket_vs_overlap(d)
     assert lines[0] == (
         "The 4 bucket sizes (1, 10, 100, 1000 MiB) take 1,035–1,036 ms per step, within 0.80 ms "
         "of each other (step std 0.30–0.70 ms)."
@@ -610,7 +610,7 @@ def test_bucketed_against_overlap_is_stated_from_the_numbers():
     )
     # faster, within the noise, or a single bucket size: said as the numbers say it
     d = _bucket_rows((1025.0, 3.0, 0.44), [(1000.0, 8, 1023.5, 2.0, 0.3)])
-    lines = analysis.bucket_vs_overlap(d)
+    lines = answers.bucket_vs_overlap(d)
     assert lines[0] == (
         "The 1000 MiB run is faster than per-parameter overlap (1,025 ms), by 1.50 ms (not every "
         "gap larger than the runs' step std, at most 3.00 ms)."
@@ -619,9 +619,9 @@ def test_bucketed_against_overlap_is_stated_from_the_numbers():
     d = _bucket_rows(
         (1025.0, 0.5, 0.44), [(1.0, 435, 1020.0, 0.5, 0.3), (10.0, 339, 1030, 0.5, 1.0)]
     )
-    assert "range from 5.00 ms faster to 5.00 ms slower" in analysis.bucket_vs_overlap(d)[1]
+    assert "range from 5.00 ms faster to 5.00 ms slower" in answers.bucket_vs_overlap(d)[1]
     # no overlap run that passed the checks: no comparison with it
-    assert len(analysis.bucket_vs_overlap(d[d["variant"] == "bucketed"])) == 1
+    assert len(answers.bucket_vs_overlap(d[d["variant"] == "bucketed"])) == 1
 
 
 def test_the_committed_h200_run_reads_as_its_numbers(tmp_path):
@@ -635,7 +635,7 @@ def test_the_committed_h200_run_reads_as_its_numbers(tmp_path):
     import pandas as pd
     from fixture_rows import write_results
 
-    from cs336_systems import report
+    from cs336_systems.reporting import report
     from cs336_systems.stages.ddp import analysis
 
     csv = Path(__file__).resolve().parent / "fixtures" / "h200-x2"
@@ -723,7 +723,7 @@ def test_a_run_whose_bucketed_rows_are_all_suspect_still_renders(tmp_path):
     bucket comparison and says so by its absence, and the report still renders."""
     from fixture_rows import write_results
 
-    from cs336_systems import report
+    from cs336_systems.reporting import report
     from cs336_systems.stages.ddp import analysis
 
     rows = _ddp_rows()
@@ -739,7 +739,7 @@ def test_a_run_whose_bucketed_rows_are_all_suspect_still_renders(tmp_path):
 def test_the_peer_is_set_beside_our_fastest_run():
     import pandas as pd
 
-    from cs336_systems.stages.ddp.peer import peer_sentence
+    from cs336_systems.stages.ddp.answers import peer_sentence
 
     def run(variant, bucket, step, std, status="ok"):
         return {"variant": variant, "bucket_size_mb": bucket, "status": status,

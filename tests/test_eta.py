@@ -1,5 +1,5 @@
 """The run's estimate and the time left: every job the workflow plans has the budget's estimate
-(budget/eta.py), and core/eta.py counts the finished jobs and scales the rest by how the run
+(budget/forecast.py), and planning/eta.py counts the finished jobs and scales the rest by how the run
 goes."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from pipeline_utils import ROOT, env_for
 
-from cs336_systems.budget import eta as budget_eta
-from cs336_systems.core import eta
+from cs336_systems.budget import forecast
+from cs336_systems.planning import eta
 
 
 def planned(*config: str) -> list[dict]:
@@ -46,8 +46,8 @@ def test_every_measuring_job_has_the_budgets_estimate(preset):
 
     config = run_config()
     jobs = planned("--config", f"preset={preset}", "machine=eta-test")
-    est = budget_eta.estimates(config, preset, jobs)
-    measuring = [j for j, e in zip(jobs, est, strict=True) if j["rule"] in budget_eta.KEYS]
+    est = forecast.estimates(config, preset, jobs)
+    measuring = [j for j, e in zip(jobs, est, strict=True) if j["rule"] in forecast.KEYS]
     assert len(measuring) >= 15
     assert not [e["name"] for e in est if e["unestimated"]]
     assert all(e["seconds"] > 0 for e in est)
@@ -81,7 +81,7 @@ def test_the_time_left_counts_finished_jobs_and_scales_by_the_run(tmp_path):
 
 
 def test_a_job_prints_the_time_left_after_it(tmp_path):
-    """The rules' shell suffix (`python -m cs336_systems.core.eta`): one log line from the
+    """The rules' shell suffix (`python -m cs336_systems.planning.eta`): one log line from the
     file $CS336_ETA names, nothing without it."""
     out = tmp_path / "a.csv"
     out.write_text("x")
@@ -92,7 +92,7 @@ def test_a_job_prints_the_time_left_after_it(tmp_path):
         time.time() - 5,
     )
     env = {**env_for(ROOT), eta.ENV: str(tmp_path / "eta.json")}
-    cmd = [sys.executable, "-m", "cs336_systems.core.eta"]
+    cmd = [sys.executable, "-m", "cs336_systems.planning.eta"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
     assert " eta INFO  1 of 1 jobs done in " in proc.stderr, proc.stderr
     env[eta.ENV] = str(tmp_path / "absent.json")
@@ -107,7 +107,7 @@ def test_the_start_line_and_the_file(tmp_path):
     from cs336_systems.budget import run_config
 
     (tmp_path / "config.json").write_text(json.dumps(run_config()))
-    budget_eta.main(
+    forecast.main(
         ["--jobs", str(tmp_path / "jobs.json"), "--config", str(tmp_path / "config.json"),
          "--out", str(tmp_path / "eta.json"), "--preset", "cpu", "--parallel", "2"]
     )  # fmt: skip

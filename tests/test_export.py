@@ -1,6 +1,6 @@
 """The write-up export: every report table as LaTeX (booktabs) and Typst under
 report/<machine>/tables/, every figure also as PDF, the report as one HTML page, raw captures
-as links (core/export.py, core/markdown.py, report.py)."""
+as links (reporting/export.py, reporting/markdown.py, reporting/report.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,9 @@ import re
 import pandas as pd
 from fixture_rows import benchmark_rows, ceilings_rows, write_results
 
-from cs336_systems import report
-from cs336_systems.core import export
-from cs336_systems.core.analysis import md_table
-from cs336_systems.core.markdown import to_html
+from cs336_systems.reporting import export, report
+from cs336_systems.reporting.analysis import md_table
+from cs336_systems.reporting.markdown import to_html
 
 
 def test_tables_are_recorded_and_named_after_their_context_key():

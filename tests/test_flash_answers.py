@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from cs336_systems.core import sanity
+from cs336_systems.reporting import sanity
 from cs336_systems.stages.flash import answers
 
 

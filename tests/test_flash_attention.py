@@ -17,21 +17,22 @@ from pathlib import Path
 
 import pytest
 import torch
+from pipeline_utils import ROOT
 
 # plain imports, the Gluon kernels' included: a kernel module that fails to import fails this
 # file (and the kernel_tests stage), never turns its tests into skips
 from cs336_systems import adapters, model
 from cs336_systems.kernels import dispatch
 from cs336_systems.kernels import flash_triton as fat
-from cs336_systems.kernels import flash_triton_launch as triton_launch
 from cs336_systems.kernels.flash_pytorch import (
     FlashAttentionPytorch,
     flash_backward_pytorch,
     flash_forward_pytorch,
 )
-from cs336_systems.kernels.flash_triton_common import INTERPRET
 from cs336_systems.kernels.hopper import configs as hopper_configs
 from cs336_systems.kernels.hopper import launch as fh
+from cs336_systems.kernels.triton import launch as triton_launch
+from cs336_systems.kernels.triton.common import INTERPRET
 
 HAS_CUDA = torch.cuda.is_available()
 F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
@@ -564,7 +565,7 @@ def test_hopper_kernels_compile_for_sm90_with_their_overlap():
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     done = subprocess.run(
-        [sys.executable, "-m", "cs336_systems.kernels.inspect_sm90", "64", "128", "--routed"],
+        [sys.executable, str(ROOT / "tests/tools/inspect_sm90.py"), "64", "128", "--routed"],
         capture_output=True,
         text=True,
         env=env,

@@ -13,8 +13,8 @@ import torch
 # plain imports: a kernel module that fails to import fails this file, never skips it
 from cs336_systems.kernels import dispatch
 from cs336_systems.kernels import flash_triton as fat
-from cs336_systems.kernels.flash_triton_common import INTERPRET
 from cs336_systems.kernels.hopper import configs as hopper_configs
+from cs336_systems.kernels.triton.common import INTERPRET
 
 F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
 

@@ -13,15 +13,15 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from pipeline_utils import ROOT
 
 # plain imports: a kernel module that fails to import fails this file, never skips it
 from cs336_systems.kernels import bound_launch
 from cs336_systems.kernels import flash_triton as fat
-from cs336_systems.kernels.flash_triton_common import INTERPRET
+from cs336_systems.kernels.triton.common import INTERPRET
 
 F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
 HAS_CUDA = torch.cuda.is_available()
@@ -247,7 +247,7 @@ def test_bound_launches_equal_the_plain_launches():
     really were bound launches straight through the C launch. Different cases launch
     differently (the comparison can fail)."""
     env = {**os.environ, "TRITON_INTERPRET": "0"}
-    script = Path(__file__).with_name("fake_sm90_launches.py")
+    script = ROOT / "tests" / "tools" / "fake_sm90_launches.py"
     done = subprocess.run(
         [sys.executable, str(script), *CASES],
         env=env,

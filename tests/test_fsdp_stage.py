@@ -10,7 +10,8 @@ from pipeline_utils import block
 
 from cs336_systems.core.costs import fsdp_saving_vs_optimizer_sharding, training_state_bytes
 from cs336_systems.core.results import provenance, write_csv
-from cs336_systems.stages.fsdp import analysis, q33
+from cs336_systems.stages.fsdp import analysis
+from cs336_systems.stages.fsdp import answers as q33
 from cs336_systems.stages.fsdp import measure as stage
 
 
@@ -165,7 +166,7 @@ def _fsdp_rows():
 def test_report_shows_the_suspect_run_marked_and_keeps_it_out_of_sentences(tmp_path):
     from fixture_rows import write_results
 
-    from cs336_systems import report
+    from cs336_systems.reporting import report
 
     results = write_results(tmp_path / "results" / "fixture-cpu", fsdp=_fsdp_rows())
     ctx = analysis.context(results)

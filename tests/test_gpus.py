@@ -1,4 +1,4 @@
-"""GPU jobs never share a GPU: core/gpus.py's claims, and the workflow on fake 1- and 4-GPU
+"""GPU jobs never share a GPU: planning/claim.py's claims, and the workflow on fake 1- and 4-GPU
 machines (an nvidia-smi stub; the measuring stages replaced by a stand-in that records which
 card it got and when), planned and run under `--cores 8`."""
 
@@ -17,31 +17,31 @@ from pathlib import Path
 import pytest
 from pipeline_utils import copy_workflow, env_for, snakemake
 
-from cs336_systems.core import gpus
+from cs336_systems.planning import claim
 
 H100 = "NVIDIA H100 80GB HBM3"
 
 
-def cards(n: int) -> list[gpus.Card]:
+def cards(n: int) -> list[claim.Card]:
     """Cards of a pool set by index on a host whose GPUs nvidia-smi does not show (here)."""
-    return [gpus.Card(i) for i in range(n)]
+    return [claim.Card(i) for i in range(n)]
 
 
 def test_claims_take_free_cards_and_a_crash_frees_them(tmp_path):
     """A job holding a card (its process keeps the lock across exec) keeps others off it; when
     the job dies, even by SIGKILL, its card is free again."""
-    env = {**os.environ, gpus.LOCKS_ENV: str(tmp_path), gpus.POOL_ENV: "0,1"}
+    env = {**os.environ, claim.LOCKS_ENV: str(tmp_path), claim.POOL_ENV: "0,1"}
     env.pop("SLURM_JOB_ID", None)
     holder = subprocess.Popen(
-        [sys.executable, "-m", "cs336_systems.core.gpus", "1", "sh", "-c",
+        [sys.executable, "-m", "cs336_systems.planning.claim", "1", "sh", "-c",
          'echo "$CUDA_VISIBLE_DEVICES $CS336_GPU_CLAIMED $CUDA_DEVICE_ORDER"; sleep 60'],
         env=env, stdout=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
     try:
         assert holder.stdout.readline().split() == ["0", "0", "PCI_BUS_ID"]
         # card 0 is held: the next claim gets card 1, and a claim of both must wait
-        assert gpus.try_lock(tmp_path, cards(2)[0]) is None
-        held = gpus.claim(1, cards(2), tmp_path)
+        assert claim.try_lock(tmp_path, cards(2)[0]) is None
+        held = claim.claim(1, cards(2), tmp_path)
         assert [c.index for c, _ in held] == [1]
         for _, fd in held:
             os.close(fd)
@@ -50,7 +50,7 @@ def test_claims_take_free_cards_and_a_crash_frees_them(tmp_path):
         # the shell is reaped first; its `sleep`, which inherited the lock, dies a moment
         # later (a loaded machine: tens of ms)
         deadline = time.monotonic() + 10
-        while (fd := gpus.try_lock(tmp_path, cards(2)[0])) is None and time.monotonic() < deadline:
+        while (fd := claim.try_lock(tmp_path, cards(2)[0])) is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert fd is not None, "a killed job's card stayed locked"
         os.close(fd)
@@ -61,16 +61,16 @@ def test_claims_take_free_cards_and_a_crash_frees_them(tmp_path):
 
 def test_no_claim_without_gpus_under_slurm_or_when_switched_off(monkeypatch):
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    monkeypatch.delenv(gpus.SWITCH_ENV, raising=False)
-    assert gpus.wanted(1) and not gpus.wanted(0)
+    monkeypatch.delenv(claim.SWITCH_ENV, raising=False)
+    assert claim.wanted(1) and not claim.wanted(0)
     monkeypatch.setenv("SLURM_JOB_ID", "7")  # SLURM gives each job its own GPUs
-    assert not gpus.wanted(1)
+    assert not claim.wanted(1)
     monkeypatch.delenv("SLURM_JOB_ID")
-    monkeypatch.setenv(gpus.SWITCH_ENV, "off")
-    assert not gpus.wanted(1)
-    installed = [gpus.machine.Gpu(H100, f"GPU-{i}") for i in range(4)]
-    assert gpus.pool_from_env("", installed) == []
-    assert gpus.pool_from_env("1,3", installed) == [gpus.Card(1, "GPU-1"), gpus.Card(3, "GPU-3")]
+    monkeypatch.setenv(claim.SWITCH_ENV, "off")
+    assert not claim.wanted(1)
+    installed = [claim.machine.Gpu(H100, f"GPU-{i}") for i in range(4)]
+    assert claim.pool_from_env("", installed) == []
+    assert claim.pool_from_env("1,3", installed) == [claim.Card(1, "GPU-1"), claim.Card(3, "GPU-3")]
 
 
 # ---- the workflow on a fake GPU machine ------------------------------------------------------
@@ -113,7 +113,7 @@ def fake_machine(folder: Path, n_gpus: int, record: Path, seconds: float) -> dic
     env.pop("CUDA_VISIBLE_DEVICES", None)
     env.pop("SLURM_JOB_ID", None)
     env["PATH"] = f"{folder}{os.pathsep}{env['PATH']}"
-    env[gpus.LOCKS_ENV] = str(folder / "locks")
+    env[claim.LOCKS_ENV] = str(folder / "locks")
     return env
 
 
@@ -182,7 +182,7 @@ def test_the_default_profile_provides_this_machines_gpu_count(tmp_path):
     os.environ.clear()
     os.environ.update(env)
     os.chdir(Path(__file__).resolve().parents[1])
-    gpus.machine._installed.cache_clear()
+    claim.machine._installed.cache_clear()
     try:
         _, args = parse_args(["report"])
         assert args.resources["gpu"].value == 3
@@ -193,4 +193,4 @@ def test_the_default_profile_provides_this_machines_gpu_count(tmp_path):
         os.environ.clear()
         os.environ.update(old_env)
         os.chdir(old_cwd)
-        gpus.machine._installed.cache_clear()
+        claim.machine._installed.cache_clear()

@@ -162,7 +162,7 @@ def test_block_grid_rows_and_nsys_absent(tmp_path, monkeypatch):
 
 
 def test_memory_report_section_from_fixture_rows(tmp_path, monkeypatch):
-    from cs336_systems.report import render
+    from cs336_systems.reporting.report import render
     from cs336_systems.stages.memory import analysis
 
     monkeypatch.setattr(blocks.nsys_tools, "find_nsys", lambda setting=None: None)

@@ -1,4 +1,4 @@
-"""core/knobs.py: a stage's knobs declared once give its schema, its parsed block and the one
+"""planning/knobs.py: a stage's knobs declared once give its schema, its parsed block and the one
 value a rule passes; the workflow checks a stage's blocks against its knobs' schema."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Literal
 
 import pytest
 
-from cs336_systems.core.knobs import Env, Knobs, Launcher, block_text, knob, parse_block
-from cs336_systems.core.schema import Schema, schema_problems
+from cs336_systems.planning.knobs import Env, Knobs, Launcher, block_text, knob, parse_block
+from cs336_systems.planning.schema import Schema, schema_problems
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,16 @@
-"""The package's layers and the workflow's code inputs: what the tree promises a newcomer.
+"""The package's floors and the workflow's code inputs: what the tree promises a newcomer.
 
-- imports go one way: model < core < kernels < parallel, profiling < engine < stages < adapters, report
-  < compare;
-  a stage never imports another stage;
-- no file outside kernels/ is longer than 600 lines;
+- three floors, as the pipeline runs: planning (workflow time, standard library only), then the
+  measuring layers (model < core < kernels < parallel, profiling < engine < budget, adapters and
+  the stages' measurements), then reporting (its helpers < the stages' answers < the report <
+  the comparison); a module imports its own rank or lower, never upward, and no import circle;
+- a stage's files sit on the floor of their role: `__init__` and `plan` on planning's, `rows`,
+  `answers`, `figures`, `tables`, `analysis` and `aggregate` on reporting's, the rest (`measure`
+  and what it uses) on the measuring floor; a stage never imports another stage;
 - every rule's code inputs hold every package file its entry point imports (checked against
   Python's own record of the imports, `-X importtime`, not against the workflow's derivation);
-- what the workflow imports while planning (stage packages, plan modules) does not load torch.
+- what the workflow imports while planning (planning/, stage packages, plan modules) loads no
+  torch, numpy or pandas.
 """
 
 from __future__ import annotations
@@ -21,23 +25,29 @@ from pathlib import Path
 import pytest
 from pipeline_utils import ROOT, env_for
 
-from cs336_systems.core.imports import stamp_files
+from cs336_systems.planning.imports import stamp_files
 
 PKG = ROOT / "src" / "cs336_systems"
-# rank of each layer: a module may import its own layer's modules and lower ranks only
-LAYERS = {
-    "model": 0,
-    "core": 1,
-    "kernels": 2,
-    "parallel": 3,
-    "profiling": 3,
-    "engine": 3.5,  # builds on parallel/ (FSDP, DDP), below the stages
-    "stages": 4,
-    "adapters": 5,
-    "report": 5,
-    "budget": 5,
-    "compare": 6,
+# a stage file's floor by its role (its module name); any other stage file measures
+PLANNING_ROLES = {"plan"}
+REPORTING_ROLES = {"rows", "answers", "figures", "tables", "analysis", "aggregate"}
+# rank of each top-level package or module; a module may import its own rank and lower ones
+RANKS = {
+    "planning": 0,  # floor 1: planning
+    "model": 1,  # floor 2: measuring
+    "core": 2,
+    "kernels": 3,
+    "parallel": 4,
+    "profiling": 4,
+    "engine": 5,
+    "budget": 6,
+    "adapters": 6,
+    "stages": 6,  # a stage's measurement (by role: see stage_rank)
+    "reporting": 7,  # floor 3: reporting, its helpers first
 }
+STAGE_ANSWERS = 8  # a stage's rows, answers and figures: above reporting's helpers
+REPORTING_TOP = {"report": 9, "compare": 10}
+FLOORS = {0: "planning", 1: "measuring", 2: "reporting"}
 
 
 def module_name(path: Path) -> str:
@@ -45,60 +55,136 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+SOURCES = sorted(PKG.rglob("*.py"))
+MODULES = {module_name(p): p for p in SOURCES}
+
+
+def rank(module: str) -> float:
+    """The rank of a package module (see RANKS)."""
+    parts = module.split(".")[1:]
+    if not parts:
+        return RANKS["planning"]  # the package itself: empty
+    top = parts[0]
+    if top == "stages":
+        if len(parts) <= 2 or parts[2] in PLANNING_ROLES:
+            return RANKS["planning"]  # the stage's package (its title) and its plan
+        return STAGE_ANSWERS if parts[2] in REPORTING_ROLES else RANKS["stages"]
+    if top == "reporting" and len(parts) > 1:
+        return REPORTING_TOP.get(parts[1], RANKS["reporting"])
+    return RANKS[top]
+
+
+def floor(module: str) -> str:
+    r = rank(module)
+    return FLOORS[0 if r < 1 else 1 if r < RANKS["reporting"] else 2]
+
+
 def package_imports(path: Path) -> list[tuple[int, str]]:
-    """(line, module) of every cs336_systems import in `path`, lazy ones included."""
+    """(line, module) of every cs336_systems module `path` imports, lazy imports included
+    (`from a.b import c` names a.b.c where c is a module, else a.b)."""
     out = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             out += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            out.append((node.lineno, node.module))
-            out += [(node.lineno, f"{node.module}.{a.name}") for a in node.names]
-    return [(n, m) for n, m in out if m.startswith("cs336_systems.")]
+            for a in node.names:
+                full = f"{node.module}.{a.name}"
+                out.append((node.lineno, full if full in MODULES else node.module))
+    return [(n, m) for n, m in out if m.startswith("cs336_systems.") and m in MODULES]
 
 
-def layer_of(module: str) -> str:
-    return module.split(".")[1]
+def stage_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if parts[1] == "stages" and len(parts) > 2 else None
 
 
-SOURCES = sorted(PKG.rglob("*.py"))
-
-
-def test_every_module_is_in_a_layer():
-    for path in SOURCES:
-        name = module_name(path)
+def test_every_module_is_on_a_floor():
+    for name in MODULES:
         if name == "cs336_systems":
             continue
-        assert layer_of(name) in LAYERS, f"{path}: not in a layer {sorted(LAYERS)}"
+        assert name.split(".")[1] in RANKS, f"{MODULES[name]}: not in a layer {sorted(RANKS)}"
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PKG)))
-def test_imports_go_one_way(path):
+def test_imports_go_down_the_floors(path):
     own = module_name(path)
     if own == "cs336_systems":
         return
     bad = []
     for line, imported in package_imports(path):
-        if imported.count(".") < 1 or layer_of(imported) not in LAYERS:
+        if imported == "cs336_systems.stages":
             continue
-        mine, theirs = layer_of(own), layer_of(imported)
-        if mine == "stages" and theirs == "stages":
-            # a stage's own modules only: never sideways into another stage
-            if imported.split(".")[2:3] != own.split(".")[2:3]:
-                bad.append(f"line {line}: {imported} (another stage)")
-        elif theirs != mine and LAYERS[theirs] >= LAYERS[mine]:
-            bad.append(f"line {line}: {imported} ({theirs} is not below {mine})")
+        if stage_of(own) and stage_of(imported) and stage_of(own) != stage_of(imported):
+            bad.append(f"line {line}: {imported} (another stage)")
+        elif rank(imported) > rank(own):
+            bad.append(
+                f"line {line}: {imported} ({floor(imported)} floor, rank {rank(imported)}) is "
+                f"above {own} ({floor(own)} floor, rank {rank(own)})"
+            )
     assert not bad, f"{own} imports upward or sideways:\n" + "\n".join(bad)
 
 
-def test_the_rule_checks_catch_a_sideways_import(tmp_path):
-    """The checker itself: a stage module importing another stage is reported."""
-    fake = PKG / "stages" / "memory" / "measure.py"
-    found = [m for _, m in package_imports(fake)]
-    assert all(not m.startswith("cs336_systems.stages.benchmark") for m in found)
+def import_graph() -> dict[str, set[str]]:
+    return {own: {m for _, m in package_imports(p)} - {own} for own, p in MODULES.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import graph's circles: its strongly connected components of more than one module
+    (Tarjan's algorithm)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_circle():
+    """Packages' `__init__` modules aside (a package imports its own modules' names), no module
+    reaches itself through its imports, lazy ones included."""
+    graph = {
+        own: {m for m in deps if MODULES[m].name != "__init__.py"}
+        for own, deps in import_graph().items()
+    }
+    assert not circles(graph)
+
+
+def test_the_checks_catch_an_upward_a_sideways_and_a_circular_import(tmp_path):
+    """The checker itself: a measuring module importing reporting, a stage importing another,
+    and a circle are each reported."""
+    assert rank("cs336_systems.reporting.sanity") > rank("cs336_systems.core.results")
+    assert rank("cs336_systems.stages.benchmark.answers") > rank("cs336_systems.reporting.sanity")
+    assert rank("cs336_systems.stages.benchmark.plan") < rank("cs336_systems.core.results")
     probe = tmp_path / "probe.py"
     probe.write_text("def f():\n    from cs336_systems.stages.benchmark.measure import run_grid\n")
     assert ("cs336_systems.stages.benchmark.measure") in [m for _, m in package_imports(probe)]
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert not circles({"a": {"b"}, "b": set()})
+
+
+def test_core_holds_at_most_twelve_files():
+    assert len(list((PKG / "core").glob("*.py"))) <= 12
 
 
 def test_no_source_file_outside_kernels_is_longer_than_600_lines():
@@ -165,9 +251,9 @@ def runtime_imports(module: str) -> frozenset[str]:
     return frozenset(files)
 
 
-# starts a measuring rule's stage on GPUs of its own (core/gpus.py): which card a job gets is
+# starts a measuring rule's stage on GPUs of its own (planning/claim.py): which card a job gets is
 # not the job's code, and editing the allocator reruns no measurement
-GPU_LAUNCHER = "cs336_systems.core.gpus"
+GPU_LAUNCHER = "cs336_systems.planning.claim"
 
 
 def entry_modules(shell: str) -> list[str]:
@@ -201,22 +287,18 @@ def test_every_imported_file_is_an_input_of_its_rule():
     assert not missing, missing
 
 
-def test_planning_imports_do_not_load_torch():
-    """The workflow imports stage packages (titles) and the import-graph reader while planning:
-    none of them may pull in torch (seconds on every dry run)."""
-    stages = sorted(p.name for p in (PKG / "stages").iterdir() if (p / "__init__.py").exists())
-    plans = sorted(p.parent.name for p in (PKG / "stages").glob("*/plan.py"))
-    assert plans, "no stage has a plan module"
+def test_planning_imports_load_no_torch_numpy_or_pandas():
+    """The workflow imports planning/, stage packages (titles) and plan modules while planning:
+    none of them may pull in torch, numpy or pandas (seconds on every dry run)."""
+    planning = sorted(m for m in MODULES if floor(m) == "planning")
+    assert any(m.endswith(".plan") for m in planning), "no stage has a plan module"
     code = (
         "import sys, importlib\n"
-        "import cs336_systems.core.imports\n"
-        f"for s in {stages!r}:\n"
-        "    importlib.import_module(f'cs336_systems.stages.{s}')\n"
-        f"for s in {plans!r}:\n"
-        "    importlib.import_module(f'cs336_systems.stages.{s}.plan')\n"
-        "print('torch' in sys.modules)\n"
+        f"for m in {planning!r}:\n"
+        "    importlib.import_module(m)\n"
+        "print(sorted(m for m in ('torch', 'numpy', 'pandas') if m in sys.modules))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], env=env_for(ROOT), capture_output=True, text=True, check=True
     )
-    assert out.stdout.strip() == "False"
+    assert out.stdout.strip() == "[]"

@@ -231,8 +231,8 @@ def test_the_section_of_a_gloo_run_names_its_clock_and_path_peaks(tmp_path):
     import pandas as pd
     from pipeline_utils import ROOT
 
-    from cs336_systems import report
-    from cs336_systems.core.sanity import matmul_peaks
+    from cs336_systems.core.costs import matmul_peaks
+    from cs336_systems.reporting import report
     from cs336_systems.stages.leaderboard import analysis
 
     ref = ROOT / "report" / "reference" / "cpu" / "csv"
@@ -312,7 +312,8 @@ def test_ablation_rows_run_the_engines_checkpointing_and_differences_are_attribu
     import pandas as pd
 
     from cs336_systems.stages.leaderboard import analysis
-    from cs336_systems.stages.leaderboard.ablation import engine_checkpointing, pins_checkpointing
+    from cs336_systems.stages.leaderboard.measure import engine_checkpointing
+    from cs336_systems.stages.leaderboard.plan import pins_checkpointing
 
     assert pins_checkpointing("sdpa", "mixed_p3_f25")
     assert pins_checkpointing("no_prefetch", "ffn")

@@ -9,9 +9,9 @@ import re
 import pytest
 from pipeline_utils import ROOT
 
-from cs336_systems.core import log as logs
 from cs336_systems.core.harness import run_point
-from cs336_systems.core.knobs import block_text
+from cs336_systems.planning import log as logs
+from cs336_systems.planning.knobs import block_text
 
 PKG = ROOT / "src" / "cs336_systems"
 LINE = re.compile(
@@ -147,7 +147,7 @@ def test_no_bare_print_outside_kernels():
         for p in sorted(PKG.rglob("*.py"))
         if "kernels" not in p.relative_to(PKG).parts and (lines := _prints(p))
     }
-    assert not found, f"print() calls, use cs336_systems.core.log instead: {found}"
+    assert not found, f"print() calls, use cs336_systems.planning.log instead: {found}"
 
 
 def test_python_warnings_are_logged_in_the_format():
@@ -158,7 +158,7 @@ def test_python_warnings_are_logged_in_the_format():
 
     code = (
         "import warnings\n"
-        "from cs336_systems.core import log\n"
+        "from cs336_systems.planning import log\n"
         "log.configure('demo')\n"
         "with log.point('plots'):\n"
         "    warnings.warn('No artists with labels found', UserWarning)\n"
@@ -179,7 +179,7 @@ def test_warnings_that_say_nothing_are_dropped():
 
     code = (
         "import warnings\n"
-        "from cs336_systems.core import log\n"
+        "from cs336_systems.planning import log\n"
         "log.configure('demo')\n"
         "warnings.warn('Warning: Profiler clears events at the end of each cycle.Only events "
         "from the current cycle will be reported.', UserWarning)\n"

@@ -1,4 +1,4 @@
-"""The machine tag and the GPUs the workflow sees without torch (core/machine.py), and that
+"""The machine tag and the GPUs the workflow sees without torch (planning/machine.py), and that
 they agree with what torch sees (core/results.py:machine_tag)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import stat
 
 import pytest
 
-from cs336_systems.core import machine
-from cs336_systems.core.machine import Gpu, tag_for, visible
+from cs336_systems.planning import machine
+from cs336_systems.planning.machine import Gpu, tag_for, visible
 
 H100 = "NVIDIA H100 80GB HBM3"
 GPUS = [Gpu(H100, "GPU-aaaa-1111", 81559.0), Gpu("NVIDIA H200", "GPU-bbbb-2222", 143771.0)]

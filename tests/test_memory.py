@@ -13,10 +13,10 @@ import torch
 import torch.nn.functional as F
 from pipeline_utils import block
 
-from cs336_systems.core.analysis import load
 from cs336_systems.core.device import autocast
 from cs336_systems.core.workload import Workload
 from cs336_systems.profiling import memory_snapshot as snapshots
+from cs336_systems.reporting.analysis import load
 from cs336_systems.stages.memory import measure as mem
 from cs336_systems.stages.memory.plan import JOB_KNOBS as JOB
 
@@ -294,7 +294,7 @@ def test_rss_peak_is_at_least_every_rss_read_in_the_window():
 
 
 def test_memory_analysis_on_cpu(cpu_run, tmp_path):
-    from cs336_systems.report import render
+    from cs336_systems.reporting.report import render
     from cs336_systems.stages.memory import analysis as analysis
 
     rows, allocs = cpu_run
@@ -320,7 +320,7 @@ def test_memory_analysis_on_cpu(cpu_run, tmp_path):
 
 def test_memory_analysis_of_a_cuda_run(tmp_path):
     """The CUDA-only parts of the section, on rows shaped like a GPU run's."""
-    from cs336_systems.report import render
+    from cs336_systems.reporting.report import render
     from cs336_systems.stages.memory import analysis as analysis
 
     base = {"size": "xl", "batch_size": 4, "device": "cuda", "warmup_steps": 2}

@@ -1,4 +1,4 @@
-"""The memory section's accounting (memory/accounting.py, report2026.py): a peak's parts add up
+"""The memory section's accounting (stages/memory/answers.py): a peak's parts add up
 to it, counts add up to the grid, mixed precision is compared without autocast's weight copies,
 the largest allocations come from the forward snapshot, part (f)'s gradients from the
 allocator's changes, and a timeline's phase names cannot overprint."""
@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from cs336_systems.profiling import memory_snapshot as mem
-from cs336_systems.stages.memory import accounting, report2026
+from cs336_systems.stages.memory import answers
 
 REF = Path(__file__).resolve().parents[1] / "report" / "reference" / "h100-80gb-hbm3" / "csv"
 
@@ -23,36 +23,36 @@ def points() -> pd.DataFrame:
 
 
 def test_the_parts_of_every_peak_add_up_to_it(points):
-    parts = accounting.peak_parts(points[points["status"] == "ok"])
+    parts = answers.peak_parts(points[points["status"] == "ok"])
     assert len(parts) == 8
-    total = parts[list(accounting.PARTS)].sum(axis=1)
+    total = parts[list(answers.PARTS)].sum(axis=1)
     assert total.to_numpy() == pytest.approx(parts["peak_allocated_mb"].to_numpy())
     # bf16 without checkpointing: its saved activations are mostly autocast's weight copies
     bf = parts[(parts["precision"] == "bf16") & (parts["checkpoint"] == "none")]
     assert (bf["weight_casts_mb"] > bf["activations_mb"]).all()
     # a checkpointed block's copies are not saved: no weight-copy part there
     assert (parts[parts["checkpoint"] != "none"]["weight_casts_mb"] == 0).all()
-    text = accounting.parts_sentence(parts)
+    text = answers.parts_sentence(parts)
     assert text.startswith("xl, context 128, train step, fp32: parameters 12,996 + optimizer")
     assert "= 52,568 MiB, the peak" in text and "gradients" in text
 
 
 def test_the_counts_add_up_to_the_grid(points):
-    text = accounting.grid_counts(points)
+    text = answers.grid_counts(points)
     assert text == (
         "12 points: 4 ran without checkpointing, 4 skipped, 4 ran with one level of checkpointing"
     )
 
 
 def test_mixed_precision_without_the_weight_copies(points):
-    text = accounting.precision_without_casts(points[points["checkpoint"] == "none"])
+    text = answers.precision_without_casts(points[points["checkpoint"] == "none"])
     assert "saves 2.14× the fp32 activation bytes" in text
     assert "without them it saves 0.69× the fp32 bytes" in text
 
 
 def test_the_largest_allocations_are_the_forward_snapshots():
     allocs = pd.read_csv(REF / "memory_allocations.csv")
-    text, table = accounting.forward_allocations(allocs)
+    text, table = answers.forward_allocations(allocs)
     assert "at context 128 the largest are 20 MiB" in text and "SwiGLU hidden" in text
     assert "at context 2048 (run with checkpointing every_1" in text
     assert "attention scores/probabilities" in text and "naive_attention" in text
@@ -67,11 +67,11 @@ def test_part_f_gradients_from_the_allocator():
          "backward_alloc_change_bytes": 342 * 2**20, "input_grad_bytes": 80 * 2**20,
          "grads_from_memory_bytes": (342 + 138 - 80) * 2**20}
     )  # fmt: skip
-    text = report2026.grads_sentence(row, 400 * 2**20, "exactly")
+    text = answers.grads_sentence(row, 400 * 2**20, "exactly")
     assert "+342.0 + 138.0 − 80.0 = 400.0 MiB, as expected" in text
     cpu_row = row.drop("grads_from_memory_bytes")
     cpu_row["device"] = "cpu"
-    cpu = report2026.grads_sentence(cpu_row, 400 * 2**20, "exactly")
+    cpu = answers.grads_sentence(cpu_row, 400 * 2**20, "exactly")
     assert "needs a CUDA device (this run has none)" in cpu and "snakemake" in cpu
 
 

@@ -54,7 +54,7 @@ def test_planning_imports_no_torch(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     imported = set(re.findall(r"\|\s+([\w.]+)\s*$", proc.stderr, re.M))
-    assert "cs336_systems.core.config" in imported
+    assert "cs336_systems.planning.config" in imported
     assert not {m for m in imported if m == "torch" or m.startswith("torch.")}
 
 

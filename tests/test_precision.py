@@ -79,7 +79,7 @@ def test_layernorm_sensitivity():
 
 
 def test_stage_run_analysis_and_section(tmp_path):
-    from cs336_systems.report import render
+    from cs336_systems.reporting.report import render
     from cs336_systems.stages.precision import analysis as analysis
 
     args = argparse.Namespace(machine="test", preset="cpu", edition=2026, devices=["cpu", "cuda"])

@@ -371,7 +371,7 @@ def test_torch_profiler_run_on_cpu(cpu_run):
 
 
 def test_analysis_and_section_from_a_cpu_run(cpu_run, tmp_path):
-    from cs336_systems.report import render
+    from cs336_systems.reporting.report import render
     from cs336_systems.stages.profile import analysis as analysis
 
     _, points, kernels = cpu_run

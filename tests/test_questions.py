@@ -1,4 +1,4 @@
-"""The project's question list (core/questions.py, docs/questions.md): every part of both
+"""The project's question list (reporting/questions.py, docs/questions.md): every part of both
 handouts once, each answered by a stage or named as code with its tests, the readable list in
 step with the code, and no file of the project pointing at a file the project lacks."""
 
@@ -9,14 +9,13 @@ import re
 import pytest
 from pipeline_utils import ROOT
 
-from cs336_systems import report
-from cs336_systems.core import coverage, questions
+from cs336_systems.reporting import coverage, questions, report
 
 
 def test_the_readable_list_is_current():
     doc = ROOT / "docs" / "questions.md"
     assert doc.read_text() == questions.markdown(), (
-        "docs/questions.md is stale: python -m cs336_systems.core.questions --out docs/questions.md"
+        "docs/questions.md is stale: python -m cs336_systems.reporting.questions --out docs/questions.md"
     )
 
 

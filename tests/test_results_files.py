@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from fixture_rows import benchmark_rows, ceilings_rows, write_results
 
-from cs336_systems import report
 from cs336_systems.core import results
+from cs336_systems.reporting import aggregate, report
 
 
 @pytest.fixture
@@ -35,7 +35,7 @@ def test_csvs_get_the_mode_the_umask_gives(tmp_path, umask, mask, expected):
     assert mode(one) == expected
     # the aggregate rule's CLI (a concatenation) writes through the same function
     out = tmp_path / "stage.csv"
-    results.main(["--out", str(out), str(one)])
+    aggregate.main(["--out", str(out), str(one)])
     assert mode(out) == expected
     # and no temp file is left behind
     assert sorted(p.name for p in tmp_path.rglob("*.tmp")) == []

@@ -1,4 +1,4 @@
-"""Sanity flags (core/sanity.py) on fixture rows, and what the report does with a suspect point:
+"""Sanity flags (reporting/sanity.py) on fixture rows, and what the report does with a suspect point:
 shows it with its reason, and rests no sentence on it."""
 
 from __future__ import annotations
@@ -7,12 +7,11 @@ import pandas as pd
 import pytest
 from fixture_rows import benchmark_rows, ceilings_rows, write_results
 
-from cs336_systems import report
-from cs336_systems.core import sanity
-from cs336_systems.core.analysis import fmt, load, ok, ran, sig
 from cs336_systems.profiling.kernel_classes import gemm_unit, kernel_label, unique_labels
+from cs336_systems.reporting import report, sanity
+from cs336_systems.reporting.analysis import fmt, load, ok, ran, sig
 from cs336_systems.stages.benchmark import analysis as benchmark_analysis
-from cs336_systems.stages.benchmark.derived import add_mfu
+from cs336_systems.stages.benchmark.mfu import add_mfu
 from cs336_systems.stages.profile import analysis as profile_analysis
 
 
@@ -317,7 +316,7 @@ def test_a_row_naming_its_own_matmul_path_is_held_to_that_ceiling():
     """The engine's bf16 working weights run plain bf16 matmuls: its row (matmul_path
     'matmul') takes the plain bf16 ceiling, is not flagged for it, and gets a pipelined MFU;
     a plain-model bf16 row keeps autocast F.linear's."""
-    from cs336_systems.stages.benchmark.derived import add_mfu
+    from cs336_systems.stages.benchmark.mfu import add_mfu
 
     rows = pd.DataFrame(
         [
@@ -357,7 +356,7 @@ def test_results_read_every_float_as_written(tmp_path, monkeypatch):
 
 
 def test_status_summary_counts_points_per_kind_ok_first():
-    from cs336_systems.core.analysis import status_summary
+    from cs336_systems.reporting.analysis import status_summary
 
     statuses = {
         "skipped: needs 142 GiB, have 79 GiB": 1,
@@ -477,7 +476,7 @@ def test_flash_sentences_and_target_leave_a_suspect_pass_out(tmp_path):
 
 
 def test_tables_print_numbers_as_fmt_wrote_them():
-    from cs336_systems.core.analysis import md_table
+    from cs336_systems.reporting.analysis import md_table
 
     df = pd.DataFrame(
         {

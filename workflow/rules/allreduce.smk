@@ -30,7 +30,7 @@ rule allreduce:
         block=block_text(ALLREDUCE),
         common=common_args(),
     shell:
-        "OMP_NUM_THREADS=1 python3 -m cs336_systems.core.gpus {resources.gpu}"
+        "OMP_NUM_THREADS=1 python3 -m cs336_systems.planning.claim {resources.gpu}"
         " python3 -m cs336_systems.stages.allreduce {params.common} --out {output}"
         " --backend {wildcards.backend} --block {params.block:q} 2>&1 | tee {log}"
 
@@ -38,14 +38,14 @@ rule allreduce:
 rule allreduce_aggregate:
     input:
         points=expand(ALLREDUCE_POINTS, backend=ALLREDUCE["backends"]),
-        code=code_stamp("results", "cs336_systems.core.results"),
+        code=code_stamp("aggregate", "cs336_systems.reporting.aggregate"),
     output:
         report_table("allreduce", f"{RESULTS}/allreduce.csv"),
     log:
         f"{RESULTS}/logs/allreduce_aggregate.log",
     localrule: True
     shell:
-        "python3 -m cs336_systems.core.results --out {output} {input.points} 2>&1 | tee {log}"
+        "python3 -m cs336_systems.reporting.aggregate --out {output} {input.points} 2>&1 | tee {log}"
 
 
 rule allreduce_plots:

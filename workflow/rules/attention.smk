@@ -24,7 +24,7 @@ rule attention:
         block=block_text(ATTENTION),
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.core.gpus {resources.gpu}"
+        "python3 -m cs336_systems.planning.claim {resources.gpu}"
         " python3 -m cs336_systems.stages.attention {params.common} --out {output}"
         " --impl {wildcards.impl} --block {params.block:q} 2>&1 | tee {log}"
 
@@ -32,14 +32,14 @@ rule attention:
 rule attention_aggregate:
     input:
         points=attention_plan.point_files(ATTENTION, RESULTS),
-        code=code_stamp("results", "cs336_systems.core.results"),
+        code=code_stamp("aggregate", "cs336_systems.reporting.aggregate"),
     output:
         report_table("attention", f"{RESULTS}/attention.csv"),
     log:
         f"{RESULTS}/logs/attention_aggregate.log",
     localrule: True
     shell:
-        "python3 -m cs336_systems.core.results --out {output} {input.points} 2>&1 | tee {log}"
+        "python3 -m cs336_systems.reporting.aggregate --out {output} {input.points} 2>&1 | tee {log}"
 
 
 rule attention_plots:

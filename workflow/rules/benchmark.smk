@@ -40,7 +40,7 @@ rule benchmark:
         engines=lambda wc: benchmark_plan.engines_arg(BENCHMARK, wc.attention),
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.core.gpus {resources.gpu}"
+        "python3 -m cs336_systems.planning.claim {resources.gpu}"
         " python3 -m cs336_systems.stages.benchmark run {params.common} --out {output}"
         " --size {wildcards.size} --context-length {wildcards.ctx}"
         " --attention {wildcards.attention} --compile={params.compile}"
@@ -65,7 +65,7 @@ rule benchmark_warmup:
         block=block_text(benchmark_plan.WARMUP_KNOBS.select(BENCHMARK)),
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.core.gpus {resources.gpu}"
+        "python3 -m cs336_systems.planning.claim {resources.gpu}"
         " python3 -m cs336_systems.stages.benchmark warmup {params.common} --out {output}"
         " --size {wildcards.size} --block {params.block:q} 2>&1 | tee {log}"
 
@@ -79,14 +79,16 @@ rule benchmark_aggregate:
             for p in benchmark_plan.points(BENCHMARK)
         ],
         ceilings=f"{RESULTS}/ceilings.csv",
-        code=code_stamp("benchmark", "cs336_systems.stages.benchmark"),
+        code=code_stamp(
+            "benchmark_aggregate", "cs336_systems.stages.benchmark.aggregate"
+        ),
     output:
         report_table("benchmark", f"{RESULTS}/benchmark.csv"),
     log:
         f"{RESULTS}/logs/benchmark_aggregate.log",
     localrule: True
     shell:
-        "python3 -m cs336_systems.stages.benchmark aggregate --ceilings {input.ceilings}"
+        "python3 -m cs336_systems.stages.benchmark.aggregate --ceilings {input.ceilings}"
         " --out {output} {input.points} 2>&1 | tee {log}"
 
 
@@ -95,14 +97,14 @@ rule benchmark_warmup_aggregate:
         points=expand(
             rules.benchmark_warmup.output[0], size=BENCHMARK["warmup_sweep"]["sizes"]
         ),
-        code=code_stamp("results", "cs336_systems.core.results"),
+        code=code_stamp("aggregate", "cs336_systems.reporting.aggregate"),
     output:
         report_table("benchmark", f"{RESULTS}/benchmark_warmup.csv"),
     log:
         f"{RESULTS}/logs/benchmark_warmup_aggregate.log",
     localrule: True
     shell:
-        "python3 -m cs336_systems.core.results --out {output} {input.points} 2>&1 | tee {log}"
+        "python3 -m cs336_systems.reporting.aggregate --out {output} {input.points} 2>&1 | tee {log}"
 
 
 BENCHMARK_PLOTS = ["latency", "bwd_fwd", "warmup", "speedups", "mfu"]

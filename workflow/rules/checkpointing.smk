@@ -28,7 +28,7 @@ rule checkpointing_accounting:
         block=block_text(checkpointing_plan.ACCOUNTING_KNOBS.select(CHECKPOINTING)),
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.core.gpus {resources.gpu}"
+        "python3 -m cs336_systems.planning.claim {resources.gpu}"
         " python3 -m cs336_systems.stages.checkpointing accounting {params.common}"
         " --block {params.block:q} --out {output} 2>&1 | tee {log}"
 
@@ -50,7 +50,7 @@ rule checkpointing:
         block=block_text(CHECKPOINTING),
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.core.gpus {resources.gpu}"
+        "python3 -m cs336_systems.planning.claim {resources.gpu}"
         " python3 -m cs336_systems.stages.checkpointing strategies {params.common}"
         " --precision {wildcards.precision} --block {params.block:q} --out {output}"
         " 2>&1 | tee {log}"
@@ -63,7 +63,7 @@ rule checkpointing_aggregate:
             precision=CHECKPOINTING["precisions"],
         ),
         saved=str(rules.checkpointing_accounting.output[0]),
-        code=code_stamp("results", "cs336_systems.core.results"),
+        code=code_stamp("aggregate", "cs336_systems.reporting.aggregate"),
     output:
         points=report_table("checkpointing", f"{RESULTS}/checkpointing.csv"),
         saved=report_table("checkpointing", f"{RESULTS}/checkpointing_saved.csv"),
@@ -71,8 +71,8 @@ rule checkpointing_aggregate:
         f"{RESULTS}/logs/checkpointing_aggregate.log",
     localrule: True
     shell:
-        "(python3 -m cs336_systems.core.results --out {output.points} {input.points}"
-        " && python3 -m cs336_systems.core.results --out {output.saved} {input.saved})"
+        "(python3 -m cs336_systems.reporting.aggregate --out {output.points} {input.points}"
+        " && python3 -m cs336_systems.reporting.aggregate --out {output.saved} {input.saved})"
         " 2>&1 | tee {log}"
 
 

@@ -11,10 +11,10 @@ from snakemake.utils import min_version
 ROOT = Path(workflow.basedir)
 # the workflow's own package, whatever else is installed
 sys.path.insert(0, str(ROOT / "src"))
-from cs336_systems.core import config as run_config  # noqa: E402
-from cs336_systems.core import machine as this_machine  # noqa: E402
-from cs336_systems.core import imports  # noqa: E402
-from cs336_systems.core.knobs import block_text  # noqa: E402
+from cs336_systems.planning import config as run_config  # noqa: E402
+from cs336_systems.planning import machine as this_machine  # noqa: E402
+from cs336_systems.planning import imports  # noqa: E402
+from cs336_systems.planning.knobs import block_text  # noqa: E402
 
 min_version("9.0")
 SCHEMAS = ROOT / "workflow" / "schemas"
@@ -43,7 +43,7 @@ _PLANS = {stage: _stage_plan(stage) for stage in STAGE_NAMES}
 
 # Every config value is checked here, once, before any job: the schemas, the global keys and
 # each stage's own checks (stages/<stage>/plan.py:check); every problem is one line. A stage
-# whose plan declares its knobs (`KNOBS`, core/knobs.py) is checked against their schema.
+# whose plan declares its knobs (`KNOBS`, planning/knobs.py) is checked against their schema.
 _GPUS = this_machine.visible_gpus()
 _RUN = run_config.check_run(
     config,
@@ -75,7 +75,7 @@ COMPILE_CACHE = f"{RESULTS}/.cache"
 # The GPUs this run's jobs share: this host's visible ones (nvidia-smi indices). A job that
 # measures on GPUs asks for the `gpu` resource (`gpus(n)`; the default profile provides the
 # host's count, so Snakemake runs at most that many GPU jobs at once) and starts its stage
-# through core/gpus.py, which gives it free cards of this pool of its own (CUDA_VISIBLE_DEVICES
+# through planning/claim.py, which gives it free cards of this pool of its own (CUDA_VISIBLE_DEVICES
 # per job): under `--cores 4` on a 4-GPU host, four measurements at once, each alone on a card.
 GPU_POOL = this_machine.gpu_indices(_GPUS)
 
@@ -96,7 +96,7 @@ def gpus(n=1, only=None):
 
 
 # The run's estimate (written by onstart below) and each job's progress line after it: the
-# time left (core/eta.py).
+# time left (planning/eta.py).
 ETA_DIR = f"{RESULTS}/eta"
 
 # (the prefix replaces Snakemake's own, so it keeps `set -euo pipefail`: a failing stage piped
@@ -109,7 +109,7 @@ shell.prefix(
     # kineto's `gpuGetDeviceCount failed` lines on a machine without a GPU say nothing
     + ("" if GPU_POOL else ' KINETO_LOG_LEVEL="${{KINETO_LOG_LEVEL:-5}}"') + "; "
 )
-shell.suffix("; python3 -m cs336_systems.core.eta")
+shell.suffix("; python3 -m cs336_systems.planning.eta")
 
 # Each stage's rules file registers what the report needs from it: {stage: [files]}.
 REPORT_INPUTS = {}
@@ -194,7 +194,7 @@ def figures(stage, names):
 
 
 def vector_figures(stage, names):
-    """The same figures as PDF, for a write-up (core/analysis.py:save writes both)."""
+    """The same figures as PDF, for a write-up (reporting/analysis.py:save writes both)."""
     return [f"{REPORT_DIR}/figures/{stage}_{name}.pdf" for name in names]
 
 
@@ -259,7 +259,7 @@ def compare_inputs(wc):
 
 def start_estimate():
     """The estimate of the jobs about to run, printed and written for their progress lines
-    (core/eta.py). budget/eta.py imports torch (seconds): it runs beside the first jobs.
+    (planning/eta.py). budget/forecast.py imports torch (seconds): it runs beside the first jobs.
     """
     import json
     import subprocess
@@ -286,7 +286,7 @@ def start_estimate():
         parallel = min(workflow.cores or 1, len(GPU_POOL))
     subprocess.Popen(
         [
-            sys.executable, "-m", "cs336_systems.budget.eta",
+            sys.executable, "-m", "cs336_systems.budget.forecast",
             "--jobs", f"{folder}/jobs.json", "--config", f"{folder}/config.json",
             "--out", f"{folder}/eta.json", "--preset", PRESET,
             "--parallel", str(parallel), "--start", str(time.time()),

@@ -6,10 +6,10 @@ rule compare:
     input:
         data=compare_inputs,
         template="report/templates/compare.md.j2",
-        # compare.py reads every stage's package (what it compares) and its analysis (how)
+        # reporting/compare.py reads every stage's package (what it compares) and its analysis (how)
         code=code_stamp(
             "compare",
-            "cs336_systems.compare",
+            "cs336_systems.reporting.compare",
             *(f"cs336_systems.stages.{s}.analysis" for s in STAGE_NAMES),
         ),
     output:
@@ -22,4 +22,4 @@ rule compare:
             compare_folder(m) for m in config["compare"]["machines"]
         ),
     shell:
-        "python3 -m cs336_systems.compare --out {output} {params.folders} 2>&1 | tee {log}"
+        "python3 -m cs336_systems.reporting.compare --out {output} {params.folders} 2>&1 | tee {log}"

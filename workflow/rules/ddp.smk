@@ -35,7 +35,7 @@ rule ddp:
         ),
         common=common_args(),
     shell:
-        "OMP_NUM_THREADS=1 python3 -m cs336_systems.core.gpus {resources.gpu}"
+        "OMP_NUM_THREADS=1 python3 -m cs336_systems.planning.claim {resources.gpu}"
         " python3 -m cs336_systems.stages.ddp {wildcards.kind} {params.common}"
         " --out {output} --block {params.block:q} {params.traces} 2>&1 | tee {log}"
 
@@ -46,14 +46,14 @@ rule ddp_aggregate:
             DDP_POINTS,
             kind=["variants", "sharding"] if DDP["sharding"] else ["variants"],
         ),
-        code=code_stamp("results", "cs336_systems.core.results"),
+        code=code_stamp("aggregate", "cs336_systems.reporting.aggregate"),
     output:
         report_table("ddp", f"{RESULTS}/ddp.csv"),
     log:
         f"{RESULTS}/logs/ddp_aggregate.log",
     localrule: True
     shell:
-        "python3 -m cs336_systems.core.results --out {output} {input.points} 2>&1 | tee {log}"
+        "python3 -m cs336_systems.reporting.aggregate --out {output} {input.points} 2>&1 | tee {log}"
 
 
 rule ddp_plots:

@@ -34,7 +34,7 @@ rule flash:
         # with an interrupted job); a rerun keeps its ok rows and measures the rest
         partial=lambda wc: f"{RESULTS}/flash/partial/{wc.dtype}.csv",
     shell:
-        "python3 -m cs336_systems.core.gpus {resources.gpu}"
+        "python3 -m cs336_systems.planning.claim {resources.gpu}"
         " python3 -m cs336_systems.stages.flash sweep {params.common} --out {output}"
         " --partial {params.partial} --dtype {wildcards.dtype} --block {params.block:q}"
         " {params.gate} 2>&1 | tee {log}"
@@ -59,7 +59,7 @@ rule flash_leaderboard:
         common=common_args(),
         partial=f"{RESULTS}/flash/partial/leaderboard.csv",
     shell:
-        "python3 -m cs336_systems.core.gpus {resources.gpu}"
+        "python3 -m cs336_systems.planning.claim {resources.gpu}"
         " python3 -m cs336_systems.stages.flash leaderboard {params.common} --out {output}"
         " --partial {params.partial} --block {params.block:q} {params.gate} 2>&1 | tee {log}"
 
@@ -83,7 +83,7 @@ rule flash_target:
         common=common_args(),
         partial=f"{RESULTS}/flash/partial/target.csv",
     shell:
-        "python3 -m cs336_systems.core.gpus {resources.gpu}"
+        "python3 -m cs336_systems.planning.claim {resources.gpu}"
         " python3 -m cs336_systems.stages.flash target {params.common} --out {output}"
         " --partial {params.partial} --block {params.block:q} {params.gate} 2>&1 | tee {log}"
 
@@ -91,14 +91,14 @@ rule flash_target:
 rule flash_aggregate:
     input:
         points=flash_plan.point_files(FLASH, RESULTS),
-        code=code_stamp("results", "cs336_systems.core.results"),
+        code=code_stamp("aggregate", "cs336_systems.reporting.aggregate"),
     output:
         report_table("flash", f"{RESULTS}/flash.csv"),
     log:
         f"{RESULTS}/logs/flash_aggregate.log",
     localrule: True
     shell:
-        "python3 -m cs336_systems.core.results --out {output} {input.points} 2>&1 | tee {log}"
+        "python3 -m cs336_systems.reporting.aggregate --out {output} {input.points} 2>&1 | tee {log}"
 
 
 rule flash_plots:

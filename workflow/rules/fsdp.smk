@@ -31,7 +31,7 @@ rule fsdp:
         ),
         common=common_args(),
     shell:
-        "OMP_NUM_THREADS=1 python3 -m cs336_systems.core.gpus {resources.gpu}"
+        "OMP_NUM_THREADS=1 python3 -m cs336_systems.planning.claim {resources.gpu}"
         " python3 -m cs336_systems.stages.fsdp {params.common} --out {output}"
         " --block {params.block:q} {params.traces} 2>&1 | tee {log}"
 
@@ -39,14 +39,14 @@ rule fsdp:
 rule fsdp_aggregate:
     input:
         points=str(rules.fsdp.output[0]),
-        code=code_stamp("results", "cs336_systems.core.results"),
+        code=code_stamp("aggregate", "cs336_systems.reporting.aggregate"),
     output:
         report_table("fsdp", f"{RESULTS}/fsdp.csv"),
     log:
         f"{RESULTS}/logs/fsdp_aggregate.log",
     localrule: True
     shell:
-        "python3 -m cs336_systems.core.results --out {output} {input.points} 2>&1 | tee {log}"
+        "python3 -m cs336_systems.reporting.aggregate --out {output} {input.points} 2>&1 | tee {log}"
 
 
 rule fsdp_plots:

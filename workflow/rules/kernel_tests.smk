@@ -31,7 +31,7 @@ rule kernel_tests:
         block=block_text(KERNEL_TESTS),
         common=common_args(),
     shell:
-        "OMP_NUM_THREADS=1 python3 -m cs336_systems.core.gpus {resources.gpu}"
+        "OMP_NUM_THREADS=1 python3 -m cs336_systems.planning.claim {resources.gpu}"
         " python3 -m cs336_systems.stages.kernel_tests {params.common} --block {params.block:q}"
         " --junit {output.junit} --out {output.csv} 2>&1 | tee {log}"
 

@@ -31,7 +31,7 @@ rule leaderboard:
         block=lambda wc: block_text(stage_config("leaderboard")),
         common=common_args(),
     shell:
-        "OMP_NUM_THREADS=1 python3 -m cs336_systems.core.gpus {resources.gpu}"
+        "OMP_NUM_THREADS=1 python3 -m cs336_systems.planning.claim {resources.gpu}"
         " python3 -m cs336_systems.stages.leaderboard {params.common} --out {output}"
         " --plans full,reduced --block {params.block:q} --peak-csv {input.ceilings}"
         " 2>&1 | tee {log}"
@@ -60,7 +60,7 @@ rule leaderboard_ablation:
         block=lambda wc: block_text(stage_config("leaderboard")),
         common=common_args(),
     shell:
-        "OMP_NUM_THREADS=1 python3 -m cs336_systems.core.gpus {resources.gpu}"
+        "OMP_NUM_THREADS=1 python3 -m cs336_systems.planning.claim {resources.gpu}"
         " python3 -m cs336_systems.stages.leaderboard {params.common} --out {output}"
         " --plans ablation --checkpoint-from {input.runs} --block {params.block:q}"
         " --peak-csv {input.ceilings} 2>&1 | tee {log}"
@@ -70,14 +70,14 @@ rule leaderboard_aggregate:
     input:
         points=str(rules.leaderboard.output[0]),
         ablation=[rules.leaderboard_ablation.output[0]] if LEADERBOARD_ABLATIONS else [],
-        code=code_stamp("results", "cs336_systems.core.results"),
+        code=code_stamp("aggregate", "cs336_systems.reporting.aggregate"),
     output:
         report_table("leaderboard", f"{RESULTS}/leaderboard.csv"),
     log:
         f"{RESULTS}/logs/leaderboard_aggregate.log",
     localrule: True
     shell:
-        "python3 -m cs336_systems.core.results --out {output} {input.points} {input.ablation}"
+        "python3 -m cs336_systems.reporting.aggregate --out {output} {input.points} {input.ablation}"
         " 2>&1 | tee {log}"
 
 

@@ -33,7 +33,7 @@ rule memory:
         timelines=f"{RESULTS}/memory/timelines",
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.core.gpus {resources.gpu}"
+        "python3 -m cs336_systems.planning.claim {resources.gpu}"
         " python3 -m cs336_systems.stages.memory run {params.common} --size {wildcards.size}"
         " --block {params.block:q} --raw-dir {params.raw}"
         " --timeline-dir {params.timelines} --keep-raw {params.keep_raw}"
@@ -46,7 +46,7 @@ rule memory_aggregate:
         points=expand(MEMORY_POINTS, size=MEMORY["sizes"]),
         allocations=expand(MEMORY_ALLOCATIONS, size=MEMORY["sizes"]),
         blocks=expand(MEMORY_BLOCKS, size=MEMORY["sizes"]),
-        code=code_stamp("results", "cs336_systems.core.results"),
+        code=code_stamp("aggregate", "cs336_systems.reporting.aggregate"),
     output:
         points=report_table("memory", f"{RESULTS}/memory.csv"),
         allocations=report_table("memory", f"{RESULTS}/memory_allocations.csv"),
@@ -55,9 +55,9 @@ rule memory_aggregate:
         f"{RESULTS}/logs/memory_aggregate.log",
     localrule: True
     shell:
-        "(python3 -m cs336_systems.core.results --out {output.points} {input.points}"
-        " && python3 -m cs336_systems.core.results --out {output.allocations} {input.allocations}"
-        " && python3 -m cs336_systems.core.results --out {output.blocks} {input.blocks})"
+        "(python3 -m cs336_systems.reporting.aggregate --out {output.points} {input.points}"
+        " && python3 -m cs336_systems.reporting.aggregate --out {output.allocations} {input.allocations}"
+        " && python3 -m cs336_systems.reporting.aggregate --out {output.blocks} {input.blocks})"
         " 2>&1 | tee {log}"
 
 

@@ -26,7 +26,7 @@ rule precision:
         block=block_text(PRECISION),
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.core.gpus {resources.gpu}"
+        "python3 -m cs336_systems.planning.claim {resources.gpu}"
         " python3 -m cs336_systems.stages.precision run {params.common} --block {params.block:q}"
         " --out {output.accumulation} --dtypes-out {output.dtypes}"
         " --layernorm-out {output.layernorm} 2>&1 | tee {log}"

@@ -34,7 +34,7 @@ rule profile:
         raw=f"{RESULTS}/profile/raw",
         common=common_args(),
     shell:
-        "python3 -m cs336_systems.core.gpus {resources.gpu}"
+        "python3 -m cs336_systems.planning.claim {resources.gpu}"
         " python3 -m cs336_systems.stages.profile run {params.common} --size {wildcards.size}"
         " --block {params.block:q} --raw-dir {params.raw} --keep-raw {params.keep_raw}"
         " --probe-out {output.probe} --out {output.points} --kernels-out {output.kernels}"
@@ -46,7 +46,7 @@ rule profile_aggregate:
         points=expand(PROFILE_POINTS, size=PROFILE["sizes"]),
         kernels=expand(PROFILE_KERNELS, size=PROFILE["sizes"]),
         probe=expand(PROFILE_PROBE, size=PROFILE["sizes"]),
-        code=code_stamp("results", "cs336_systems.core.results"),
+        code=code_stamp("aggregate", "cs336_systems.reporting.aggregate"),
     output:
         points=report_table("profile", f"{RESULTS}/profile.csv"),
         kernels=report_table("profile", f"{RESULTS}/profile_kernels.csv"),
@@ -55,9 +55,9 @@ rule profile_aggregate:
         f"{RESULTS}/logs/profile_aggregate.log",
     localrule: True
     shell:
-        "(python3 -m cs336_systems.core.results --out {output.points} {input.points}"
-        " && python3 -m cs336_systems.core.results --out {output.kernels} {input.kernels}"
-        " && python3 -m cs336_systems.core.results --out {output.probe} {input.probe})"
+        "(python3 -m cs336_systems.reporting.aggregate --out {output.points} {input.points}"
+        " && python3 -m cs336_systems.reporting.aggregate --out {output.kernels} {input.kernels}"
+        " && python3 -m cs336_systems.reporting.aggregate --out {output.probe} {input.probe})"
         " 2>&1 | tee {log}"
 
 

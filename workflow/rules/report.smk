@@ -8,11 +8,11 @@ rule report:
         data=lambda wc: [
             str(f) for stage in STAGES for f in REPORT_INPUTS.get(stage, [])
         ],
-        # report.py imports each stage's analysis by name, reads every stage's declarations
+        # reporting/report.py imports each stage's analysis by name, reads every stage's declarations
         # (questions for the coverage table, checks) and renders the stages' templates
         code=lambda wc: code_stamp(
             "report",
-            "cs336_systems.report",
+            "cs336_systems.reporting.report",
             *(f"cs336_systems.stages.{s}.analysis" for s in STAGES),
             extra=[
                 "report/templates/report.md.j2",
@@ -40,5 +40,5 @@ rule report:
         # the run's edition (config `edition`), whatever a stage's rows say
         edition=EDITION,
     shell:
-        "python3 -m cs336_systems.report --results {params.results} --out {output.md}"
+        "python3 -m cs336_systems.reporting.report --results {params.results} --out {output.md}"
         " --stages {params.stages} --edition {params.edition} 2>&1 | tee {log}"

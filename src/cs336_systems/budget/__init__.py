@@ -20,9 +20,9 @@ from pathlib import Path
 
 from cs336_systems.budget.devices import CPU2, H100, Device
 from cs336_systems.core import costs
-from cs336_systems.core.config import load_yaml, with_stage_defaults
-from cs336_systems.core.edition import DEFAULT_EDITION, edition_overrides
 from cs336_systems.model import VOCAB_SIZE, size_spec
+from cs336_systems.planning.config import load_yaml, with_stage_defaults
+from cs336_systems.planning.edition import DEFAULT_EDITION, edition_overrides
 from cs336_systems.stages.benchmark import plan as benchmark_plan
 from cs336_systems.stages.benchmark.engines import engine_points
 from cs336_systems.stages.flash.plan import seq_cap
@@ -79,7 +79,7 @@ def skipped_for_cost(
     dev: Device, size: str, ctx: int, batch: int, mode: str, precision: str, steps: int,
     limit: float | None, ed: int = DEFAULT_EDITION,
 ) -> bool:  # fmt: skip
-    """The benchmark stage's cost guard (stages/benchmark/derived.py too_costly): `steps` steps'
+    """The benchmark stage's cost guard (stages/benchmark/mfu.py too_costly): `steps` steps'
     FLOPs at the ceilings stage's measured matmul rate above max_point_s: a `skipped` row."""
     if not limit:
         return False
@@ -433,7 +433,7 @@ def _leaderboard(cfg: dict, dev: Device, ed: int = DEFAULT_EDITION) -> list[Job]
         return jobs
     if world > dev.gpus:
         # the reduced configuration's estimate sits beside its knobs (stages/leaderboard/plan.py)
-        reduced = dev.job_start_s + reduced_seconds(cfg, rate(dev, "bf16"))
+        reduced = dev.job_start_s + reduced_seconds(cfg, costs.train_step_flops, rate(dev, "bf16"))
         jobs = [Job("leaderboard", "reduced", reduced,
                     f"{world} GPUs needed: the reduced configuration on one")]  # fmt: skip
         if ablations:

@@ -19,8 +19,8 @@ from cs336_systems.budget import (
     run_config,
 )
 from cs336_systems.budget.measured import calibration_markdown
-from cs336_systems.core.log import configure, get_logger
 from cs336_systems.core.results import atomic_write_text
+from cs336_systems.planning.log import configure, get_logger
 
 log = get_logger(__name__)
 

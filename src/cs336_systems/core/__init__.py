@@ -1,6 +1,7 @@
-"""Shared machinery every stage uses: timing harness, results and provenance, cost formulas,
-device helpers, the model workload, phase ranges, logging and CLI pieces.
+"""Measuring machinery every stage uses: the timing harness, results and provenance, FLOP and
+communication formulas, device helpers, the model workload, phase ranges, CUDA graphs and
+checkpointing plans.
 
-Imports nothing from `parallel`, `profiling` or `stages`; keep this file free of imports so that
-the workflow can import `core` modules without loading torch.
+Above `planning`, below `kernels`, `parallel`, `profiling`, `engine` and the stages. Keep this
+file free of imports so that importing one module does not import the others.
 """

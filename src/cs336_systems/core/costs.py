@@ -9,10 +9,7 @@ from __future__ import annotations
 from math import ceil, inf
 from typing import NamedTuple
 
-import numpy as np
 import pandas as pd
-
-from cs336_systems.core import sanity
 
 MODE_MULTIPLIER = {"forward": 1.0, "forward_backward": 3.0, "train_step": 3.0}
 
@@ -76,48 +73,25 @@ def tflops(flops: float, ms: float) -> float:
     return flops / (ms * 1e-3) / 1e12 if ms and ms > 0 else float("nan")
 
 
-# one all-reduce configuration: the points a latency-bandwidth fit runs over
-ALLREDUCE_GROUP = ["backend", "buffers", "world_size"]
+# ---- the measured peaks MFU is taken against ------------------------------------------
+
+# the ceiling each precision's MFU must be taken against: the path the model's matmuls take
+# (fp32: a plain fp32 matmul; bf16: autocast F.linear on fp32 weights and inputs)
+MODEL_PATH = {"fp32": "matmul", "bf16": "autocast_linear"}
+PATH_LABEL = {
+    "matmul": "a plain matmul",
+    "autocast_linear": "autocast F.linear on fp32 weights and inputs",
+}
 
 
-def fit_latency_bandwidth(df: pd.DataFrame) -> pd.DataFrame:
-    """Fit t(bytes) = o + bytes / w per (backend, buffers, world size) to the median times.
-
-    Least squares on relative error (each point weighted by 1/t), so the small messages fix
-    the latency o and the large ones the bandwidth w; o is clipped at 0. w is an algorithmic
-    bandwidth (bytes of the message per second), as the bucket-size model wants it. A row
-    flagged suspect (core/sanity.py) is left out; `points` counts the rows fitted, `suspect`
-    those left out.
-    """
-    rows = []
-    if len(df) and "buffers" not in df:
-        df = df.assign(buffers="default")
-    ran = df[df["status"] == "ok"]
-    out = sanity.is_suspect(ran)
-    d = ran[~out]
-    n_out = ran[out].groupby(ALLREDUCE_GROUP).size().to_dict() if out.any() else {}
-    for key, g in d.groupby(ALLREDUCE_GROUP):
-        g = g[g["time_ms_median"] > 0]
-        if len(g) < 2:
-            continue
-        t = g["time_ms_median"].to_numpy() * 1e-3
-        b = g["bytes"].to_numpy(dtype=float)
-        a = np.stack([1 / t, b / t], axis=1)
-        (o, inv_w), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
-        if o < 0 or inv_w <= 0:
-            o, inv_w = 0.0, float(np.mean(t / b))
-        pred = o + b * inv_w
-        rows.append(
-            {
-                **dict(zip(ALLREDUCE_GROUP, key, strict=True)),
-                "latency_us": o * 1e6,
-                "bandwidth_gbps": 1 / inv_w / 1e9,
-                "max_rel_residual": float(np.max(np.abs(pred - t) / t)),
-                "points": len(g),
-                "suspect": int(n_out.get(key, 0)),
-            }
-        )
-    return pd.DataFrame(rows)
+def matmul_peaks(ceilings: pd.DataFrame | None, path: str = "matmul") -> dict[str, float]:
+    """Measured matmul TFLOP/s per dtype through `path` (old CSVs: every row is a plain matmul)."""
+    if ceilings is None or len(ceilings) == 0 or "kind" not in ceilings:
+        return {}
+    c = ceilings[(ceilings["kind"] == "matmul") & (ceilings["status"] == "ok")]
+    paths = c["path"].fillna("matmul") if "path" in c else pd.Series("matmul", index=c.index)
+    c = c[paths == path]
+    return {str(k): float(v) for k, v in c.groupby("dtype")["tflops"].max().items()}
 
 
 # ---- training state per rank: DDP, optimizer-state sharding, FSDP ----------------------------

@@ -38,7 +38,7 @@ def free_memory_mib(device: torch.device) -> float | None:
         # the driver's free memory plus the blocks PyTorch's caching allocator holds unused
         cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
         return (torch.cuda.mem_get_info(device)[0] + cached) / 2**20
-    from cs336_systems.core.machine import host_memory_mib
+    from cs336_systems.planning.machine import host_memory_mib
 
     return host_memory_mib("MemAvailable")
 

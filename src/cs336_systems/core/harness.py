@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from cs336_systems.core.log import get_logger
+from cs336_systems.planning.log import get_logger
 
 log = get_logger(__name__)
 

@@ -23,10 +23,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from cs336_systems.core import sanity
-from cs336_systems.core.edition import DEFAULT_EDITION
-from cs336_systems.core.log import configure, get_logger
-from cs336_systems.core.machine import tag_for
+from cs336_systems.planning.edition import DEFAULT_EDITION
+from cs336_systems.planning.log import get_logger
+from cs336_systems.planning.machine import tag_for
 
 log = get_logger(__name__)
 
@@ -75,7 +74,7 @@ def device_name() -> str:
 
 def machine_tag() -> str:
     """A short name for this machine as torch sees it: the GPU model (with a count if several),
-    or `cpu`. The workflow finds the same tag without torch (`core/machine.py:machine_tag`)."""
+    or `cpu`. The workflow finds the same tag without torch (`planning/machine.py:machine_tag`)."""
     import torch
 
     if torch.cuda.is_available():
@@ -147,10 +146,10 @@ def nsys_version() -> str:
 
 def gpu_index() -> str:
     """Which of the host's GPUs this job measured on: nvidia-smi's indices of the cards
-    core/gpus.py claimed for it, else CUDA_VISIBLE_DEVICES' entries, else every index."""
+    planning/claim.py claimed for it, else CUDA_VISIBLE_DEVICES' entries, else every index."""
     import torch
 
-    from cs336_systems.core.gpus import CLAIMED_ENV
+    from cs336_systems.planning.claim import CLAIMED_ENV
 
     if claimed := os.environ.get(CLAIMED_ENV):
         return claimed
@@ -263,28 +262,39 @@ def read_csv(path: str | os.PathLike, **kwargs) -> pd.DataFrame:
     return pd.read_csv(path, **kwargs)
 
 
-def concat_csvs(paths: Iterable[str | os.PathLike], out: str | os.PathLike) -> pd.DataFrame:
-    """Concatenate a stage's per-job CSVs into one (the aggregate rule's work), with its
-    `sanity` column (core/sanity.py; the CSV's name picks the checks the stages declare)."""
+def concat_csvs(paths: Iterable[str | os.PathLike]) -> pd.DataFrame:
+    """A stage's per-job CSVs as one frame (empty files skipped): what its aggregate writes,
+    with its suspect numbers flagged (reporting/aggregate.py)."""
     frames = [read_csv(p) for p in paths if Path(p).stat().st_size > 0]
-    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    return write_csv(sanity.flag(df, Path(out).stem), out)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def main(argv: list[str] | None = None) -> None:
-    import argparse
+# ---- the `sanity` column: what reporting/sanity.py's checks doubt in a row -------------------
 
-    ap = argparse.ArgumentParser(description="Concatenate per-job CSVs into a stage CSV")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("inputs", nargs="+")
-    args = ap.parse_args(argv)
-    configure(Path(args.out).stem)  # the stage's CSV (results/<machine>/<stage>.csv) names it
-    df = concat_csvs(args.inputs, args.out)
-    log.info("wrote %s: %d rows from %d files", args.out, len(df), len(args.inputs))
+# a row's flags, `suspect: <why>` ('' when none), and the kinds of number they doubt
+COLUMN = "sanity"
+SCOPE_COLUMN = "sanity_scope"
+PREFIX = "suspect: "
 
 
-if __name__ == "__main__":
-    main()
+def text_column(column: pd.Series) -> pd.Series:
+    """A text column, '' where empty: a CSV whose column is empty throughout reads back as
+    float NaN (filling that with '' is deprecated in pandas)."""
+    return column.astype(object).where(column.notna(), "").astype(str)
+
+
+def is_suspect(df: pd.DataFrame, scope: str | None = None) -> pd.Series:
+    """Rows flagged suspect; with `scope` ('time', 'rate', 'memory'), only those whose flags
+    doubt numbers of that kind (or all of a row's numbers)."""
+    if COLUMN not in df:
+        return pd.Series(False, index=df.index)
+    flagged = text_column(df[COLUMN]).str.startswith(PREFIX)
+    if scope is None:
+        return flagged
+    if SCOPE_COLUMN not in df:
+        return flagged
+    kinds = text_column(df[SCOPE_COLUMN]).str.split(";")
+    return flagged & kinds.map(lambda ks: scope in ks or "all" in ks or ks == [""])
 
 
 def verdicts(csv_path: str | os.PathLike) -> dict[str, str]:

@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import torch
 
-from cs336_systems.kernels.flash_triton_common import INTERPRET
+from cs336_systems.kernels.triton.common import INTERPRET
 
 # how the launches went, for tests and the overhead probe: JIT launches, bound launches,
 # launches that could not be bound (with why), and graph replays of a flash backward

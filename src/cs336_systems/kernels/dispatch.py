@@ -3,13 +3,13 @@
 `plan(dtype, head_dim, target)` answers for a call of `FlashAttentionTriton` (and of
 `flash_forward_triton` / `flash_backward_triton`): the forward, D = rowsum(O * dO), the dK/dV
 pass and the dQ pass each get a `Pass` naming its backend ("gluon": the Hopper kernels of
-`kernels/hopper/`; "triton": the Triton-language kernels of `flash_triton_forward` /
-`flash_triton_backward`), the kernel function, its tiles and the reason. The launchers follow
+`kernels/hopper/`; "triton": the Triton-language kernels of `triton.forward` /
+`triton.backward`), the kernel function, its tiles and the reason. The launchers follow
 the plan; `flash_triton.chosen_configs()` and `last_plans()` report it.
 
 The rules, in the order they are checked:
 - Triton's interpreter (CPU tensors, no CUDA): the Triton-language kernels with the
-  interpreter's small tiles (`flash_triton_configs.INTERPRET_BLOCKS`); Gluon does not run there.
+  interpreter's small tiles (`triton.configs.INTERPRET_BLOCKS`); Gluon does not run there.
 - A Gluon kernel runs only on Hopper (compute capability 9.x), for fp16/bf16, head dims
   16/32/64/128, tensors its TMA descriptors take (`hopper.configs.tensors_fit`), unless the
   call asks otherwise (`use_gluon=False`, `blocks`, `use_desc=False`, `fuse_dq=True`) or
@@ -18,9 +18,9 @@ The rules, in the order they are checked:
   `use_gluon=True`. Every other case names its reason in the plan.
 - The Gluon dK/dV configuration at a head dim may compute dQ too (FUSE_DQ, d = 64): then there
   is no dQ pass. A routed Gluon dQ pass computes D itself; otherwise a small Triton kernel does.
-- Triton-language passes are autotuned on the GPU among `flash_triton_configs.tile_configs`,
+- Triton-language passes are autotuned on the GPU among `triton.configs.tile_configs`,
   unless `blocks` fixes their tiles. Whether they address tiles through tensor descriptors
-  (TMA) is decided per call from the tensors' alignment (`flash_triton_launch.use_descriptors`)
+  (TMA) is decided per call from the tensors' alignment (`triton.launch.use_descriptors`)
   and reported in `chosen_configs()` as `use_desc`.
 
 No fallback hides a failure: where the plan routes a pass to Gluon, the Gluon kernels are
@@ -39,8 +39,8 @@ from typing import NamedTuple
 
 import torch
 
-from cs336_systems.kernels import flash_triton_configs as tl_configs
 from cs336_systems.kernels.hopper import configs as hopper_configs
+from cs336_systems.kernels.triton import configs as tl_configs
 
 GLUON_DTYPES = (torch.float16, torch.bfloat16)
 DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}

@@ -2,10 +2,10 @@
 model's attention entry point (`flash_attention`), the launchers of the forward and the backward
 (`flash_forward_triton`, `flash_backward_triton`) and their custom ops for torch.compile.
 
-Where the rest is: the kernels in `flash_triton_forward` and `flash_triton_backward` (Triton
+Where the rest is: the kernels in `triton.forward` and `triton.backward` (Triton
 language) and `hopper/` (Gluon, for Hopper GPUs); their shared helpers and the interpreter switch
-in `flash_triton_common`; tiles in `flash_triton_configs` and `hopper/configs`; launching,
-autotuning and tensor descriptors in `flash_triton_launch`.
+in `triton.common`; tiles in `triton.configs` and `hopper/configs`; launching,
+autotuning and tensor descriptors in `triton.launch`.
 
 Forward: one program per (query tile, batch x head) walks over K/V tiles with the online softmax;
 O and the logsumexp L (natural log, fp32) are saved. Backward: D = rowsum(O * dO), then a
@@ -24,10 +24,10 @@ import os
 import torch
 
 from cs336_systems.kernels import bound_launch, dispatch
-from cs336_systems.kernels import flash_triton_launch as triton_launch
 from cs336_systems.kernels.flash_pytorch import check_attention_inputs
-from cs336_systems.kernels.flash_triton_common import DTYPES, INTERPRET, MAX_HEAD_DIM
-from cs336_systems.kernels.flash_triton_configs import KERNELS
+from cs336_systems.kernels.triton import launch as triton_launch
+from cs336_systems.kernels.triton.common import DTYPES, INTERPRET, MAX_HEAD_DIM
+from cs336_systems.kernels.triton.configs import KERNELS
 
 if INTERPRET:
     _triton_driver = None

@@ -44,7 +44,7 @@ from typing import Any
 
 from cs336_systems.core.device import available_cores, gpu_count
 from cs336_systems.core.harness import Stopwatch
-from cs336_systems.core.log import get_logger, set_rank
+from cs336_systems.planning.log import get_logger, set_rank
 
 log = get_logger(__name__)
 
@@ -420,8 +420,8 @@ def stage_main(stage: str, args, worker, rows, columns_first: list[str]) -> None
     """The entry point of a stage that launches its own workers (ddp, fsdp, leaderboard): a
     worker process (`--worker`) runs `worker(args)`; the launching process writes the rows
     `rows()` returns, each with the run's provenance, to `args.out`."""
-    from cs336_systems.core.log import configure, get_logger
     from cs336_systems.core.results import provenance, with_columns_first, write_csv
+    from cs336_systems.planning.log import configure, get_logger
 
     configure(stage)
     if args.worker:

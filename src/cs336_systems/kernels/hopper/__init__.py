@@ -26,7 +26,7 @@ Files:
   `backward_dkdv_ws`, the warp-specialized dK/dV pass (optionally computing dQ);
 - `backward_dq`: the warp-specialized dQ pass;
 - `launch`: host side (TMA descriptors, compile-time constants, grids, the calls).
-PTX/SASS inspection for sm_90 without a GPU: `kernels.inspect_sm90`.
+PTX/SASS inspection for sm_90 without a GPU: `tests/tools/inspect_sm90.py`.
 
 Keep this file free of imports: planning a call reads `configs` without loading Gluon.
 """

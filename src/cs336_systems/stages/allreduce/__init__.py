@@ -9,12 +9,12 @@ TITLE = "Distributed communication"
 # where the section sits in the report (ascending)
 ORDER = 90
 
-# the parts of docs/questions.md this stage answers and how the report tells (core/coverage.py)
+# the parts of docs/questions.md this stage answers and how the report tells (reporting/coverage.py)
 QUESTIONS = {
     "distributed_communication_single_node": {"evidence": ["tables"], "needs": "gpus:6"},
 }
 
-# the numbers the comparison report puts side by side across machines (compare.py)
+# the numbers the comparison report puts side by side across machines (reporting/compare.py)
 COMPARE = {
     "allreduce": {
         "keys": ["backend", "buffers", "world_size", "size_mb"],

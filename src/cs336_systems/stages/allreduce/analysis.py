@@ -8,9 +8,11 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from cs336_systems.core import costs, sanity
-from cs336_systems.core.analysis import (
+from cs336_systems.reporting import sanity
+from cs336_systems.reporting.analysis import (
+    ALLREDUCE_GROUP,
     empty_figure,
+    fit_latency_bandwidth,
     fmt,
     load,
     mark_suspect,
@@ -21,7 +23,7 @@ from cs336_systems.core.analysis import (
     save,
 )
 
-GROUP = costs.ALLREDUCE_GROUP
+GROUP = ALLREDUCE_GROUP
 
 
 def _with_defaults(df: pd.DataFrame) -> pd.DataFrame:
@@ -133,7 +135,7 @@ def context(results_dir: Path) -> dict:
             text = pivot(df, backend, buffers)
             if text:
                 tables[backend + ("" if buffers == "default" else f" ({buffers} buffers)")] = text
-    fits = costs.fit_latency_bandwidth(df)  # suspect rows left out
+    fits = fit_latency_bandwidth(df)  # suspect rows left out
     fit_table = (
         md_table(
             fits[

@@ -25,9 +25,9 @@ import math
 
 from cs336_systems.core.costs import MiB, ring_all_reduce_time
 from cs336_systems.core.harness import StepClock, summarize, synchronize
-from cs336_systems.core.knobs import add_block_argument, add_run_arguments, block_text
-from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.parallel.launch import feasibility
+from cs336_systems.planning.knobs import add_block_argument, add_run_arguments, block_text
+from cs336_systems.planning.log import configure, get_logger, point, status_level
 from cs336_systems.stages.allreduce.plan import AllreduceKnobs
 
 BACKENDS = ("gloo", "nccl")
@@ -237,7 +237,7 @@ def worker_argv(args: argparse.Namespace) -> list[str]:
 def memory_shortfall(backend: str, world_size: int, nnodes: int, size_mb: float) -> str | None:
     """A `skipped:` status when a message's buffers (three per rank) cannot fit in this node's
     memory now: the host's for gloo (every rank of the node on it), one GPU's for NCCL."""
-    from cs336_systems.core.machine import host_memory_mib, visible_gpus
+    from cs336_systems.planning.machine import host_memory_mib, visible_gpus
 
     if backend == "gloo":
         ranks = math.ceil(world_size / nnodes)

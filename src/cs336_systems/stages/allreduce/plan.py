@@ -8,8 +8,8 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from cs336_systems.core.config import Checker, Facts, check_launcher
-from cs336_systems.core.knobs import Env, Knobs, Launcher, knob
+from cs336_systems.planning.config import Checker, Facts, check_launcher
+from cs336_systems.planning.knobs import Env, Knobs, Launcher, knob
 
 # every rank holds the reference, its contribution and the buffer it all-reduces
 BUFFERS_PER_RANK = 3
@@ -63,7 +63,7 @@ class AllreduceKnobs(Knobs):
     timeout_s: float = knob("seconds a launch may take", exclusiveMinimum=0)
 
 
-# the stage's knobs: its config blocks are checked against their schema (core/config.py)
+# the stage's knobs: its config blocks are checked against their schema (planning/config.py)
 KNOBS = AllreduceKnobs
 
 

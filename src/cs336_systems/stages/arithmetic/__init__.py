@@ -13,7 +13,7 @@ TITLE = "Communication arithmetic"
 # where the section sits in the report (ascending): after DDP (100) and FSDP (105)
 ORDER = 110
 
-# the parts of docs/questions.md this stage answers and how the report tells (core/coverage.py);
+# the parts of docs/questions.md this stage answers and how the report tells (reporting/coverage.py);
 # analytic: no GPU needed for the B200 answers (the measured case says what it lacks)
 QUESTIONS = {
     "alternate_ring_all_reduce": {"evidence": ["q34"]},

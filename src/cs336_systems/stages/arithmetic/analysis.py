@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from cs336_systems.core import questions
-from cs336_systems.core.analysis import load, md_table, ok, plot_main, sig
+from cs336_systems.reporting import questions
+from cs336_systems.reporting.analysis import load, md_table, ok, plot_main, sig
 
 STRATEGIES = {"data_parallel_calcs": "DP", "fsdp_calcs": "FSDP", "tp_calcs": "TP"}
 UNIT = {"s": 1e3, "FLOP": 1e-12}  # shown as ms and TFLOP

@@ -21,7 +21,7 @@ that shrink the compute-bound batch: tensor parallelism up to its bound at the s
 
 `ring_check` rows put the ring all-reduce time 2 (N-1)/N S / W (W the best bus bandwidth)
 beside each all-reduce the allreduce stage measured: measured / predicted per size. An
-all-reduce that failed a sanity check (core/sanity.py) gives neither W nor a row.
+all-reduce its aggregate flagged suspect (reporting/sanity.py) gives neither W nor a row.
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from cs336_systems.core import costs, sanity
-from cs336_systems.core.knobs import add_block_argument, add_run_arguments
-from cs336_systems.core.log import configure, get_logger, point
-from cs336_systems.core.results import provenance, write_csv
+from cs336_systems.core import costs
+from cs336_systems.core.results import is_suspect, provenance, write_csv
+from cs336_systems.planning.knobs import add_block_argument, add_run_arguments
+from cs336_systems.planning.log import configure, get_logger, point
 from cs336_systems.stages.arithmetic.plan import ArithmeticKnobs, Tpu, Xxl
 
 log = get_logger(__name__)
@@ -297,8 +297,10 @@ def main(argv: list[str] | None = None) -> None:
     b200_tflops, b200_egress_gbps = float(k.b200.tflops), float(k.b200.egress_gbps)
     ceilings, why_c = _read(args.ceilings, "ceilings")
     allreduce, why_w = _read(args.allreduce, "allreduce")
-    if allreduce is not None:  # a point that failed a sanity check gives neither W nor a ring row
-        allreduce = allreduce[~sanity.is_suspect(sanity.flag(allreduce, "allreduce"))]
+    if (
+        allreduce is not None
+    ):  # a point its aggregate flagged suspect gives neither W nor a ring row
+        allreduce = allreduce[~is_suspect(allreduce)]
     b200 = (
         f"handout: C = {b200_tflops:g} TFLOP/s (FP16); "
         f"config: W = {b200_egress_gbps:g} GB/s (NVLink 5 per direction, not in the handout)"

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from cs336_systems.core.config import Checker, Facts
-from cs336_systems.core.knobs import Knobs, knob
+from cs336_systems.planning.config import Checker, Facts
+from cs336_systems.planning.knobs import Knobs, knob
 
 POSITIVE = {"exclusiveMinimum": 0}
 PAIR = {"minItems": 2, "maxItems": 2, "items": {"minimum": 1}}  # [a, b], each at least 1
@@ -91,7 +91,7 @@ class ArithmeticKnobs(Knobs):
     measured: Measured = knob("this machine's case: C and W from the measuring stages' CSVs")
 
 
-# the stage's knobs: its config blocks are checked against their schema (core/config.py)
+# the stage's knobs: its config blocks are checked against their schema (planning/config.py)
 KNOBS = ArithmeticKnobs
 
 # the other stages' CSVs the stage reads, when those stages run: {option: (stage, file)}

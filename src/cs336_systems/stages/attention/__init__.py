@@ -9,14 +9,14 @@ TITLE = "Attention"
 # where the section sits in the report (ascending)
 ORDER = 70
 
-# the parts of docs/questions.md this stage answers and how the report tells (core/coverage.py)
+# the parts of docs/questions.md this stage answers and how the report tells (reporting/coverage.py)
 QUESTIONS = {
     "pytorch_attention.a": {"evidence": ["timing_table"], "needs": "gpu"},
     "torch_compile.a": {"evidence": ["compile.available"], "needs": "gpu"},
     "torch_compile.b": {"evidence": ["model_compile.available"], "needs": "gpu"},
 }
 
-# the numbers the comparison report puts side by side across machines (compare.py)
+# the numbers the comparison report puts side by side across machines (reporting/compare.py)
 COMPARE = {
     "attention": {
         "keys": ["impl", "d_head", "seq_len"],

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from cs336_systems.core.analysis import (
+from cs336_systems.reporting.analysis import (
     empty_figure,
     fmt,
     load,
@@ -20,7 +20,7 @@ from cs336_systems.core.analysis import (
     save,
     status_counts,
 )
-from cs336_systems.core.analysis import ok as trusted
+from cs336_systems.reporting.analysis import ok as trusted
 
 MIB = 2**20
 

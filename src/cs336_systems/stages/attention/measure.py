@@ -28,10 +28,10 @@ from cs336_systems.core.harness import (
     synchronize,
     time_steps,
 )
-from cs336_systems.core.knobs import add_block_argument, add_run_arguments
-from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.core.results import provenance, write_csv
 from cs336_systems.model import naive_attention
+from cs336_systems.planning.knobs import add_block_argument, add_run_arguments
+from cs336_systems.planning.log import configure, get_logger, point, status_level
 from cs336_systems.stages.attention.plan import AttentionKnobs
 
 log = get_logger(__name__)

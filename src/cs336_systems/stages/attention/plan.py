@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from cs336_systems.core.config import Checker, Facts, head_dim_problem
-from cs336_systems.core.knobs import Knobs, knob
+from cs336_systems.planning.config import Checker, Facts, head_dim_problem
+from cs336_systems.planning.knobs import Knobs, knob
 
 Impl = Literal["naive_eager", "naive_compiled"]
 
@@ -34,7 +34,7 @@ class AttentionKnobs(Knobs):
     )
 
 
-# the stage's knobs: its config blocks are checked against their schema (core/config.py)
+# the stage's knobs: its config blocks are checked against their schema (planning/config.py)
 KNOBS = AttentionKnobs
 
 

@@ -8,7 +8,7 @@ the stage's jobs. Keep this file free of heavy imports: the workflow reads it wh
 TITLE = "End-to-end benchmarks"
 # where the section sits in the report (ascending)
 ORDER = 30
-# numbers that cannot be right (core/sanity.py): a forward+backward slower than the full
+# numbers that cannot be right (reporting/sanity.py): a forward+backward slower than the full
 # training step of the same point; an MFU against a ceiling of a path the model does not take;
 # the warm-up sweep's point without warm-up may have a std above its mean (that is its finding)
 SANITY = {
@@ -36,7 +36,7 @@ SANITY = {
     "benchmark_warmup": [{"kind": "std_above_mean", "skip_if": {"warmup_steps": 0}}],
 }
 
-# the parts of docs/questions.md this stage answers and how the report tells (core/coverage.py)
+# the parts of docs/questions.md this stage answers and how the report tells (reporting/coverage.py)
 QUESTIONS = {
     "benchmarking_script.b": {"evidence": ["latency_fp32", "bwd"], "needs": "gpu"},
     "benchmarking_script.c": {"evidence": ["warmup"], "needs": "gpu"},
@@ -45,7 +45,7 @@ QUESTIONS = {
     "ours.mfu": {"evidence": ["mfu_best", "mfu_table"], "needs": "gpu"},
 }
 
-# the numbers the comparison report puts side by side across machines (compare.py)
+# the numbers the comparison report puts side by side across machines (reporting/compare.py)
 COMPARE = {
     "benchmark": {
         "keys": ["size", "context_length", "mode", "precision", "compile", "attention", "engine"],

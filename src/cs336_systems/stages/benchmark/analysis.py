@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from cs336_systems.core import questions, sanity
-from cs336_systems.core.analysis import (
+from cs336_systems.core.costs import PATH_LABEL
+from cs336_systems.reporting import questions, sanity
+from cs336_systems.reporting.analysis import (
     SIZE_ORDER,
     failed_points,
     fmt,
@@ -27,7 +28,7 @@ from cs336_systems.core.analysis import (
 )
 from cs336_systems.stages.benchmark import answers
 from cs336_systems.stages.benchmark.figures import plot
-from cs336_systems.stages.benchmark.frames import (
+from cs336_systems.stages.benchmark.rows import (
     MODE_LABEL,
     WHY_FIRST_STEP,
     _eager_naive,
@@ -37,7 +38,6 @@ from cs336_systems.stages.benchmark.frames import (
     speedups,
     warmup_summary,
 )
-from cs336_systems.stages.benchmark.goal import goal_breakdown
 from cs336_systems.stages.benchmark.tables import engines_table
 
 # how other readers (the comparison report) read this stage's CSVs
@@ -361,7 +361,7 @@ def context(results_dir: Path) -> dict:
     s["mfu_missing"] = missing
     s["mfu_paths"] = sorted(
         {
-            f"{p}: {sanity.PATH_LABEL.get(path, path)}"
+            f"{p}: {PATH_LABEL.get(path, path)}"
             for p, path in zip(ran(df)["precision"], ran(df)["peak_path"], strict=True)
             if not str(path).startswith("missing")
         }
@@ -372,7 +372,7 @@ def context(results_dir: Path) -> dict:
         s["mfu_best"] = (
             f"{pct(best.mfu)} MFU ({sig(best.tflops)} TFLOP/s of a measured "
             f"{sig(best.peak_tflops)} TFLOP/s through "
-            f"{sanity.PATH_LABEL.get(best.peak_path, best.peak_path)}) "
+            f"{PATH_LABEL.get(best.peak_path, best.peak_path)}) "
             f"for `{best['size']}` at context {best.context_length}, {MODE_LABEL[best['mode']]}, "
             f"{best.precision}, {best['compile']}" + sanity.excluded(n_mfu_suspect)
         )
@@ -391,7 +391,7 @@ def context(results_dir: Path) -> dict:
             s["mfu_table"] = (
                 "_No training step has an MFU to show" + sanity.excluded(n_mfu_suspect) + "._"
             )
-        s["mfu_goal"] = goal_breakdown(d, load(results_dir, "ceilings"))
+        s["mfu_goal"] = answers.goal_breakdown(d, load(results_dir, "ceilings"))
     return s
 
 

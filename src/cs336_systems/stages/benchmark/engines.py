@@ -24,8 +24,8 @@ from cs336_systems.core.harness import (
     summarize,
     time_steps,
 )
-from cs336_systems.core.log import get_logger, point, status_level
 from cs336_systems.model import VOCAB_SIZE, build_model, size_spec
+from cs336_systems.planning.log import get_logger, point, status_level
 
 ENGINES = ("plain", "fast", "hf_gpt2")
 log = get_logger(__name__)

@@ -10,7 +10,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from cs336_systems.core.analysis import (
+from cs336_systems.reporting.analysis import (
     empty_figure,
     load,
     ok,
@@ -19,7 +19,7 @@ from cs336_systems.core.analysis import (
     save,
     sort_sizes,
 )
-from cs336_systems.stages.benchmark.frames import (
+from cs336_systems.stages.benchmark.rows import (
     MODE_LABEL,
     _eager_naive,
     backward_ratios,

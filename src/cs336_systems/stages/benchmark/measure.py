@@ -5,7 +5,6 @@ and within each step its phases (forward, backward, optimizer step: `fwd_ms_*`, 
     python -m cs336_systems.stages.benchmark run --size small --context-length 128 \
         --attention naive --compile eager,compiled --engines plain --block JSON ... --out X.csv
     python -m cs336_systems.stages.benchmark warmup --size small --block JSON ... --out W.csv
-    python -m cs336_systems.stages.benchmark aggregate --ceilings C.csv --out B.csv points/*.csv
 
 `--block`: the job's part of the stage's preset block as JSON (plan.py: `RUN_KNOBS`,
 `WARMUP_KNOBS`, as the rules pass them); a point's job takes its size, context, attention and
@@ -35,15 +34,14 @@ from cs336_systems.core.harness import (
     summarize,
     time_marked_steps,
 )
-from cs336_systems.core.knobs import add_block_argument, add_run_arguments
-from cs336_systems.core.log import configure, get_logger, point, status_level
-from cs336_systems.core.results import concat_csvs, provenance, write_csv
-from cs336_systems.core.sanity import flag
+from cs336_systems.core.results import provenance, write_csv
 from cs336_systems.core.workload import PHASE_SPANS, Workload, model_columns
 from cs336_systems.kernels.attention import attention_function
 from cs336_systems.model import VOCAB_SIZE, size_spec
-from cs336_systems.stages.benchmark.derived import add_mfu, model_rates, too_costly
+from cs336_systems.planning.knobs import add_block_argument, add_run_arguments
+from cs336_systems.planning.log import configure, get_logger, point, status_level
 from cs336_systems.stages.benchmark.engines import engine_rows
+from cs336_systems.stages.benchmark.mfu import model_rates, too_costly
 from cs336_systems.stages.benchmark.plan import RUN_KNOBS, WARMUP_KNOBS
 
 MODE_WHAT = {
@@ -328,10 +326,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     run.add_argument(
         "--ceilings", default="", help="the ceilings CSV: measured matmul rates per precision"
     )
-    agg = sub.add_parser("aggregate")
-    agg.add_argument("--ceilings", required=True)
-    agg.add_argument("--out", required=True)
-    agg.add_argument("inputs", nargs="+")
     args = ap.parse_args(argv)
     if args.out is None:
         ap.error("--out is required")
@@ -340,8 +334,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def with_knobs(args: argparse.Namespace) -> argparse.Namespace:
     """`args` with each knob of the job's block as the attribute the stage reads."""
-    if args.cmd == "aggregate":
-        return args
     k = args.block
     args.device = DEVICE
     args.batch_size = k.batch_size
@@ -363,19 +355,6 @@ def with_knobs(args: argparse.Namespace) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     configure("benchmark")
-
-    if args.cmd == "aggregate":
-        df = concat_csvs(args.inputs, args.out)
-        df = flag(add_mfu(df, pd.read_csv(args.ceilings)), "benchmark")
-        write_csv(df, args.out)
-        log.info(
-            "wrote %s: %d rows, %d not ok, %d suspect",
-            args.out,
-            len(df),
-            (df["status"] != "ok").sum(),
-            df["sanity"].str.startswith("suspect").sum(),
-        )
-        return
 
     device = pick_device(args.device)
     base = {**provenance(args.machine, args.preset, args.edition), "device": device.type}

@@ -10,8 +10,8 @@ import itertools
 from dataclasses import dataclass
 from typing import Literal
 
-from cs336_systems.core.config import Checker, Facts
-from cs336_systems.core.knobs import Knobs, knob
+from cs336_systems.planning.config import Checker, Facts
+from cs336_systems.planning.knobs import Knobs, knob
 
 Mode = Literal["forward", "forward_backward", "train_step"]
 Precision = Literal["fp32", "bf16"]
@@ -89,7 +89,7 @@ class BenchmarkKnobs(Knobs):
     warmup_sweep: WarmupSweep | None = knob("the warm-up sweep's jobs", default=None)
 
 
-# the stage's knobs: its config blocks are checked against their schema (core/config.py)
+# the stage's knobs: its config blocks are checked against their schema (planning/config.py)
 KNOBS = BenchmarkKnobs
 # what each job reads: a point's job every knob its points share (the job's compile list and
 # engines come from `compile_arg` and `engines_arg`); the warm-up sweep's its sweep and batch.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from cs336_systems.core.analysis import fmt, sort_sizes
+from cs336_systems.reporting.analysis import fmt, sort_sizes
 
 PIPELINED = ("pipelined_ms", "pipelined_mfu")
 

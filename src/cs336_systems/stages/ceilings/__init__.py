@@ -9,7 +9,7 @@ TITLE = "Machine ceilings"
 # where the section sits in the report (ascending)
 ORDER = 20
 
-# the numbers the comparison report puts side by side across machines (compare.py)
+# the numbers the comparison report puts side by side across machines (reporting/compare.py)
 COMPARE = {
     "ceilings": {
         "keys": ["kind", "dtype", "path"],

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from cs336_systems.core.analysis import load, md_table, plot_main, sig
-from cs336_systems.core.sanity import MODEL_PATH, PATH_LABEL
+from cs336_systems.core.costs import MODEL_PATH, PATH_LABEL
+from cs336_systems.reporting.analysis import load, md_table, plot_main, sig
 
 
 def peaks(results_dir: Path) -> dict[str, float]:

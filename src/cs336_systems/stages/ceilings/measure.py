@@ -21,9 +21,9 @@ import torch.nn.functional as F
 
 from cs336_systems.core.device import autocast, memory_shortfall
 from cs336_systems.core.harness import PointResult, device_time, run_point
-from cs336_systems.core.knobs import add_block_argument, add_run_arguments
-from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.core.results import provenance, write_csv
+from cs336_systems.planning.knobs import add_block_argument, add_run_arguments
+from cs336_systems.planning.log import configure, get_logger, point, status_level
 from cs336_systems.stages.ceilings.plan import CeilingsKnobs, sizes_of
 
 log = get_logger(__name__)

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from cs336_systems.core.config import Checker, Facts, device_memory
-from cs336_systems.core.knobs import Knobs, knob
+from cs336_systems.planning.config import Checker, Facts, device_memory
+from cs336_systems.planning.knobs import Knobs, knob
 
 BYTES = {"bf16": 2, "fp16": 2, "tf32": 4, "fp32": 4}
 Dtype = Literal["bf16", "tf32", "fp32", "fp16"]
@@ -48,7 +48,7 @@ class CeilingsKnobs(Knobs):
     )
 
 
-# the stage's knobs: its config blocks are checked against their schema (core/config.py)
+# the stage's knobs: its config blocks are checked against their schema (planning/config.py)
 KNOBS = CeilingsKnobs
 
 

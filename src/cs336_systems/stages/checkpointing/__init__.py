@@ -12,7 +12,7 @@ TITLE = "Activation checkpointing"
 # where the section sits in the report (ascending)
 ORDER = 65
 
-# the parts of docs/questions.md this stage answers and how the report tells (core/coverage.py)
+# the parts of docs/questions.md this stage answers and how the report tells (reporting/coverage.py)
 QUESTIONS = {
     "ours.saved_tensors": {"evidence": ["accounting.shape"]},
     "gradient_checkpointing.a": {"evidence": ["sketch", "nested"]},

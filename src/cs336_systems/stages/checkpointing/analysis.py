@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from cs336_systems.core import checkpoint_plans, costs
-from cs336_systems.core.analysis import (
+from cs336_systems.reporting.analysis import (
     empty_figure,
     fmt,
     load,

@@ -44,8 +44,6 @@ from cs336_systems.core.harness import (
     synchronize,
     time_steps,
 )
-from cs336_systems.core.knobs import add_block_argument, add_run_arguments
-from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.core.results import provenance, with_columns_first, write_csv
 from cs336_systems.model import (
     VOCAB_SIZE,
@@ -56,6 +54,8 @@ from cs336_systems.model import (
     make_optimizer,
     size_spec,
 )
+from cs336_systems.planning.knobs import add_block_argument, add_run_arguments
+from cs336_systems.planning.log import configure, get_logger, point, status_level
 from cs336_systems.profiling.saved_tensors import LiveTensorBytes, SavedTensorLog, compile_backend
 from cs336_systems.stages.checkpointing import plan as stage_plan
 from cs336_systems.stages.checkpointing.plan import ACCOUNTING_KNOBS, CheckpointingKnobs

@@ -3,7 +3,7 @@ config/stages/checkpointing.yaml) and what the workflow needs to plan (and check
 
 Pure functions of the preset block (no torch): the model's size table is read from model.py's
 source (``core.edition.size_table``), so a block size that does not divide the layer count
-is refused while planning, before any job, in the run's one-line form (core/config.py).
+is refused while planning, before any job, in the run's one-line form (planning/config.py).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from cs336_systems.core.edition import DEFAULT_EDITION, size_table
-from cs336_systems.core.knobs import Knobs, knob
+from cs336_systems.planning.edition import DEFAULT_EDITION, size_table
+from cs336_systems.planning.knobs import Knobs, knob
 
 NESTED = ("sqrt", "halving", "chain")
 
@@ -70,7 +70,7 @@ class CheckpointingKnobs(Knobs):
     )
 
 
-# the stage's knobs: its config blocks are checked against their schema (core/config.py)
+# the stage's knobs: its config blocks are checked against their schema (planning/config.py)
 KNOBS = CheckpointingKnobs
 # what the accounting job reads: a change to the strategies' knobs leaves it as it was
 ACCOUNTING_KNOBS = CheckpointingKnobs.part("accounting")
@@ -129,7 +129,7 @@ def problems(cfg: dict, edition: int = DEFAULT_EDITION) -> list[tuple[tuple, obj
 
 
 def check(cfg: dict, at, facts=None) -> None:
-    """The stage's checks for core/config.py's check_run (`at` collects problems under the
+    """The stage's checks for planning/config.py's check_run (`at` collects problems under the
     block's path)."""
     edition = facts.edition if facts is not None else DEFAULT_EDITION
     for path, value, allowed in problems(cfg, edition):

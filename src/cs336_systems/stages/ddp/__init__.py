@@ -9,7 +9,7 @@ TITLE = "Data-parallel training and optimizer-state sharding"
 # where the section sits in the report (ascending)
 ORDER = 100
 
-# the parts of docs/questions.md this stage answers and how the report tells (core/coverage.py)
+# the parts of docs/questions.md this stage answers and how the report tells (reporting/coverage.py)
 QUESTIONS = {
     "naive_ddp_benchmarking": {"evidence": ["q23"], "needs": "gpus:2"},
     "minimal_ddp_flat_benchmarking": {"evidence": ["q24"], "needs": "gpus:2"},
@@ -25,7 +25,7 @@ QUESTIONS = {
     "optimizer_state_sharding_accounting.c": {"evidence": ["memory_table"], "needs": "gpus:2"},
 }
 
-# the numbers the comparison report puts side by side across machines (compare.py)
+# the numbers the comparison report puts side by side across machines (reporting/compare.py)
 COMPARE = {
     "ddp": {
         "keys": ["kind", "variant", "bucket_size_mb", "world_size", "size", "context_length"],

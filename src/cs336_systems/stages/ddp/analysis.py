@@ -21,10 +21,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from cs336_systems.core import sanity
-from cs336_systems.core.analysis import (
+from cs336_systems.core.costs import MiB
+from cs336_systems.parallel.ddp import optimal_bucket, overhead_model
+from cs336_systems.reporting import sanity
+from cs336_systems.reporting.analysis import (
     empty_figure,
     failed_points,
+    fit_latency_bandwidth,
     fmt,
     load,
     mark_suspect,
@@ -36,10 +39,8 @@ from cs336_systems.core.analysis import (
     save,
     stacked_bars,
 )
-from cs336_systems.core.costs import MiB, fit_latency_bandwidth
-from cs336_systems.parallel.ddp import optimal_bucket, overhead_model
+from cs336_systems.stages.ddp.answers import _one, bucket_vs_overlap, peer_sentence
 from cs336_systems.stages.ddp.peer import BUCKET_MB as PEER_BUCKET_MB
-from cs336_systems.stages.ddp.peer import peer_sentence
 
 PARTS = [("fwd_bwd", "forward+backward"), ("comm", "gradient sync"), ("opt", "optimizer step")]
 
@@ -58,11 +59,6 @@ def _variants(df: pd.DataFrame) -> pd.DataFrame:
     if len(df) == 0 or "kind" not in df:
         return pd.DataFrame()
     return df[df["kind"] == "variants"].copy()
-
-
-def _one(d: pd.DataFrame, variant: str) -> pd.Series | None:
-    rows = ok(d)[ok(d)["variant"] == variant]
-    return rows.iloc[0] if len(rows) else None
 
 
 def _suspect(d: pd.DataFrame, variant: str) -> bool:
@@ -150,82 +146,6 @@ def bucket_table(df: pd.DataFrame, fit: dict | None) -> pd.DataFrame:
             row["model step (ms)"] = base.step_ms_mean + over * 1e3
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-def _and(items) -> str:
-    """'a', 'a and b', 'a, b and c'."""
-    items = list(items)
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
-
-
-def _span_ms(values: pd.Series) -> str:
-    lo, hi = float(values.min()), float(values.max())
-    return f"{fmt(lo)} ms" if fmt(lo) == fmt(hi) else f"{fmt(lo)}–{fmt(hi)} ms"
-
-
-def bucket_vs_overlap(d: pd.DataFrame) -> list[str]:
-    """The bucketed runs against each other and against per-parameter overlap (runs that passed
-    the checks): their step times' spread, each gap to overlap beside the step std, the sync
-    left after backward, and apart the bucket sizes with one tensor per bucket, as overlap."""
-    good = ok(d)
-    b = good[good["variant"] == "bucketed"].sort_values("bucket_size_mb")
-    o = _one(d, "overlap")
-    out: list[str] = []
-    if len(b) == 0:
-        return out
-    sizes = ", ".join(f"{x:g}" for x in b["bucket_size_mb"])
-    if len(b) > 1:
-        spread = float(b["step_ms_mean"].max() - b["step_ms_mean"].min())
-        out.append(
-            f"The {len(b)} bucket sizes ({sizes} MiB) take {_span_ms(b['step_ms_mean'])} per "
-            f"step, within {fmt(spread)} ms of each other (step std {_span_ms(b['step_ms_std'])})."
-        )
-    if o is None:
-        return out
-    gap = b["step_ms_mean"] - o.step_ms_mean
-    noise = float(max(b["step_ms_std"].max(), o.step_ms_std))
-    lo, hi = float(gap.min()), float(gap.max())
-    every = "Every bucket size is" if len(b) > 1 else f"The {sizes} MiB run is"
-    overlap = f"per-parameter overlap ({fmt(o.step_ms_mean)} ms)"
-    if lo > 0:
-        text = f"{every} slower than {overlap}, by {_span_ms(gap)}"
-    elif hi < 0:
-        text = f"{every} faster than {overlap}, by {_span_ms(-gap)}"
-    else:
-        text = (
-            f"Against {overlap} the bucket sizes range from {fmt(-lo)} ms faster to "
-            f"{fmt(hi)} ms slower"
-        )
-    beyond = (
-        "every gap larger than the step std of either run"
-        if float(gap.abs().min()) > noise
-        else "not every gap larger than the runs' step std"
-    )
-    out.append(f"{text} ({beyond}, at most {fmt(noise)} ms).")
-    left = ", ".join(
-        f"{x:g} MiB {fmt(c)} ms"
-        for x, c in zip(b["bucket_size_mb"], b["comm_ms_mean"], strict=True)
-    )
-    out.append(f"Sync left after backward: {left}, against {fmt(o.comm_ms_mean)} ms for overlap.")
-    one = b[b["num_buckets"] == b["num_grad_tensors"]]
-    if len(one):
-        n = int(one["num_buckets"].iloc[0])
-        extra = one["comm_ms_mean"] - o.comm_ms_mean
-        text = (
-            f"With {_and(f'{x:g}' for x in one['bucket_size_mb'])} MiB buckets each bucket holds "
-            f"one gradient tensor ({n} buckets for {n} tensors), the same {n} all-reduces "
-            f"overlap sends, yet {_and(fmt(x) for x in one['comm_ms_mean'])} ms are left after "
-            f"backward against {fmt(o.comm_ms_mean)} ms"
-        )
-        if (extra > 0).all():
-            text += (
-                f": {_and(fmt(x) for x in extra)} ms more, "
-                f"{_and(fmt(x / n * 1e3) for x in extra)} us per bucket, spent after backward "
-                "on what the bucketed wrapper does there per bucket (it waits for the bucket's "
-                "all-reduce and copies the result back into the gradients; overlap only waits)"
-            )
-        out.append(text + ".")
-    return out
 
 
 def _shown_buckets(bt: pd.DataFrame) -> str:

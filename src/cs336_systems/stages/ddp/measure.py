@@ -36,10 +36,10 @@ from pathlib import Path
 
 from cs336_systems.core.costs import MiB
 from cs336_systems.core.harness import StepClock, synchronize, time_marked_steps
-from cs336_systems.core.knobs import add_block_argument, add_run_arguments, block_text
-from cs336_systems.core.log import get_logger, point, status_level
 from cs336_systems.core.workload import rank_batch
 from cs336_systems.parallel.launch import summarize_slowest
+from cs336_systems.planning.knobs import add_block_argument, add_run_arguments, block_text
+from cs336_systems.planning.log import get_logger, point, status_level
 from cs336_systems.profiling.overlap import profile_step
 from cs336_systems.stages.ddp.peer import BUCKET_MB as PEER_BUCKET_MB
 from cs336_systems.stages.ddp.peer import TorchDDP

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from cs336_systems.core.config import Checker, Facts, check_launcher
-from cs336_systems.core.knobs import Env, Knobs, Launcher, knob
+from cs336_systems.planning.config import Checker, Facts, check_launcher
+from cs336_systems.planning.knobs import Env, Knobs, Launcher, knob
 
 Variant = Literal["naive", "flat", "overlap", "bucketed", "torch_ddp"]
 
@@ -45,7 +45,7 @@ class DdpKnobs(Knobs):
     timeout_s: float = knob("seconds a launch may take", exclusiveMinimum=0)
 
 
-# the stage's knobs: its config blocks are checked against their schema (core/config.py)
+# the stage's knobs: its config blocks are checked against their schema (planning/config.py)
 KNOBS = DdpKnobs
 
 

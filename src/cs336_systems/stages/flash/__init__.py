@@ -9,13 +9,13 @@ TITLE = "FlashAttention-2"
 # where the section sits in the report (ascending)
 ORDER = 80
 
-# the parts of docs/questions.md this stage answers and how the report tells (core/coverage.py)
+# the parts of docs/questions.md this stage answers and how the report tells (reporting/coverage.py)
 QUESTIONS = {
     "flash_benchmarking.a": {"evidence": ["speedups", "tflops"], "needs": "gpu"},
     "flash_leaderboard": {"evidence": ["leaderboard.available"], "needs": "gpu"},
     "ours.flash_leaderboard": {"evidence": ["leaderboard.available"], "needs": "gpu"},
 }
-# numbers that cannot be right (core/sanity.py): a TFLOP/s above this machine's measured
+# numbers that cannot be right (reporting/sanity.py): a TFLOP/s above this machine's measured
 # matmul peak for the dtype (attention is matmuls plus cheaper work: it cannot beat them)
 SANITY = {
     "flash": [
@@ -38,7 +38,7 @@ SANITY = {
     ],
 }
 
-# the numbers the comparison report puts side by side across machines (compare.py)
+# the numbers the comparison report puts side by side across machines (reporting/compare.py)
 COMPARE = {
     "flash": {
         "keys": ["grid", "impl", "dtype", "d_head", "seq_len"],

@@ -10,8 +10,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from cs336_systems.core import sanity
-from cs336_systems.core.analysis import (
+from cs336_systems.reporting import sanity
+from cs336_systems.reporting.analysis import (
     empty_figure,
     faster_or_slower,
     fmt,
@@ -22,7 +22,7 @@ from cs336_systems.core.analysis import (
     sig,
     status_counts,
 )
-from cs336_systems.core.analysis import ok as trusted
+from cs336_systems.reporting.analysis import ok as trusted
 from cs336_systems.stages.flash import answers
 from cs336_systems.stages.flash.rounds import ROUNDS_MS, parse_rounds
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from cs336_systems.core.analysis import fmt, plural
+from cs336_systems.reporting.analysis import fmt, plural
 
 HOST_RATIO = 1.25
 # the most host time one forward+backward call of ours took on our H100 hosts (0.30-0.58 ms,

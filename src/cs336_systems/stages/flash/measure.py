@@ -34,9 +34,9 @@ import torch
 
 from cs336_systems.core import costs as flops
 from cs336_systems.core.harness import device_time, is_oom, release_memory, short_reason, timer_name
-from cs336_systems.core.knobs import add_block_argument, add_run_arguments
-from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.core.results import provenance, verdicts, write_csv
+from cs336_systems.planning.knobs import add_block_argument, add_run_arguments
+from cs336_systems.planning.log import configure, get_logger, point, status_level
 from cs336_systems.stages.flash.plan import (
     LEADERBOARD_KNOBS,
     SWEEP_KNOBS,
@@ -425,7 +425,7 @@ def run(
     fns: dict = {}
     extra: dict = {}
     if "flash_triton" in impls and device.type == "cuda" and gate_passed("flash_triton", verdicts):
-        from cs336_systems.kernels.flash_triton_launch import precompile
+        from cs336_systems.kernels.triton.launch import precompile
 
         done = precompile(dtypes=(dtype,), head_dims=tuple(head_dims), causal=(True,))
         extra["triton_precompile_s"] = done["seconds"]

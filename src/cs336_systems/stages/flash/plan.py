@@ -7,10 +7,10 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from cs336_systems.core.config import Checker, Facts, head_dim_problem
-from cs336_systems.core.knobs import Knobs, knob
+from cs336_systems.planning.config import Checker, Facts, head_dim_problem
+from cs336_systems.planning.knobs import Knobs, knob
 
-# our Triton kernel's largest head dim (kernels/flash_triton_common.py:MAX_HEAD_DIM; a test keeps them
+# our Triton kernel's largest head dim (kernels/triton/common.py:MAX_HEAD_DIM; a test keeps them
 # equal); SDPA's CUDA backends need multiples of 8
 MAX_HEAD_DIM = 128
 
@@ -116,7 +116,7 @@ class FlashKnobs(Knobs):
     leaderboard: Leaderboard | None = knob("the leaderboard point", default=None)
 
 
-# the stage's knobs: its config blocks are checked against their schema (core/config.py)
+# the stage's knobs: its config blocks are checked against their schema (planning/config.py)
 KNOBS = FlashKnobs
 # what each job reads: the timing, caps, tiles and precision every job shares, and its own grid
 # (a dtype's sweep: the sweep's axes; the target's and the leaderboard's: their blocks). A value

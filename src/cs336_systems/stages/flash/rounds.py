@@ -59,7 +59,7 @@ def add_rounds(rows: list[dict], fns: dict[str, Callable], shape: tuple[int, ...
     name), on the inputs the point's own measurements used, written into the rows; a failure
     (OOM, an error) is their `rounds_status`, never raised."""
     from cs336_systems.core.harness import is_oom, release_memory, short_reason
-    from cs336_systems.core.log import get_logger, status_level
+    from cs336_systems.planning.log import get_logger, status_level
 
     impls = {row["impl"]: fns[row["impl"]] for row in rows}
     try:

@@ -10,7 +10,7 @@ TITLE = "Fully sharded data parallel (FSDP)"
 # where the section sits in the report (ascending): right after DDP
 ORDER = 105
 
-# the parts of docs/questions.md this stage answers and how the report tells (core/coverage.py)
+# the parts of docs/questions.md this stage answers and how the report tells (reporting/coverage.py)
 QUESTIONS = {
     "fsdp_accounting.a": {"evidence": ["q32"], "needs": "gpus:2"},
     "fsdp_accounting.b": {"evidence": ["q33"], "needs": "gpus:2"},

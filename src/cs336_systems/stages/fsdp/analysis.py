@@ -7,7 +7,7 @@ measured peaks; (b) whether the weight all-gathers finish in time comes from the
 the all-gather time on the timeline and the share of it that ran while compute ran
 (`profiling/overlap.py`), with fp32 and bf16 compute, units of a block and of a layer, and the
 part of the step the GPU ran anything at all (a step whose GPU idles is host-bound, whatever its
-communication does) and the time compute waited for a gather; q33.py writes those sentences,
+communication does) and the time compute waited for a gather; answers.py writes those sentences,
 rows.py holds what both read. Memory in MiB (2^20 bytes).
 """
 
@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from cs336_systems.core import sanity
-from cs336_systems.core.analysis import (
+from cs336_systems.core.costs import MiB, fsdp_saving_vs_optimizer_sharding
+from cs336_systems.reporting import sanity
+from cs336_systems.reporting.analysis import (
     failed_points,
     fmt,
     load,
@@ -30,17 +31,17 @@ from cs336_systems.core.analysis import (
     plot_main,
     ran,
 )
-from cs336_systems.core.costs import MiB, fsdp_saving_vs_optimizer_sharding, training_state_bytes
-from cs336_systems.stages.fsdp.q33 import q33
+from cs336_systems.stages.fsdp.answers import q33
+from cs336_systems.stages.fsdp.figures import draw
 from cs336_systems.stages.fsdp.rows import (
     LABELS,
-    SCHEME,
     _busy,
     _label,
     _left_out,
     _missing,
     _num,
     _row,
+    analytic,
 )
 
 WAITED = "compute waited for all-gathers (ms)"  # (GPU runs that measured it)
@@ -115,43 +116,6 @@ def memory_table(df: pd.DataFrame, measured: bool) -> pd.DataFrame:
     for r, flag in zip(d.itertuples(), sanity.is_suspect(d), strict=True):
         out[_label(r.variant, flag)] = [getattr(r, col, math.nan) for col, _ in rows]
     return pd.DataFrame(out)
-
-
-def analytic(df: pd.DataFrame, shown: bool = False) -> pd.DataFrame:
-    """Per scheme: the analytic state bytes per rank beside the measured held bytes; runs that
-    passed the sanity checks, or with `shown` (the report's table) every run that ran, a suspect
-    one's name marked."""
-    d = ran(df) if shown else ok(df)
-    if not len(d):
-        return pd.DataFrame()
-    w = int(d.iloc[0].world_size)
-    flags = sanity.is_suspect(d)
-    rows = []
-    extra = (("ddp_bf16", "ddp"), ("fsdp_bf16", "fsdp"), ("fsdp_layer", "fsdp"))
-    compiled = (
-        ("ddp_bf16_compiled", "ddp"),
-        ("fsdp_bf16_compiled", "fsdp"),
-        ("ddp_bf16_graphed", "ddp"),
-        ("fsdp_bf16_graphed", "fsdp"),
-    )
-    for variant, scheme in (*SCHEME.items(), *extra, ("fsdp_bf16_layer", "fsdp"), *compiled):
-        these = d[d["variant"] == variant]
-        if not len(these):
-            continue
-        r = these.iloc[0]
-        s, rep = int(r.sharded_params), int(r.replicated_params)
-        expect = training_state_bytes(s, rep, w, scheme) / MiB
-        pad = 16 * _num(r, "fsdp_pad_elems") / MiB if scheme == "fsdp" else 0.0
-        expect += 0.0 if math.isnan(pad) else pad
-        rows.append(
-            {
-                "run": _label(variant, flags[these.index[0]]),
-                "analytic (MiB)": expect,
-                "measured, tensors held (MiB)": float(r.held_mb),
-                "measured − analytic (MiB)": float(r.held_mb) - expect,
-            }
-        )
-    return pd.DataFrame(rows)
 
 
 def _setup(first: pd.Series) -> str:
@@ -306,8 +270,6 @@ def context(results_dir: Path) -> dict:
 
 def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
     """The section's figures (stages/fsdp/figures.py)."""
-    from cs336_systems.stages.fsdp.figures import draw
-
     return draw(results_dir, fig_dir)
 
 

@@ -8,8 +8,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from cs336_systems.core.analysis import empty_figure, load, ok, save, stacked_bars
-from cs336_systems.stages.fsdp.analysis import LABELS, analytic
+from cs336_systems.reporting.analysis import empty_figure, load, ok, save, stacked_bars
+from cs336_systems.stages.fsdp.rows import LABELS, analytic
 
 
 def draw(results_dir: Path, fig_dir: Path) -> list[Path]:

@@ -59,10 +59,10 @@ from typing import get_args
 
 from cs336_systems.core.costs import MiB
 from cs336_systems.core.harness import StepClock, Stopwatch, synchronize, time_marked_steps
-from cs336_systems.core.knobs import add_block_argument, add_run_arguments, block_text
-from cs336_systems.core.log import get_logger, point, status_level
 from cs336_systems.core.workload import rank_batch
 from cs336_systems.parallel.launch import stage_command, summarize_slowest
+from cs336_systems.planning.knobs import add_block_argument, add_run_arguments, block_text
+from cs336_systems.planning.log import get_logger, point, status_level
 from cs336_systems.profiling.overlap import profile_step
 from cs336_systems.stages.fsdp.plan import FsdpKnobs, Variant
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from cs336_systems.core.config import Checker, Facts
-from cs336_systems.core.knobs import Env, Knobs, knob
+from cs336_systems.planning.config import Checker, Facts
+from cs336_systems.planning.knobs import Env, Knobs, knob
 
 # the variants, in the order a run measures them (measure.py's docstring says what each is)
 Variant = Literal[
@@ -50,7 +50,7 @@ class FsdpKnobs(Knobs):
     timeout_s: float = knob("seconds the launch may take", exclusiveMinimum=0)
 
 
-# the stage's knobs: its config blocks are checked against their schema (core/config.py)
+# the stage's knobs: its config blocks are checked against their schema (planning/config.py)
 KNOBS = FsdpKnobs
 
 

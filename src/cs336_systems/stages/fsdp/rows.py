@@ -1,6 +1,6 @@
 """The `fsdp` stage's runs as the report reads them: labels, constants, one run's row and its
 numbers, the runs a sentence must leave out (suspect) and the profiled step's busy and exposed
-shares. Used by analysis.py (tables, Q32) and q33.py (Q33's sentences)."""
+shares. Used by analysis.py (tables, Q32), answers.py (Q33's sentences) and figures.py."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import math
 
 import pandas as pd
 
-from cs336_systems.core import sanity
-from cs336_systems.core.analysis import mark_suspect, ok, ran
+from cs336_systems.core.costs import MiB, training_state_bytes
+from cs336_systems.reporting import sanity
+from cs336_systems.reporting.analysis import mark_suspect, ok, ran
 
 LABELS = {
     "ddp": "DDP",
@@ -84,3 +85,40 @@ def _exposed(r: pd.Series) -> float:
     of the subtraction clipped at 0)."""
     t = _num(r, "prof_all_gather_ms") - _num(r, "prof_all_gather_overlapped_ms")
     return t if math.isnan(t) or t > 1e-6 else 0.0
+
+
+def analytic(df: pd.DataFrame, shown: bool = False) -> pd.DataFrame:
+    """Per scheme: the analytic state bytes per rank beside the measured held bytes; runs that
+    passed the sanity checks, or with `shown` (the report's table) every run that ran, a suspect
+    one's name marked."""
+    d = ran(df) if shown else ok(df)
+    if not len(d):
+        return pd.DataFrame()
+    w = int(d.iloc[0].world_size)
+    flags = sanity.is_suspect(d)
+    rows = []
+    extra = (("ddp_bf16", "ddp"), ("fsdp_bf16", "fsdp"), ("fsdp_layer", "fsdp"))
+    compiled = (
+        ("ddp_bf16_compiled", "ddp"),
+        ("fsdp_bf16_compiled", "fsdp"),
+        ("ddp_bf16_graphed", "ddp"),
+        ("fsdp_bf16_graphed", "fsdp"),
+    )
+    for variant, scheme in (*SCHEME.items(), *extra, ("fsdp_bf16_layer", "fsdp"), *compiled):
+        these = d[d["variant"] == variant]
+        if not len(these):
+            continue
+        r = these.iloc[0]
+        s, rep = int(r.sharded_params), int(r.replicated_params)
+        expect = training_state_bytes(s, rep, w, scheme) / MiB
+        pad = 16 * _num(r, "fsdp_pad_elems") / MiB if scheme == "fsdp" else 0.0
+        expect += 0.0 if math.isnan(pad) else pad
+        rows.append(
+            {
+                "run": _label(variant, flags[these.index[0]]),
+                "analytic (MiB)": expect,
+                "measured, tensors held (MiB)": float(r.held_mb),
+                "measured − analytic (MiB)": float(r.held_mb) - expect,
+            }
+        )
+    return pd.DataFrame(rows)

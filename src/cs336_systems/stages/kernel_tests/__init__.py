@@ -9,7 +9,7 @@ TITLE = "Kernel tests"
 # where the section sits in the report (ascending)
 ORDER = 10
 
-# the parts of docs/questions.md this stage answers and how the report tells (core/coverage.py)
+# the parts of docs/questions.md this stage answers and how the report tells (reporting/coverage.py)
 QUESTIONS = {
     "flash_forward.a": {"evidence": ["verdicts.flash_pytorch"]},
     "flash_forward.b": {"evidence": ["verdicts.flash_triton"]},

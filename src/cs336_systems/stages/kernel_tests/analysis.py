@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from cs336_systems.core.analysis import empty_figure, load, md_table, plot_main, save
+from cs336_systems.reporting.analysis import empty_figure, load, md_table, plot_main, save
 
 OUTCOMES = ["passed", "failed", "error", "skipped"]
 COLORS = {"passed": "tab:green", "failed": "tab:red", "error": "tab:purple", "skipped": "0.7"}

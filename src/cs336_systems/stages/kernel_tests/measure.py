@@ -26,9 +26,9 @@ from pathlib import Path
 import pandas as pd
 
 from cs336_systems.core.harness import Stopwatch
-from cs336_systems.core.knobs import add_block_argument, add_run_arguments
-from cs336_systems.core.log import configure, get_logger
 from cs336_systems.core.results import provenance, verdicts, write_csv
+from cs336_systems.planning.knobs import add_block_argument, add_run_arguments
+from cs336_systems.planning.log import configure, get_logger
 from cs336_systems.stages.kernel_tests.plan import (  # noqa: F401 (MAX_AUTO_WORKERS)
     MAX_AUTO_WORKERS,
     KernelTestsKnobs,

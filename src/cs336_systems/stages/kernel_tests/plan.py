@@ -13,8 +13,8 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from cs336_systems.core.config import Checker, Facts
-from cs336_systems.core.knobs import Knobs, knob
+from cs336_systems.planning.config import Checker, Facts
+from cs336_systems.planning.knobs import Knobs, knob
 
 # the most xdist workers `auto` starts: more compete for one GPU and its compiler threads
 MAX_AUTO_WORKERS = 16
@@ -52,7 +52,7 @@ class KernelTestsKnobs(Knobs):
     )
 
 
-# the stage's knobs: its config blocks are checked against their schema (core/config.py)
+# the stage's knobs: its config blocks are checked against their schema (planning/config.py)
 KNOBS = KernelTestsKnobs
 
 

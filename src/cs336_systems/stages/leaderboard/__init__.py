@@ -9,5 +9,5 @@ TITLE = "The full-step leaderboard (2026)"
 # after FSDP (105)
 ORDER = 107
 
-# the parts of docs/questions.md this stage answers and how the report tells (core/coverage.py)
+# the parts of docs/questions.md this stage answers and how the report tells (reporting/coverage.py)
 QUESTIONS = {"leaderboard": {"evidence": ["q37"], "needs": "gpus:2"}}

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from cs336_systems.core.analysis import (
+from cs336_systems.reporting.analysis import (
     empty_figure,
     failed_points,
     fmt,
@@ -23,9 +23,9 @@ from cs336_systems.core.analysis import (
     ran,
     save,
 )
-from cs336_systems.core.sanity import is_suspect
-from cs336_systems.stages.leaderboard.ablation import pins_checkpointing
+from cs336_systems.reporting.sanity import is_suspect
 from cs336_systems.stages.leaderboard.measure import with_path_mfu
+from cs336_systems.stages.leaderboard.plan import pins_checkpointing
 
 # the compute parts of a profiled step (engine/leaderboard_rules.py classify), then what adds the rest of
 # its wall time: communication no compute hid, and the GPU idle (GPU); or the host's (CPU)
@@ -48,7 +48,7 @@ def _label(r) -> str:
 
 
 def results_table(d: pd.DataFrame) -> pd.DataFrame:
-    """Every run that ran; a rate the sanity checks doubt (core/sanity.py) carries the flag."""
+    """Every run that ran; a rate the sanity checks doubt (reporting/sanity.py) carries the flag."""
     rows = []
     doubted = is_suspect(d, "rate")
     for i, r in d.iterrows():

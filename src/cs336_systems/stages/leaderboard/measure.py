@@ -30,14 +30,9 @@ import argparse
 import math
 from pathlib import Path
 
-from cs336_systems.core.knobs import add_block_argument, add_run_arguments, block_text
-from cs336_systems.core.log import get_logger, point, status_level
-from cs336_systems.stages.leaderboard.ablation import (
-    ABLATIONS,
-    engine_checkpointing,
-    pins_checkpointing,
-)
-from cs336_systems.stages.leaderboard.plan import LeaderboardKnobs
+from cs336_systems.planning.knobs import add_block_argument, add_run_arguments, block_text
+from cs336_systems.planning.log import get_logger, point, status_level
+from cs336_systems.stages.leaderboard.plan import ABLATIONS, LeaderboardKnobs, pins_checkpointing
 
 log = get_logger(__name__)
 PLANS = ("full", "reduced", "ablation")
@@ -48,14 +43,28 @@ STEP_RANGE = "leaderboard_step"  # the profiled step's record_function range
 BREAKDOWN_VERSION = 2
 
 
+def engine_checkpointing(path: str) -> str:
+    """The checkpointing the full configuration's engine row ran, from the stage's runs CSV
+    (empty when that row did not run)."""
+    if not path or not Path(path).exists():
+        return ""
+    from cs336_systems.core.results import read_csv
+
+    df = read_csv(path)
+    if "checkpointing" not in df:
+        return ""
+    rows = df[(df["config"] == "full") & (df["variant"] == "engine") & (df["status"] == "ok")]
+    return str(rows["checkpointing"].iloc[0]) if len(rows) else ""
+
+
 def peak_tflops(path: str | Path | None, matmul_path: str = "matmul") -> float:
     """The ceilings stage's measured bf16 TFLOP/s through `matmul_path` (`matmul`: bf16
     weights, a plain bf16 matmul; `autocast_linear`: fp32 weights under bf16 autocast), NaN if
     absent."""
     if not path or not Path(path).exists():
         return math.nan
+    from cs336_systems.core.costs import matmul_peaks
     from cs336_systems.core.results import read_csv
-    from cs336_systems.core.sanity import matmul_peaks
 
     return matmul_peaks(read_csv(path), matmul_path).get("bf16", math.nan)
 

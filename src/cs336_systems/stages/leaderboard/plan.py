@@ -1,6 +1,8 @@
 """The leaderboard stage's knobs (`LeaderboardKnobs`, one per preset block of
-config/stages/leaderboard.yaml), what the workflow checks in a block beyond its schema, and the
-time budget's estimate of its reduced configuration (`reduced_seconds`; no torch)."""
+config/stages/leaderboard.yaml), its ablation rows (`ABLATIONS`: the engine with one
+optimization off, each row at the engine row's checkpointing), what the workflow checks in a
+block beyond its schema, and the time budget's estimate of its reduced configuration
+(`reduced_seconds`). Standard library only."""
 
 from __future__ import annotations
 
@@ -8,11 +10,33 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from cs336_systems.core.config import Checker, Facts
-from cs336_systems.core.knobs import Env, Knobs, knob
-from cs336_systems.stages.leaderboard.ablation import ABLATIONS
+from cs336_systems.planning.config import Checker, Facts
+from cs336_systems.planning.knobs import Env, Knobs, knob
 
-# an ablation row: the engine with one optimization off (ablation.py's ABLATIONS, in its order)
+# the engine with one optimization turned off: the EngineOptions each row changes
+ABLATIONS: dict[str, dict] = {
+    "attention_ours": {"attention": "flash_triton"},  # our FlashAttention-2, not measured against
+    "attention_cudnn": {"attention": "sdpa_cudnn"},  # SDPA's cuDNN, not measured against ours
+    "sdpa": {"attention": "sdpa"},  # PyTorch's SDPA (its own backend choice)
+    "plain_loss": {"loss": "plain"},  # full logits and F.cross_entropy instead of the fused loss
+    "fsdp_per_layer": {"fsdp_units": "layer"},  # FSDP units of one Linear instead of a block
+    "no_prefetch": {"prefetch": False},  # each gather when its unit runs
+    "whole_blocks": {"selective": False},  # auto checkpointing of whole blocks only
+    "every_1": {"checkpoint": "every_1"},  # every block checkpointed alone
+    "every_2": {"checkpoint": "every_2"},  # pairs of blocks checkpointed
+    "no_compile": {"compile": False},  # eager blocks
+}
+
+
+def pins_checkpointing(ablation: str, pinned: str) -> bool:
+    """Whether an ablation row runs the engine row's checkpointing `pinned` (every row but those
+    whose change is the checkpointing itself): a plan chosen afresh per row would move with the
+    free memory and the measured block bytes, and the row's difference would mix two changes."""
+    changes = ABLATIONS.get(ablation, {})
+    return bool(pinned) and pinned != "auto" and not {"checkpoint", "selective"} & set(changes)
+
+
+# an ablation row: the engine with one optimization off (ABLATIONS, in its order)
 Ablation = Literal[tuple(ABLATIONS)]
 
 
@@ -54,7 +78,7 @@ class LeaderboardKnobs(Knobs):
     timeout_s: float = knob("seconds a launch may take", exclusiveMinimum=0)
 
 
-# the stage's knobs: its config blocks are checked against their schema (core/config.py)
+# the stage's knobs: its config blocks are checked against their schema (planning/config.py)
 KNOBS = LeaderboardKnobs
 
 
@@ -78,16 +102,15 @@ LEADERBOARD_REDUCED_S = 180.0
 LEADERBOARD_COMPILE_S = 24.0
 
 
-def reduced_seconds(cfg: Mapping, bf16_flops_per_s: float) -> float:
+def reduced_seconds(cfg: Mapping, step_flops, bf16_flops_per_s: float) -> float:
     """The time budget's estimate (budget/) of the reduced configuration's run on one GPU that
-    reaches `bf16_flops_per_s` in a model step, in seconds after its job starts."""
+    reaches `bf16_flops_per_s` in a model step, in seconds after its job starts; `step_flops(
+    vocab, d_model, num_layers, d_ff, batch, context_length)` counts a training step's FLOPs."""
     layers = cfg.get("reduced_layers", 0)
     if not layers:
         return LEADERBOARD_REDUCED_S
-    from cs336_systems.core.costs import train_step_flops  # numpy, pandas: only when asked
-
-    flops = train_step_flops(cfg["vocab"], cfg["d_model"], layers, cfg["d_ff"],
-                             cfg["batch"], cfg["context_length"])  # fmt: skip
+    flops = step_flops(cfg["vocab"], cfg["d_model"], layers, cfg["d_ff"], cfg["batch"],
+                       cfg["context_length"])  # fmt: skip
     step_s = flops / bf16_flops_per_s
     steps = cfg["warmup_steps"] + cfg["measure_steps"] + 2  # + the profiled step and the first
     return LEADERBOARD_COMPILE_S + steps * step_s

@@ -9,7 +9,7 @@ TITLE = "Memory"
 # where the section sits in the report (ascending)
 ORDER = 60
 
-# the parts of docs/questions.md this stage answers and how the report tells (core/coverage.py)
+# the parts of docs/questions.md this stage answers and how the report tells (reporting/coverage.py)
 QUESTIONS = {
     "memory_profiling.a": {"evidence": ["timelines"], "needs": "gpu"},
     "memory_profiling.b": {"evidence": ["peak_table"], "needs": "gpu"},
@@ -18,7 +18,7 @@ QUESTIONS = {
     "memory_profiling.e": {"evidence": ["alloc_table", "alloc_sentence"], "needs": "gpu"},
     "memory_profiling.f": {"evidence": ["y2026.block_sentences"]},
 }
-# numbers that cannot be right (core/sanity.py): a step's peak below the parameters it holds
+# numbers that cannot be right (reporting/sanity.py): a step's peak below the parameters it holds
 SANITY = {
     "memory": [
         {
@@ -30,7 +30,7 @@ SANITY = {
     ],
 }
 
-# the numbers the comparison report puts side by side across machines (compare.py)
+# the numbers the comparison report puts side by side across machines (reporting/compare.py)
 COMPARE = {
     "memory": {
         "keys": ["size", "context_length", "mode", "precision", "checkpoint"],

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from cs336_systems.core.analysis import (
+from cs336_systems.reporting.analysis import (
     empty_figure,
     failed_points,
     load,
@@ -21,7 +21,7 @@ from cs336_systems.core.analysis import (
     sig,
     sort_sizes,
 )
-from cs336_systems.stages.memory import accounting, report2026
+from cs336_systems.stages.memory import answers
 
 MODE_LABEL = {
     "forward": "forward",
@@ -45,7 +45,7 @@ BREAKDOWN_COLUMNS = [
 
 
 def plain(df: pd.DataFrame) -> pd.DataFrame:
-    """The rows without checkpointing (the 2025 grid's; checkpointed ones: report2026.py)."""
+    """The rows without checkpointing (the 2025 grid's; checkpointed ones: answers.py)."""
     if "checkpoint" not in df:
         return df
     return df[df["checkpoint"].fillna("none") == "none"].reset_index(drop=True)
@@ -246,7 +246,7 @@ def context(results_dir: Path) -> dict:
     d = ok(df)
     allocs = plain(load(results_dir, "memory_allocations"))
     every = load(results_dir, "memory")
-    s["grid_counts"] = accounting.grid_counts(every)
+    s["grid_counts"] = answers.grid_counts(every)
     eds = pd.to_numeric(every.get("edition", pd.Series(dtype=float)), errors="coerce").dropna()
     s["edition"] = int(eds.iloc[0]) if len(eds) else 2026
     s["n_points"], s["n_ok"] = len(df), len(d)
@@ -268,8 +268,10 @@ def context(results_dir: Path) -> dict:
         s["available"] = False
         return s
     s["sizes"] = sorted(set(d["size"]))
-    # 2026: the checkpointed points beside the plain ones, part (f) (report2026.py)
-    s["y2026"] = report2026.context(load(results_dir, "memory"), load(results_dir, "memory_blocks"))
+    # 2026: the checkpointed points beside the plain ones, part (f) (answers.py)
+    s["y2026"] = answers.edition_2026(
+        load(results_dir, "memory"), load(results_dir, "memory_blocks")
+    )
 
     # Q13: timelines
     s["timelines"] = []
@@ -318,10 +320,10 @@ def context(results_dir: Path) -> dict:
                 f"{g['context_length'].iloc[-1]}"
             )
     s["peak_growth"] = grow
-    parts = accounting.peak_parts(ok(every)) if s["cuda"] else pd.DataFrame()
+    parts = answers.peak_parts(ok(every)) if s["cuda"] else pd.DataFrame()
     if len(parts):
-        s["breakdown"] = accounting.parts_sentence(parts)
-        s["breakdown_table"] = accounting.parts_table(parts)
+        s["breakdown"] = answers.parts_sentence(parts)
+        s["breakdown_table"] = answers.parts_table(parts)
     else:
         cols = [*BREAKDOWN_COLUMNS, "rss_before_mb", "peak_rss_mb", "rss_growth_mb"]
         s["breakdown_table"] = md_table(
@@ -356,7 +358,7 @@ def context(results_dir: Path) -> dict:
             values="saved_activations_mb",
             aggfunc="first",
         ).dropna()
-        without = accounting.precision_without_casts(d)
+        without = answers.precision_without_casts(d)
         if without:
             s["precision_why"] = (
                 "Autocast keeps fp32 master weights, gradients and optimizer state, so those do "
@@ -419,7 +421,7 @@ def context(results_dir: Path) -> dict:
 
     # Q17: the forward pass's snapshot, as the handout asks (every context, checkpointed ones
     # included: allocations_of_all); a run without forward snapshots: the step's largest
-    fwd_text, fwd_table = accounting.forward_allocations(load(results_dir, "memory_allocations"))
+    fwd_text, fwd_table = answers.forward_allocations(load(results_dir, "memory_allocations"))
     if fwd_text:
         s["alloc_sentence"], s["alloc_table"] = fwd_text, fwd_table
         s["alloc_point"] = "forward passes"

@@ -32,9 +32,9 @@ from cs336_systems.core import costs
 from cs336_systems.core.checkpoint_plans import plan_for, strategy_name
 from cs336_systems.core.device import autocast
 from cs336_systems.core.harness import release_memory, run_point, synchronize
-from cs336_systems.core.log import configure, get_logger, point
 from cs336_systems.core.results import provenance
 from cs336_systems.model import VOCAB_SIZE, RotaryEmbedding, TransformerBlock, size_spec
+from cs336_systems.planning.log import configure, get_logger, point
 from cs336_systems.profiling import nsys as nsys_tools
 from cs336_systems.profiling.saved_tensors import SavedTensorLog
 

@@ -41,12 +41,12 @@ from cs336_systems.core import checkpoint_plans
 from cs336_systems.core import costs as flops
 from cs336_systems.core.device import pick_device
 from cs336_systems.core.harness import Stopwatch, release_memory, run_point, synchronize
-from cs336_systems.core.knobs import add_block_argument, add_run_arguments
-from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.core.phases import phase_hooks
 from cs336_systems.core.results import provenance, write_csv
 from cs336_systems.core.workload import Workload
 from cs336_systems.model import VOCAB_SIZE, size_spec
+from cs336_systems.planning.knobs import add_block_argument, add_run_arguments
+from cs336_systems.planning.log import configure, get_logger, point, status_level
 from cs336_systems.profiling.memory_snapshot import (
     active_timeline,
     largest_allocations,

@@ -7,9 +7,9 @@ import re
 from dataclasses import dataclass, fields
 from typing import Literal
 
-from cs336_systems.core.config import Checker, Facts
-from cs336_systems.core.edition import size_table
-from cs336_systems.core.knobs import Knobs, knob
+from cs336_systems.planning.config import Checker, Facts
+from cs336_systems.planning.edition import size_table
+from cs336_systems.planning.knobs import Knobs, knob
 
 Mode = Literal["forward", "forward_backward", "train_step"]
 
@@ -67,7 +67,7 @@ class MemoryKnobs(Knobs):
     nsys: str | None = knob("path to the nsys binary; empty for $NSYS, then PATH", default=None)
 
 
-# the stage's knobs: its config blocks are checked against their schema (core/config.py)
+# the stage's knobs: its config blocks are checked against their schema (planning/config.py)
 KNOBS = MemoryKnobs
 # what one job (one size) reads: every knob but the sweep's sizes (a size added to the sweep
 # leaves the other sizes' jobs as they were)

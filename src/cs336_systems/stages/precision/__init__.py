@@ -9,7 +9,7 @@ TITLE = "Mixed precision"
 # where the section sits in the report (ascending)
 ORDER = 50
 
-# the parts of docs/questions.md this stage answers and how the report tells (core/coverage.py)
+# the parts of docs/questions.md this stage answers and how the report tells (reporting/coverage.py)
 QUESTIONS = {
     "mixed_precision_accumulation": {"evidence": ["accumulation.table"]},
     "benchmarking_mixed_precision.a": {"evidence": ["dtypes.table"], "needs": "gpu"},

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from cs336_systems.core.analysis import (
+from cs336_systems.reporting.analysis import (
     SIZE_ORDER,
     empty_figure,
     load,

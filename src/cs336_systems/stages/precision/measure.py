@@ -26,9 +26,9 @@ import torch
 from torch import nn
 
 from cs336_systems.core.harness import Stopwatch
-from cs336_systems.core.knobs import add_block_argument, add_run_arguments
-from cs336_systems.core.log import configure, get_logger
 from cs336_systems.core.results import provenance, write_csv
+from cs336_systems.planning.knobs import add_block_argument, add_run_arguments
+from cs336_systems.planning.log import configure, get_logger
 from cs336_systems.stages.precision.plan import PrecisionKnobs
 
 log = get_logger(__name__)

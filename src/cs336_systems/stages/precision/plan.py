@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from cs336_systems.core.knobs import Knobs, knob
+from cs336_systems.planning.knobs import Knobs, knob
 
 
 @dataclass(frozen=True)
@@ -20,5 +20,5 @@ class PrecisionKnobs(Knobs):
     )
 
 
-# the stage's knobs: its config blocks are checked against their schema (core/config.py)
+# the stage's knobs: its config blocks are checked against their schema (planning/config.py)
 KNOBS = PrecisionKnobs

@@ -9,7 +9,7 @@ TITLE = "Profiling"
 # where the section sits in the report (ascending)
 ORDER = 40
 
-# the parts of docs/questions.md this stage answers and how the report tells (core/coverage.py)
+# the parts of docs/questions.md this stage answers and how the report tells (reporting/coverage.py)
 QUESTIONS = {
     "nsys_profile.a": {"evidence": ["harness_table", "harness_sentence"], "needs": "gpu"},
     "nsys_profile.b": {"evidence": ["top_sentence"], "needs": "gpu"},
@@ -17,7 +17,7 @@ QUESTIONS = {
     "nsys_profile.d": {"evidence": ["gemm_sentence", "other_kernels_sentence"], "needs": "gpu"},
     "nsys_profile.e": {"evidence": ["attention_sentence"], "needs": "gpu"},
 }
-# numbers that cannot be right (core/sanity.py): on one stream the summed kernel time of a step
+# numbers that cannot be right (reporting/sanity.py): on one stream the summed kernel time of a step
 # cannot exceed the step's own wall time (2% allowance for the range's clock)
 SANITY = {
     "profile": [
@@ -31,7 +31,7 @@ SANITY = {
     ],
 }
 
-# the numbers the comparison report puts side by side across machines (compare.py)
+# the numbers the comparison report puts side by side across machines (reporting/compare.py)
 COMPARE = {
     "profile": {
         "keys": ["size", "context_length", "mode"],

@@ -8,7 +8,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from cs336_systems.core.analysis import (
+from cs336_systems.core.costs import SOFTMAX_FLOPS_PER_ELEMENT
+from cs336_systems.profiling.kernel_classes import KERNEL_CLASSES, unique_labels
+from cs336_systems.reporting.analysis import (
     SIZE_ORDER,
     empty_figure,
     failed_points,
@@ -20,15 +22,13 @@ from cs336_systems.core.analysis import (
     save,
     sort_sizes,
 )
-from cs336_systems.core.costs import SOFTMAX_FLOPS_PER_ELEMENT
-from cs336_systems.profiling.kernel_classes import KERNEL_CLASSES, unique_labels
 from cs336_systems.stages.profile import answers
-from cs336_systems.stages.profile.answers import harness_comparison
-from cs336_systems.stages.profile.attention_parts import (
+from cs336_systems.stages.profile.answers import (
     ATTN_PARTS,
     _matmul_sentence,
     attention_matmul_units,
     attention_split,
+    harness_comparison,
 )
 
 # a non-GEMM kernel is "non-trivial" in forward from this share of forward GPU time on

@@ -43,7 +43,6 @@ import pandas as pd
 import torch
 
 from cs336_systems.core.device import pick_device
-from cs336_systems.core.edition import add_edition_argument
 from cs336_systems.core.harness import (
     Stopwatch,
     release_memory,
@@ -52,11 +51,12 @@ from cs336_systems.core.harness import (
     synchronize,
     time_steps,
 )
-from cs336_systems.core.knobs import add_block_argument, add_run_arguments, block_text
-from cs336_systems.core.log import configure, get_logger, point, status_level
 from cs336_systems.core.phases import PhaseRanges, phase_hooks
 from cs336_systems.core.results import provenance, write_csv
 from cs336_systems.core.workload import Workload, model_columns
+from cs336_systems.planning.edition import add_edition_argument
+from cs336_systems.planning.knobs import add_block_argument, add_run_arguments, block_text
+from cs336_systems.planning.log import configure, get_logger, point, status_level
 from cs336_systems.profiling import nsys as nsys_tools
 from cs336_systems.profiling.annotated_attention import annotate, annotated_naive_attention
 from cs336_systems.profiling.attribution import (

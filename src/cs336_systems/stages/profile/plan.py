@@ -9,8 +9,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Literal
 
-from cs336_systems.core.config import Checker, Facts
-from cs336_systems.core.knobs import Knobs, knob
+from cs336_systems.planning.config import Checker, Facts
+from cs336_systems.planning.knobs import Knobs, knob
 
 Mode = Literal["forward", "forward_backward", "train_step"]
 
@@ -67,7 +67,7 @@ class ProfileKnobs(Knobs):
     timeout_s: int | None = knob("seconds each nsys command may take", default=None, minimum=1)
 
 
-# the stage's knobs: its config blocks are checked against their schema (core/config.py)
+# the stage's knobs: its config blocks are checked against their schema (planning/config.py)
 KNOBS = ProfileKnobs
 # what one job (one size) reads: every knob but the sweep's sizes (a size added to the sweep
 # leaves the other sizes' jobs as they were)

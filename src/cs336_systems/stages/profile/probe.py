@@ -15,8 +15,8 @@ from __future__ import annotations
 import torch
 
 from cs336_systems.core.harness import run_point, synchronize
-from cs336_systems.core.log import get_logger, point, status_level
 from cs336_systems.core.workload import Workload
+from cs336_systems.planning.log import get_logger, point, status_level
 
 MiB = 2**20
 

@@ -12,14 +12,14 @@ import triton
 import triton.language as tl
 
 from cs336_systems.kernels.bound_launch import Launched
-from cs336_systems.kernels.flash_triton_backward import (
+from cs336_systems.kernels.triton.backward import (
     _attn_bwd_dkdv,
     _attn_bwd_dq,
     _attn_bwd_preprocess,
 )
-from cs336_systems.kernels.flash_triton_common import INTERPRET, LOG2E
-from cs336_systems.kernels.flash_triton_configs import KERNELS, TILE_CONFIGS, TUNE_KEY, tile_configs
-from cs336_systems.kernels.flash_triton_forward import _attn_fwd
+from cs336_systems.kernels.triton.common import INTERPRET, LOG2E
+from cs336_systems.kernels.triton.configs import KERNELS, TILE_CONFIGS, TUNE_KEY, tile_configs
+from cs336_systems.kernels.triton.forward import _attn_fwd
 
 # ----------------------------------------------------------------------------- autotuning
 

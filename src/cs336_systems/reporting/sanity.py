@@ -34,9 +34,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-COLUMN = "sanity"
-SCOPE_COLUMN = "sanity_scope"
-PREFIX = "suspect: "
+from cs336_systems.core.costs import MODEL_PATH, PATH_LABEL, matmul_peaks
+from cs336_systems.core.results import COLUMN, PREFIX, SCOPE_COLUMN, is_suspect, text_column
+
 # what kind of number a check doubts: a sentence about memory need not drop a row whose times
 # are noisy. A check's default scope, overridable by a declaration's "scope".
 SCOPES = ("time", "rate", "memory", "all")
@@ -51,14 +51,6 @@ DEFAULT_SCOPE = {
     "pass_slower_than_total": "time",
 }
 STAGES_DIR = Path(__file__).resolve().parents[1] / "stages"
-
-# the ceiling each precision's MFU must be taken against: the path the model's matmuls take
-# (fp32: a plain fp32 matmul; bf16: autocast F.linear on fp32 weights and inputs)
-MODEL_PATH = {"fp32": "matmul", "bf16": "autocast_linear"}
-PATH_LABEL = {
-    "matmul": "a plain matmul",
-    "autocast_linear": "autocast F.linear on fp32 weights and inputs",
-}
 
 # columns that name a measured point, in the order a reader looks for them
 POINT_KEYS = [
@@ -427,19 +419,13 @@ def _join(a: str, b: str) -> str:
     return a if b in a.split("; ") else f"{a}; {b}"
 
 
-def _text(column: pd.Series) -> pd.Series:
-    """A text column, '' where empty: a CSV whose column is empty throughout reads back as
-    float NaN (filling that with '' is deprecated in pandas)."""
-    return column.astype(object).where(column.notna(), "").astype(str)
-
-
 def _existing(df: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     """(reasons, scopes) already recorded; a reason recorded without its scope doubts all."""
     if COLUMN not in df:
         return _blank(df), _blank(df)
-    reasons = _text(df[COLUMN]).str.removeprefix(PREFIX)
+    reasons = text_column(df[COLUMN]).str.removeprefix(PREFIX)
     if SCOPE_COLUMN in df:
-        scopes = _text(df[SCOPE_COLUMN])
+        scopes = text_column(df[SCOPE_COLUMN])
     else:
         scopes = reasons.map(lambda r: "all" if r else "")
     return reasons, scopes
@@ -480,20 +466,6 @@ def flag(
     df[SCOPE_COLUMN] = list(scopes)
     _record(name, df)
     return df
-
-
-def is_suspect(df: pd.DataFrame, scope: str | None = None) -> pd.Series:
-    """Rows flagged suspect; with `scope` ('time', 'rate', 'memory'), only those whose flags
-    doubt numbers of that kind (or all of a row's numbers)."""
-    if COLUMN not in df:
-        return pd.Series(False, index=df.index)
-    flagged = _text(df[COLUMN]).str.startswith(PREFIX)
-    if scope is None:
-        return flagged
-    if SCOPE_COLUMN not in df:
-        return flagged
-    kinds = _text(df[SCOPE_COLUMN]).str.split(";")
-    return flagged & kinds.map(lambda ks: scope in ks or "all" in ks or ks == [""])
 
 
 def n_suspect(df: pd.DataFrame) -> int:
@@ -544,16 +516,6 @@ def suspect_rows(df: pd.DataFrame, name: str) -> pd.DataFrame:
             "why": s[COLUMN].str.removeprefix(PREFIX).to_list(),
         }
     )
-
-
-def matmul_peaks(ceilings: pd.DataFrame | None, path: str = "matmul") -> dict[str, float]:
-    """Measured matmul TFLOP/s per dtype through `path` (old CSVs: every row is a plain matmul)."""
-    if ceilings is None or len(ceilings) == 0 or "kind" not in ceilings:
-        return {}
-    c = ceilings[(ceilings["kind"] == "matmul") & (ceilings["status"] == "ok")]
-    paths = c["path"].fillna("matmul") if "path" in c else pd.Series("matmul", index=c.index)
-    c = c[paths == path]
-    return {str(k): float(v) for k, v in c.groupby("dtype")["tflops"].max().items()}
 
 
 # --------------------------------------------------------------------- what a section read

@@ -1,11 +1,11 @@
-"""Child process of tests/test_flash_programs.py: on the fake sm90 driver (kernels compiled for
+"""Child process of the kernels' launch-path test (test_flash_programs.py): on the fake sm90 driver (kernels compiled for
 an H100, launches recorded, nothing run), each case's forward and backward launches through the
 plain path (a plan and the JIT every call) and through kept programs with bound launches (three
 calls: the first through the JIT, then replays). Prints one JSON line: per case, whether every
 call's launches (kernel, grid, arguments with pointers named by the tensor they point into)
 equal the plain path's, and the launch counts.
 
-    TRITON_INTERPRET=0 python tests/fake_sm90_launches.py CASE...   (CASE: dtype:d:causal[:variant])
+    TRITON_INTERPRET=0 python tests/tools/fake_sm90_launches.py CASE...   (CASE: dtype:d:causal[:variant])
 """
 
 from __future__ import annotations
@@ -13,9 +13,8 @@ from __future__ import annotations
 import json
 import sys
 
+import fake_sm90  # beside this script
 import torch
-
-from cs336_systems.kernels import fake_sm90
 
 fake_sm90.install()
 

@@ -7,10 +7,10 @@ report's answer (`Q<n>`, the heading of the section that answers it). `kind` say
 is: `written` (a number, table, plot or sentences the report gives), `code` (an implementation:
 where it lives and which tests check it) or `ours` (a question the study adds beside the
 handout's). Which stage answers a part, and how the report tells, is each stage's `QUESTIONS`
-declaration (its package's `__init__.py`, read here as data); core/coverage.py turns both into
+declaration (its package's `__init__.py`, read here as data); reporting/coverage.py turns both into
 the report's coverage table.
 
-    python -m cs336_systems.core.questions --out docs/questions.md   # the readable list
+    python -m cs336_systems.reporting.questions --out docs/questions.md   # the readable list
 
 Standard library only: the workflow and the report read it.
 """
@@ -21,7 +21,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from cs336_systems.core.imports import module_literal
+from cs336_systems.planning.imports import module_literal
 
 SRC = Path(__file__).resolve().parents[2]
 STAGES = SRC / "cs336_systems" / "stages"
@@ -216,11 +216,11 @@ PARTS: list[dict] = [
        code="src/cs336_systems/kernels/flash_triton*.py", tests="tests/test_flash_attention.py"),
     _p("flash_forward.c", BOTH, "code", "a causal flag",
        "A causal-masking flag (default False), is_causal a tl.constexpr, -1e6 on masked scores.",
-       code="src/cs336_systems/kernels/flash_triton_forward.py",
+       code="src/cs336_systems/kernels/triton/forward.py",
        tests="tests/test_flash_attention.py"),
     _p("flash_backward", BOTH, "code", "a backward pass (PyTorch + torch.compile)",
        "The backward from Q, K, V, O, dO and L, with the D vector, recomputing P.",
-       code="src/cs336_systems/kernels/flash_pytorch.py, kernels/flash_triton_backward.py",
+       code="src/cs336_systems/kernels/flash_pytorch.py, kernels/triton/backward.py",
        tests="tests/test_flash_attention.py"),
     _p("flash_benchmarking.a", BOTH, "written",
        "a table: forward, backward and forward+backward latencies",
@@ -435,8 +435,8 @@ def markdown(declared: dict[str, dict] | None = None) -> str:
     lines = [
         "# The questions, part by part",
         "",
-        "Written by `python -m cs336_systems.core.questions --out docs/questions.md` from",
-        "`src/cs336_systems/core/questions.py` (the list) and each stage's `QUESTIONS`",
+        "Written by `python -m cs336_systems.reporting.questions --out docs/questions.md` from",
+        "`src/cs336_systems/reporting/questions.py` (the list) and each stage's `QUESTIONS`",
         "declaration (which stage answers a part); `tests/test_questions.py` fails when this file",
         'is stale. The handouts are the course\'s own (Stanford CS336 assignment 2, "Systems":',
         "spring 2025, version 1.0.4, and spring 2026, version 26.1.1, in the course's public",

@@ -1,6 +1,6 @@
 """Which parts of the handouts a run answers: answered, partly or not on this machine, and why.
 
-The parts are core/questions.py's (one per lettered part of each problem of the edition;
+The parts are reporting/questions.py's (one per lettered part of each problem of the edition;
 docs/questions.md lists them). A stage says which parts it answers, and how to tell, by
 declaring data in its package's `__init__.py` (no imports needed)::
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from cs336_systems.core.questions import ANSWERS, BY_ID, anchor, edition_parts, label
+from cs336_systems.reporting.questions import ANSWERS, BY_ID, anchor, edition_parts, label
 
 STATUS_ORDER = {"answered": 0, "partly": 1, "not": 2}
 REPORT_COMMAND = "snakemake --cores 1 report"

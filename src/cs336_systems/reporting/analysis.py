@@ -13,9 +13,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from cs336_systems.core import export, sanity  # noqa: E402
-from cs336_systems.core.log import configure, get_logger  # noqa: E402
 from cs336_systems.core.results import read_csv  # noqa: E402
+from cs336_systems.planning.log import configure, get_logger  # noqa: E402
+from cs336_systems.reporting import export, sanity  # noqa: E402
 
 log = get_logger(__name__)
 
@@ -23,7 +23,7 @@ SIZE_ORDER = ["tiny", "small", "medium", "large", "xl", "2.7B", "10B"]
 
 
 def load(results_dir: Path, name: str, derive=None) -> pd.DataFrame:
-    """results_dir/<name>.csv with its `sanity` column (core/sanity.py: the generic checks and
+    """results_dir/<name>.csv with its `sanity` column (reporting/sanity.py: the generic checks and
     those the stages declare for this CSV), or an empty frame when the stage has not produced it.
     `derive(df)`, if given, (re)computes derived columns before the checks see them."""
     path = Path(results_dir) / f"{name}.csv"
@@ -46,7 +46,7 @@ def ran(df: pd.DataFrame) -> pd.DataFrame:
 
 def ok(df: pd.DataFrame, scope: str | None = None) -> pd.DataFrame:
     """Rows a sentence, summary or figure may rest on: ran, and passed the sanity checks (with
-    `scope`, e.g. 'memory': the checks that doubt numbers of that kind; core/sanity.py)."""
+    `scope`, e.g. 'memory': the checks that doubt numbers of that kind; reporting/sanity.py)."""
     r = ran(df)
     return r[~sanity.is_suspect(r, scope)]
 
@@ -180,7 +180,7 @@ def md_table(df: pd.DataFrame, floatfmt: int = 2, numparse: bool = True) -> str:
     else:
         align = ["right" if _numeric_column(shown[c]) else "left" for c in shown.columns]
         text = shown.to_markdown(index=False, disable_numparse=True, colalign=align)
-    export.record(text, shown, align)  # the write-up's LaTeX and Typst copies (core/export.py)
+    export.record(text, shown, align)  # the write-up's LaTeX and Typst copies (reporting/export.py)
     return text
 
 
@@ -288,3 +288,49 @@ def plot_main(plot, argv: list[str] | None = None) -> None:
     args.figures.mkdir(parents=True, exist_ok=True)
     for path in plot(args.results, args.figures):
         log.info("wrote %s", path)
+
+
+# ---- the all-reduce's latency-bandwidth fit (the allreduce and ddp sections read it) ---------
+
+# one all-reduce configuration: the points a latency-bandwidth fit runs over
+ALLREDUCE_GROUP = ["backend", "buffers", "world_size"]
+
+
+def fit_latency_bandwidth(df: pd.DataFrame) -> pd.DataFrame:
+    """Fit t(bytes) = o + bytes / w per (backend, buffers, world size) to the median times.
+
+    Least squares on relative error (each point weighted by 1/t), so the small messages fix
+    the latency o and the large ones the bandwidth w; o is clipped at 0. w is an algorithmic
+    bandwidth (bytes of the message per second), as the bucket-size model wants it. A row
+    flagged suspect is left out; `points` counts the rows fitted, `suspect`
+    those left out.
+    """
+    rows = []
+    if len(df) and "buffers" not in df:
+        df = df.assign(buffers="default")
+    ran = df[df["status"] == "ok"]
+    out = sanity.is_suspect(ran)
+    d = ran[~out]
+    n_out = ran[out].groupby(ALLREDUCE_GROUP).size().to_dict() if out.any() else {}
+    for key, g in d.groupby(ALLREDUCE_GROUP):
+        g = g[g["time_ms_median"] > 0]
+        if len(g) < 2:
+            continue
+        t = g["time_ms_median"].to_numpy() * 1e-3
+        b = g["bytes"].to_numpy(dtype=float)
+        a = np.stack([1 / t, b / t], axis=1)
+        (o, inv_w), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
+        if o < 0 or inv_w <= 0:
+            o, inv_w = 0.0, float(np.mean(t / b))
+        pred = o + b * inv_w
+        rows.append(
+            {
+                **dict(zip(ALLREDUCE_GROUP, key, strict=True)),
+                "latency_us": o * 1e6,
+                "bandwidth_gbps": 1 / inv_w / 1e9,
+                "max_rel_residual": float(np.max(np.abs(pred - t) / t)),
+                "points": len(g),
+                "suspect": int(n_out.get(key, 0)),
+            }
+        )
+    return pd.DataFrame(rows)

@@ -5,7 +5,7 @@ check that they keep the schedule they exist for: the wgmma wait depths in progr
 whether ptxas kept the products asynchronous (it serialises them when it cannot follow the
 pipeline), TMA loads and reductions, warp specialization, registers, stack and local memory.
 
-    python -m cs336_systems.kernels.inspect_sm90 [head_dim ...] [--routed] [--dump DIR]
+    python tests/tools/inspect_sm90.py [head_dim ...] [--routed] [--dump DIR]
 
 prints one JSON list of `sm90_report`s: the three kernels at each head dim, with the tiles
 they run with; with `--routed`, every other pass that `kernels.dispatch` routes to the Gluon

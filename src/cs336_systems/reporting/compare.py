@@ -1,6 +1,6 @@
 """A report that puts two or more machines' runs side by side.
 
-    python -m cs336_systems.compare --out report/compare/cpu_vs_h100.md results/cpu results/h100
+    python -m cs336_systems.reporting.compare --out report/compare/cpu_vs_h100.md results/cpu results/h100
 
 Each argument is a results folder (`results/<machine>/`, or any folder of stage CSVs such as a
 committed reference's `csv/`); the first is the baseline every ratio is taken against. Per
@@ -20,7 +20,7 @@ stage, the numbers come from what the stage declares in its package's `__init__.
     }
 
 Only like is divided by like. Only rows that ran and passed the sanity checks count
-(core/sanity.py); rows a stage excludes (a kernel run in an interpreter is not the kernel) do not
+(reporting/sanity.py); rows a stage excludes (a kernel run in an interpreter is not the kernel) do not
 count; a point is compared only where every machine measured it, and a headline is computed over
 those matched points only (a median over two different grids compares the grids). A number taken
 against each machine's own ceiling (an MFU) is shown side by side, never divided.
@@ -34,10 +34,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from cs336_systems import report
-from cs336_systems.core.analysis import load, md_table, ok, sig
-from cs336_systems.core.log import configure, get_logger
 from cs336_systems.core.results import atomic_write_text
+from cs336_systems.planning.log import configure, get_logger
+from cs336_systems.reporting import report
+from cs336_systems.reporting.analysis import load, md_table, ok, sig
 
 log = get_logger(__name__)
 MAX_POINTS = 24

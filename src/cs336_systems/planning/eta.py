@@ -3,10 +3,10 @@
     2026-11-26 06:27:58 eta INFO  12 of 45 jobs done in 1.3 min; about 2.1 min left (the budget's estimate, x1.2 as this run goes)
 
 When a run starts, the workflow's onstart handler lists the jobs it will run and
-`python -m cs336_systems.budget.eta` estimates each (the preset's time budget model, budget/)
+`python -m cs336_systems.budget.forecast` estimates each (the preset's time budget model, budget/)
 into `results/<machine>/eta.json`: the run's start, how many jobs run at once, and per job its
 outputs and estimated seconds. After each job's command the rules' shell suffix runs
-`python -m cs336_systems.core.eta`, which counts the jobs whose outputs were written since the
+`python -m cs336_systems.planning.eta`, which counts the jobs whose outputs were written since the
 start and prints what is left: the estimates of the jobs not done, over the jobs that run at once,
 scaled by how this run's finished jobs compare with their estimates (a loaded machine runs
 slower than the budget's). Nothing is printed without the file ($CS336_ETA names it). Standard
@@ -20,7 +20,7 @@ import os
 import time
 from pathlib import Path
 
-from cs336_systems.core.log import configure, get_logger
+from cs336_systems.planning.log import configure, get_logger
 
 log = get_logger(__name__)
 

@@ -6,7 +6,7 @@
 `schema_problems` validates a config block against its schema (`workflow/schemas/`) and
 translates every error into a line; an integer written `2.0`, and command-line text where the
 schema wants a number ('128' from a nested `--config` value), are read as what they mean and
-reported as notes. core/config.py runs the whole check. Standard library, yaml and jsonschema
+reported as notes. planning/config.py runs the whole check. Standard library, yaml and jsonschema
 only: the workflow runs this while planning.
 """
 

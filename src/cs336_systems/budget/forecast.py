@@ -1,7 +1,7 @@
 """The run's estimate at its start: each job the workflow is about to run, estimated by the
-preset's budget model, written for core/eta.py's progress lines, and one line on the terminal.
+preset's budget model, written for planning/eta.py's progress lines, and one line on the terminal.
 
-    python -m cs336_systems.budget.eta --jobs jobs.json --out results/M/eta.json \
+    python -m cs336_systems.budget.forecast --jobs jobs.json --out results/M/eta.json \
         --preset cpu --parallel 2 --config config.json
 
 `jobs.json` is what the workflow's onstart handler lists: [{"rule", "wildcards", "outputs"}];
@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from cs336_systems.budget import DEVICES, LOCAL_JOB_S, plan
-from cs336_systems.core import eta
-from cs336_systems.core.log import configure, get_logger
+from cs336_systems.planning import eta
+from cs336_systems.planning.log import configure, get_logger
 
 log = get_logger(__name__)
 

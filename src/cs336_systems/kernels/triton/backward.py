@@ -9,7 +9,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from cs336_systems.kernels.flash_triton_common import (
+from cs336_systems.kernels.triton.common import (
     NOT_SPECIALIZED,
     key_range,
     load_rows,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from cs336_systems.core.sanity import MODEL_PATH, PATH_LABEL, matmul_peaks
+from cs336_systems.core.costs import MODEL_PATH, PATH_LABEL, matmul_peaks
 
 
 def model_rates(ceilings: pd.DataFrame | None) -> dict[str, tuple[float, str]]:

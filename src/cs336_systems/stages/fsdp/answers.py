@@ -1,4 +1,4 @@
-"""Q33 of the `fsdp` stage: do the weight all-gathers finish in time? One sentence per FSDP
+"""The `fsdp` section's answers in words; Q33: do the weight all-gathers finish in time? One sentence per FSDP
 run from its profiled step (the gathers' time, the share during compute, the time compute
 waited for them, the host's waits), what the forward's gathers cost against the same precision's
 DDP, units of a block against units of a layer, bf16 against fp32 compute, compiled blocks
@@ -10,7 +10,7 @@ import math
 
 import pandas as pd
 
-from cs336_systems.core.analysis import faster_or_slower, fmt, ok, pct
+from cs336_systems.reporting.analysis import faster_or_slower, fmt, ok, pct
 from cs336_systems.stages.fsdp.rows import (
     HOST_BOUND_BUSY,
     IN_TIME_SHARE,

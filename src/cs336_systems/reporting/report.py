@@ -1,13 +1,13 @@
 """Render report/<machine>/report.md from the run's CSVs with jinja2.
 
-    python -m cs336_systems.report --results results/M --out report/M/report.md --stages a,b
+    python -m cs336_systems.reporting.report --results results/M --out report/M/report.md --stages a,b
 
 Every number and sentence comes from the stage analyses (`cs336_systems.stages.<stage>.analysis.context`).
-The report opens with the coverage table (core/coverage.py: which parts of the handout's
+The report opens with the coverage table (reporting/coverage.py: which parts of the handout's
 problems, docs/questions.md, this run answers),
 the header (the machine and its software, the run's wall time) and each stage's provenance.
 Beside report.md go report.html (the same report as one page, figures embedded: Snakemake's
-own report shows it) and tables/ (every table as LaTeX and Typst, core/export.py).
+own report shows it) and tables/ (every table as LaTeX and Typst, reporting/export.py).
 """
 
 from __future__ import annotations
@@ -22,8 +22,10 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from cs336_systems.core import coverage, export, questions, sanity
-from cs336_systems.core.analysis import (
+from cs336_systems.core.results import ABSENT, PROVENANCE_COLUMNS, atomic_write_text, git_state
+from cs336_systems.planning.log import configure, get_logger
+from cs336_systems.reporting import coverage, export, questions, sanity
+from cs336_systems.reporting.analysis import (
     fmt,
     md_table,
     pct,
@@ -31,13 +33,11 @@ from cs336_systems.core.analysis import (
     sig,
     status_summary,
 )
-from cs336_systems.core.log import configure, get_logger
-from cs336_systems.core.markdown import to_html
-from cs336_systems.core.results import ABSENT, PROVENANCE_COLUMNS, atomic_write_text, git_state
+from cs336_systems.reporting.markdown import to_html
 
 log = get_logger(__name__)
-TEMPLATES = Path(__file__).resolve().parents[2] / "report" / "templates"
-STAGES_DIR = Path(__file__).resolve().parent / "stages"
+TEMPLATES = Path(__file__).resolve().parents[3] / "report" / "templates"
+STAGES_DIR = Path(__file__).resolve().parents[1] / "stages"
 DEFAULT_EDITION = "2026"
 _GPU_NAME = re.compile(
     r"NVIDIA|Tesla|GeForce|Quadro|RTX|\bA100\b|\bH100\b|\bH200\b|\bB200\b|AMD Instinct|Radeon"
@@ -161,7 +161,7 @@ def provenance_row(stage: str, prov: pd.DataFrame) -> dict:
         "NCCL": _joined(prov, "nccl") if gpus or "nccl" in prov else ABSENT,
         "nsys": _joined(prov, "nsys"),
         "CPU": cpu,
-        # the cards its rows were measured on (core/gpus.py gives each job its own)
+        # the cards its rows were measured on (planning/claim.py gives each job its own)
         "GPU index": _joined(prov, "gpu_index") if gpus else ABSENT,
         "GPU max SM clock": _unit(_numbers(prov, "gpu_sm_clock_max_mhz"), "MHz"),
         "GPU power limit": _unit(_numbers(prov, "gpu_power_limit_w"), "W"),
@@ -264,7 +264,7 @@ def header(results_dir: Path, stages: list[str] | None = None) -> dict:
 def renderer_text(prov: pd.DataFrame) -> str:
     """The commit of the code that renders the report, where it is not the run's (a report
     rendered again from a finished run's results by newer analysis code says so)."""
-    commit, dirty = git_state(Path(__file__).resolve().parents[2])
+    commit, dirty = git_state(Path(__file__).resolve().parents[3])
     runs = _values(prov, "git_commit")
     if commit == "unknown" or any(r.startswith(commit) or commit.startswith(r) for r in runs):
         return ""
@@ -323,7 +323,7 @@ def coverage_of(
 
 
 def protocol_of(results_dir: Path, preset: str) -> str:
-    """The run's protocol against the handout's (core/questions.py: PROTOCOL), from the columns
+    """The run's protocol against the handout's (reporting/questions.py: PROTOCOL), from the columns
     the stages' rows recorded."""
     used = {}
     for stage, keys in questions.PROTOCOL.items():
@@ -376,7 +376,7 @@ def contexts_of(
 ) -> tuple[dict, dict]:
     """({stage: context}, {stage: suspect rows}) of the stages, each context computed with the
     sanity checks' findings collected; `tables` gets every table a context renders, by name
-    (core/export.py)."""
+    (reporting/export.py)."""
     contexts, suspects = {}, {}
     for stage in order_stages(stages):
         module = importlib.import_module(f"cs336_systems.stages.{stage}.analysis")
@@ -392,7 +392,7 @@ FIGURE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+\.png)\)")
 
 
 def without_placeholders(body: str, fig_dir: str, fig_root: Path | None) -> str:
-    """Each embedded figure that is a placeholder (core/analysis.py empty_figure) replaced by its
+    """Each embedded figure that is a placeholder (reporting/analysis.py empty_figure) replaced by its
     reason in words: a blank image with a sentence in it says less than the sentence."""
     if fig_root is None:
         return body

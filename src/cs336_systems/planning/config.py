@@ -4,10 +4,10 @@
 
 and all of them are reported together (`ConfigError`). Three layers of checks:
 
-1. the JSON schemas (a stage's `KNOBS` class, core/knobs.py, or its
+1. the JSON schemas (a stage's `KNOBS` class, planning/knobs.py, or its
    `workflow/schemas/<stage>.schema.yaml`; `config.schema.yaml`): types,
    ranges, names, non-empty lists, duplicates, unknown keys. Their errors are translated into
-   the line above (core/schema.py: `schema_problems`); an integer written `2.0` is read as `2`
+   the line above (planning/schema.py: `schema_problems`); an integer written `2.0` is read as `2`
    and said so (a note), `2.5` is refused; so is command-line text meant as a number.
 2. the global keys (`check_run`): preset, machine tag (a short folder name), stages (known,
    each once), and the facts they imply for every stage (`Facts`: the chosen preset, the model
@@ -29,9 +29,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cs336_systems.core.edition import DEFAULT_EDITION, MODEL_SIZE_NAMES, edition_overrides
-from cs336_systems.core.machine import Gpu, check_tag, tag_for
-from cs336_systems.core.schema import (  # noqa: F401 (the names stages and the workflow use)
+from cs336_systems.planning.edition import DEFAULT_EDITION, MODEL_SIZE_NAMES, edition_overrides
+from cs336_systems.planning.machine import Gpu, check_tag, tag_for
+from cs336_systems.planning.schema import (  # noqa: F401 (the names stages and the workflow use)
     DASH,
     MISSING,
     ConfigError,
@@ -366,7 +366,7 @@ def load_schemas(
     folder: str | Path, stages: Iterable[str], knobs: Mapping[str, type] | None = None
 ) -> dict[str, Schema]:
     """The global schema and each stage's: made from the stage's `KNOBS` class where its plan
-    module declares one (`knobs`: {stage: class}, core/knobs.py), else its schema file."""
+    module declares one (`knobs`: {stage: class}, planning/knobs.py), else its schema file."""
     folder = Path(folder)
     out = {"config": Schema.load(folder / "config.schema.yaml")}
     for stage in stages:

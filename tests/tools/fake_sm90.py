@@ -10,7 +10,7 @@ call (everything but the driver's C launch and the TMA descriptor encoding, whic
 leaves out). The kernels are really compiled (Triton's own ptxas), so a first call takes
 seconds per kernel; Triton's disk cache keeps them.
 
-    from cs336_systems.kernels import fake_sm90
+    import fake_sm90             # tests/tools/ on sys.path
     fake_sm90.install()          # before any kernel is launched; TRITON_INTERPRET must be off
     ... calls on CPU tensors ...
     fake_sm90.LAUNCHES            # [Launch(kernel, grid, args), ...]
@@ -178,10 +178,11 @@ def install() -> None:
 
     driver.set_active(FakeSm90Driver())
 
-    from cs336_systems.kernels import dispatch, flash_triton, flash_triton_launch
+    from cs336_systems.kernels import dispatch, flash_triton
+    from cs336_systems.kernels.triton import launch as triton_launch
 
     dispatch.target_of = lambda device: dispatch.HOPPER
-    flash_triton_launch.descriptors_supported = lambda: True
+    triton_launch.descriptors_supported = lambda: True
     original_check = flash_triton.check_inputs
 
     def check_inputs(q, k, v):  # CPU tensors stand for CUDA ones
@@ -192,7 +193,7 @@ def install() -> None:
     check_inputs.original = original_check
     flash_triton.check_inputs = check_inputs
     # device-side descriptors' scratch on the CPU
-    flash_triton_launch._alloc = lambda size, alignment, stream: torch.empty(size, dtype=torch.int8)
-    for tuned in flash_triton_launch._TUNED.values():
+    triton_launch._alloc = lambda size, alignment, stream: torch.empty(size, dtype=torch.int8)
+    for tuned in triton_launch._TUNED.values():
         tuned._do_bench = _first_config_bench
         tuned.cache_results = False

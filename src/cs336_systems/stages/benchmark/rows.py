@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from cs336_systems.core.analysis import load, ok, ran
-from cs336_systems.stages.benchmark.derived import add_mfu
+from cs336_systems.reporting.analysis import load, ok, ran
+from cs336_systems.stages.benchmark.mfu import add_mfu
 
 KEYS = ["size", "context_length", "precision", "compile", "attention"]
 WHY_FIRST_STEP = {

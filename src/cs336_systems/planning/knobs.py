@@ -1,6 +1,6 @@
 """A stage's knobs declared once: one frozen dataclass per stage (`Knobs`), each field a knob with
 its one-line doc and its limits. From it come the JSON schema its preset blocks are checked
-against (`schema`: the config check of core/config.py reads it where a stage declares one), the
+against (`schema`: the config check of planning/config.py reads it where a stage declares one), the
 typed block a stage's CLI reads (`from_block`), and the one value a rule hands that CLI
 (`--block`, the checked block as JSON: `add_block_argument`, `block_text`).
 
@@ -243,7 +243,7 @@ def block_text(block: Mapping) -> str:
 def add_run_arguments(ap: argparse.ArgumentParser) -> None:
     """A stage CLI's own arguments, the same in every stage: where its rows go (`--out`) and
     what they say they come from (machine tag, preset, edition)."""
-    from cs336_systems.core.edition import add_edition_argument
+    from cs336_systems.planning.edition import add_edition_argument
 
     ap.add_argument("--machine", required=True, help="the machine tag the rows carry")
     ap.add_argument("--preset", required=True, help="the preset whose block the run uses")
@@ -264,7 +264,7 @@ def add_block_argument(ap: argparse.ArgumentParser, cls: type[Knobs]) -> None:
 def parse_block(cls: type[Knobs], text: str) -> Knobs:
     """`cls` from a block's JSON text, checked against its schema first (a block typed by hand
     gets the workflow's problem lines)."""
-    from cs336_systems.core.schema import Schema, schema_problems
+    from cs336_systems.planning.schema import Schema, schema_problems
 
     try:
         block = json.loads(text)

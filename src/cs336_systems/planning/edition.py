@@ -1,6 +1,6 @@
 """The course's editions (spring 2025, spring 2026): their names, each one's model size names,
 and the per-edition overrides of a preset block. Standard library only: the workflow reads it
-while planning (core/config.py) and every stage's CLI takes `--edition` through it.
+while planning (planning/config.py) and every stage's CLI takes `--edition` through it.
 
 model.py holds the size tables themselves (SIZE_TABLES); tests/test_config.py keeps the names
 here equal to them.
@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
 
-from cs336_systems.core.imports import module_literal
+from cs336_systems.planning.imports import module_literal
 
 SRC = Path(__file__).resolve().parents[2]
 
@@ -53,7 +53,7 @@ def add_edition_argument(parser) -> None:
 def edition_overrides(config: dict, stage_names: Iterable[str], edition: int) -> list[tuple]:
     """Replace, in place, each preset block's keys by its `editions` entry for `edition` (and
     drop the `editions` key); the problems of a malformed `editions` mapping, as (key path,
-    value, what is allowed) for core/config.py's Problem."""
+    value, what is allowed) for planning/config.py's Problem."""
     problems = []
     allowed = f"a mapping of an edition ({', '.join(map(str, EDITIONS))}) to the keys that edition changes"
     for stage in stage_names:

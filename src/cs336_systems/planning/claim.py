@@ -1,12 +1,12 @@
 """Give a job GPUs of its own: claim free cards, then run the job on them alone.
 
-    python -m cs336_systems.core.gpus N COMMAND [ARGS...]
+    python -m cs336_systems.planning.claim N COMMAND [ARGS...]
 
 claims N of this host's GPUs that no other job holds, sets `CUDA_VISIBLE_DEVICES` to them
 (nvidia-smi's indices, with `CUDA_DEVICE_ORDER=PCI_BUS_ID` so CUDA numbers them alike) and
 `CS336_GPU_CLAIMED` (the same indices, which the rows' `gpu_index` column records), and
 replaces itself with COMMAND. The workflow's measuring rules start their stage through it with
-their `gpu` resource (`python3 -m cs336_systems.core.gpus {resources.gpu} python3 -m ...`):
+their `gpu` resource (`python3 -m cs336_systems.planning.claim {resources.gpu} python3 -m ...`):
 Snakemake's resource keeps the number of GPU jobs at the number of GPUs, and this picks which
 card each one gets, so that under `--cores 4` on a 4-GPU host four measurements run at once,
 each alone on its card.
@@ -19,7 +19,7 @@ finding too few free cards (another run on the host holds them) waits, saying so
 
 The cards to choose from are $CS336_GPU_POOL (nvidia-smi indices: the workflow's shell prefix
 sets the GPUs it planned with, `CUDA_VISIBLE_DEVICES` applied), else the GPUs this host shows
-(core/machine.py). N = 0, no GPU, a SLURM job (SLURM gives each job its own GPUs) or
+(planning/machine.py). N = 0, no GPU, a SLURM job (SLURM gives each job its own GPUs) or
 CS336_GPU_CLAIM=off: COMMAND runs with the environment unchanged. Standard library only.
 """
 
@@ -32,8 +32,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cs336_systems.core import machine
-from cs336_systems.core.log import configure, get_logger
+from cs336_systems.planning import machine
+from cs336_systems.planning.log import configure, get_logger
 
 log = get_logger(__name__)
 
@@ -168,7 +168,7 @@ def wanted(n: int) -> bool:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) < 2 or not argv[0].isdigit():
-        sys.exit("usage: python -m cs336_systems.core.gpus N COMMAND [ARGS...]")
+        sys.exit("usage: python -m cs336_systems.planning.claim N COMMAND [ARGS...]")
     n, command = int(argv[0]), argv[1:]
     cards = pool() if wanted(n) else []
     if cards:
