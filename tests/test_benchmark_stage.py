@@ -40,10 +40,11 @@ def grid(modes, precisions=("fp32",), edition=2026, size="tiny", steps=4, **kw):
 def test_each_job_reads_its_part_of_the_block(capsys):
     run = ["--machine", "m", "--preset", "gpu", "--out", "x"]
     cfg = json.loads(block("benchmark", "gpu")[1])
+    k = bench_plan.KNOBS.from_block(cfg)
     point = ["run", "--size", "xl", "--context-length", "512", "--attention", "naive", *run]
-    point += ["--compile", bench_plan.compile_arg(cfg, "xl", 512, "naive")]
-    point += ["--engines", bench_plan.engines_arg(cfg, "naive")]
-    args = bench.parse_args([*point, "--block", json.dumps(bench_plan.run_block(cfg))])
+    point += ["--compile", bench_plan.compile_arg(k, "xl", 512, "naive")]
+    point += ["--engines", bench_plan.engines_arg(k, "naive")]
+    args = bench.parse_args([*point, "--block", json.dumps(bench_plan.run_block(k))])
     assert (args.modes, args.precisions) == ("forward,forward_backward,train_step", "fp32,bf16")
     assert (args.compile, args.engines) == ("eager,compiled", "plain,fast,hf_gpt2")
     assert (args.compile_modes, args.compile_precisions) == (
@@ -54,7 +55,7 @@ def test_each_job_reads_its_part_of_the_block(capsys):
     assert args.max_point_s is None and args.device == "auto"
     # another size in the sweep, or another sweep, changes no point job's block
     other = {**cfg, "sizes": ["small"], "warmup_sweep": {**cfg["warmup_sweep"], "warmups": [0]}}
-    assert bench_plan.run_block(other) == bench_plan.run_block(cfg)
+    assert bench_plan.run_block(bench_plan.KNOBS.from_block(other)) == bench_plan.run_block(k)
     # the warm-up sweep's job reads the sweep and the batch size
     warm = [
         "warmup",

@@ -10,9 +10,17 @@ from pipeline_utils import ROOT
 
 from cs336_systems import budget
 from cs336_systems.budget import measured, tables
+from cs336_systems.budget.model import CostModel
 from cs336_systems.stages.benchmark import plan as benchmark_plan
+from cs336_systems.stages.profile import plan as profile_plan
 
 CONFIG = budget.run_config()
+H100 = CostModel(budget.H100)
+
+
+def benchmark_jobs(block: dict, dev=budget.H100) -> list:
+    """The benchmark stage's own estimate of a preset block on `dev`."""
+    return benchmark_plan.estimate(benchmark_plan.KNOBS.from_block(block), CostModel(dev))
 
 
 @pytest.mark.parametrize(
@@ -80,7 +88,8 @@ def test_one_job_per_planned_job_and_the_sum():
     longer grid costs more."""
     cfg = CONFIG["benchmark"]["gpu"]
     jobs = [j for j in budget.plan(CONFIG, "gpu", budget.H100) if j.stage == "benchmark"]
-    assert len(jobs) == len(benchmark_plan.points(cfg)) + len(cfg["warmup_sweep"]["sizes"])
+    k = benchmark_plan.KNOBS.from_block(cfg)
+    assert len(jobs) == len(benchmark_plan.points(k)) + len(cfg["warmup_sweep"]["sizes"])
     longer = copy.deepcopy(CONFIG)
     longer["benchmark"]["gpu"]["context_lengths"] = [512, 1024]
     more = [j for j in budget.plan(longer, "gpu", budget.H100) if j.stage == "benchmark"]
@@ -90,29 +99,31 @@ def test_one_job_per_planned_job_and_the_sum():
 
 def test_the_step_estimate_follows_the_flops_precision_and_edition():
     # xl (2026: 2560/10240/32) at 512 tokens x 4, a training step: 3 x (2 N tokens + attention)
-    fp32 = budget.step_s(budget.H100, "xl", 512, 4, "train_step", "fp32")
-    bf16 = budget.step_s(budget.H100, "xl", 512, 4, "train_step", "bf16")
+    fp32 = H100.step_s("xl", 512, 4, "train_step", "fp32")
+    bf16 = H100.step_s("xl", 512, 4, "train_step", "bf16")
     assert fp32 / bf16 == pytest.approx(budget.H100.tflops["bf16"] / budget.H100.tflops["fp32"])
     assert 0.8 < fp32 < 1.3  # ~4.3e13 FLOP at 42 TFLOP/s; measured on an H100: 1030 ms
     assert 0.17 < bf16 < 0.26  # measured 217 ms
     # small is launch-bound: its bf16 forward costs what its fp32 one does (measured 25, 29 ms)
-    small = [budget.step_s(budget.H100, "small", 512, 4, "forward", p) for p in ("fp32", "bf16")]
+    small = [H100.step_s("small", 512, 4, "forward", p) for p in ("fp32", "bf16")]
     assert small[0] == small[1] == pytest.approx(12 * budget.H100.launch_s_per_layer)
     # 2025's 2.7B is 2026's xl; 2025's xl (1600/6400/48) costs about 60% of it
-    assert budget.step_s(budget.H100, "2.7B", 512, 4, "train_step", "fp32", 2025) == fp32
-    assert budget.step_s(budget.H100, "xl", 512, 4, "train_step", "fp32", 2025) < 0.7 * fp32
+    y2025 = CostModel(budget.H100, 2025)
+    assert y2025.step_s("2.7B", 512, 4, "train_step", "fp32") == fp32
+    assert y2025.step_s("xl", 512, 4, "train_step", "fp32") < 0.7 * fp32
 
 
 def test_the_probe_is_the_largest_context_the_memory_model_fits():
     """The profile probe's assumed result: the last doubling whose step fits 79 GiB (the next
     one does not), and the grid of `count` contexts ending there."""
     cfg = CONFIG["profile"]["gpu"]
+    k = profile_plan.KNOBS.from_block(cfg)
     mode, prec, batch = cfg["probe"]["mode"], cfg["precision"], cfg["batch_size"]
     jobs = {j.job: j for j in budget.plan(CONFIG, "gpu", budget.H100) if j.stage == "profile"}
     for size in cfg["sizes"]:
-        largest, tried = budget.probe_largest(cfg, budget.H100, size, 2026)
-        assert budget.step_gib(size, largest, batch, mode, prec, 2026) <= 79
-        assert budget.step_gib(size, 2 * largest, batch, mode, prec, 2026) > 79
+        largest, tried = profile_plan.probe_largest(k, H100, size)
+        assert H100.step_gib(size, largest, batch, mode, prec) <= 79
+        assert H100.step_gib(size, 2 * largest, batch, mode, prec) > 79
         # the tries: every fitting context and the first that does not (an `oom` row)
         assert largest == cfg["probe"]["start"] << (tried - 2)
         grid = [largest >> 2, largest >> 1, largest]
@@ -123,13 +134,13 @@ def test_engines_and_skipped_sizes():
     """A compiled job's engines (fast, hf_gpt2) each cost a compile; a size whose every point
     the memory model refuses (10B on 80 GB) costs about a process start."""
     cfg = copy.deepcopy(CONFIG["benchmark"]["full"])  # xl compiles there (gpu: small only)
-    jobs = {j.job: j for j in budget._benchmark(cfg, budget.H100)}
+    jobs = {j.job: j for j in benchmark_jobs(cfg)}
     assert "3 compiled graphs, 3 engine rows" in jobs["xl ctx512 naive"].how
     assert jobs["10B ctx512 naive"].seconds == budget.H100.job_start_s
     cfg["engines"] = ["plain"]
-    plain = {j.job: j for j in budget._benchmark(cfg, budget.H100)}
+    plain = {j.job: j for j in benchmark_jobs(cfg)}
     extra = jobs["xl ctx512 naive"].seconds - plain["xl ctx512 naive"].seconds
-    assert extra > budget.model_compile_s(budget.H100, "xl", 2026) + 2 * budget.H100.engine_s
+    assert extra > H100.compile_s("xl") + 2 * budget.H100.engine_s
 
 
 def test_the_estimates_are_within_a_quarter_of_the_measured_h100_jobs():
@@ -198,13 +209,13 @@ def test_a_point_above_max_point_s_costs_nothing():
     )
     cfg = copy.deepcopy(CONFIG)
     block = cfg["benchmark"]["cpu"]
-    with_guard = budget._benchmark(block, no_bf16)
-    on_cpu2 = budget._benchmark(block, budget.CPU2)
+    with_guard = benchmark_jobs(block, no_bf16)
+    on_cpu2 = benchmark_jobs(block, budget.CPU2)
     block.pop("max_point_s")
-    without = budget._benchmark(block, no_bf16)
+    without = benchmark_jobs(block, no_bf16)
     assert sum(j.seconds for j in without) > sum(j.seconds for j in with_guard)
     assert sum(j.seconds for j in on_cpu2) == sum(
-        j.seconds for j in budget._benchmark(block, budget.CPU2)
+        j.seconds for j in benchmark_jobs(block, budget.CPU2)
     )
 
 
@@ -237,8 +248,8 @@ def test_the_cost_guard_skips_what_the_cpu_reference_run_skipped():
         dev = dataclasses.replace(budget.CPU2, peak_tflops=rates)
         for device in (dev, budget.CPU2) if own_rates else (dev,):
             for _, r in rows.iterrows():
-                predicted = budget.skipped_for_cost(
-                    device, r["size"], int(r["context_length"]), int(r["batch_size"]),
+                predicted = CostModel(device).too_costly(
+                    r["size"], int(r["context_length"]), int(r["batch_size"]),
                     r["mode"], r["precision"], steps, cfg["max_point_s"],
                 )  # fmt: skip
                 assert predicted == str(r["status"]).startswith("skipped: at least"), dict(r)

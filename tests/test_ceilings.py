@@ -30,11 +30,17 @@ def test_every_size_and_repeat_is_a_row_and_the_best_is_marked(tmp_path):
     assert matmul_peaks(df)["fp32"] == mm[mm["dtype"] == "fp32"]["tflops"].max()
 
 
+def knobs(block: dict):
+    """A block as the stage's typed knobs (the copy and the reps, which the helpers do not
+    read, filled in)."""
+    return plan.CeilingsKnobs.from_block({"copy_mb": 1, "reps": 5, **block})
+
+
 def test_the_config_helpers():
     cfg = {"matmul_size": 8192, "matmul_size_of": {"fp32": 1024},
            "extra_sizes": {"fp32": [2048], "bf16": [4096, 8192]}, "dtypes": ["bf16", "fp32"]}  # fmt: skip
-    assert plan.sizes_of(cfg) == {"bf16": [8192, 4096], "fp32": [1024, 2048]}
-    assert plan.sizes_of({"matmul_size": 64, "dtypes": ["fp32"]}) == {"fp32": [64]}
+    assert plan.sizes_of(knobs(cfg)) == {"bf16": [8192, 4096], "fp32": [1024, 2048]}
+    assert plan.sizes_of(knobs({"matmul_size": 64, "dtypes": ["fp32"]})) == {"fp32": [64]}
 
 
 def test_a_runs_rows_say_what_it_measured():
@@ -45,7 +51,7 @@ def test_a_runs_rows_say_what_it_measured():
     )  # fmt: skip
     cfg = {"matmul_size": 8192, "dtypes": ["bf16", "fp32"], "copy_mb": 1, "reps": 5}
     plan.as_measured(cfg, rows)
-    assert plan.sizes_of(cfg) == {"bf16": [512], "fp32": [1024, 2048]}
+    assert plan.sizes_of(knobs(cfg)) == {"bf16": [512], "fp32": [1024, 2048]}
     assert cfg["repeats"] == 2 and cfg["warm_s"] == 2.0
 
 

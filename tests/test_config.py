@@ -459,6 +459,7 @@ def test_ceilings_measure_each_dtype_at_its_own_size(tmp_path):
     from cs336_systems.stages.ceilings import measure, plan
 
     own = {"matmul_size": 64, "matmul_size_of": {"fp32": 1024, "bf16": 64}, "dtypes": ["fp32"]}
+    own = plan.CeilingsKnobs.from_block({**own, "copy_mb": 1, "reps": 2})
     assert plan.sizes_of(own) == {"fp32": [1024]}
     out = tmp_path / "ceilings.csv"
     knobs = block("ceilings", matmul_size=32, matmul_size_of={"fp32": 48}, extra_sizes={},

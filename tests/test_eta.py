@@ -20,9 +20,10 @@ from cs336_systems.planning import eta
 
 
 def planned(*config: str) -> list[dict]:
-    """The jobs of a forced dry run of the default target: [{rule, wildcards, outputs}]."""
+    """The jobs of a forced dry run of the default target: [{rule, wildcards, outputs, shell}]."""
     proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-n", "--forceall", "--cores", "1", "report", *config],
+        [sys.executable, "-m", "snakemake", "-n", "-p", "--forceall", "--cores", "1", "report",
+         *config],
         cwd=ROOT, env=env_for(ROOT), capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -33,24 +34,45 @@ def planned(*config: str) -> list[dict]:
             continue
         wc = re.search(r"^\s+wildcards: (.*)$", block, re.M)
         out = re.search(r"^\s+output: (.*)$", block, re.M)
+        shell = re.search(r"^Shell command: (.*)$", block, re.M)
         wildcards = dict(kv.split("=", 1) for kv in wc.group(1).split(", ")) if wc else {}
         jobs.append(
-            {"rule": head.group(1), "wildcards": wildcards, "outputs": out.group(1).split(", ")}
-        )
+            {"rule": head.group(1), "wildcards": wildcards, "outputs": out.group(1).split(", "),
+             "shell": shell.group(1) if shell else ""}
+        )  # fmt: skip
     return jobs
 
 
+# a measuring job runs a stage's own entry point (`python3 -m cs336_systems.stages.<stage> `),
+# not its analysis or aggregate
+MEASURES = re.compile(r"python3 -m cs336_systems\.stages\.\w+ ")
+
+
 @pytest.mark.parametrize("preset", ["cpu", "gpu"], ids=["cpu-preset", "gpu-preset"])
-def test_every_measuring_job_has_the_budgets_estimate(preset):
+def test_every_measuring_job_has_its_stages_estimate(preset):
+    """Every job that measures (from the dry run's shell commands, not from the budget's own
+    list) is named in its stage's ETA_KEYS and estimated by its stage's plan."""
     from cs336_systems.budget import run_config
 
     config = run_config()
     jobs = planned("--config", f"preset={preset}", "machine=eta-test")
-    est = forecast.estimates(config, preset, jobs)
-    measuring = [j for j, e in zip(jobs, est, strict=True) if j["rule"] in forecast.KEYS]
+    measuring = {j["rule"] for j in jobs if MEASURES.search(j["shell"])}
     assert len(measuring) >= 15
+    assert measuring <= set(forecast.eta_keys(config)), measuring - set(forecast.eta_keys(config))
+    est = forecast.estimates(config, preset, jobs)
     assert not [e["name"] for e in est if e["unestimated"]]
     assert all(e["seconds"] > 0 for e in est)
+
+
+def test_a_named_job_without_its_estimate_is_unestimated():
+    """A measuring rule whose job name the budget has no job for is flagged, not 1.5 s."""
+    from cs336_systems.budget import run_config
+
+    job = {"rule": "memory", "wildcards": {"size": "no-such-size"}, "outputs": ["x"]}
+    (e,) = forecast.estimates(run_config(), "cpu", [job])
+    assert e["unestimated"]
+    (local,) = forecast.estimates(run_config(), "cpu", [{**job, "rule": "memory_plots"}])
+    assert not local["unestimated"] and local["seconds"] == 1.5
 
 
 def test_the_time_left_counts_finished_jobs_and_scales_by_the_run(tmp_path):

@@ -22,10 +22,10 @@ rule allreduce:
         backend="gloo|nccl",
     # one process per rank of the largest world (for the scheduler: each computes on one
     # thread, OMP_NUM_THREADS=1 below, as Snakemake's default of 1 thread had it)
-    threads: max(ALLREDUCE["world_sizes"])
+    threads: max(ALLREDUCE.world_sizes)
     resources:
         **launcher_resources("allreduce"),
-        gpu=gpus(max(ALLREDUCE["world_sizes"]), only=lambda wc: wc.backend == "nccl"),
+        gpu=gpus(max(ALLREDUCE.world_sizes), only=lambda wc: wc.backend == "nccl"),
     params:
         block=block_text(ALLREDUCE),
         common=common_args(),
@@ -37,7 +37,7 @@ rule allreduce:
 
 rule allreduce_aggregate:
     input:
-        points=expand(ALLREDUCE_POINTS, backend=ALLREDUCE["backends"]),
+        points=expand(ALLREDUCE_POINTS, backend=ALLREDUCE.backends),
         code=code_stamp("aggregate", "cs336_systems.reporting.aggregate"),
     output:
         report_table("allreduce", f"{RESULTS}/allreduce.csv"),

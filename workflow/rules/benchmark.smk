@@ -95,7 +95,7 @@ rule benchmark_aggregate:
 rule benchmark_warmup_aggregate:
     input:
         points=expand(
-            rules.benchmark_warmup.output[0], size=BENCHMARK["warmup_sweep"]["sizes"]
+            rules.benchmark_warmup.output[0], size=BENCHMARK.warmup_sweep.sizes
         ),
         code=code_stamp("aggregate", "cs336_systems.reporting.aggregate"),
     output:

@@ -60,7 +60,7 @@ rule checkpointing_aggregate:
     input:
         points=lambda wc: expand(
             CHECKPOINTING_POINTS,
-            precision=CHECKPOINTING["precisions"],
+            precision=CHECKPOINTING.precisions,
         ),
         saved=str(rules.checkpointing_accounting.output[0]),
         code=code_stamp("aggregate", "cs336_systems.reporting.aggregate"),

@@ -116,8 +116,9 @@ REPORT_INPUTS = {}
 
 
 def stage_config(stage):
-    """The settings of `stage` for the chosen preset (checked above, once)."""
-    return config[stage][PRESET]
+    """The typed knobs of `stage` for the chosen preset (its plan's `KNOBS`, checked above,
+    once): rules read each knob by its declared name."""
+    return _PLANS[stage].KNOBS.from_block(config[stage][PRESET])
 
 
 def code(*modules, files=()):
@@ -223,10 +224,10 @@ def launcher_resources(stage):
     where the launcher's srun starts one torchrun per node."""
     if stage not in STAGES:
         return {}
-    launcher = stage_config(stage)["launcher"]
-    if launcher["topology"] != "slurm" or launcher["nnodes"] < 2:
+    launcher = stage_config(stage).launcher
+    if launcher.topology != "slurm" or launcher.nnodes < 2:
         return {}
-    return {"nodes": launcher["nnodes"], "tasks": launcher["nnodes"], "mpi": "srun"}
+    return {"nodes": launcher.nnodes, "tasks": launcher.nnodes, "mpi": "srun"}
 
 
 # the comparison report (workflow/rules/compare.smk)
@@ -259,7 +260,7 @@ def compare_inputs(wc):
 
 def start_estimate():
     """The estimate of the jobs about to run, printed and written for their progress lines
-    (planning/eta.py). budget/forecast.py imports torch (seconds): it runs beside the first jobs.
+    (planning/eta.py). It runs beside the first jobs: the budget reads every stage's plan.
     """
     import json
     import subprocess

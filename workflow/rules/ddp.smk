@@ -21,10 +21,10 @@ rule ddp:
         kind="variants|sharding",
     # one process per rank (for the scheduler: each computes on one thread, OMP_NUM_THREADS=1
     # below, as Snakemake's default of 1 thread had it)
-    threads: DDP["world_size"]
+    threads: DDP.world_size
     resources:
         **launcher_resources("ddp"),
-        gpu=gpus(DDP["world_size"], only=lambda wc: DDP["backend"] == "nccl"),
+        gpu=gpus(DDP.world_size, only=lambda wc: DDP.backend == "nccl"),
     params:
         block=block_text(DDP),
         # the profiled steps' Chrome traces (the variants job's, when profile is on) kept
@@ -44,7 +44,7 @@ rule ddp_aggregate:
     input:
         points=expand(
             DDP_POINTS,
-            kind=["variants", "sharding"] if DDP["sharding"] else ["variants"],
+            kind=["variants", "sharding"] if DDP.sharding else ["variants"],
         ),
         code=code_stamp("aggregate", "cs336_systems.reporting.aggregate"),
     output:

@@ -3,6 +3,7 @@
 # torchrun launch (a machine with too few GPUs writes `skipped` rows with the command to run).
 
 
+FSDP = stage_config("fsdp")
 FSDP_PLOTS = ["memory", "time"]
 FSDP_FIGURES = figures("fsdp", FSDP_PLOTS)
 
@@ -17,14 +18,14 @@ rule fsdp:
     benchmark:
         f"{RESULTS}/jobs/fsdp/runs.tsv"
     # one process per rank
-    threads: stage_config("fsdp")["world_size"]
+    threads: FSDP.world_size
     resources:
         gpu=gpus(
-            stage_config("fsdp")["world_size"],
-            only=lambda wc: stage_config("fsdp")["backend"] == "nccl",
+            FSDP.world_size,
+            only=lambda wc: FSDP.backend == "nccl",
         ),
     params:
-        block=lambda wc: block_text(stage_config("fsdp")),
+        block=block_text(FSDP),
         # the profiled steps' Chrome traces (when profile is on) kept under raw/ (keep_raw)
         traces=lambda wc, output: (
             f"--trace-dir {parent(output[0])}/raw" if config["keep_raw"] else ""

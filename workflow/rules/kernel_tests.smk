@@ -12,9 +12,9 @@ rule kernel_tests:
         code=lambda wc: code_stamp(
             "kernel_tests",
             "cs336_systems.stages.kernel_tests",
-            files=KERNEL_TESTS["files"],
+            files=KERNEL_TESTS.files,
         ),
-        tests=KERNEL_TESTS["files"],
+        tests=KERNEL_TESTS.files,
         conftest="tests/conftest.py",
     output:
         csv=report_table("kernel_tests", f"{RESULTS}/kernel_tests.csv"),
@@ -24,7 +24,7 @@ rule kernel_tests:
     benchmark:
         f"{RESULTS}/jobs/kernel_tests.tsv"
     # pytest-xdist workers, each a process on its own core (one thread each, OMP_NUM_THREADS=1)
-    threads: kernel_tests_plan.worker_count(KERNEL_TESTS.get("workers", 1))
+    threads: kernel_tests_plan.worker_count(KERNEL_TESTS.workers or 1)
     resources:
         gpu=gpus(1),
     params:

@@ -4,7 +4,7 @@
 # configuration; a second job runs the ablation (the engine with one optimization off per row).
 # MFU is against the ceilings stage's measured bf16 peak (its CSV, an input).
 
-LEADERBOARD_ABLATIONS = stage_config("leaderboard")["ablations"]
+LEADERBOARD = stage_config("leaderboard")
 
 
 LEADERBOARD_FIGURES = figures("leaderboard", ["breakdown"])
@@ -21,14 +21,14 @@ rule leaderboard:
     benchmark:
         f"{RESULTS}/jobs/leaderboard/runs.tsv"
     # one process per rank
-    threads: stage_config("leaderboard")["world_size"]
+    threads: LEADERBOARD.world_size
     resources:
         gpu=gpus(
-            stage_config("leaderboard")["world_size"],
-            only=lambda wc: stage_config("leaderboard")["backend"] == "nccl",
+            LEADERBOARD.world_size,
+            only=lambda wc: LEADERBOARD.backend == "nccl",
         ),
     params:
-        block=lambda wc: block_text(stage_config("leaderboard")),
+        block=block_text(LEADERBOARD),
         common=common_args(),
     shell:
         "OMP_NUM_THREADS=1 python3 -m cs336_systems.planning.claim {resources.gpu}"
@@ -50,14 +50,14 @@ rule leaderboard_ablation:
     benchmark:
         f"{RESULTS}/jobs/leaderboard/ablation.tsv"
     # one process per rank
-    threads: stage_config("leaderboard")["world_size"]
+    threads: LEADERBOARD.world_size
     resources:
         gpu=gpus(
-            stage_config("leaderboard")["world_size"],
-            only=lambda wc: stage_config("leaderboard")["backend"] == "nccl",
+            LEADERBOARD.world_size,
+            only=lambda wc: LEADERBOARD.backend == "nccl",
         ),
     params:
-        block=lambda wc: block_text(stage_config("leaderboard")),
+        block=block_text(LEADERBOARD),
         common=common_args(),
     shell:
         "OMP_NUM_THREADS=1 python3 -m cs336_systems.planning.claim {resources.gpu}"
@@ -69,7 +69,7 @@ rule leaderboard_ablation:
 rule leaderboard_aggregate:
     input:
         points=str(rules.leaderboard.output[0]),
-        ablation=[rules.leaderboard_ablation.output[0]] if LEADERBOARD_ABLATIONS else [],
+        ablation=[rules.leaderboard_ablation.output[0]] if LEADERBOARD.ablations else [],
         code=code_stamp("aggregate", "cs336_systems.reporting.aggregate"),
     output:
         report_table("leaderboard", f"{RESULTS}/leaderboard.csv"),

@@ -43,9 +43,9 @@ rule memory:
 
 rule memory_aggregate:
     input:
-        points=expand(MEMORY_POINTS, size=MEMORY["sizes"]),
-        allocations=expand(MEMORY_ALLOCATIONS, size=MEMORY["sizes"]),
-        blocks=expand(MEMORY_BLOCKS, size=MEMORY["sizes"]),
+        points=expand(MEMORY_POINTS, size=MEMORY.sizes),
+        allocations=expand(MEMORY_ALLOCATIONS, size=MEMORY.sizes),
+        blocks=expand(MEMORY_BLOCKS, size=MEMORY.sizes),
         code=code_stamp("aggregate", "cs336_systems.reporting.aggregate"),
     output:
         points=report_table("memory", f"{RESULTS}/memory.csv"),

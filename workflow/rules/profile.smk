@@ -43,9 +43,9 @@ rule profile:
 
 rule profile_aggregate:
     input:
-        points=expand(PROFILE_POINTS, size=PROFILE["sizes"]),
-        kernels=expand(PROFILE_KERNELS, size=PROFILE["sizes"]),
-        probe=expand(PROFILE_PROBE, size=PROFILE["sizes"]),
+        points=expand(PROFILE_POINTS, size=PROFILE.sizes),
+        kernels=expand(PROFILE_KERNELS, size=PROFILE.sizes),
+        probe=expand(PROFILE_PROBE, size=PROFILE.sizes),
         code=code_stamp("aggregate", "cs336_systems.reporting.aggregate"),
     output:
         points=report_table("profile", f"{RESULTS}/profile.csv"),

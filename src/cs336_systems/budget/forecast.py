@@ -5,8 +5,8 @@ preset's budget model, written for planning/eta.py's progress lines, and one lin
         --preset cpu --parallel 2 --config config.json
 
 `jobs.json` is what the workflow's onstart handler lists: [{"rule", "wildcards", "outputs"}];
-`config.json` the run's checked config. A job the budget has no row for (an aggregate, a plot,
-the report) costs LOCAL_JOB_S.
+`config.json` the run's checked config. Each stage's plan names its measuring rules' jobs
+(`ETA_KEYS`); a job of another rule (an aggregate, a plot, the report) costs LOCAL_JOB_S.
 """
 
 from __future__ import annotations
@@ -16,57 +16,46 @@ import json
 import time
 from pathlib import Path
 
-from cs336_systems.budget import DEVICES, LOCAL_JOB_S, plan
+from cs336_systems.budget import DEVICES, LOCAL_JOB_S, plan, stage_plan, stages_of
 from cs336_systems.planning import eta
 from cs336_systems.planning.log import configure, get_logger
 
 log = get_logger(__name__)
 
-# rule -> the budget's (stage, job name) for a job of it (budget/__init__.py names its jobs)
-KEYS = {
-    "benchmark": lambda w: ("benchmark", f"{w['size']} ctx{w['ctx']} {w['attention']}"),
-    "benchmark_warmup": lambda w: ("benchmark", f"warm-up sweep {w['size']}"),
-    "memory": lambda w: ("memory", w["size"]),
-    "profile": lambda w: ("profile", w["size"]),
-    "attention": lambda w: ("attention", w["impl"]),
-    "flash": lambda w: ("flash", w["dtype"]),
-    "flash_target": lambda w: ("flash", "target"),
-    "flash_leaderboard": lambda w: ("flash", "leaderboard"),
-    "checkpointing_accounting": lambda w: ("checkpointing", "accounting"),
-    "checkpointing": lambda w: ("checkpointing", w["precision"]),
-    "allreduce": lambda w: ("allreduce", w["backend"]),
-    "ddp": lambda w: ("ddp", w["kind"]),
-    "fsdp": lambda w: ("fsdp", "runs"),
-    "leaderboard_ablation": lambda w: ("leaderboard", "ablation"),
-    "kernel_tests": lambda w: ("kernel_tests", "kernel_tests"),
-    "ceilings": lambda w: ("ceilings", "ceilings"),
-    "precision": lambda w: ("precision", "precision"),
-    "arithmetic": lambda w: ("arithmetic", "arithmetic"),
-}
+
+def eta_keys(config: dict) -> dict:
+    """{rule: (stage, its jobs' name from their wildcards)} of every stage's measuring rules
+    (each plan's `ETA_KEYS`, planning/estimate.py)."""
+    return {
+        rule: (stage, name)
+        for stage in stages_of(config)
+        for rule, name in getattr(stage_plan(stage), "ETA_KEYS", {}).items()
+    }
 
 
 def estimates(config: dict, preset: str, jobs: list[dict]) -> list[dict]:
-    """[{"name", "outputs", "seconds"}] of the workflow's jobs from the budget's plan."""
+    """[{"name", "outputs", "seconds", "unestimated"}] of the workflow's jobs from the budget's
+    plan. A rule no stage names in its `ETA_KEYS` (an aggregate, a plot, the report) costs
+    LOCAL_JOB_S; a measuring job whose name has no estimate is `unestimated` (a test checks
+    there is none)."""
     dev = DEVICES.get(preset, DEVICES["gpu"])
-    budget: dict[tuple[str, str], float] = {}
-    for job in plan(config, preset, dev):
-        budget[(job.stage, job.job)] = job.seconds
+    budget = {(job.stage, job.job): job.seconds for job in plan(config, preset, dev)}
+    keys = eta_keys(config)
     out = []
     for job in jobs:
         rule, wc = job["rule"], job["wildcards"]
         seconds = None
-        if rule in KEYS:
-            key = KEYS[rule](wc)
-            # the leaderboard's one job is `runs`, or `reduced` where the world does not fit
-            seconds = budget.get(key, budget.get((key[0], "reduced")))
-        name = " ".join([rule, *(str(v) for v in wc.values())])
+        if rule in keys:
+            stage, name = keys[rule]
+            names = name(wc)
+            names = (names,) if isinstance(names, str) else names
+            seconds = next((budget[(stage, n)] for n in names if (stage, n) in budget), None)
         out.append(
             {
-                "name": name,
+                "name": " ".join([rule, *(str(v) for v in wc.values())]),
                 "outputs": job["outputs"],
                 "seconds": round(LOCAL_JOB_S if seconds is None else seconds, 1),
-                # a measuring job the budget has no row for (a test checks there is none)
-                "unestimated": rule in KEYS and seconds is None,
+                "unestimated": rule in keys and seconds is None,
             }
         )
     return out

@@ -115,10 +115,6 @@ def _type_schema(tp) -> dict:
     raise TypeError(f"no JSON schema for knob type {tp!r}")
 
 
-def _is_knobs(tp) -> bool:
-    return isinstance(tp, type) and issubclass(tp, Knobs)
-
-
 def _typed(tp, v):
     """A checked block's value as its knob's type: YAML's 1 for a float knob is 1.0 (in lists
     and mappings too), a nested mapping its Knobs."""
@@ -218,8 +214,11 @@ class Knobs:
         return part
 
     @classmethod
-    def select(cls, block: Mapping) -> dict:
-        """The keys of `block` that are these knobs (a job's part of a preset block)."""
+    def select(cls, block: Mapping | Knobs) -> dict:
+        """The keys of `block` (a mapping, or knobs) that are these knobs: a job's part of a
+        preset block."""
+        if isinstance(block, Knobs):
+            block = block.as_block()
         names = {f.name for f in dataclasses.fields(cls)}
         return {k: v for k, v in block.items() if k in names}
 
@@ -235,8 +234,11 @@ def _drop_none(block: dict) -> dict:
     }
 
 
-def block_text(block: Mapping) -> str:
-    """A checked block as the one JSON value a rule passes to its stage's `--block`."""
+def block_text(block: Mapping | Knobs) -> str:
+    """A checked block (a mapping, or knobs) as the one JSON value a rule passes to its stage's
+    `--block`."""
+    if isinstance(block, Knobs):
+        block = block.as_block()
     return json.dumps(block, sort_keys=True, separators=(",", ":"))
 
 

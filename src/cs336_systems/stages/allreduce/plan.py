@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from cs336_systems.planning.config import Checker, Facts, check_launcher
+from cs336_systems.planning.estimate import Costs, EtaKeys, Job, world_jobs
 from cs336_systems.planning.knobs import Env, Knobs, Launcher, knob
 
 # every rank holds the reference, its contribution and the buffer it all-reduces
@@ -65,6 +66,17 @@ class AllreduceKnobs(Knobs):
 
 # the stage's knobs: its config blocks are checked against their schema (planning/config.py)
 KNOBS = AllreduceKnobs
+
+
+# ---- the time budget's estimate (planning/estimate.py) -------------------------------------
+
+ETA_KEYS: EtaKeys = {"allreduce": lambda w: w["backend"]}
+
+
+def estimate(k: AllreduceKnobs, cost: Costs) -> list[Job]:
+    """One job per backend, a world per world size (NCCL's beyond this host's GPUs: status
+    rows at once)."""
+    return world_jobs("allreduce", cost, [(b, b, list(k.world_sizes)) for b in k.backends])
 
 
 def check(cfg: dict, at: Checker, facts: Facts) -> None:

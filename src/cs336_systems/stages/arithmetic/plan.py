@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from cs336_systems.planning.config import Checker, Facts
+from cs336_systems.planning.estimate import Costs, EtaKeys, Job, fixed_job
 from cs336_systems.planning.knobs import Knobs, knob
 
 POSITIVE = {"exclusiveMinimum": 0}
@@ -106,6 +107,16 @@ def inputs(stages: list[str], results: str) -> dict[str, str]:
 def input_args(paths: dict[str, str]) -> str:
     """The CLI options naming the input CSVs (an absent one is reported as missing)."""
     return " ".join(f"--{opt} {path}" for opt, path in sorted(paths.items()))
+
+
+# ---- the time budget's estimate (planning/estimate.py) -------------------------------------
+
+ETA_KEYS: EtaKeys = {"arithmetic": lambda w: "arithmetic"}
+
+
+def estimate(k: ArithmeticKnobs, cost: Costs) -> list[Job]:
+    """Arithmetic on the ceilings' and allreduce's CSVs: seconds whatever the block says."""
+    return [fixed_job("arithmetic", cost, "arithmetic on the ceilings' and allreduce's CSVs")]
 
 
 def check(cfg: dict, at: Checker, facts: Facts) -> None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from cs336_systems.planning.config import Checker, Facts, head_dim_problem
+from cs336_systems.planning.estimate import Costs, EtaKeys, Job
 from cs336_systems.planning.knobs import Knobs, knob
 
 Impl = Literal["naive_eager", "naive_compiled"]
@@ -38,9 +39,39 @@ class AttentionKnobs(Knobs):
 KNOBS = AttentionKnobs
 
 
-def point_files(cfg: dict, results: str) -> list[str]:
+def point_files(k: AttentionKnobs, results: str) -> list[str]:
     """One CSV per implementation."""
-    return [f"{results}/attention/points/{impl}.csv" for impl in cfg["impls"]]
+    return [f"{results}/attention/points/{impl}.csv" for impl in k.impls]
+
+
+# ---- the time budget's estimate (planning/estimate.py) -------------------------------------
+
+ETA_KEYS: EtaKeys = {"attention": lambda w: w["impl"]}
+
+
+def _point_s(k: AttentionKnobs, cost: Costs, d: int, n: int) -> float:
+    """A point's passes: a forward is its two matmuls' FLOPs plus about 4 passes over the
+    (n x n) fp32 scores, a backward twice the FLOPs and about 6 passes (fitted on the H100's
+    naive_compiled job)."""
+    fp32 = cost.rate("fp32")
+    flops = 4.0 * k.batch_size * n * n * d
+    scores = 4.0 * k.batch_size * n * n / (cost.dev.hbm_tbps * 1e12)
+    fwd, bwd = flops / fp32 + 4 * scores, 2 * flops / fp32 + 6 * scores
+    return k.fwd_steps * fwd + (k.warmup_steps + k.bwd_steps) * (fwd + bwd)
+
+
+def estimate(k: AttentionKnobs, cost: Costs) -> list[Job]:
+    """One job per implementation: its points' passes, and for a compiled one torch's
+    automatic dynamic shapes (a static compile, then one dynamic one per head dim)."""
+    jobs = []
+    points = len(k.head_dims) * len(k.seq_lens)
+    for impl in k.impls:
+        run = sum(_point_s(k, cost, d, n) for d in k.head_dims for n in k.seq_lens)
+        compiles = 1 + len(k.head_dims) if "compiled" in impl else 0
+        setup = cost.dev.job_start_s + cost.dev.gpu_init_s + compiles * cost.dev.small_compile_s
+        total = setup + run + points * 0.1
+        jobs.append(Job("attention", impl, total, f"{points} points, {compiles} compiles"))
+    return jobs
 
 
 def check(cfg: dict, at: Checker, facts: Facts) -> None:

@@ -26,6 +26,7 @@ from cs336_systems.core.harness import (
 )
 from cs336_systems.model import VOCAB_SIZE, build_model, size_spec
 from cs336_systems.planning.log import get_logger, point, status_level
+from cs336_systems.stages.benchmark.plan import engine_points
 
 ENGINES = ("plain", "fast", "hf_gpt2")
 log = get_logger(__name__)
@@ -95,17 +96,6 @@ def state_shortfall(size: str, device, edition=None) -> str | None:
     s = size_spec(size, edition)
     need = 16 * costs.param_count(VOCAB_SIZE, s["d_model"], s["num_layers"], s["d_ff"])
     return memory_shortfall(need / 2**20, device, f"{size}'s fp32 training state")
-
-
-def engine_points(engine: str, precisions, compiles) -> list[tuple[str, str]]:
-    """(precision, compile) of the engine's rows in a job: the engine is a bf16 engine (fp32
-    master weights, bf16 autocast compute), so bf16 where the job runs it; compiled where the
-    job's compile filter admits it. The HuggingFace peer: compiled bf16 only, as the issue
-    names it, and only where the job compiles."""
-    if engine == "hf_gpt2":
-        return [("bf16", "compiled")] if "compiled" in compiles else []
-    precs = ["bf16"] if "bf16" in precisions else list(precisions)
-    return [(p, c) for p in precs for c in compiles]
 
 
 def engine_rows(

@@ -157,7 +157,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.out is None:
         ap.error("--out is required")
     k: CeilingsKnobs = args.block
-    args.sizes = sizes_of(k.as_block())  # each dtype's sizes: its own, then its extra ones
+    args.sizes = sizes_of(k)  # each dtype's sizes: its own, then its extra ones
     args.repeats = k.repeats or 1
     args.warm_s = float(k.warm_s or 0)
     args.dtypes, args.copy_mb, args.reps = list(k.dtypes), k.copy_mb, k.reps

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from cs336_systems.planning.config import Checker, Facts, device_memory
+from cs336_systems.planning.estimate import Costs, EtaKeys, Job
 from cs336_systems.planning.knobs import Knobs, knob
 
 BYTES = {"bf16": 2, "fp16": 2, "tf32": 4, "fp32": 4}
@@ -52,15 +53,16 @@ class CeilingsKnobs(Knobs):
 KNOBS = CeilingsKnobs
 
 
-def size_of(cfg: dict) -> dict[str, int]:
+def size_of(k: CeilingsKnobs) -> dict[str, int]:
     """Each measured dtype's matmul size: `matmul_size`, or its entry in `matmul_size_of`."""
-    return {d: cfg.get("matmul_size_of", {}).get(d, cfg["matmul_size"]) for d in cfg["dtypes"]}
+    own = k.matmul_size_of or {}
+    return {d: own.get(d, k.matmul_size) for d in k.dtypes}
 
 
-def sizes_of(cfg: dict) -> dict[str, list[int]]:
+def sizes_of(k: CeilingsKnobs) -> dict[str, list[int]]:
     """Every square size each dtype is measured at: its own size, then its `extra_sizes`."""
-    extra = cfg.get("extra_sizes", {})
-    return {d: list(dict.fromkeys([n, *extra.get(d, [])])) for d, n in size_of(cfg).items()}
+    extra = k.extra_sizes or {}
+    return {d: list(dict.fromkeys([n, *extra.get(d, [])])) for d, n in size_of(k).items()}
 
 
 def as_measured(block: dict, rows) -> None:
@@ -78,13 +80,44 @@ def as_measured(block: dict, rows) -> None:
     block["warm_s"] = float(rows["warm_s"].max()) if "warm_s" in rows else 0.0
 
 
+# ---- the time budget's estimate (planning/estimate.py) -------------------------------------
+
+ETA_KEYS: EtaKeys = {"ceilings": lambda w: "ceilings"}
+# do_bench's windows around a ceiling measurement on a GPU (100 ms warm-up, at least 100 ms of
+# runs, reps ms where more: measure.py time_ms) and the calls it times first
+DO_BENCH_CALLS = 6
+
+
+def estimate(k: CeilingsKnobs, cost: Costs) -> list[Job]:
+    """Every (dtype, path, size) `repeats` times: on a GPU do_bench's windows and its first
+    calls, on a CPU the warm-up and `reps` calls at the measured rate; the warm-up spin and the
+    copy."""
+    dev, reps, repeats = cost.dev, k.reps, k.repeats or 1
+    total, n = 0.0, 0
+    for dtype, sizes in sizes_of(k).items():
+        paths = 2 if dtype == "bf16" else 1  # bf16 also as the model runs it (autocast F.linear)
+        rate = (dev.peak_tflops or dev.tflops).get(dtype, dev.tflops["fp32"]) * 1e12
+        for size in sizes:
+            call = 2.0 * size**3 / rate
+            one = (
+                (0.1 + max(reps, 100) / 1e3 + DO_BENCH_CALLS * call)
+                if dev.gpus
+                else ((1 + reps) * call)
+            )
+            total += paths * repeats * one
+            n += paths * repeats
+    total += (k.warm_s or 0) if dev.gpus else 0.0
+    total += dev.job_start_s + dev.fixed_s["ceilings"]
+    return [Job("ceilings", "ceilings", total, f"{n} matmul measurements and a copy")]
+
+
 def check(cfg: dict, at: Checker, facts: Facts) -> None:
     """Sizes that fit the device's memory, where knowable: the copy's source and destination,
     the matmul's two operands and its product."""
     have, where = device_memory(facts)
     at.fits("copy_mb", cfg["copy_mb"], 2 * cfg["copy_mb"], have, where)
     widest: dict[int, str] = {}  # each size once, at its widest dtype
-    for dtype, ns in sizes_of(cfg).items():
+    for dtype, ns in sizes_of(CeilingsKnobs.from_block(cfg)).items():
         for n in ns:
             if n not in widest or BYTES[dtype] > BYTES[widest[n]]:
                 widest[n] = dtype

@@ -351,7 +351,7 @@ def with_knobs(args: argparse.Namespace) -> argparse.Namespace:
         return args
     args.size, args.batch_size, args.context_length = k.size, k.batch_size, k.context_length
     args.device, args.seed = STRATEGIES_DEVICE, SEED
-    args.strategies = stage_plan.strategies(k.as_block())
+    args.strategies = stage_plan.strategies(k)
     args.num_layers = k.num_layers
     args.vocab_size = k.vocab_size if k.vocab_size is not None else VOCAB_SIZE
     args.warmup, args.steps = k.warmup_steps, k.measure_steps

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from cs336_systems.planning.edition import DEFAULT_EDITION, size_table
+from cs336_systems.planning.estimate import Costs, EtaKeys, Job
 from cs336_systems.planning.knobs import Knobs, knob
 
 NESTED = ("sqrt", "halving", "chain")
@@ -88,9 +89,9 @@ def divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
 
-def strategies(cfg: dict) -> list[str]:
+def strategies(k: CheckpointingKnobs) -> list[str]:
     """Every strategy the block runs, in the report's order: none, every_<k>, the nested ones."""
-    return ["none", *(f"every_{k}" for k in cfg["block_sizes"]), *cfg["nested"]]
+    return ["none", *(f"every_{b}" for b in k.block_sizes), *k.nested]
 
 
 def problems(cfg: dict, edition: int = DEFAULT_EDITION) -> list[tuple[tuple, object, str]]:
@@ -126,6 +127,48 @@ def problems(cfg: dict, edition: int = DEFAULT_EDITION) -> list[tuple[tuple, obj
             )
         )
     return out
+
+
+# ---- the time budget's estimate (planning/estimate.py) -------------------------------------
+
+ETA_KEYS: EtaKeys = {
+    "checkpointing_accounting": lambda w: "accounting",
+    "checkpointing": lambda w: w["precision"],
+}
+
+
+def _accounting_job(k: CheckpointingKnobs, cost: Costs) -> Job:
+    """One RMSNorm and one block, eager and compiled (5 s where nothing compiles for real)."""
+    acc = k.accounting
+    compiled = acc.compile_backend == "inductor" and acc.device != "meta"
+    seconds = cost.dev.fixed_s["accounting"] if compiled else 5.0
+    return Job("checkpointing", "accounting", cost.dev.job_start_s + seconds,
+               "one block, eager and compiled")  # fmt: skip
+
+
+def _precision_job(k: CheckpointingKnobs, cost: Costs, prec: str) -> Job:
+    """No checkpointing and every block size k (saving about k/N of the activations): those
+    whose state and activations fit skip_factor x the device's memory run; nested strategies
+    hold about one block's activations at a time. A checkpointed step recomputes: 4/3 of one."""
+    size, ctx, batch = k.size, k.context_length, k.batch_size
+    full = cost.layers(size)
+    layers = k.num_layers if k.num_layers is not None else full
+    scale = layers / full
+    steps = k.warmup_steps + k.measure_steps
+    state, acts = cost.state_and_activations_gib(size, ctx, batch, prec)
+    state, acts = scale * state, scale * acts
+    sizes = [layers] + [b for b in k.block_sizes if b < layers]
+    runs = sum(cost.fits(state + acts * min(b, layers) / layers, k.skip_factor) for b in sizes)
+    runs += len(k.nested)
+    t = runs * steps * 4 / 3 * scale * cost.step_s(size, ctx, batch, "train_step", prec)
+    build = cost.build_s(size) * scale  # once per precision
+    how = f"{runs} of {len(sizes) + len(k.nested)} strategies run, {steps} steps each"
+    return Job("checkpointing", prec, cost.dev.job_start_s + build + t, how)
+
+
+def estimate(k: CheckpointingKnobs, cost: Costs) -> list[Job]:
+    """The accounting job, then one job per precision."""
+    return [_accounting_job(k, cost), *(_precision_job(k, cost, p) for p in k.precisions)]
 
 
 def check(cfg: dict, at, facts=None) -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from cs336_systems.planning.config import Checker, Facts, check_launcher
+from cs336_systems.planning.estimate import Costs, EtaKeys, Job, world_jobs
 from cs336_systems.planning.knobs import Env, Knobs, Launcher, knob
 
 Variant = Literal["naive", "flat", "overlap", "bucketed", "torch_ddp"]
@@ -47,6 +48,26 @@ class DdpKnobs(Knobs):
 
 # the stage's knobs: its config blocks are checked against their schema (planning/config.py)
 KNOBS = DdpKnobs
+
+
+# ---- the time budget's estimate (planning/estimate.py) -------------------------------------
+
+ETA_KEYS: EtaKeys = {"ddp": lambda w: w["kind"]}
+
+
+def estimate(k: DdpKnobs, cost: Costs) -> list[Job]:
+    """The variants and the sharding job (a world each); where NCCL has fewer GPUs than the
+    world, the variants job still measures its compute-only baseline in one process."""
+    jobs = world_jobs(
+        "ddp", cost, [(j, k.backend, [k.world_size]) for j in ("variants", "sharding")]
+    )
+    if k.backend == "nccl" and 1 <= cost.dev.gpus < k.world_size:
+        steps = k.warmup_steps + k.measure_steps
+        step = cost.step_s(k.size, k.context_length, k.batch_per_rank, "train_step", "fp32")
+        base = cost.dev.job_start_s + cost.build_s(k.size) + steps * step
+        v = jobs[0]
+        jobs[0] = Job(v.stage, v.job, v.seconds + base, f"{v.how}; the baseline on one GPU")
+    return jobs
 
 
 def check(cfg: dict, at: Checker, facts: Facts) -> None:

@@ -3,11 +3,13 @@ what the workflow needs to plan the stage's jobs from a block."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Literal
 
 from cs336_systems.planning.config import Checker, Facts, head_dim_problem
+from cs336_systems.planning.estimate import Costs, EtaKeys, Job
 from cs336_systems.planning.knobs import Knobs, knob
 
 # our Triton kernel's largest head dim (kernels/triton/common.py:MAX_HEAD_DIM; a test keeps them
@@ -178,10 +180,105 @@ def job_settings(job: str, knobs) -> dict:
     return {**out, "heads": own.heads}
 
 
-def point_files(cfg: dict, results: str) -> list[str]:
-    files = [f"{results}/flash/points/{dtype}.csv" for dtype in cfg["dtypes"]]
-    files += [f"{results}/flash/target.csv"] if cfg.get("target") else []
-    return files + ([f"{results}/flash/leaderboard.csv"] if cfg.get("leaderboard") else [])
+def point_files(k: FlashKnobs, results: str) -> list[str]:
+    """One CSV per dtype of the sweep, the target's and the leaderboard's where configured."""
+    files = [f"{results}/flash/points/{dtype}.csv" for dtype in k.dtypes]
+    files += [f"{results}/flash/target.csv"] if k.target else []
+    return files + ([f"{results}/flash/leaderboard.csv"] if k.leaderboard else [])
+
+
+# ---- the time budget's estimate (planning/estimate.py) -------------------------------------
+
+ETA_KEYS: EtaKeys = {
+    "flash": lambda w: w["dtype"],
+    "flash_target": lambda w: "target",
+    "flash_leaderboard": lambda w: "leaderboard",
+}
+# the leaderboard job's correctness check (H100: 12 s an implementation with its windows)
+LEADERBOARD_CHECK_S = 4.5
+# forward+backward runs a flash point times (H100 naive_eager bf16 n=65536: 2.5 s at 100 ms)
+NAIVE_REPS = 25
+# loading our Triton kernels' variants from the run's cache (results/<machine>/.cache/triton)
+CACHED_PRECOMPILE_S = 5.0
+
+
+def _sweep_point_s(k: FlashKnobs, cost: Costs, impl: str, dtype: str, d: int, n: int) -> float:
+    """A sweep point's seconds beside the per-point overhead: cuDNN's fp32 is an `error` row at
+    once; naive attention's (n x n) scores an `oom` row above about 5 copies of them, else a
+    forward+backward about 30 passes over them; the flash kernels fwd, bwd and fwd+bwd a few
+    times each, and the check."""
+    if impl == "sdpa_cudnn" and dtype == "fp32":
+        return 0.0
+    if impl.startswith("naive"):
+        scores = k.batch_size * n * n * (2 if dtype == "bf16" else 4)
+        if cost.dev.memory_gib and 5 * scores > cost.dev.memory_gib * 2**30:
+            return 0.0
+        return NAIVE_REPS * 30 * scores / (cost.dev.hbm_tbps * 1e12)
+    flops = 3.5 * 4.0 * k.batch_size * n * n * d / 2
+    slow = 10.0 if impl == "flash_pytorch" else 1.0
+    return 8 * slow * flops / cost.rate(dtype)
+
+
+def _precompile_s(k: FlashKnobs, cost: Costs) -> float:
+    """Our Triton kernels' variants, compiled by the kernel_tests job into the run's shared
+    cache where that stage runs (then only loaded)."""
+    shared = "kernel_tests" in cost.stages
+    pre = cost.dev.triton_precompile_s if "flash_triton" in k.impls else 0.0
+    return min(pre, CACHED_PRECOMPILE_S) if shared else pre
+
+
+def _sweep_jobs(k: FlashKnobs, cost: Costs) -> list[Job]:
+    jobs = []
+    caps = k.max_seq_len or {}
+    for dtype in k.dtypes:
+        points, run = 0, 0.0
+        for impl, d, n in itertools.product(k.impls, k.head_dims, k.seq_lens):
+            if n > seq_cap(caps, impl, dtype):
+                continue
+            points += 1
+            run += _sweep_point_s(k, cost, impl, dtype, d, n)
+        compiles = len(k.head_dims) * 2 if "naive_compiled" in k.impls else 0
+        pre = _precompile_s(k, cost)
+        setup = cost.dev.job_start_s + cost.dev.flash_setup_s + pre
+        total = setup + compiles * cost.dev.small_compile_s
+        total += points * cost.dev.point_s + run
+        jobs.append(Job("flash", dtype, total, f"{points} points"))
+    return jobs
+
+
+def _target_job(t: Target, cost: Costs) -> Job:
+    """The target's points, three do_bench windows each and one a round (rounds.py)."""
+    points = len(t.impls) * len(t.head_dims) * len(t.seq_lens)
+    flops = sum(
+        3.5 * 4.0 * t.batch_size * t.heads * n * n * d / 2 for d in t.head_dims for n in t.seq_lens
+    )
+    pre = CACHED_PRECOMPILE_S if "kernel_tests" in cost.stages else cost.dev.triton_precompile_s
+    total = cost.dev.job_start_s + cost.dev.flash_setup_s + pre + points * cost.dev.point_s
+    total += 8 * len(t.impls) * flops / cost.rate(t.dtype)
+    windows = points * (3 + t.rounds)
+    total += windows * ((t.warmup_ms or 0) + (t.rep_ms or 0)) / 1e3
+    return Job("flash", "target", total, f"{points} points")
+
+
+def _leaderboard_job(b: Leaderboard, cost: Costs) -> Job:
+    """fwd, bwd and fwd+bwd windows and the correctness check per implementation."""
+    windows = (b.warmup_ms if b.warmup_ms is not None else 500) + (
+        b.rep_ms if b.rep_ms is not None else 2000
+    )
+    per = 3 * windows / 1e3 + LEADERBOARD_CHECK_S
+    pre = CACHED_PRECOMPILE_S if "kernel_tests" in cost.stages else cost.dev.triton_precompile_s
+    total = cost.dev.job_start_s + cost.dev.flash_setup_s + pre + len(b.impls) * per
+    return Job("flash", "leaderboard", total, f"{len(b.impls)} implementations")
+
+
+def estimate(k: FlashKnobs, cost: Costs) -> list[Job]:
+    """One sweep job per dtype, the target's job and the leaderboard's, where configured."""
+    jobs = _sweep_jobs(k, cost)
+    if k.target:
+        jobs.append(_target_job(k.target, cost))
+    if k.leaderboard:
+        jobs.append(_leaderboard_job(k.leaderboard, cost))
+    return jobs
 
 
 def check(cfg: dict, at: Checker, facts: Facts) -> None:

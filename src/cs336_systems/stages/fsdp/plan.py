@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from cs336_systems.planning.config import Checker, Facts
+from cs336_systems.planning.estimate import Costs, EtaKeys, Job, world_jobs
 from cs336_systems.planning.knobs import Env, Knobs, knob
 
 # the variants, in the order a run measures them (measure.py's docstring says what each is)
@@ -52,6 +53,16 @@ class FsdpKnobs(Knobs):
 
 # the stage's knobs: its config blocks are checked against their schema (planning/config.py)
 KNOBS = FsdpKnobs
+
+
+# ---- the time budget's estimate (planning/estimate.py) -------------------------------------
+
+ETA_KEYS: EtaKeys = {"fsdp": lambda w: "runs"}
+
+
+def estimate(k: FsdpKnobs, cost: Costs) -> list[Job]:
+    """One world running every variant (status rows at once where NCCL lacks the GPUs)."""
+    return world_jobs("fsdp", cost, [("runs", k.backend, [k.world_size])])
 
 
 def check(cfg: dict, at: Checker, facts: Facts) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 from cs336_systems.planning.config import Checker, Facts
+from cs336_systems.planning.estimate import Costs, EtaKeys, Job
 from cs336_systems.planning.knobs import Knobs, knob
 
 # the most xdist workers `auto` starts: more compete for one GPU and its compiler threads
@@ -92,6 +93,17 @@ def expression_problem(text: str) -> str | None:
     except SyntaxError as exc:
         return f"at column {exc.offset}: {exc.msg}"
     return None
+
+
+# ---- the time budget's estimate (planning/estimate.py) -------------------------------------
+
+ETA_KEYS: EtaKeys = {"kernel_tests": lambda w: "kernel_tests"}
+
+
+def estimate(k: KernelTestsKnobs, cost: Costs) -> list[Job]:
+    """The kernels' pytest suite on its xdist workers (the preset's selection)."""
+    return [Job("kernel_tests", "kernel_tests", cost.dev.job_start_s + cost.dev.kernel_tests_s,
+                "the kernels' pytest suite, xdist workers")]  # fmt: skip
 
 
 def check(cfg: dict, at: Checker, facts: Facts) -> None:

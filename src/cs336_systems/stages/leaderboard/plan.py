@@ -6,11 +6,11 @@ block beyond its schema, and the time budget's estimate of its reduced configura
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from cs336_systems.planning.config import Checker, Facts
+from cs336_systems.planning.estimate import Costs, EtaKeys, Job
 from cs336_systems.planning.knobs import Env, Knobs, knob
 
 # the engine with one optimization turned off: the EngineOptions each row changes
@@ -82,6 +82,59 @@ class LeaderboardKnobs(Knobs):
 KNOBS = LeaderboardKnobs
 
 
+# ---- the time budget's estimate (planning/estimate.py) -------------------------------------
+
+ETA_KEYS: EtaKeys = {
+    # the runs job measures the full configuration, or on too few GPUs the reduced one
+    "leaderboard": lambda w: ("runs", "reduced"),
+    "leaderboard_ablation": lambda w: "ablation",
+}
+
+
+def _gloo_jobs(k: LeaderboardKnobs, cost: Costs) -> list[Job]:
+    """The tiny configuration on one world of host processes (about 30 s)."""
+    world_s = cost.dev.job_start_s + cost.dev.gloo_world_s
+    jobs = [Job("leaderboard", "runs", world_s,
+                f"{len(k.variants)} variants on {k.world_size} gloo processes")]  # fmt: skip
+    if k.ablations:
+        jobs.append(Job("leaderboard", "ablation", world_s,
+                        f"{len(k.ablations)} ablation rows on {k.world_size} gloo processes"))  # fmt: skip
+    return jobs
+
+
+def _reduced_jobs(k: LeaderboardKnobs, cost: Costs) -> list[Job]:
+    """NCCL on fewer GPUs than the world: the reduced configuration on one GPU, and the
+    ablation's `skipped` rows."""
+    seconds = reduced_seconds(k, cost.train_step_flops, cost.rate("bf16"))
+    jobs = [Job("leaderboard", "reduced", cost.dev.job_start_s + seconds,
+                f"{k.world_size} GPUs needed: the reduced configuration on one")]  # fmt: skip
+    if k.ablations:
+        jobs.append(Job("leaderboard", "ablation", cost.dev.job_start_s,
+                        f"{k.world_size} GPUs needed: skipped rows"))  # fmt: skip
+    return jobs
+
+
+def estimate(k: LeaderboardKnobs, cost: Costs) -> list[Job]:
+    """Each variant's compile and steps at the 8B's FLOPs over the world, and the ablation
+    rows (the memory model skips the plain loss at once; each other row runs)."""
+    if k.backend == "gloo":
+        return _gloo_jobs(k, cost)
+    if k.world_size > cost.dev.gpus:
+        return _reduced_jobs(k, cost)
+    flops = cost.train_step_flops(k.vocab, k.d_model, k.num_layers, k.d_ff, k.batch,
+                                  k.context_length)  # fmt: skip
+    steps = k.warmup_steps + k.measure_steps
+    compiled = cost.dev.compile_s + cost.dev.compile_s_per_layer * k.num_layers
+    per = (compiled if k.compile else 0.0) + steps * flops / (cost.rate("bf16") * k.world_size)
+    jobs = [Job("leaderboard", "runs", cost.dev.job_start_s + len(k.variants) * per,
+                f"{len(k.variants)} variants on {k.world_size} GPUs")]  # fmt: skip
+    if k.ablations:
+        run = [a for a in k.ablations if a != "plain_loss"]
+        jobs.append(Job("leaderboard", "ablation", cost.dev.job_start_s + len(run) * per,
+                        f"{len(k.ablations)} ablation rows on {k.world_size} GPUs"))  # fmt: skip
+    return jobs
+
+
 def check(cfg: dict, at: Checker, facts: Facts) -> None:
     d, h = cfg["d_model"], cfg["num_heads"]
     if d % h:
@@ -102,15 +155,13 @@ LEADERBOARD_REDUCED_S = 180.0
 LEADERBOARD_COMPILE_S = 24.0
 
 
-def reduced_seconds(cfg: Mapping, step_flops, bf16_flops_per_s: float) -> float:
-    """The time budget's estimate (budget/) of the reduced configuration's run on one GPU that
-    reaches `bf16_flops_per_s` in a model step, in seconds after its job starts; `step_flops(
-    vocab, d_model, num_layers, d_ff, batch, context_length)` counts a training step's FLOPs."""
-    layers = cfg.get("reduced_layers", 0)
-    if not layers:
+def reduced_seconds(k: LeaderboardKnobs, step_flops, bf16_flops_per_s: float) -> float:
+    """The time budget's estimate of the reduced configuration's run on one GPU that reaches
+    `bf16_flops_per_s` in a model step, in seconds after its job starts; `step_flops(vocab,
+    d_model, num_layers, d_ff, batch, context_length)` counts a training step's FLOPs."""
+    if not k.reduced_layers:
         return LEADERBOARD_REDUCED_S
-    flops = step_flops(cfg["vocab"], cfg["d_model"], layers, cfg["d_ff"], cfg["batch"],
-                       cfg["context_length"])  # fmt: skip
+    flops = step_flops(k.vocab, k.d_model, k.reduced_layers, k.d_ff, k.batch, k.context_length)
     step_s = flops / bf16_flops_per_s
-    steps = cfg["warmup_steps"] + cfg["measure_steps"] + 2  # + the profiled step and the first
+    steps = k.warmup_steps + k.measure_steps + 2  # + the profiled step and the first
     return LEADERBOARD_COMPILE_S + steps * step_s

@@ -9,6 +9,7 @@ from typing import Literal
 
 from cs336_systems.planning.config import Checker, Facts
 from cs336_systems.planning.edition import size_table
+from cs336_systems.planning.estimate import Costs, EtaKeys, Job
 from cs336_systems.planning.knobs import Knobs, knob
 
 Mode = Literal["forward", "forward_backward", "train_step"]
@@ -77,6 +78,51 @@ JOB_KNOBS = MemoryKnobs.part(*(f.name for f in fields(MemoryKnobs) if f.name != 
 def layer_counts(edition: int) -> dict[str, int]:
     """Layers per size name of the edition's table (read from model.py's source, no torch)."""
     return {name: spec["num_layers"] for name, spec in size_table(edition).items()}
+
+
+# ---- the time budget's estimate (planning/estimate.py) -------------------------------------
+
+ETA_KEYS: EtaKeys = {"memory": lambda w: w["size"]}
+
+
+def _size_s(k: MemoryKnobs, cost: Costs, size: str) -> tuple[float, int, int]:
+    """(steps' seconds, points run, points skipped) of one size's job: every (context, mode,
+    precision) point without checkpointing (those above skip_factor x the device's memory
+    skipped before allocating), the checkpointed ones at checkpoint.contexts (recomputation:
+    4/3 of a training step), and part (f): one block's forward+backward per precision."""
+    batch = k.batch_size
+    factor = k.skip_factor if k.skip_factor is not None else 1.5
+    ck = k.checkpoint
+    run, points, skipped = 0.0, 0, 0
+    for ctx in k.context_lengths:
+        for mode in k.modes:
+            for prec in k.precisions:
+                step = (k.warmup_steps + 1) * cost.step_s(size, ctx, batch, mode, prec)
+                if cost.fits(cost.step_gib(size, ctx, batch, mode, prec), factor):
+                    points, run = points + 1, run + step
+                else:
+                    skipped += 1
+                if ck is not None and ctx in ck.contexts and mode in ck.modes:
+                    points += 1
+                    run += step * (4 / 3 if mode != "forward" else 1.0)
+        for prec in k.precisions:  # part (f)
+            fb = cost.step_s(size, ctx, batch, "forward_backward", prec)
+            run += 2 * fb / cost.layers(size)
+    return run, points, skipped
+
+
+def estimate(k: MemoryKnobs, cost: Costs) -> list[Job]:
+    """One job per size: its points, a snapshot each, and an Nsight capture per nsys context
+    and precision (GPU only: `skipped` rows without CUDA)."""
+    jobs = []
+    for size in k.sizes:
+        run, points, skipped = _size_s(k, cost, size)
+        nsys = len(k.nsys_contexts or []) * len(k.precisions) if cost.dev.gpus else 0
+        total = cost.dev.job_start_s + cost.build_s(size) + run + points * cost.dev.snapshot_s
+        total += nsys * (cost.dev.job_start_s + cost.dev.capture_s)
+        how = f"{points} snapshots, {skipped} skipped, {nsys} nsys captures"
+        jobs.append(Job("memory", size, total, how))
+    return jobs
 
 
 def check(cfg: dict, at: Checker, facts: Facts) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from cs336_systems.planning.estimate import Costs, EtaKeys, Job, fixed_job
 from cs336_systems.planning.knobs import Knobs, knob
 
 
@@ -22,3 +23,13 @@ class PrecisionKnobs(Knobs):
 
 # the stage's knobs: its config blocks are checked against their schema (planning/config.py)
 KNOBS = PrecisionKnobs
+
+
+# ---- the time budget's estimate (planning/estimate.py) -------------------------------------
+
+ETA_KEYS: EtaKeys = {"precision": lambda w: "precision"}
+
+
+def estimate(k: PrecisionKnobs, cost: Costs) -> list[Job]:
+    """The accumulation snippets and the toy model: seconds whatever the block says."""
+    return [fixed_job("precision", cost, "the accumulation snippets")]

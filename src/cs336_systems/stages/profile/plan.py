@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Literal
 
 from cs336_systems.planning.config import Checker, Facts
+from cs336_systems.planning.estimate import Costs, EtaKeys, Job
 from cs336_systems.planning.knobs import Knobs, knob
 
 Mode = Literal["forward", "forward_backward", "train_step"]
@@ -82,6 +83,81 @@ def nsys_problem(setting: str) -> str | None:
     if (path.is_file() and os.access(path, os.X_OK)) or shutil.which(setting):
         return None
     return "an executable nsys (a path, or a name on PATH); empty: $NSYS, then PATH"
+
+
+# ---- the time budget's estimate (planning/estimate.py) -------------------------------------
+
+ETA_KEYS: EtaKeys = {"profile": lambda w: w["size"]}
+# a model and one step a tried context (H100, xl: 4 tries in 5 s, the model built on the
+# device), the failing one an `oom` row
+PROBE_TRY_S = 1.0
+
+
+def grid_contexts(largest: int | None, above: int, count: int = 3) -> list[int]:
+    """The `count` powers of two halving down from `largest`, those above `above`, ascending."""
+    if largest is None:
+        return []
+    out = [largest >> i for i in range(count)]
+    return sorted(c for c in out if c > above)
+
+
+def probe_largest(k: ProfileKnobs, cost: Costs, size: str) -> tuple[int | None, int]:
+    """The probe's result assumed from the memory model (the step memory of probe.mode within
+    the device's memory; no limit on a CPU): the largest context it reaches doubling from
+    probe.start up to probe.max, and how many it tries."""
+    pr = k.probe
+    largest, tried, ctx = None, 0, pr.start
+    while ctx <= pr.max:
+        tried += 1
+        if not cost.fits(cost.step_gib(size, ctx, k.batch_size, pr.mode, k.precision)):
+            break
+        largest, ctx = ctx, ctx * 2
+    return largest, tried
+
+
+def _probe_s(k: ProfileKnobs, cost: Costs, size: str) -> tuple[list[int], float, str]:
+    """(the grid's contexts, the probe's seconds, what it did) of one size's probe."""
+    pr = k.probe
+    largest, tried = probe_largest(k, cost, size)
+    contexts = grid_contexts(largest, pr.above, pr.count)
+    ran = [pr.start << i for i in range(tried)][: tried if largest else 0]
+    run = PROBE_TRY_S * tried + sum(
+        cost.step_s(size, c, k.batch_size, pr.mode, k.precision)
+        for c in ran
+        if largest and c <= largest
+    )
+    return contexts, run, f"probe: {tried} tried, contexts {contexts}; "
+
+
+def _captures_s(k: ProfileKnobs, cost: Costs, size: str, ctx: int) -> float:
+    """One context's captures (an `oom` row where the step cannot fit: its capture's cost) and
+    the harness's forward beside them (nsys_profile (a))."""
+    run, batch = 0.0, k.batch_size
+    h = k.harness
+    if "forward" in k.modes and h is not None and h.measure_steps:
+        n = h.warmup_steps + h.measure_steps
+        run += n * cost.step_s(size, ctx, batch, "forward", k.precision)
+    for mode in k.modes:
+        run += cost.dev.capture_s
+        if cost.fits(cost.step_gib(size, ctx, batch, mode, k.precision)):
+            steps = k.warmup_steps + k.measure_steps
+            run += steps * cost.step_s(size, ctx, batch, mode, k.precision)
+    return run
+
+
+def estimate(k: ProfileKnobs, cost: Costs) -> list[Job]:
+    """One job per size: the probe (where the contexts are `probe`), then a capture per
+    context and mode, and the model's build."""
+    jobs = []
+    for size in k.sizes:
+        contexts, run, how = k.context_lengths, 0.0, ""
+        if contexts == "probe":
+            contexts, run, how = _probe_s(k, cost, size)
+        run += sum(_captures_s(k, cost, size, ctx) for ctx in contexts)
+        run += cost.build_s(size)
+        points = len(contexts) * len(k.modes)
+        jobs.append(Job("profile", size, cost.dev.job_start_s + run, f"{how}{points} captures"))
+    return jobs
 
 
 def check(cfg: dict, at: Checker, facts: Facts) -> None:

@@ -17,6 +17,7 @@ import torch
 from cs336_systems.core.harness import run_point, synchronize
 from cs336_systems.core.workload import Workload
 from cs336_systems.planning.log import get_logger, point, status_level
+from cs336_systems.stages.profile.plan import grid_contexts  # noqa: F401 (measure reads it here)
 
 MiB = 2**20
 
@@ -84,11 +85,3 @@ def probe(
             }
         )
     return rows, largest
-
-
-def grid_contexts(largest: int | None, above: int, count: int = 3) -> list[int]:
-    """The `count` powers of two halving down from `largest`, those above `above`, ascending."""
-    if largest is None:
-        return []
-    out = [largest >> i for i in range(count)]
-    return sorted(c for c in out if c > above)
