@@ -59,7 +59,8 @@ from cs336_systems.planning.knobs import block_text
 from cs336_systems.planning.log import configure
 from cs336_systems.stages.benchmark.engines import hf_step, state_shortfall
 from cs336_systems.stages.ceilings.measure import main as ceilings_main
-from cs336_systems.stages.leaderboard.measure import _profile, peak_tflops
+from cs336_systems.stages.leaderboard.measure import _profile
+from cs336_systems.stages.leaderboard.mfu import peak_tflops
 
 EDITION = 2026
 VARIANTS = ("plain", "engine", "engine_mw", "hf_gpt2")

@@ -96,7 +96,7 @@ def test_gloo_allreduce_end_to_end(monkeypatch):
     args = ar.parse_args(
         ["--backend", "gloo", "--machine", "m", "--preset", "cpu", *knobs, "--out", "unused.csv"]
     )
-    rows = [r for n in args.world_sizes for r in ar.run_world_size(args, n)]
+    rows = [r for n in args.block.world_sizes for r in ar.run_world_size(args, n)]
     by_ws = {n: [r for r in rows if r["world_size"] == n] for n in (2, 4)}
     assert [r["status"] for r in by_ws[2]] == ["ok", "ok"], by_ws[2]
     assert all(r["status"] == "skipped: needs 4 CPU cores, found 2" for r in by_ws[4])
@@ -195,16 +195,16 @@ def test_report_of_a_machine_where_no_point_ran(tmp_path):
 def test_the_size_sentence_follows_the_curve_and_the_backend():
     import pandas as pd
 
-    from cs336_systems.stages.allreduce import analysis
+    from cs336_systems.stages.allreduce import answers
 
     h = pd.DataFrame({"size_mb": [1.0, 10.0, 100.0], "busbw_gbps": [0.81, 1.10, 1.03]})
-    text = analysis._size_sentence("gloo", 2, h, "gloo")
+    text = answers.size_sentence("gloo", 2, h, "gloo")
     assert text.startswith("gloo, 2 processes: bus bandwidth rises from 0.81 GB/s at 1 MiB")
     assert "peaking at 1.10 GB/s at 10 MiB" in text
     assert "host processes copy and add" in text and "link" not in text
-    assert "approach what the links carry" in analysis._size_sentence("nccl", 2, h, "nccl")
+    assert "approach what the links carry" in answers.size_sentence("nccl", 2, h, "nccl")
     falling = h.assign(busbw_gbps=[2.0, 1.5, 1.0])
-    text = analysis._size_sentence("gloo", 2, falling, "gloo")
+    text = answers.size_sentence("gloo", 2, falling, "gloo")
     assert "bandwidth falls from 2.00 GB/s" in text and "fixed cost" not in text
     assert "peaking" not in text
 
@@ -292,13 +292,14 @@ def test_the_suspect_point_stays_out_of_the_ddp_model_and_the_ring_table(tmp_pat
     from cs336_systems.reporting.analysis import load
     from cs336_systems.stages.arithmetic.measure import main as arithmetic
     from cs336_systems.stages.ddp import analysis as ddp
+    from cs336_systems.stages.ddp.rows import comm_fits
 
     results = _h200_results(tmp_path)
-    fits = ddp.comm_fits(load(results, "ddp"), load(results, "allreduce"))
+    fits = comm_fits(load(results, "ddp"), load(results, "allreduce"))
     fit = _nccl_fit(results)
     assert fits["allreduce stage"]["o"] == pytest.approx(fit["latency_us"] * 1e-6)
     assert fits["allreduce stage"]["suspect"] == 1
-    clean = ddp.comm_fits(load(results, "ddp"), load(_h200_results(tmp_path, True), "allreduce"))
+    clean = comm_fits(load(results, "ddp"), load(_h200_results(tmp_path, True), "allreduce"))
     assert clean["allreduce stage"]["o"] != pytest.approx(fits["allreduce stage"]["o"], rel=0.01)
     ctx = ddp.context(results)
     assert ctx["fits"][0].endswith("GB/s (1 suspect point excluded: see Suspect numbers)")

@@ -43,7 +43,7 @@ def test_too_few_gpus_gives_skipped_rows_with_the_command(tmp_path, monkeypatch)
     assert command.startswith("python3 -m cs336_systems.stages.fsdp ")
     # the command runs the same block again
     rerun = stage.parse_args(shlex.split(command)[3:])
-    assert rerun.block == args.block and (rerun.backend, rerun.size) == ("nccl", "xl")
+    assert rerun.block == args.block and (rerun.block.backend, rerun.block.size) == ("nccl", "xl")
     write_csv([{**provenance("m", "gpu"), **r} for r in rows], tmp_path / "fsdp.csv")
     ctx = analysis.context(tmp_path)
     assert "needs 2 GPUs, found 1" in ctx["skipped"] and ctx["commands"] == [command]

@@ -109,7 +109,8 @@ def test_one_gpu_runs_the_reduced_configuration_on_one_process(monkeypatch):
     # the worker gets the same block (reduced_layers caps its layers) and its configuration
     worker = measure.parse_args(launched[0][0])
     assert worker.block == args.block and worker.config == "reduced" and worker.pinned == ""
-    assert worker.reduced_layers == 4 and worker.compile and worker.warmup == 2
+    k = worker.block
+    assert k.reduced_layers == 4 and k.compile and k.warmup_steps == 2
 
 
 def test_the_memory_model_skips_before_allocating():
@@ -154,7 +155,7 @@ def _ceilings(path, matmul: float, autocast: float):
 
 
 def test_peak_tflops_reads_the_bf16_matmul_row(tmp_path):
-    from cs336_systems.stages.leaderboard.measure import peak_tflops
+    from cs336_systems.stages.leaderboard.mfu import peak_tflops
 
     path = _ceilings(tmp_path / "ceilings.csv", 700.0, 650.0)
     assert peak_tflops(str(path)) == 700.0
@@ -171,7 +172,7 @@ def test_mfu_is_against_the_peak_of_each_variants_matmul_path(tmp_path):
     import torch
 
     from cs336_systems.engine.step import EngineOptions, resolve_master_weights
-    from cs336_systems.stages.leaderboard.measure import matmul_path, with_path_mfu
+    from cs336_systems.stages.leaderboard.mfu import matmul_path, with_path_mfu
 
     for dev, world in [("cuda", 1), ("cpu", 1), ("cpu", 2)]:
         master = resolve_master_weights(EngineOptions(precision="bf16"), torch.device(dev), world)
@@ -233,13 +234,13 @@ def test_the_section_of_a_gloo_run_names_its_clock_and_path_peaks(tmp_path):
 
     from cs336_systems.core.costs import matmul_peaks
     from cs336_systems.reporting import report
-    from cs336_systems.stages.leaderboard import analysis
+    from cs336_systems.stages.leaderboard import rows as report_rows
 
     ref = ROOT / "report" / "reference" / "cpu" / "csv"
     for name in ("leaderboard", "ceilings"):
         shutil.copy(ref / f"{name}.csv", tmp_path / f"{name}.csv")
     autocast = matmul_peaks(pd.read_csv(tmp_path / "ceilings.csv"), "autocast_linear")["bf16"]
-    rows = analysis._load(tmp_path)
+    rows = report_rows.load_rows(tmp_path)
     engine = rows[rows["variant"] == "engine"].iloc[0]
     assert engine["matmul_path"] == "autocast_linear"
     assert engine["mfu"] == engine["tflops"] / (2 * autocast)
@@ -286,7 +287,7 @@ def test_a_current_gpu_breakdown_is_shown_and_adds_up():
     """A row with breakdown_version 2: per rank, the parts add up to the step's window."""
     import pandas as pd
 
-    from cs336_systems.stages.leaderboard import analysis
+    from cs336_systems.stages.leaderboard import rows as report_rows
 
     parts = {"attention": 2000.0, "matmul": 2100.0, "loss": 350.0, "optimizer": 33.0,
              "other": 200.0, "communication_exposed": 20.0, "idle": 7.0}  # fmt: skip
@@ -296,11 +297,11 @@ def test_a_current_gpu_breakdown_is_shown_and_adds_up():
             row[f"breakdown_r{r}_{p}_ms"] = v
         row[f"breakdown_r{r}_window_ms"] = sum(parts.values())
     r = pd.Series(row)
-    assert not analysis.breakdown_unsound(r)
-    table, off = analysis.breakdown_table(r)
+    assert not report_rows.breakdown_unsound(r)
+    table, off = report_rows.breakdown_table(r)
     assert off == [] and len(table) == 2
     row["breakdown_r1_window_ms"] += 50  # a rank whose parts miss 50 ms is named
-    assert analysis.breakdown_table(pd.Series(row))[1] == ["rank 1: 4,710 of 4,760 ms"]
+    assert report_rows.breakdown_table(pd.Series(row))[1] == ["rank 1: 4,710 of 4,760 ms"]
 
 
 def test_ablation_rows_run_the_engines_checkpointing_and_differences_are_attributed_only_then(
@@ -311,7 +312,7 @@ def test_ablation_rows_run_the_engines_checkpointing_and_differences_are_attribu
     plan, or whose steps overlap the engine's, is not read as what its optimization buys."""
     import pandas as pd
 
-    from cs336_systems.stages.leaderboard import analysis
+    from cs336_systems.stages.leaderboard import rows as report_rows
     from cs336_systems.stages.leaderboard.measure import engine_checkpointing
     from cs336_systems.stages.leaderboard.plan import pins_checkpointing
 
@@ -346,17 +347,17 @@ def test_ablation_rows_run_the_engines_checkpointing_and_differences_are_attribu
     assert engine_checkpointing(str(runs)) == "mixed_p3_f25"
     assert engine_checkpointing(str(tmp_path / "absent.csv")) == ""
 
-    table, buys = analysis.ablation_table(df)
+    table, buys = report_rows.ablation_table(df)
     by = dict(zip(table["turned off"], table["vs the engine"], strict=True))
-    assert "⚠ checkpointing ffn, not mixed_p3_f25" in by[analysis.ABLATION_WORDS["sdpa"]]
-    assert "⚠" not in by[analysis.ABLATION_WORDS["fsdp_per_layer"]]
+    assert "⚠ checkpointing ffn, not mixed_p3_f25" in by[report_rows.ABLATION_WORDS["sdpa"]]
+    assert "⚠" not in by[report_rows.ABLATION_WORDS["fsdp_per_layer"]]
     text = "; ".join(buys)
-    assert f"{analysis.ABLATION_WORDS['fsdp_per_layer']}: 0.28 s" in text
-    assert f"{analysis.ABLATION_WORDS['whole_blocks']}: 0.80 s" in text
-    assert f"{analysis.ABLATION_WORDS['sdpa']}: not attributed" in text
+    assert f"{report_rows.ABLATION_WORDS['fsdp_per_layer']}: 0.28 s" in text
+    assert f"{report_rows.ABLATION_WORDS['whole_blocks']}: 0.80 s" in text
+    assert f"{report_rows.ABLATION_WORDS['sdpa']}: not attributed" in text
     assert "-0.16" not in text
     # 25 ms slower, but its steps (5.245-5.290 s) overlap the engine's (5.220-5.250 s)
-    assert f"{analysis.ABLATION_WORDS['no_prefetch']}: nothing measurable" in text
+    assert f"{report_rows.ABLATION_WORDS['no_prefetch']}: nothing measurable" in text
 
 
 def test_the_four_gpu_reference_shows_a_breakdown_that_adds_up_and_one_change_per_row(tmp_path):

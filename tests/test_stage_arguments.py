@@ -89,13 +89,16 @@ def allreduce_args(sizes_mb: dict, backend: str = "gloo") -> argparse.Namespace:
 
 def test_allreduce_reads_its_knobs_from_one_checked_block(capsys):
     args = allreduce_args({"gloo": [1, 10], "nccl": [2]}, backend="nccl")
-    assert args.sizes_mb == [2.0] and args.world_sizes == [2] and args.buffers == ["default"]
-    assert args.max_seconds == 1.0 and args.nnodes == 1 and args.env == {}
+    k = args.block
+    assert allreduce.sizes_of(args) == [2.0] and k.world_sizes == [2]
+    assert allreduce.buffers_of(args) == ["default"]
+    assert k.max_seconds_per_size == 1.0 and k.launcher.nnodes == 1 and k.env == {}
     # NCCL's registered buffers are NCCL's only
     run = ["--machine", "m", "--preset", "gpu", "--out", "x"]
     nccl = allreduce.parse_args(["--backend", "nccl", *run, *block("allreduce", "gpu")])
     gloo = allreduce.parse_args(["--backend", "gloo", *run, *block("allreduce", "gpu")])
-    assert nccl.buffers == ["default", "registered"] and gloo.buffers == ["default"]
+    assert allreduce.buffers_of(nccl) == ["default", "registered"]
+    assert allreduce.buffers_of(gloo) == ["default"]
     with pytest.raises(SystemExit):
         allreduce_args({"gloo": [], "nccl": [1]})
     assert "config: block.sizes_mb.gloo: [] — " in capsys.readouterr().err
@@ -117,8 +120,9 @@ def test_allreduce_skips_sizes_that_cannot_fit_and_runs_the_rest(monkeypatch):
     assert rows[2.0**40].startswith("skipped: 1.09951e+12 MB x 3 buffers x 2 ranks needs")
     # the workers get the same block, with the sizes that fit
     worker = allreduce.parse_args(launched["argv"])
-    assert worker.worker and worker.sizes_mb == [1.0] and worker.block.sizes_mb.nccl == [1]
-    assert worker.block.warmup == args.block.warmup and worker.buffers == ["default"]
+    assert worker.worker and allreduce.sizes_of(worker) == [1.0]
+    assert worker.block.sizes_mb.nccl == [1] and worker.backend == "gloo"
+    assert worker.block.warmup == args.block.warmup and allreduce.buffers_of(worker) == ["default"]
 
 
 def test_allreduce_launches_nothing_when_no_size_fits(monkeypatch):
@@ -128,53 +132,80 @@ def test_allreduce_launches_nothing_when_no_size_fits(monkeypatch):
     assert row["status"].startswith("skipped:")
 
 
-def test_ddp_reads_its_knobs_from_one_checked_block(capsys):
+def launched_argv(monkeypatch, status: str | None = None) -> list[list[str]]:
+    """The argv of every worker launch from now on (none runs: no rows come back), the
+    machine's feasibility `status` (None: it can run the job)."""
+    from cs336_systems.parallel import launch
+
+    launched = []
+
+    def fake_launch(module, argv, topology, **kw):
+        launched.append(argv)
+        return launch.LaunchResult("ok", 0, 0.0, [])
+
+    monkeypatch.setattr(launch, "launch", fake_launch)
+    monkeypatch.setattr(launch, "feasibility", lambda *a: status)
+    return launched
+
+
+def test_ddp_reads_its_knobs_from_one_checked_block(capsys, monkeypatch):
     run = ["--machine", "m", "--preset", "cpu", "--out", "x"]
     args = ddp.parse_args(["variants", *run, *block("ddp", bucket_sizes_mb=[2, 50])])
-    assert args.bucket_sizes_mb == [2.0, 50.0] and args.world_size == 2
-    assert args.warmup == 1 and args.steps == 3 and args.nnodes == 1
+    k = args.block
+    assert k.bucket_sizes_mb == [2.0, 50.0] and k.world_size == 2
+    assert k.warmup_steps == 1 and k.measure_steps == 3 and k.launcher.nnodes == 1
+    assert ddp.variants_of(args) == list(k.variants)
     # the sharding job profiles nothing; a worker gets the same block
-    assert not ddp.parse_args(["sharding", *run, *block("ddp", profile=True)]).profile
-    argv = ddp.worker_argv(args)
-    assert ddp.parse_args(argv).block == args.block
+    assert not ddp.profiled(ddp.parse_args(["sharding", *run, *block("ddp", profile=True)]))
+    launched = launched_argv(monkeypatch)
+    ddp.run(args)
+    assert ddp.parse_args(launched[-1]).block == args.block
     # the compute-only baseline alone, where DDP cannot run: its worker runs no variant (the
     # block keeps its valid list: an empty one is refused)
-    args.variants = []
-    only = ddp.parse_args(ddp.worker_argv(args))
-    assert only.variants == [] and only.block.variants == args.block.variants
+    launched = launched_argv(monkeypatch, "skipped: needs 2 CPU cores, found 1")
+    ddp.run(args)
+    only = ddp.parse_args(launched[-1])
+    assert only.worker and only.only_baseline and ddp.variants_of(only) == []
+    assert only.block.variants == args.block.variants and not ddp.profiled(only)
     # a block the schema refuses is refused with the workflow's problem line
     with pytest.raises(SystemExit):
         ddp.parse_args(["variants", *run, *block("ddp", variants=[])])
     assert "config: block.variants: [] — " in capsys.readouterr().err
 
 
-def test_fsdp_reads_its_knobs_from_one_checked_block(capsys):
+def test_fsdp_reads_its_knobs_from_one_checked_block(capsys, monkeypatch):
     run = ["--machine", "m", "--preset", "cpu", "--out", "x"]
     args = fsdp.parse_args([*run, *block("fsdp", env={"A": 1}, profile=False)])
-    assert args.backend == "gloo" and args.warmup == 1 and args.steps == 2
-    assert args.env == {"A": "1"} and not args.profile and args.timeout_s == 300.0
-    assert args.variants[0] == "ddp" and set(args.variants) <= set(fsdp.VARIANTS)
+    k = args.block
+    assert k.backend == "gloo" and k.warmup_steps == 1 and k.measure_steps == 2
+    assert k.env == {"A": 1} and not k.profile and k.timeout_s == 300.0
+    assert k.variants[0] == "ddp" and set(k.variants) <= set(fsdp.VARIANTS)
     # a worker gets the same block
-    assert fsdp.parse_args(fsdp.worker_argv(args)).block == args.block
+    launched = launched_argv(monkeypatch)
+    fsdp.run(args)
+    assert fsdp.parse_args(launched[-1]).block == args.block
     with pytest.raises(SystemExit):
         fsdp.parse_args([*run, *block("fsdp", variants=["zero3"])])
     assert "config: block.variants[0]: 'zero3' — " in capsys.readouterr().err
 
 
-def test_leaderboard_reads_its_knobs_from_one_checked_block(capsys, tmp_path):
+def test_leaderboard_reads_its_knobs_from_one_checked_block(capsys, tmp_path, monkeypatch):
     run = ["--machine", "m", "--preset", "cpu", "--out", "x"]
     knobs = block("leaderboard", reduced_layers=3, env={"A": True})
     args = leaderboard.parse_args([*run, "--plans", "full,reduced", *knobs])
-    assert (args.backend, args.world_size, args.d_model, args.num_layers) == ("gloo", 2, 64, 2)
-    assert args.reduced_layers == 3 and args.env == {"A": "True"} and args.pinned == ""
-    assert args.ablations[0] == "sdpa" and not args.compile and args.profile
+    k = args.block
+    assert (k.backend, k.world_size, k.d_model, k.num_layers) == ("gloo", 2, 64, 2)
+    assert k.reduced_layers == 3 and k.env == {"A": True} and args.pinned == ""
+    assert k.ablations[0] == "sdpa" and not k.compile and k.profile
     # the ablation job pins the engine row's checkpointing; its workers get the same block
     runs = tmp_path / "runs.csv"
     runs.write_text("config,variant,status,checkpointing\nfull,engine,ok,sqrt\n")
     ablation = leaderboard.parse_args(
         [*run, "--plans", "ablation", "--checkpoint-from", str(runs), *knobs]
     )
-    worker = leaderboard.parse_args(leaderboard.worker_argv(ablation, "ablation"))
+    launched = launched_argv(monkeypatch)
+    leaderboard.run(ablation)
+    worker = leaderboard.parse_args(launched[-1])
     assert worker.block == args.block and worker.pinned == "sqrt" and worker.config == "ablation"
     with pytest.raises(SystemExit):
         leaderboard.parse_args([*run, "--plans", "full", *block("leaderboard", checkpoint="x")])

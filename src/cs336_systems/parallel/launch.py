@@ -16,6 +16,10 @@ Topologies:
 Every process gets the NCCL environment our GPU hosts need (NVLink multicast off:
 `DISTRIBUTED_ENV`), on top of the caller's environment and any extra settings.
 
+A stage that launches its workers reads its arguments with :func:`parse_stage_args` (the run's
+own, its knobs as one `--block`, a worker's) and starts each worker with :func:`worker_argv` (the
+same run and block, with the launch's changes).
+
 The worker side calls :func:`init_worker` (process group from torchrun's environment variables,
 one GPU per local rank for NCCL), :func:`slowest_rank` (per-iteration max over ranks) and
 :func:`write_rows` (rank 0 writes the rows, atomically, after every point).
@@ -23,7 +27,9 @@ one GPU per local rank for NCCL), :func:`slowest_rank` (per-iteration max over r
 
 from __future__ import annotations
 
+import argparse
 import collections
+import dataclasses
 import json
 import logging
 import math
@@ -36,7 +42,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -44,6 +50,7 @@ from typing import Any
 
 from cs336_systems.core.device import available_cores, gpu_count
 from cs336_systems.core.harness import Stopwatch
+from cs336_systems.planning.knobs import Knobs, add_block_argument, add_run_arguments, block_text
 from cs336_systems.planning.log import get_logger, set_rank
 
 log = get_logger(__name__)
@@ -62,6 +69,41 @@ def stage_command(stage: str, argv: list[str] | None) -> str:
     cs336_systems.stages.<stage>` and its arguments (this process's where `argv` is None)."""
     args = sys.argv[1:] if argv is None else argv
     return shlex.join(["python3", "-m", f"cs336_systems.stages.{stage}", *args])
+
+
+def parse_stage_args(
+    knobs: type[Knobs],
+    argv: list[str] | None,
+    description: str,
+    own: Callable[[argparse.ArgumentParser], None] | None = None,
+    required: Sequence[str] = ("out",),
+) -> argparse.Namespace:
+    """The arguments of a stage that launches its own workers: the run's own (where its rows go,
+    what they say they come from: `add_run_arguments`), the stage's knobs as one value
+    (`--block`: its preset block, read as `knobs`), those of a worker (`--worker`, `--result`:
+    the rows file rank 0 writes) and the stage's `own` (added by that callback). The launching
+    process needs each of `required` (a worker writes no CSV)."""
+    ap = argparse.ArgumentParser(description=description)
+    add_run_arguments(ap)
+    add_block_argument(ap, knobs)
+    if own is not None:
+        own(ap)
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--result", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if not args.worker and any(not getattr(args, name) for name in required):
+        names = " and ".join(f"--{name.replace('_', '-')}" for name in required)
+        ap.error(f"{names} {'is' if len(required) == 1 else 'are'} required")
+    return args
+
+
+def worker_argv(args: argparse.Namespace, own: Sequence[str] = (), **changes) -> list[str]:
+    """The arguments a worker rank starts with: the stage's `own` (a positional first, then the
+    run's flags the workers read), `--worker`, the run's machine, preset and edition, and the
+    run's block (`args.block`) with this launch's `changes` (`dataclasses.replace`) as JSON."""
+    block = dataclasses.replace(args.block, **changes)
+    argv = [*own, "--worker", f"--machine={args.machine}", f"--preset={args.preset}"]
+    return [*argv, f"--edition={args.edition}", "--block", block_text(block.as_block())]
 
 
 def free_port(host: str = "") -> int:

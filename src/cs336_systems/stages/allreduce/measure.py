@@ -25,8 +25,7 @@ import math
 
 from cs336_systems.core.costs import MiB, ring_all_reduce_time
 from cs336_systems.core.harness import StepClock, summarize, synchronize
-from cs336_systems.parallel.launch import feasibility
-from cs336_systems.planning.knobs import add_block_argument, add_run_arguments, block_text
+from cs336_systems.parallel.launch import feasibility, parse_stage_args, worker_argv
 from cs336_systems.planning.log import configure, get_logger, point, status_level
 from cs336_systems.stages.allreduce.plan import AllreduceKnobs
 
@@ -35,8 +34,20 @@ POINT_KEYS = ("buffers", "size_mb")
 # default: tensors from PyTorch's caching allocator; registered: from NCCL's allocator in a
 # memory pool registered with the communicator (NCCL user-buffer registration, zero-copy paths)
 BUFFERS = ("default", "registered")
+# the seed of the messages' values: not a knob (a time does not depend on it)
+SEED = 0
 
 log = get_logger(__name__)
+
+
+def sizes_of(args) -> list[float]:
+    """The job's message sizes (MiB): its backend's."""
+    return list(getattr(args.block.sizes_mb, args.backend))
+
+
+def buffers_of(args) -> list[str]:
+    """The buffers the job times: buffers from NCCL's allocator are NCCL's only."""
+    return list(args.block.nccl_buffers) if args.backend == "nccl" else ["default"]
 
 
 def algbw_gbps(nbytes: float, time_ms: float) -> float:
@@ -74,7 +85,7 @@ def message_numel(size_mb: float) -> int:
 # ---- worker --------------------------------------------------------------------------------
 
 
-def _measure_size(ctx, size_mb: float, args, buffers: str = "default") -> dict:
+def _measure_size(ctx, size_mb: float, k: AllreduceKnobs, buffers: str = "default") -> dict:
     import contextlib
 
     import torch
@@ -86,21 +97,21 @@ def _measure_size(ctx, size_mb: float, args, buffers: str = "default") -> dict:
         pool = torch.cuda.MemPool(backend.mem_allocator)
     with torch.cuda.use_mem_pool(pool) if pool is not None else contextlib.nullcontext():
         numel = message_numel(size_mb)
-        gen = torch.Generator(device=ctx.device).manual_seed(args.seed)
+        gen = torch.Generator(device=ctx.device).manual_seed(SEED)
         base = torch.rand(numel, generator=gen, device=ctx.device, dtype=torch.float32) + 0.5
         src = base * (ctx.rank + 1)
         buf = src.clone()
     if pool is None:
-        return _time_allreduce(ctx, size_mb, args, base, src, buf)
+        return _time_allreduce(ctx, size_mb, k, base, src, buf)
     backend.register_mem_pool(pool)
     try:
-        return _time_allreduce(ctx, size_mb, args, base, src, buf)
+        return _time_allreduce(ctx, size_mb, k, base, src, buf)
     finally:
         del base, src, buf
         backend.deregister_mem_pool(pool)
 
 
-def _time_allreduce(ctx, size_mb: float, args, base, src, buf) -> dict:
+def _time_allreduce(ctx, size_mb: float, k: AllreduceKnobs, base, src, buf) -> dict:
     import torch
     import torch.distributed as dist
 
@@ -131,17 +142,16 @@ def _time_allreduce(ctx, size_mb: float, args, base, src, buf) -> dict:
 
     # warm-up: the first calls pay set-up costs; after two, the slowest rank's estimate (the
     # same on every rank, so all ranks agree) caps the rest at half the timing budget
-    warm = [one(1) for _ in range(min(2, args.warmup))]
+    warm = [one(1) for _ in range(min(2, k.warmup))]
     est = slowest_rank([min(warm[1:] or warm)], ctx)[0]
-    more = min(args.warmup - len(warm), int(args.max_seconds * 1e3 / 2 // max(est, 1e-3)))
+    more = min(k.warmup - len(warm), int(k.max_seconds_per_size * 1e3 / 2 // max(est, 1e-3)))
     warm += [one(1) for _ in range(max(0, more))]
     est = slowest_rank([min(warm[1:] or warm)], ctx)[0]
     # inner: samples of ~sample_ms; capped so that sums stay finite (n^inner growth)
     cap = max(1, int(30 / math.log2(max(ctx.world_size, 2))))
-    inner = int(min(cap, max(1, math.ceil(args.sample_ms / max(est, 1e-3)))))
-    repeats = int(
-        min(args.repeats, max(args.min_repeats, args.max_seconds * 1e3 // max(est * inner, 1e-3)))
-    )
+    inner = int(min(cap, max(1, math.ceil(k.sample_ms / max(est, 1e-3)))))
+    budget = k.max_seconds_per_size * 1e3 // max(est * inner, 1e-3)
+    repeats = int(min(k.repeats, max(k.min_repeats, budget)))
     samples = [one(inner) / inner for _ in range(repeats)]
     slowest = slowest_rank(samples, ctx)
     finite = bool(torch.isfinite(buf).all().item())
@@ -168,11 +178,12 @@ def worker(args) -> None:
     from cs336_systems.core.harness import run_point
     from cs336_systems.parallel.launch import finalize_worker, init_worker, write_rows
 
-    ctx = init_worker(args.backend, timeout_s=args.timeout_s)
+    k: AllreduceKnobs = args.block
+    ctx = init_worker(args.backend, timeout_s=k.timeout_s)
     rows = []
-    for buffers, size_mb in [(b, s) for b in args.buffers for s in args.sizes_mb]:
+    for buffers, size_mb in [(b, s) for b in buffers_of(args) for s in sizes_of(args)]:
         with point(args.backend, f"n={ctx.world_size}", buffers, f"{size_mb:g} MB"):
-            result = run_point(lambda s=size_mb, b=buffers: _measure_size(ctx, s, args, b))
+            result = run_point(lambda s=size_mb, b=buffers: _measure_size(ctx, s, k, b))
             row = {"buffers": buffers, "size_mb": size_mb, "status": result.status}
             row.update(result.value or {})
             rows.append(row)
@@ -191,47 +202,14 @@ def worker(args) -> None:
 # ---- parent --------------------------------------------------------------------------------
 
 
-# the seed of the messages' values: not a knob (a time does not depend on it)
-SEED = 0
+def _own_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--backend", choices=BACKENDS, required=True, help="the job's backend")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The run's own arguments (the job's backend, where its rows go and what they say they come
     from) and the stage's knobs as one value (`--block`: its preset block, `AllreduceKnobs`)."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--backend", choices=BACKENDS, required=True, help="the job's backend")
-    add_run_arguments(ap)
-    add_block_argument(ap, AllreduceKnobs)
-    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--result", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if not args.worker and args.out is None:
-        ap.error("--out is required")
-    return with_knobs(args)
-
-
-def with_knobs(args: argparse.Namespace) -> argparse.Namespace:
-    """`args` with each knob of its block as the attribute the stage reads (the backend's sizes;
-    buffers from NCCL's allocator are NCCL's only)."""
-    k: AllreduceKnobs = args.block
-    args.world_sizes = list(k.world_sizes)
-    args.sizes_mb = list(getattr(k.sizes_mb, args.backend))
-    args.buffers = list(k.nccl_buffers) if args.backend == "nccl" else ["default"]
-    args.warmup, args.repeats, args.min_repeats = k.warmup, k.repeats, k.min_repeats
-    args.max_seconds, args.sample_ms = k.max_seconds_per_size, k.sample_ms
-    args.topology, args.nnodes = k.launcher.topology, k.launcher.nnodes
-    args.env = {key: str(v) for key, v in k.env.items()}
-    args.timeout_s, args.seed = k.timeout_s, SEED
-    return args
-
-
-def worker_argv(args: argparse.Namespace) -> list[str]:
-    """A worker's arguments: the same block (this launch's sizes) and the run's own."""
-    sizes = dataclasses.replace(args.block.sizes_mb, **{args.backend: args.sizes_mb})
-    block = dataclasses.replace(args.block, sizes_mb=sizes)
-    argv = ["--worker", f"--backend={args.backend}", f"--machine={args.machine}"]
-    argv += [f"--preset={args.preset}", f"--edition={args.edition}"]
-    return argv + ["--block", block_text(block.as_block())]
+    return parse_stage_args(AllreduceKnobs, argv, __doc__.splitlines()[0], _own_arguments)
 
 
 def memory_shortfall(backend: str, world_size: int, nnodes: int, size_mb: float) -> str | None:
@@ -253,51 +231,57 @@ def memory_shortfall(backend: str, world_size: int, nnodes: int, size_mb: float)
     )
 
 
+def _launch(args: argparse.Namespace, world_size: int, fitting: list[float]):
+    """One launch of the workers on `world_size` ranks (its LaunchResult): the same block, with
+    the sizes that fit as the backend's."""
+    from cs336_systems.parallel.launch import Topology, launch
+
+    k: AllreduceKnobs = args.block
+    sizes = dataclasses.replace(k.sizes_mb, **{args.backend: fitting})
+    with point(args.backend, f"n={world_size}"):
+        result = launch(
+            "cs336_systems.stages.allreduce.measure",
+            worker_argv(args, [f"--backend={args.backend}"], sizes_mb=sizes),
+            Topology(world_size // k.launcher.nnodes, k.launcher.nnodes, k.launcher.topology),
+            timeout_s=k.timeout_s,
+            extra_env=k.env,
+        )
+    return result
+
+
 def run_world_size(args: argparse.Namespace, world_size: int) -> list[dict]:
     """Measure (or skip) every size at one world size; rows without provenance."""
-    import copy
+    from cs336_systems.parallel.launch import fill_missing
 
-    from cs336_systems.parallel.launch import Topology, fill_missing, launch
-
-    planned = [{"buffers": b, "size_mb": s} for b in args.buffers for s in args.sizes_mb]
-    reason = feasibility(args.backend, world_size, args.nnodes)
-    if reason is None and world_size % args.nnodes:
-        reason = f"skipped: world size {world_size} not divisible by {args.nnodes} nodes"
+    k: AllreduceKnobs = args.block
+    backend, nnodes, sizes = args.backend, k.launcher.nnodes, sizes_of(args)
+    planned = [{"buffers": b, "size_mb": s} for b in buffers_of(args) for s in sizes]
+    reason = feasibility(backend, world_size, nnodes)
+    if reason is None and world_size % nnodes:
+        reason = f"skipped: world size {world_size} not divisible by {nnodes} nodes"
     # sizes that cannot fit are rows before anything is launched
     too_big = {}
     if reason is None:
         too_big = {
-            s: why
-            for s in args.sizes_mb
-            if (why := memory_shortfall(args.backend, world_size, args.nnodes, s))
+            s: why for s in sizes if (why := memory_shortfall(backend, world_size, nnodes, s))
         }
-    fitting = [s for s in args.sizes_mb if s not in too_big]
+    fitting = [s for s in sizes if s not in too_big]
     if reason is not None or not fitting:
         rows = [{**p, "status": reason or too_big[p["size_mb"]]} for p in planned]
     else:
-        topo = Topology(world_size // args.nnodes, args.nnodes, args.topology)
-        run_args = copy.copy(args)
-        run_args.sizes_mb = fitting
-        with point(args.backend, f"n={world_size}"):
-            result = launch(
-                "cs336_systems.stages.allreduce.measure",
-                worker_argv(run_args),
-                topo,
-                timeout_s=args.timeout_s,
-                extra_env=args.env,
-            )
+        result = _launch(args, world_size, fitting)
         failure = result.status if result.status != "ok" else "error: no result from workers"
         runs = [p for p in planned if p["size_mb"] in fitting]
         rows = fill_missing(runs, result.rows, POINT_KEYS, failure)
         rows += [{**p, "status": too_big[p["size_mb"]]} for p in planned if p not in runs]
-    env_text = ";".join(f"{k}={v}" for k, v in sorted(args.env.items()))
+    env_text = ";".join(f"{key}={v}" for key, v in sorted(k.env.items()))
     for row in rows:
         row.update(
             {
-                "backend": args.backend,
-                "device": "cuda" if args.backend == "nccl" else "cpu",
+                "backend": backend,
+                "device": "cuda" if backend == "nccl" else "cpu",
                 "world_size": world_size,
-                "nnodes": args.nnodes,
+                "nnodes": nnodes,
                 "bytes": message_numel(row["size_mb"]) * 4,
                 "env": env_text,
             }
@@ -327,7 +311,7 @@ def main(argv: list[str] | None = None) -> None:
 
     rows = [
         {**provenance(args.machine, args.preset, args.edition), **r}
-        for n in args.world_sizes
+        for n in args.block.world_sizes
         for r in run_world_size(args, n)
     ]
     df = with_columns_first(rows, COLUMNS_FIRST)

@@ -1,13 +1,205 @@
-"""The `ddp` section's answers in words, each from the runs it names: PyTorch's
-DistributedDataParallel beside our fastest wrapper, and the bucket sizes beside per-parameter
-overlap."""
+"""The `ddp` section's answers in words, each from the runs it names (those that passed the
+sanity checks): the setup, the compute-only step, naive DDP (Q23), one flattened all-reduce
+(Q24), overlap with backward (Q25), the bucket sizes against the overhead model and against
+per-parameter overlap, PyTorch's DistributedDataParallel beside our fastest wrapper (Q26), and
+optimizer-state sharding (Q27)."""
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
-from cs336_systems.reporting.analysis import fmt, ok
+from cs336_systems.core.costs import MiB
+from cs336_systems.parallel.ddp import optimal_bucket
+from cs336_systems.reporting import sanity
+from cs336_systems.reporting.analysis import fmt, ok, pct
 from cs336_systems.stages.ddp.peer import BUCKET_MB
+from cs336_systems.stages.ddp.rows import is_suspect_run, one, optimizer_names
+
+
+def inner(n: int) -> str:
+    """'1 suspect point excluded: see Suspect numbers' (sanity.excluded without its brackets),
+    for a note inside a sentence's own parentheses; '' for none."""
+    return sanity.excluded(n).strip()[1:-1]
+
+
+def missing(d: pd.DataFrame, variants: tuple[str, ...], failed: str) -> str:
+    """What a question says when a run it needs has no sentence: suspect, or did not succeed."""
+    return sanity.missing_answer([v for v in variants if is_suspect_run(d, v)], failed, " and the ")
+
+
+def optimizers(df: pd.DataFrame) -> str:
+    """'AdamW (`adamw_fused`)', the implementation the runs record (`model.optimizer_impl`);
+    where they differ, the variant table names each run's; 'AdamW' where none is recorded."""
+    names = optimizer_names(df)
+    if not names:
+        return "AdamW"
+    if len(names) == 1:
+        return f"AdamW (`{names[0]}`)"
+    return "AdamW (" + ", ".join(f"`{n}`" for n in names) + ": each run's in the table)"
+
+
+def setup(df: pd.DataFrame) -> str:
+    """The model, batch, backend, optimizer and step counts the runs share (the first row's)."""
+    first = df.iloc[0]
+    return (
+        f"model `{first['size']}` ({fmt(first['params'] / 1e6, 1)} M parameters), context "
+        f"{int(first['context_length'])}, batch {int(first['batch_per_rank'])} per rank, "
+        f"{first['backend']} with {int(first['world_size'])} processes"
+        f"{' (one per GPU)' if first['backend'] == 'nccl' else ' on the CPU'}, "
+        f"fp32, {optimizers(df)}; {int(first['warmup_steps'])} warm-up and "
+        f"{int(first['measure_steps'])} measured steps per run"
+    )
+
+
+def baseline(d: pd.DataFrame, base: pd.Series | None, base_ms: float) -> str:
+    if base is not None:
+        return (
+            f"The compute-only step (forward, backward, AdamW on one process with the per-rank "
+            f"batch, no communication) takes {fmt(base_ms)} ms."
+        )
+    if is_suspect_run(d, "baseline"):
+        return (
+            "The compute-only baseline failed a sanity check (see Suspect numbers): no ratio "
+            "to it is given."
+        )
+    return "The compute-only baseline did not run."
+
+
+def q23(naive: pd.Series, base: pd.Series | None, base_ms: float) -> str:
+    """Naive DDP: its step, the share spent communicating, against the compute-only step."""
+    return (
+        f"Naive DDP (one blocking all-reduce per parameter tensor, "
+        f"{int(naive.num_grad_tensors)} calls for {fmt(naive.grad_mb)} MiB of gradients): "
+        f"{fmt(naive.step_ms_mean)} ms per step, of which {fmt(naive.comm_ms_mean)} ms "
+        f"({pct(naive.comm_share)}) is spent communicating gradients"
+        + (
+            f"; {fmt(naive.step_ms_mean / base_ms)}× the compute-only step."
+            if base is not None
+            else "."
+        )
+    )
+
+
+def q24(naive: pd.Series, flat: pd.Series) -> str:
+    """One all-reduce of the flattened gradients against one per tensor."""
+    ratio = naive.comm_ms_mean / flat.comm_ms_mean
+    calls = int(naive.num_grad_tensors)
+    if ratio > 1:
+        verdict = (
+            f"{fmt(ratio)}× less communication time): one call pays the per-call cost once "
+            f"instead of {calls} times, at the price of copying the gradients into and out "
+            "of one buffer."
+        )
+    else:
+        verdict = (
+            f"{fmt(1 / ratio)}× more communication time): here the {calls} per-call costs "
+            "saved weigh less than copying the gradients into and out of one buffer and "
+            "reducing it in one piece."
+        )
+    return (
+        f"One all-reduce of the flattened gradients: {fmt(flat.step_ms_mean)} ms per step and "
+        f"{fmt(flat.comm_ms_mean)} ms communicating, against {fmt(naive.step_ms_mean)} ms and "
+        f"{fmt(naive.comm_ms_mean)} ms naive ({verdict}"
+    )
+
+
+def q25(d: pd.DataFrame, overlap: pd.Series, base: pd.Series | None) -> str:
+    """Overlap with backward: its step against naive and flat, what is left after backward,
+    what communication slows down in backward, and the profiled overlap."""
+    naive, flat = one(d, "naive"), one(d, "flat")
+    ref = ", ".join(
+        f"{name} {fmt(r.step_ms_mean)} ms"
+        for name, r in (("naive", naive), ("flat", flat))
+        if r is not None
+    )
+    note = inner(sum(is_suspect_run(d, v) for v in ("naive", "flat")))
+    ref = "; ".join(x for x in (ref, note) if x)
+    text = (
+        f"Overlapping each gradient's all-reduce with the rest of backward: "
+        f"{fmt(overlap.step_ms_mean)} ms per step{f' ({ref})' if ref else ''}; only "
+        f"{fmt(overlap.comm_ms_mean)} ms of communication is left after backward."
+    )
+    if base is not None:
+        text += (
+            f" Forward+backward itself takes {fmt(overlap.fwd_bwd_ms_mean)} ms against "
+            f"{fmt(base.fwd_bwd_ms_mean)} ms without communication: the all-reduces "
+            f"launched during backward compete with it for "
+            f"{'SMs and memory bandwidth' if overlap.backend == 'nccl' else 'CPU cores'}."
+        )
+    share = overlap.get("prof_overlap_share", math.nan)
+    if isinstance(share, float) and not math.isnan(share):
+        text += (
+            f" In the profiled step {pct(share)} of the NCCL kernel time "
+            f"({fmt(overlap.prof_comm_kernel_ms)} ms) ran while compute kernels ran."
+        )
+    return text
+
+
+def fit_lines(fits: dict[str, dict], d: pd.DataFrame) -> list[str]:
+    """One line per latency-bandwidth fit; the naive-flat pair's absence where a run of it is
+    suspect."""
+    lines = [
+        f"{name}: o = {fmt(f['o'] * 1e6, 1)} us per call, w = {fmt(f['w'] / 1e9)} GB/s"
+        + sanity.excluded(f.get("suspect", 0))
+        for name, f in fits.items()
+    ]
+    n_pair = sum(is_suspect_run(d, v) for v in ("naive", "flat"))
+    if n_pair and all(one(d, v) is not None or is_suspect_run(d, v) for v in ("naive", "flat")):
+        lines.append(f"naive vs flat DDP runs: not fitted{sanity.excluded(n_pair)}")
+    return lines
+
+
+def best_bucket(best: pd.Series, base: pd.Series | None, base_ms: float, n_out: int) -> str:
+    """The fastest bucketed run that passed the checks."""
+    return (
+        f"The fastest measured bucket size{sanity.excluded(n_out)} is "
+        f"{fmt(best.bucket_size_mb)} MiB "
+        f"({fmt(best.step_ms_mean)} ms per step"
+        + (
+            f", {fmt(best.step_ms_mean / base_ms)}× the compute-only step)."
+            if base is not None
+            else ")."
+        )
+    )
+
+
+def model_best(best: pd.Series, fit: dict, fit_name: str) -> str:
+    """Where the overhead model puts the optimal bucket size, with the fit's o and w."""
+    s = float(best.grad_mb) * MiB
+    opt = optimal_bucket(s, fit["w"], fit["o"])
+    return (
+        f"With s = {fmt(best.grad_mb)} MiB of gradients and the {fit_name} fit, the model "
+        f"puts the optimum at n_b* = sqrt(s/(w·o)) = {fmt(opt['n_b'], 1)} buckets, a "
+        f"bucket size of b* = sqrt(s·w·o) = {fmt(opt['bucket_mb'])} MiB, with "
+        f"{fmt(opt['overhead_ms'])} ms of overhead"
+        + (
+            "; since n_b* < 1, one bucket holding every gradient is the best the model "
+            "allows: the per-call cost outweighs what overlap can hide."
+            if opt["n_b"] < 1
+            else "."
+        )
+    )
+
+
+def model_error(good: pd.DataFrame, backend: str, n_out: int) -> str:
+    """How far the model's step is from the measured one over the bucket table's runs that
+    passed the checks (`good`), and what the model leaves out."""
+    err = (good["model step (ms)"] - good["step (ms)"]) / good["step (ms)"]
+    slowed = (
+        "concurrent communication kernels"
+        if backend == "nccl"
+        else "the communication running on the same CPU cores"
+    )
+    return (
+        f"Across the measured bucket sizes{sanity.excluded(n_out)} the model's step "
+        f"time is off by {pct(float(err.abs().mean()))} on average (largest "
+        f"{pct(float(err.abs().max()))}); it ignores the compute slowed down by "
+        f"{slowed}, the copies into and out of the bucket buffers, and that real "
+        f"buckets are not equal and backward does not produce gradients at a "
+        f"constant rate."
+    )
 
 
 def peer_sentence(d: pd.DataFrame) -> str:
@@ -36,11 +228,6 @@ def peer_sentence(d: pd.DataFrame) -> str:
     )
 
 
-def _one(d: pd.DataFrame, variant: str) -> pd.Series | None:
-    rows = ok(d)[ok(d)["variant"] == variant]
-    return rows.iloc[0] if len(rows) else None
-
-
 def _and(items) -> str:
     """'a', 'a and b', 'a, b and c'."""
     items = list(items)
@@ -58,7 +245,7 @@ def bucket_vs_overlap(d: pd.DataFrame) -> list[str]:
     left after backward, and apart the bucket sizes with one tensor per bucket, as overlap."""
     good = ok(d)
     b = good[good["variant"] == "bucketed"].sort_values("bucket_size_mb")
-    o = _one(d, "overlap")
+    o = one(d, "overlap")
     out: list[str] = []
     if len(b) == 0:
         return out
@@ -96,14 +283,14 @@ def bucket_vs_overlap(d: pd.DataFrame) -> list[str]:
         for x, c in zip(b["bucket_size_mb"], b["comm_ms_mean"], strict=True)
     )
     out.append(f"Sync left after backward: {left}, against {fmt(o.comm_ms_mean)} ms for overlap.")
-    one = b[b["num_buckets"] == b["num_grad_tensors"]]
-    if len(one):
-        n = int(one["num_buckets"].iloc[0])
-        extra = one["comm_ms_mean"] - o.comm_ms_mean
+    single = b[b["num_buckets"] == b["num_grad_tensors"]]
+    if len(single):
+        n = int(single["num_buckets"].iloc[0])
+        extra = single["comm_ms_mean"] - o.comm_ms_mean
         text = (
-            f"With {_and(f'{x:g}' for x in one['bucket_size_mb'])} MiB buckets each bucket holds "
+            f"With {_and(f'{x:g}' for x in single['bucket_size_mb'])} MiB buckets each bucket holds "
             f"one gradient tensor ({n} buckets for {n} tensors), the same {n} all-reduces "
-            f"overlap sends, yet {_and(fmt(x) for x in one['comm_ms_mean'])} ms are left after "
+            f"overlap sends, yet {_and(fmt(x) for x in single['comm_ms_mean'])} ms are left after "
             f"backward against {fmt(o.comm_ms_mean)} ms"
         )
         if (extra > 0).all():
@@ -114,4 +301,35 @@ def bucket_vs_overlap(d: pd.DataFrame) -> list[str]:
                 "all-reduce and copies the result back into the gradients; overlap only waits)"
             )
         out.append(text + ".")
+    return out
+
+
+def sharding(u: pd.Series, s: pd.Series, measured_peaks: bool) -> dict[str, str]:
+    """The unsharded (`u`) against the sharded (`s`) run: the optimizer state each rank holds
+    (`state`), the peaks where measured (`peaks`) and the time per step (`time`)."""
+    n = int(s.world_size)
+    out = {
+        "state": (
+            f"The optimizer state held per rank falls from {fmt(u.optimizer_state_mb)} MiB to "
+            f"{fmt(s.optimizer_state_mb)} MiB ({fmt(s.optimizer_state_mb / u.optimizer_state_mb)}×; "
+            f"an even split over {n} ranks would be {fmt(1 / n)}× — parameters are assigned whole, "
+            f"so the largest tensors limit the balance)."
+        )
+    }
+    if measured_peaks:
+        saved = u.mem_after_step_peak_mb - s.mem_after_step_peak_mb
+        out["peaks"] = (
+            f"Peak memory after the optimizer step: {fmt(u.mem_after_step_peak_mb)} MiB "
+            f"unsharded vs {fmt(s.mem_after_step_peak_mb)} MiB sharded ({fmt(saved)} MiB saved, "
+            f"{pct(saved / u.mem_after_step_peak_mb)}); before the step "
+            f"{fmt(u.mem_before_step_peak_mb)} vs {fmt(s.mem_before_step_peak_mb)} MiB; after "
+            f"construction {fmt(u.mem_init_peak_mb)} vs {fmt(s.mem_init_peak_mb)} MiB (AdamW "
+            f"allocates its state at the first step, so construction costs the same)."
+        )
+    out["time"] = (
+        f"Time per step: {fmt(u.step_ms_mean)} ms unsharded vs {fmt(s.step_ms_mean)} ms "
+        f"sharded; the optimizer step itself {fmt(u.opt_ms_mean)} vs {fmt(s.opt_ms_mean)} ms "
+        f"(the sharded step updates 1/{n} of the parameters, then broadcasts every parameter "
+        f"from its owner)."
+    )
     return out

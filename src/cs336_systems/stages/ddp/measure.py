@@ -1,7 +1,7 @@
 """Stage `ddp`: data-parallel training steps with each DDP variant, and optimizer-state sharding.
 
-    python -m cs336_systems.stages.ddp.measure variants --backend nccl --world-size 2 --size xl ...
-    python -m cs336_systems.stages.ddp.measure sharding --backend nccl --world-size 2 --size xl ...
+    python -m cs336_systems.stages.ddp variants --machine M --preset gpu --block '{...}' --out F.csv
+    python -m cs336_systems.stages.ddp sharding --machine M --preset gpu --block '{...}' --out F.csv
 
 `variants` (one torchrun launch): first the compute-only baseline (forward, backward, AdamW step
 without any communication, on rank 0 while the other ranks wait: a single-process step with
@@ -28,7 +28,6 @@ measures how much of the NCCL kernel time ran while compute kernels ran.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import os
 from collections.abc import Callable
@@ -37,8 +36,7 @@ from pathlib import Path
 from cs336_systems.core.costs import MiB
 from cs336_systems.core.harness import StepClock, synchronize, time_marked_steps
 from cs336_systems.core.workload import rank_batch
-from cs336_systems.parallel.launch import summarize_slowest
-from cs336_systems.planning.knobs import add_block_argument, add_run_arguments, block_text
+from cs336_systems.parallel.launch import parse_stage_args, summarize_slowest, worker_argv
 from cs336_systems.planning.log import get_logger, point, status_level
 from cs336_systems.profiling.overlap import profile_step
 from cs336_systems.stages.ddp.peer import BUCKET_MB as PEER_BUCKET_MB
@@ -52,8 +50,39 @@ STEP_PARTS = {
     "comm": ("backward", "synced"),
     "opt": ("synced", "end"),
 }
+# AdamW's learning rate and the runs' seed: not knobs (a step's time does not depend on them)
+LR = 1e-4
+SEED = 0
 
 log = get_logger(__name__)
+
+
+# ---- the job's runs ------------------------------------------------------------------------
+
+
+def variants_of(args) -> list[str]:
+    """The DDP variants this launch runs: the block's, none in a launch of the compute-only
+    baseline alone (`--only-baseline`: the block's list stays valid, the launch runs none)."""
+    return [] if args.only_baseline else list(args.block.variants)
+
+
+def profiled(args) -> bool:
+    """Whether the job profiles one step of some variants (the `profile` knob: the variants
+    job's only)."""
+    return args.block.profile and args.kind == "variants"
+
+
+def ddp_runs(args) -> list[tuple[str, float | None]]:
+    """(variant, bucket size) of each DDP run of the variants job, in the order it runs them:
+    the plain variants, bucketed at each bucket size, then the peer (last: the others reuse the
+    model it wrapped)."""
+    variants = variants_of(args)
+    runs = [(v, None) for v in variants if v not in ("bucketed", "torch_ddp")]
+    if "bucketed" in variants:
+        runs += [("bucketed", b) for b in args.block.bucket_sizes_mb]
+    if "torch_ddp" in variants:
+        runs += [("torch_ddp", PEER_BUCKET_MB)]
+    return runs
 
 
 # ---- worker --------------------------------------------------------------------------------
@@ -64,9 +93,10 @@ def build(args, device):
 
     from cs336_systems.model import build_model
 
-    torch.manual_seed(args.seed)
+    k: DdpKnobs = args.block
+    torch.manual_seed(SEED)
     with device:  # initialize on the device: an xl model built on the host takes minutes
-        return build_model(args.size, args.context_length, edition=args.edition)
+        return build_model(k.size, k.context_length, edition=args.edition)
 
 
 def timed_steps(
@@ -114,12 +144,13 @@ def measure_variant(model, variant: str, bucket: float | None, args, ctx, x, y) 
     from cs336_systems.model import make_optimizer, optimizer_impl
     from cs336_systems.parallel.ddp import wrap
 
+    k: DdpKnobs = args.block
     ddp = TorchDDP(model) if variant == "torch_ddp" else wrap(model, variant, bucket)
     try:
         # a fresh optimizer per run: every rank starts it with the same (empty) state
-        optimizer = make_optimizer(model, lr=args.lr)
+        optimizer = make_optimizer(model, lr=LR)
         times = timed_steps(
-            training_step(ddp, optimizer, x, y, ddp), args.warmup, args.steps, ctx.device
+            training_step(ddp, optimizer, x, y, ddp), k.warmup_steps, k.measure_steps, ctx.device
         )
         spread = replicas_agree(model, ctx)
         row = summarize_slowest(times, ctx)
@@ -142,7 +173,7 @@ def profile_variant(model, variant: str, bucket: float | None, args, ctx, x, y) 
 
     ddp = wrap(model, variant, bucket)
     try:
-        optimizer = make_optimizer(model, lr=args.lr)
+        optimizer = make_optimizer(model, lr=LR)
         step = training_step(ddp, optimizer, x, y, ddp)
         step(StepClock(ctx.device))  # one unprofiled step: optimizer state, allocator
         name = f"ddp_{variant}" + (f"_{bucket:g}mb" if bucket is not None else "")
@@ -155,90 +186,84 @@ def profile_variant(model, variant: str, bucket: float | None, args, ctx, x, y) 
         model.zero_grad(set_to_none=True)
 
 
+def _bucket_text(bucket: float | None) -> str:
+    return f"bucket {bucket:g} MB" if bucket is not None else ""
+
+
+def _baseline(model, args, ctx, x, y) -> dict:
+    """The compute-only step (no communication) on rank 0 while the other ranks wait."""
+    from cs336_systems.model import make_optimizer, optimizer_impl
+
+    if not ctx.is_main:
+        return {}
+    k: DdpKnobs = args.block
+    optimizer = make_optimizer(model, lr=LR)
+    step = training_step(model, optimizer, x, y)
+    times = timed_steps(step, k.warmup_steps, k.measure_steps, ctx.device)
+    row = summarize_slowest(times, None)
+    row["optimizer"] = optimizer_impl(optimizer)
+    model.zero_grad(set_to_none=True)
+    return row
+
+
+def _profile_runs(rows: list[dict], model, args, ctx, x, y) -> None:
+    """One profiled step of naive, overlap and the fastest bucketed run, into their rows."""
+    from cs336_systems.core.harness import run_point
+    from cs336_systems.parallel.launch import write_rows
+
+    bucketed = [r for r in rows if r["variant"] == "bucketed" and r["status"] == "ok"]
+    best = min(bucketed, key=lambda r: r["step_ms_mean"])["bucket_size_mb"] if bucketed else None
+    targets = [("naive", None), ("overlap", None)] + ([("bucketed", best)] if bucketed else [])
+    for variant, bucket in targets:
+        if variant not in variants_of(args):
+            continue
+        with point(variant, _bucket_text(bucket), "profile"):
+            res = run_point(
+                lambda v=variant, b=bucket: profile_variant(model, v, b, args, ctx, x, y)
+            )
+        for row in rows:
+            if (row["variant"], row["bucket_size_mb"]) == (variant, bucket) and res.value:
+                row.update(res.value)
+        write_rows(rows, args.result, ctx)
+
+
 def run_variants(args, ctx) -> list[dict]:
     import torch.distributed as dist
 
     from cs336_systems.core.harness import run_point
-    from cs336_systems.model import make_optimizer, optimizer_impl
     from cs336_systems.parallel.launch import write_rows
 
-    device = ctx.device
-    model = build(args, device)
-    x, y = rank_batch(args.seed, ctx.rank, args.batch_per_rank, args.context_length, device)
+    k: DdpKnobs = args.block
+    model = build(args, ctx.device)
+    x, y = rank_batch(SEED, ctx.rank, k.batch_per_rank, k.context_length, ctx.device)
     rows: list[dict] = []
 
-    def record(row: dict) -> None:
-        rows.append(row)
+    def record(variant: str, bucket: float | None, res) -> None:
+        row = {"variant": variant, "bucket_size_mb": bucket, "status": res.status}
+        rows.append({**row, **(res.value or {})})
         if ctx.is_main:
             log.log(
-                status_level(row["status"]),
+                status_level(rows[-1]["status"]),
                 "%s, step %.2f ms, comm %.2f ms",
-                row["status"],
-                row.get("step_ms_mean", math.nan),
-                row.get("comm_ms_mean", math.nan),
+                rows[-1]["status"],
+                rows[-1].get("step_ms_mean", math.nan),
+                rows[-1].get("comm_ms_mean", math.nan),
             )
         write_rows(rows, args.result, ctx)
 
     if args.baseline:
-
-        def baseline() -> dict:
-            if not ctx.is_main:
-                return {}
-            optimizer = make_optimizer(model, lr=args.lr)
-            step = training_step(model, optimizer, x, y)
-            row = summarize_slowest(timed_steps(step, args.warmup, args.steps, device), None)
-            row["optimizer"] = optimizer_impl(optimizer)
-            model.zero_grad(set_to_none=True)
-            return row
-
         with point("baseline"):
-            res = run_point(baseline)
+            res = run_point(lambda: _baseline(model, args, ctx, x, y))
             dist.barrier()
-            record(
-                {
-                    "variant": "baseline",
-                    "bucket_size_mb": None,
-                    "status": res.status,
-                    **(res.value or {}),
-                }
-            )
-
-    runs = [(v, None) for v in args.variants if v not in ("bucketed", "torch_ddp")]
-    if "bucketed" in args.variants:
-        runs += [("bucketed", b) for b in args.bucket_sizes_mb]
-    if "torch_ddp" in args.variants:  # last: the others reuse the model it wrapped
-        runs += [("torch_ddp", PEER_BUCKET_MB)]
-    for variant, bucket in runs:
-        with point(variant, f"bucket {bucket:g} MB" if bucket is not None else ""):
+            record("baseline", None, res)
+    for variant, bucket in ddp_runs(args):
+        with point(variant, _bucket_text(bucket)):
             res = run_point(
                 lambda v=variant, b=bucket: measure_variant(model, v, b, args, ctx, x, y)
             )
-            record(
-                {
-                    "variant": variant,
-                    "bucket_size_mb": bucket,
-                    "status": res.status,
-                    **(res.value or {}),
-                }
-            )
-
-    if args.profile:
-        bucketed = [r for r in rows if r["variant"] == "bucketed" and r["status"] == "ok"]
-        best = (
-            min(bucketed, key=lambda r: r["step_ms_mean"])["bucket_size_mb"] if bucketed else None
-        )
-        targets = [("naive", None), ("overlap", None)] + ([("bucketed", best)] if bucketed else [])
-        for variant, bucket in targets:
-            if variant not in args.variants:
-                continue
-            with point(variant, f"bucket {bucket:g} MB" if bucket is not None else "", "profile"):
-                res = run_point(
-                    lambda v=variant, b=bucket: profile_variant(model, v, b, args, ctx, x, y)
-                )
-            for row in rows:
-                if (row["variant"], row["bucket_size_mb"]) == (variant, bucket) and res.value:
-                    row.update(res.value)
-            write_rows(rows, args.result, ctx)
+            record(variant, bucket, res)
+    if profiled(args):
+        _profile_runs(rows, model, args, ctx, x, y)
     return rows
 
 
@@ -246,41 +271,24 @@ def _mb(nbytes: float) -> float:
     return nbytes / MiB
 
 
-def _memory_point(args, ctx, sharded: bool) -> dict:
+def _allocated(device) -> tuple[float, float]:
+    """(allocated, peak allocated) MiB on a CUDA device; NaN elsewhere."""
     import torch
 
-    from cs336_systems.model import optimizer_impl
-    from cs336_systems.parallel.ddp import DDPOverlapIndividual
-    from cs336_systems.parallel.launch import slowest_rank
-    from cs336_systems.parallel.sharded_optimizer import ShardedOptimizer
+    if device.type != "cuda":
+        return math.nan, math.nan
+    return _mb(torch.cuda.memory_allocated(device)), _mb(torch.cuda.max_memory_allocated(device))
 
-    device = ctx.device
+
+def _memory_step(ddp, model, optimizer, x, y, device, memory: dict):
+    """The sharding job's training step; with `record`, the memory just before and after the
+    optimizer step and the gradients' bytes go into `memory`."""
+    import torch
+    import torch.nn.functional as F
+
     cuda = device.type == "cuda"
 
-    def allocated() -> tuple[float, float]:
-        if not cuda:
-            return math.nan, math.nan
-        return _mb(torch.cuda.memory_allocated(device)), _mb(
-            torch.cuda.max_memory_allocated(device)
-        )
-
-    if cuda:
-        torch.cuda.reset_peak_memory_stats(device)
-    start_alloc, _ = allocated()
-    model = build(args, device)
-    ddp = DDPOverlapIndividual(model)
-    adamw = {"lr": args.lr, "weight_decay": 0.01, "fused": cuda}
-    if sharded:
-        optimizer = ShardedOptimizer(model.parameters(), torch.optim.AdamW, **adamw)
-    else:
-        optimizer = torch.optim.AdamW(model.parameters(), **adamw)
-    init_alloc, init_peak = allocated()
-    x, y = rank_batch(args.seed, ctx.rank, args.batch_per_rank, args.context_length, device)
-    memory: dict[str, float] = {}
-
     def step(clock: StepClock, record: bool = False) -> None:
-        import torch.nn.functional as F
-
         if record and cuda:
             torch.cuda.reset_peak_memory_stats(device)
         clock.mark("start")
@@ -291,54 +299,75 @@ def _memory_point(args, ctx, sharded: bool) -> dict:
         clock.mark("synced")
         if record:
             synchronize(device)
-            memory["before_alloc"], memory["before_peak"] = allocated()
-            memory["grads_mb"] = _mb(
-                sum(
-                    p.grad.numel() * p.grad.element_size()
-                    for p in model.parameters()
-                    if p.grad is not None
-                )
-            )
+            memory["before_alloc"], memory["before_peak"] = _allocated(device)
+            grads = [p.grad for p in model.parameters() if p.grad is not None]
+            memory["grads_mb"] = _mb(sum(g.numel() * g.element_size() for g in grads))
         optimizer.step()
         if record:
             synchronize(device)
-            memory["after_alloc"], memory["after_peak"] = allocated()
+            memory["after_alloc"], memory["after_peak"] = _allocated(device)
         optimizer.zero_grad(set_to_none=True)
         clock.mark("end")
 
-    times = timed_steps(step, args.warmup, args.steps, device)
+    return step
+
+
+def _state_mb(optimizer) -> float:
+    """The optimizer state this rank holds (the sharded optimizer's: its local optimizer's)."""
+    import torch
+
+    inner = getattr(optimizer, "local_optimizer", optimizer)
+    state = [v for st in inner.state.values() for v in st.values() if torch.is_tensor(v)]
+    return _mb(sum(v.numel() * v.element_size() for v in state))
+
+
+# the memory columns of a sharding row, each the max over ranks
+MEMORY_COLUMNS = (
+    "mem_start_mb",
+    "mem_init_allocated_mb",
+    "mem_init_peak_mb",
+    "mem_before_step_allocated_mb",
+    "mem_before_step_peak_mb",
+    "mem_after_step_allocated_mb",
+    "mem_after_step_peak_mb",
+    "optimizer_state_mb",
+)
+
+
+def _memory_point(args, ctx, sharded: bool) -> dict:
+    import torch
+
+    from cs336_systems.model import optimizer_impl
+    from cs336_systems.parallel.ddp import DDPOverlapIndividual
+    from cs336_systems.parallel.launch import slowest_rank
+    from cs336_systems.parallel.sharded_optimizer import ShardedOptimizer
+
+    k: DdpKnobs = args.block
+    device = ctx.device
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    start_alloc, _ = _allocated(device)
+    model = build(args, device)
+    ddp = DDPOverlapIndividual(model)
+    adamw = {"lr": LR, "weight_decay": 0.01, "fused": device.type == "cuda"}
+    if sharded:
+        optimizer = ShardedOptimizer(model.parameters(), torch.optim.AdamW, **adamw)
+    else:
+        optimizer = torch.optim.AdamW(model.parameters(), **adamw)
+    init_alloc, init_peak = _allocated(device)
+    x, y = rank_batch(SEED, ctx.rank, k.batch_per_rank, k.context_length, device)
+    memory: dict[str, float] = {}
+    step = _memory_step(ddp, model, optimizer, x, y, device, memory)
+    times = timed_steps(step, k.warmup_steps, k.measure_steps, device)
     step(StepClock(device), record=True)
-    inner = optimizer.local_optimizer if sharded else optimizer
-    state_bytes = sum(
-        v.numel() * v.element_size()
-        for st in inner.state.values()
-        for v in st.values()
-        if torch.is_tensor(v)
-    )
-    params_mb = _mb(sum(p.numel() * p.element_size() for p in model.parameters()))
-    values = [
-        start_alloc,
-        init_alloc,
-        init_peak,
-        memory["before_alloc"],
-        memory["before_peak"],
-        memory["after_alloc"],
-        memory["after_peak"],
-        _mb(state_bytes),
-    ]
+    values = [start_alloc, init_alloc, init_peak, memory["before_alloc"], memory["before_peak"]]
+    values += [memory["after_alloc"], memory["after_peak"], _state_mb(optimizer)]
     worst = slowest_rank(values, ctx)  # memory: max over ranks
     row = summarize_slowest(times, ctx)
+    row.update(zip(MEMORY_COLUMNS, worst, strict=True))
     row.update(
         {
-            "mem_start_mb": worst[0],
-            "mem_init_allocated_mb": worst[1],
-            "mem_init_peak_mb": worst[2],
-            "mem_before_step_allocated_mb": worst[3],
-            "mem_before_step_peak_mb": worst[4],
-            "mem_after_step_allocated_mb": worst[5],
-            "mem_after_step_peak_mb": worst[6],
-            "optimizer_state_mb": worst[7],
-            "params_mb": params_mb,
+            "params_mb": _mb(sum(p.numel() * p.element_size() for p in model.parameters())),
             "grads_mb": memory["grads_mb"],
             "num_params": sum(p.numel() for p in model.parameters()),
             "optimizer": optimizer_impl(optimizer),
@@ -385,10 +414,11 @@ def worker(args) -> None:
 
     from cs336_systems.parallel.launch import finalize_worker, init_worker
 
-    if args.matmul_precision:
-        torch.set_float32_matmul_precision(args.matmul_precision)
-    ctx = init_worker(args.backend, timeout_s=args.timeout_s)
-    with point(args.kind, args.backend, f"n={ctx.world_size}", args.size):
+    k: DdpKnobs = args.block
+    if k.matmul_precision:
+        torch.set_float32_matmul_precision(k.matmul_precision)
+    ctx = init_worker(k.backend, timeout_s=k.timeout_s)
+    with point(args.kind, k.backend, f"n={ctx.world_size}", k.size):
         if args.kind == "variants":
             run_variants(args, ctx)
         else:
@@ -406,93 +436,72 @@ def planned_points(args) -> list[dict]:
     if args.kind == "sharding":
         return [{"variant": v, "bucket_size_mb": None} for v in ("unsharded", "sharded")]
     points = [{"variant": "baseline", "bucket_size_mb": None}] if args.baseline else []
-    points += [
-        {"variant": v, "bucket_size_mb": None}
-        for v in args.variants
-        if v not in ("bucketed", "torch_ddp")
-    ]
-    if "bucketed" in args.variants:
-        points += [{"variant": "bucketed", "bucket_size_mb": b} for b in args.bucket_sizes_mb]
-    if "torch_ddp" in args.variants:
-        points += [{"variant": "torch_ddp", "bucket_size_mb": PEER_BUCKET_MB}]
-    return points
+    return points + [{"variant": v, "bucket_size_mb": b} for v, b in ddp_runs(args)]
 
 
-# AdamW's learning rate and the runs' seed: not knobs (a step's time does not depend on them)
-LR = 1e-4
-SEED = 0
+def _own_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("kind", choices=("variants", "sharding"))
+    ap.add_argument("--no-baseline", dest="baseline", action="store_false")
+    # the compute-only baseline alone (a launch on one process where DDP cannot run)
+    ap.add_argument("--only-baseline", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--trace-dir", default="", help="keep the profiled steps' Chrome traces here")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The run's own arguments (the job's kind, where its rows go and what they say they come
     from) and the stage's knobs as one value (`--block`: its preset block, `DdpKnobs`)."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("kind", choices=("variants", "sharding"))
-    add_run_arguments(ap)
-    add_block_argument(ap, DdpKnobs)
-    ap.add_argument("--no-baseline", dest="baseline", action="store_false")
-    # the compute-only baseline alone (a launch on one process where DDP cannot run)
-    ap.add_argument("--only-baseline", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--trace-dir", default="", help="keep the profiled steps' Chrome traces here")
-    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--result", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if not args.worker and args.out is None:
-        ap.error("--out is required")
-    return with_knobs(args)
+    return parse_stage_args(DdpKnobs, argv, __doc__.splitlines()[0], _own_arguments)
 
 
-def with_knobs(args: argparse.Namespace) -> argparse.Namespace:
-    """`args` with each knob of its block as the attribute the stage reads."""
-    k: DdpKnobs = args.block
-    args.backend, args.world_size, args.size = k.backend, k.world_size, k.size
-    args.context_length, args.batch_per_rank = k.context_length, k.batch_per_rank
-    args.variants = [] if args.only_baseline else list(k.variants)
-    args.bucket_sizes_mb = list(k.bucket_sizes_mb)
-    args.warmup, args.steps = k.warmup_steps, k.measure_steps
-    args.matmul_precision, args.timeout_s = k.matmul_precision, k.timeout_s
-    # one profiled step of some variants: the variants job's only
-    args.profile = k.profile and args.kind == "variants"
-    args.topology, args.nnodes = k.launcher.topology, k.launcher.nnodes
-    args.env = {key: str(v) for key, v in k.env.items()}
-    args.lr, args.seed = LR, SEED
-    return args
-
-
-def worker_argv(args) -> list[str]:
-    """A worker's arguments: the same block (with the launch's changes) and the run's own."""
-    block = dataclasses.replace(args.block, profile=args.profile)
-    argv = [args.kind, "--worker", f"--machine={args.machine}", f"--preset={args.preset}"]
-    argv += [f"--edition={args.edition}", "--block", block_text(block.as_block())]
-    if not args.variants:  # the block's variants stay a valid list; the launch runs none
-        argv.append("--only-baseline")
-    if not args.baseline:
-        argv.append("--no-baseline")
-    if args.trace_dir:
-        argv.append(f"--trace-dir={os.path.abspath(args.trace_dir)}")
-    return argv
-
-
-def _launch(args, world_size: int, planned: list[dict], **overrides) -> list[dict]:
-    import copy
-
+def _launch(args, world_size: int, planned: list[dict], only_baseline: bool = False) -> list[dict]:
+    """Rows of `planned` from one launch on `world_size` ranks (`only_baseline`: the
+    compute-only baseline alone, nothing profiled)."""
     from cs336_systems.parallel.launch import Topology, fill_missing, launch
 
-    run_args = copy.copy(args)
-    for key, value in overrides.items():
-        setattr(run_args, key, value)
-    nproc = max(1, world_size // args.nnodes)
-    nnodes = args.nnodes if world_size >= args.nnodes else 1
-    with point(args.kind, args.backend, f"n={world_size}", args.size):
+    k: DdpKnobs = args.block
+    own = [args.kind]
+    if only_baseline or args.only_baseline:
+        own.append("--only-baseline")
+    if not args.baseline:
+        own.append("--no-baseline")
+    if args.trace_dir:
+        own.append(f"--trace-dir={os.path.abspath(args.trace_dir)}")
+    argv = worker_argv(args, own, profile=profiled(args) and not only_baseline)
+    nnodes = k.launcher.nnodes if world_size >= k.launcher.nnodes else 1
+    nproc = max(1, world_size // k.launcher.nnodes)
+    with point(args.kind, k.backend, f"n={world_size}", k.size):
         result = launch(
             "cs336_systems.stages.ddp.measure",
-            worker_argv(run_args),
-            Topology(nproc, nnodes, args.topology if nnodes > 1 else "local"),
-            timeout_s=args.timeout_s,
-            extra_env=args.env,
+            argv,
+            Topology(nproc, nnodes, k.launcher.topology if nnodes > 1 else "local"),
+            timeout_s=k.timeout_s,
+            extra_env=k.env,
         )
     failure = result.status if result.status != "ok" else "error: no result from workers"
     return fill_missing(planned, result.rows, POINT_KEYS, failure)
+
+
+def _job_columns(args) -> dict:
+    """What every row of the job says it ran: the job, the model and the run's lengths."""
+    from cs336_systems.core.costs import param_count
+    from cs336_systems.model import VOCAB_SIZE, size_spec
+
+    k: DdpKnobs = args.block
+    spec = size_spec(k.size, args.edition)
+    return {
+        "kind": args.kind,
+        "backend": k.backend,
+        "device": "cuda" if k.backend == "nccl" else "cpu",
+        "world_size": k.world_size,
+        "nnodes": k.launcher.nnodes,
+        "size": k.size,
+        "params": param_count(VOCAB_SIZE, spec["d_model"], spec["num_layers"], spec["d_ff"]),
+        "context_length": k.context_length,
+        "batch_per_rank": k.batch_per_rank,
+        "warmup_steps": k.warmup_steps,
+        "measure_steps": k.measure_steps,
+        "matmul_precision": k.matmul_precision,
+    }
 
 
 def run(args) -> list[dict]:
@@ -500,42 +509,23 @@ def run(args) -> list[dict]:
     from cs336_systems.core.device import gpu_count
     from cs336_systems.parallel.launch import feasibility
 
+    k: DdpKnobs = args.block
+    nnodes = k.launcher.nnodes
     planned = planned_points(args)
-    reason = feasibility(args.backend, args.world_size, args.nnodes)
-    if reason is None and args.world_size % args.nnodes:
-        reason = f"skipped: world size {args.world_size} not divisible by {args.nnodes} nodes"
+    reason = feasibility(k.backend, k.world_size, nnodes)
+    if reason is None and k.world_size % nnodes:
+        reason = f"skipped: world size {k.world_size} not divisible by {nnodes} nodes"
     if reason is None:
-        rows = _launch(args, args.world_size, planned)
+        rows = _launch(args, k.world_size, planned)
     else:
         rows = [{**p, "status": reason} for p in planned]
         # the compute-only baseline needs one process only: measure it where DDP cannot run
-        can_one = args.backend == "gloo" or gpu_count() >= 1
+        can_one = k.backend == "gloo" or gpu_count() >= 1
         if args.kind == "variants" and args.baseline and can_one:
-            base = _launch(args, 1, planned[:1], variants=[], profile=False)
-            rows = base + rows[1:]
-    from cs336_systems.core.costs import param_count
-    from cs336_systems.model import VOCAB_SIZE, size_spec
-
-    spec = size_spec(args.size, args.edition)
+            rows = _launch(args, 1, planned[:1], only_baseline=True) + rows[1:]
+    columns = _job_columns(args)
     for row in rows:
-        row.update(
-            {
-                "kind": args.kind,
-                "backend": args.backend,
-                "device": "cuda" if args.backend == "nccl" else "cpu",
-                "world_size": args.world_size,
-                "nnodes": args.nnodes,
-                "size": args.size,
-                "params": param_count(
-                    VOCAB_SIZE, spec["d_model"], spec["num_layers"], spec["d_ff"]
-                ),
-                "context_length": args.context_length,
-                "batch_per_rank": args.batch_per_rank,
-                "warmup_steps": args.warmup,
-                "measure_steps": args.steps,
-                "matmul_precision": args.matmul_precision,
-            }
-        )
+        row.update(columns)
     return rows
 
 

@@ -1,8 +1,9 @@
-"""The `fsdp` section's answers in words; Q33: do the weight all-gathers finish in time? One sentence per FSDP
-run from its profiled step (the gathers' time, the share during compute, the time compute
-waited for them, the host's waits), what the forward's gathers cost against the same precision's
-DDP, units of a block against units of a layer, bf16 against fp32 compute, compiled blocks
-against eager ones."""
+"""The `fsdp` section's answers in words. The setup; Q32: FSDP's saving against optimizer-state
+sharding, counted and peak to peak; Q33: do the weight all-gathers finish in time? One sentence
+per FSDP run from its profiled step (the gathers' time, the share during compute, the time
+compute waited for them, the host's waits), what the forward's gathers cost against the same
+precision's DDP, units of a block against units of a layer, bf16 against fp32 compute, compiled
+blocks against eager ones."""
 
 from __future__ import annotations
 
@@ -10,23 +11,24 @@ import math
 
 import pandas as pd
 
+from cs336_systems.core.costs import MiB, fsdp_saving_vs_optimizer_sharding
 from cs336_systems.reporting.analysis import faster_or_slower, fmt, ok, pct
 from cs336_systems.stages.fsdp.rows import (
     HOST_BOUND_BUSY,
     IN_TIME_SHARE,
     LABELS,
     PEERS,
-    _busy,
-    _exposed,
-    _left_out,
-    _num,
-    _row,
+    busy_share,
+    exposed_ms,
+    left_out,
+    number,
+    one,
 )
 
 
 def _wait_exceeds_exposed(r: pd.Series) -> bool:
     """gloo: the main thread waited longer for gathers than they were exposed on the timeline."""
-    return r["backend"] == "gloo" and _num(r, "gather_wait_ms_mean") > _exposed(r)
+    return r["backend"] == "gloo" and number(r, "gather_wait_ms_mean") > exposed_ms(r)
 
 
 def _wait_sentence(r: pd.Series, explained: bool = False) -> str:
@@ -34,10 +36,10 @@ def _wait_sentence(r: pd.Series, explained: bool = False) -> str:
     exposed time on the timeline (measure.py: `gather_wait` sums, per timed step, the host time
     from each gather's wait() call until it returns); `explained`: an earlier run's sentence
     already gave the reasons."""
-    wait, step = _num(r, "gather_wait_ms_mean"), _num(r, "step_ms_mean")
+    wait, step = number(r, "gather_wait_ms_mean"), number(r, "step_ms_mean")
     if math.isnan(wait):
         return ""
-    t_ag, exposed = _num(r, "prof_all_gather_ms"), _exposed(r)
+    t_ag, exposed = number(r, "prof_all_gather_ms"), exposed_ms(r)
     if r["backend"] != "gloo":  # NCCL: wait() returns once it has enqueued the stream wait
         lost = "" if math.isnan(exposed) else f"; the {fmt(exposed)} ms exposed on the timeline is"
         return (
@@ -45,9 +47,9 @@ def _wait_sentence(r: pd.Series, explained: bool = False) -> str:
             f"host's {fmt(wait)} ms per step in those calls is not time the step loses{lost}."
         )
     n, lo, hi = (
-        _num(r, "measure_steps"),
-        _num(r, "gather_wait_ms_min"),
-        _num(r, "gather_wait_ms_max"),
+        number(r, "measure_steps"),
+        number(r, "gather_wait_ms_min"),
+        number(r, "gather_wait_ms_max"),
     )
     over = f"mean of {int(n)} timed steps" if not math.isnan(n) else "mean of the timed steps"
     if not (math.isnan(lo) or math.isnan(hi)) and n > 1:
@@ -63,7 +65,7 @@ def _wait_sentence(r: pd.Series, explained: bool = False) -> str:
     # the profiled step's time in which only other collectives ran (reduce-scatters and
     # all-reduces) while the main thread computed nothing: a gather queued behind them is
     # waited for then, and also the sync after backward
-    others = _num(r, "prof_comm_ms") - _num(r, "prof_comm_overlapped_ms") - exposed
+    others = number(r, "prof_comm_ms") - number(r, "prof_comm_overlapped_ms") - exposed
     alone = (
         ""
         if math.isnan(others)
@@ -91,13 +93,16 @@ def _wait_sentence(r: pd.Series, explained: bool = False) -> str:
 
 
 def _gather_sentence(r: pd.Series, label: str, explained: bool = False) -> str:
-    t_ag, share = _num(r, "prof_all_gather_ms"), _num(r, "prof_all_gather_overlap_share")
-    hidden, waited = _num(r, "prof_all_gather_overlapped_ms"), _num(r, "prof_all_gather_waited_ms")
+    t_ag, share = number(r, "prof_all_gather_ms"), number(r, "prof_all_gather_overlap_share")
+    hidden, waited = (
+        number(r, "prof_all_gather_overlapped_ms"),
+        number(r, "prof_all_gather_waited_ms"),
+    )
     if math.isnan(t_ag):
         return f"{label}: no profiled step."
     text = (
-        f"{label}: the all-gathers ({fmt(_num(r, 'all_gather_into_tensor_mb'))} MiB per step in "
-        f"{int(_num(r, 'all_gather_into_tensor_calls'))} calls) take {fmt(t_ag)} ms on the "
+        f"{label}: the all-gathers ({fmt(number(r, 'all_gather_into_tensor_mb'))} MiB per step in "
+        f"{int(number(r, 'all_gather_into_tensor_calls'))} calls) take {fmt(t_ag)} ms on the "
         f"timeline, {fmt(hidden)} ms ({pct(share)}) of it while compute ran; "
     )
     if math.isnan(waited):  # the CPU (gloo threads), or a run before the waits were measured
@@ -123,7 +128,7 @@ def _gather_sentence(r: pd.Series, label: str, explained: bool = False) -> str:
             f"{verdict}."
         )
         if in_time >= IN_TIME_SHARE and share < IN_TIME_SHARE:
-            busy = _busy(r)
+            busy = busy_share(r)
             text += (
                 " The rest of their time fell where the GPU had no compute kernel to run "
                 "(it waited for the host), not where compute waited for them."
@@ -132,16 +137,16 @@ def _gather_sentence(r: pd.Series, label: str, explained: bool = False) -> str:
                 "compute waited for them."
             )
     phases = [
-        f"{name} {fmt(_num(r, f'prof_all_gather_{key}_ms'))} ms "
-        f"({pct(_num(r, f'prof_all_gather_{key}_overlap_share'))} during compute"
+        f"{name} {fmt(number(r, f'prof_all_gather_{key}_ms'))} ms "
+        f"({pct(number(r, f'prof_all_gather_{key}_overlap_share'))} during compute"
         + (
             ""
-            if math.isnan(_num(r, f"prof_all_gather_{key}_waited_ms"))
-            else f", {fmt(_num(r, f'prof_all_gather_{key}_waited_ms'))} ms waited for"
+            if math.isnan(number(r, f"prof_all_gather_{key}_waited_ms"))
+            else f", {fmt(number(r, f'prof_all_gather_{key}_waited_ms'))} ms waited for"
         )
         + ")"
         for key, name in (("fwd", "forward"), ("bwd", "backward"))
-        if not math.isnan(_num(r, f"prof_all_gather_{key}_ms"))
+        if not math.isnan(number(r, f"prof_all_gather_{key}_ms"))
     ]
     if phases:
         text += f" By phase: {', '.join(phases)}."
@@ -171,11 +176,11 @@ def _forward_cost(df: pd.DataFrame, v: str) -> str:
     """What the forward's exposed gathers cost: the FSDP run's forward against the same
     precision's DDP forward, which gathers nothing (exposed time can fall where the GPU waits
     for the host anyway, and then costs nothing)."""
-    r, d = _row(df, v), _row(df, SAME_PRECISION_DDP[v])
+    r, d = one(df, v), one(df, SAME_PRECISION_DDP[v])
     if r is None or d is None or r["backend"] == "gloo":
         return ""
-    t, share = _num(r, "prof_all_gather_fwd_ms"), _num(r, "prof_all_gather_fwd_overlap_share")
-    f_fsdp, f_ddp = _num(r, "fwd_ms_mean"), _num(d, "fwd_ms_mean")
+    t, share = number(r, "prof_all_gather_fwd_ms"), number(r, "prof_all_gather_fwd_overlap_share")
+    f_fsdp, f_ddp = number(r, "fwd_ms_mean"), number(d, "fwd_ms_mean")
     if any(math.isnan(x) for x in (t, share, f_fsdp, f_ddp)) or share >= IN_TIME_SHARE:
         return ""
     exposed, extra = t * (1 - share), max(f_fsdp - f_ddp, 0.0)
@@ -183,7 +188,7 @@ def _forward_cost(df: pd.DataFrame, v: str) -> str:
         f" Its forward takes {fmt(f_fsdp)} ms a step against {fmt(f_ddp)} ms for "
         f"{LABELS[SAME_PRECISION_DDP[v]]}, which gathers nothing"
     )
-    waited = _num(r, "prof_all_gather_fwd_waited_ms")
+    waited = number(r, "prof_all_gather_fwd_waited_ms")
     if not math.isnan(waited):  # what the compute waited for, measured
         text += f"; compute waited {fmt(waited)} ms for its forward gathers"
         if extra > 2 * waited:
@@ -210,19 +215,19 @@ def q33(df: pd.DataFrame) -> str:
     parts: list[str] = []
     explained = False  # the reasons a wait exceeds the exposed time are given once
     for v in FSDP_RUNS:
-        if (r := _row(df, v)) is not None:
+        if (r := one(df, v)) is not None:
             parts.append(_gather_sentence(r, LABELS[v], explained) + _forward_cost(df, v))
             explained = explained or _wait_exceeds_exposed(r)
     if not parts:
         return ""
     text = " ".join(parts)
     for v in FSDP_RUNS:
-        r = _row(df, v)
-        if r is not None and _busy(r) == _busy(r) and _busy(r) < HOST_BOUND_BUSY:
+        r = one(df, v)
+        if r is not None and busy_share(r) == busy_share(r) and busy_share(r) < HOST_BOUND_BUSY:
             text += (
-                f" {LABELS[v]} is host-bound: its GPU ran kernels only {pct(_busy(r))} of the "
-                f"profiled {fmt(_num(r, 'prof_step_ms'), 0)} ms step and idled "
-                f"{fmt(_num(r, 'prof_gpu_idle_ms'), 0)} ms waiting for the host to issue work, "
+                f" {LABELS[v]} is host-bound: its GPU ran kernels only {pct(busy_share(r))} of the "
+                f"profiled {fmt(number(r, 'prof_step_ms'), 0)} ms step and idled "
+                f"{fmt(number(r, 'prof_gpu_idle_ms'), 0)} ms waiting for the host to issue work, "
                 f"so its step time says more of the host's work per step (hooks, launches) than "
                 f"of its communication."
             )
@@ -235,12 +240,12 @@ def q33(df: pd.DataFrame) -> str:
             " On the CPU, gloo's worker threads and the compute share the same cores, so time "
             "that overlaps on the timeline is not free: it slows the compute it overlaps."
         )
-    return text + _left_out(df, ("fsdp", "fsdp_bf16", "ddp", "ddp_bf16"))
+    return text + left_out(df, ("fsdp", "fsdp_bf16", "ddp", "ddp_bf16"))
 
 
 def _ncalls(r: pd.Series) -> int:
     kinds = ("all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce")
-    return int(sum(_num(r, f"{k}_calls") for k in kinds))
+    return int(sum(number(r, f"{k}_calls") for k in kinds))
 
 
 def _units_sentence(df: pd.DataFrame) -> str:
@@ -250,7 +255,7 @@ def _units_sentence(df: pd.DataFrame) -> str:
         ("fsdp", "fsdp_layer", "fp32"),
         ("fsdp_bf16", "fsdp_bf16_layer", "bf16"),
     ):
-        b, lay = _row(df, block), _row(df, layer)
+        b, lay = one(df, block), one(df, layer)
         if b is None or lay is None:
             continue
         out.append(
@@ -258,7 +263,7 @@ def _units_sentence(df: pd.DataFrame) -> str:
             f"{_ncalls(lay)} with a unit per layer, for the same bytes; the step takes "
             f"{fmt(float(b.step_ms_mean))} ms against {fmt(float(lay.step_ms_mean))} ms "
             f"({fmt(float(lay.step_ms_mean) / float(b.step_ms_mean))}×), with "
-            f"{fmt(_exposed(b))} and {fmt(_exposed(lay))} ms of all-gather exposed."
+            f"{fmt(exposed_ms(b))} and {fmt(exposed_ms(lay))} ms of all-gather exposed."
         )
     return (" " + " ".join(out)) if out else ""
 
@@ -268,18 +273,18 @@ def _peer_sentence(df: pd.DataFrame) -> str:
     gathers' time during compute and the time compute waited for them."""
     out = []
     for peer, ours in PEERS.items():
-        p, o = _row(df, peer), _row(df, ours)
+        p, o = one(df, peer), one(df, ours)
         if p is None or o is None:
             continue
         ratio = float(o.step_ms_mean) / float(p.step_ms_mean)
         out.append(
             f"{LABELS[peer]} takes {fmt(float(p.step_ms_mean))} ms a step against our "
             f"{fmt(float(o.step_ms_mean))} ms ({fmt(ratio)}× its time); its all-gathers take "
-            f"{fmt(_num(p, 'prof_all_gather_ms'))} ms on the timeline, "
-            f"{pct(_num(p, 'prof_all_gather_overlap_share'))} of it during compute (ours "
-            f"{pct(_num(o, 'prof_all_gather_overlap_share'))}), and compute waited "
-            f"{fmt(_num(p, 'prof_all_gather_waited_ms'))} ms for them (ours "
-            f"{fmt(_num(o, 'prof_all_gather_waited_ms'))} ms)."
+            f"{fmt(number(p, 'prof_all_gather_ms'))} ms on the timeline, "
+            f"{pct(number(p, 'prof_all_gather_overlap_share'))} of it during compute (ours "
+            f"{pct(number(o, 'prof_all_gather_overlap_share'))}), and compute waited "
+            f"{fmt(number(p, 'prof_all_gather_waited_ms'))} ms for them (ours "
+            f"{fmt(number(o, 'prof_all_gather_waited_ms'))} ms)."
         )
     if not out:
         return ""
@@ -293,7 +298,7 @@ def _bf16_pairs(df: pd.DataFrame, before: str, after: str) -> list:
     """(run, run changed, "DDP"/"FSDP") for the bf16 DDP and FSDP runs whose variants end in
     `before` and `after`, where both ran."""
     pairs = [
-        (_row(df, f"{v}{before}"), _row(df, f"{v}{after}"), name)
+        (one(df, f"{v}{before}"), one(df, f"{v}{after}"), name)
         for v, name in (("ddp_bf16", "DDP"), ("fsdp_bf16", "FSDP"))
     ]
     return [(a, b, name) for a, b, name in pairs if a is not None and b is not None]
@@ -305,13 +310,13 @@ def _compiled_sentence(df: pd.DataFrame) -> str:
     parts = [
         f"{name}'s step from {fmt(float(e.step_ms_mean))} to {fmt(float(c.step_ms_mean))} ms "
         f"(forward {fmt(float(e.fwd_ms_mean))} → {fmt(float(c.fwd_ms_mean))} ms, GPU busy "
-        f"{pct(_busy(e))} → {pct(_busy(c))} of the profiled step)"
+        f"{pct(busy_share(e))} → {pct(busy_share(c))} of the profiled step)"
         for e, c, name in _bf16_pairs(df, "", "_compiled")
     ]
     if not parts:
         return ""
     text = f" Compiling each block's forward (bf16) takes {' and '.join(parts)}."
-    d, f = _row(df, "ddp_bf16_compiled"), _row(df, "fsdp_bf16_compiled")
+    d, f = one(df, "ddp_bf16_compiled"), one(df, "fsdp_bf16_compiled")
     if d is not None and f is not None:
         text += (
             f" Compiled, FSDP takes {fmt(float(f.step_ms_mean) / float(d.step_ms_mean))}× the "
@@ -326,8 +331,8 @@ def _graphed_sentence(df: pd.DataFrame) -> str:
     compute, FSDP against DDP graphed, and the memory the graphs keep reserved."""
     parts = [
         f"{name}'s step from {fmt(float(c.step_ms_mean))} to {fmt(float(g.step_ms_mean))} ms "
-        f"(GPU busy {pct(_busy(c))} → {pct(_busy(g))} of the profiled step, memory reserved "
-        f"{fmt(_num(c, 'mem_reserved_mb'), 0)} → {fmt(_num(g, 'mem_reserved_mb'), 0)} MiB)"
+        f"(GPU busy {pct(busy_share(c))} → {pct(busy_share(g))} of the profiled step, memory reserved "
+        f"{fmt(number(c, 'mem_reserved_mb'), 0)} → {fmt(number(g, 'mem_reserved_mb'), 0)} MiB)"
         for c, g, name in _bf16_pairs(df, "_compiled", "_graphed")
     ]
     if not parts:
@@ -336,15 +341,15 @@ def _graphed_sentence(df: pd.DataFrame) -> str:
         " Replaying the compiled step's forward and backward as two CUDA graphs (the host "
         f"issues two launches instead of every kernel and hook) takes {' and '.join(parts)}."
     )
-    f = _row(df, "fsdp_bf16_graphed")
+    f = one(df, "fsdp_bf16_graphed")
     if f is not None:
         text += (
-            f" Graphed, FSDP's all-gathers run {pct(_num(f, 'prof_all_gather_overlap_share'))} "
+            f" Graphed, FSDP's all-gathers run {pct(number(f, 'prof_all_gather_overlap_share'))} "
             f"of their time during compute (forward "
-            f"{pct(_num(f, 'prof_all_gather_fwd_overlap_share'))}, backward "
-            f"{pct(_num(f, 'prof_all_gather_bwd_overlap_share'))})"
+            f"{pct(number(f, 'prof_all_gather_fwd_overlap_share'))}, backward "
+            f"{pct(number(f, 'prof_all_gather_bwd_overlap_share'))})"
         )
-        d = _row(df, "ddp_bf16_graphed")
+        d = one(df, "ddp_bf16_graphed")
         if d is not None:
             ratio = float(f.step_ms_mean) / float(d.step_ms_mean)
             text += f" and its step takes {fmt(ratio)}× the graphed DDP step"
@@ -355,15 +360,15 @@ def _graphed_sentence(df: pd.DataFrame) -> str:
 def _precision_sentence(df: pd.DataFrame) -> str:
     """What bf16 compute changes, for FSDP and for DDP, whose communication stays fp32: a
     change both share is the compute's, not the gathers' halved bytes."""
-    fs, bf = _row(df, "fsdp"), _row(df, "fsdp_bf16")
-    ddp, ddp_bf = _row(df, "ddp"), _row(df, "ddp_bf16")
+    fs, bf = one(df, "fsdp"), one(df, "fsdp_bf16")
+    ddp, ddp_bf = one(df, "ddp"), one(df, "ddp_bf16")
     if fs is None or bf is None:
         return ""
     r_fsdp = float(fs.step_ms_mean) / float(bf.step_ms_mean)
     text = (
         f" Casting to bf16 before the gather halves its bytes "
-        f"({fmt(_num(fs, 'all_gather_into_tensor_mb'))} → "
-        f"{fmt(_num(bf, 'all_gather_into_tensor_mb'))} MiB) and the FSDP step goes from "
+        f"({fmt(number(fs, 'all_gather_into_tensor_mb'))} → "
+        f"{fmt(number(bf, 'all_gather_into_tensor_mb'))} MiB) and the FSDP step goes from "
         f"{fmt(float(fs.step_ms_mean))} to {fmt(float(bf.step_ms_mean))} ms "
         f"({faster_or_slower(r_fsdp, fmt)})"
     )
@@ -390,3 +395,99 @@ def _precision_sentence(df: pd.DataFrame) -> str:
     else:
         text += "."
     return text
+
+
+def setup(first: pd.Series) -> str:
+    return (
+        f"model `{first['size']}` ({fmt(first['params'] / 1e6, 1)} M parameters: d_model "
+        f"{int(first['d_model'])}, d_ff {int(first['d_ff'])}, {int(first['num_layers'])} layers), "
+        f"context {int(first['context_length'])}, batch {int(first['batch_per_rank'])} per rank, "
+        f"{first['backend']} with {int(first['world_size'])} processes"
+        f"{' (one per GPU)' if first['backend'] == 'nccl' else ' on the CPU'}, AdamW, fp32 "
+        f"master weights; {int(first['warmup_steps'])} warm-up and "
+        f"{int(first['measure_steps'])} measured steps per run"
+    )
+
+
+def _peak_gap(so: pd.Series, fs: pd.Series, s: int, w: int, saving: float, got: float) -> str:
+    """Why the peak-to-peak saving falls short of the counted one, from the run's own numbers:
+    a backward peak barely above the forward peak is backward's start, where the activations
+    are all alive and few gradients exist, so only the parameter half of the saving (less the
+    full weights FSDP has gathered) can show there; the gradient half shows once backward has
+    produced them all (allocated before the optimizer step)."""
+    params = 4 * s * (1 - 1 / w) / MiB
+    gathered = float(fs.gathered_peak_mb)
+    rises = [number(r, "mem_backward_peak_mb") - number(r, "mem_forward_peak_mb") for r in (so, fs)]
+    before = [number(r, "mem_before_step_allocated_mb") for r in (so, fs)]
+    expect = params - gathered
+    residual = got - expect
+    if not max(rises) < 0.25 * params:  # a peak later in backward: gradients count there
+        return (
+            f" The backward peaks are {fmt(rises[0])} and {fmt(rises[1])} MiB above the "
+            f"forward peaks: what FSDP holds there beyond its counted tensors is not measured."
+        )
+    text = (
+        f" Both runs peak early in backward: the backward peak is {fmt(rises[0])} MiB above "
+        f"the forward peak with the sharded optimizer and {fmt(rises[1])} MiB with FSDP, while "
+        f"the activations are nearly all alive and few gradients exist yet. There only the "
+        f"parameter half of the saving, 4 bytes × {s:,} × (1 − 1/{w}) = {fmt(params)} MiB, can "
+        f"show, less the full weights FSDP has gathered (up to {fmt(gathered)} MiB): "
+        f"{fmt(expect)} MiB, "
+    )
+    if abs(residual) <= 0.05 * saving:
+        text += f"{fmt(abs(residual))} MiB from the measured {fmt(got)} MiB."
+    else:
+        text += f"which leaves {fmt(residual)} MiB of the measured {fmt(got)} MiB unexplained."
+    if not any(math.isnan(b) for b in before):
+        done = before[0] - before[1]
+        text += (
+            f" The gradient half shows once backward has produced every gradient: allocated "
+            f"before the optimizer step, {fmt(before[0])} MiB against {fmt(before[1])} MiB, "
+            f"{fmt(done)} MiB saved ({pct(done / saving)} of the expected saving)."
+        )
+    return text
+
+
+def q32(df: pd.DataFrame, measured: bool) -> str:
+    so, fs = one(df, "sharded_optimizer"), one(df, "fsdp")
+    d = ok(df)
+    if fs is None or not len(d):
+        return ""
+    s, rep, w = int(fs.sharded_params), int(fs.replicated_params), int(fs.world_size)
+    saving = fsdp_saving_vs_optimizer_sharding(s, rep, w) / MiB
+    text = (
+        f"Optimizer-state sharding splits only the AdamW moments (8 bytes per parameter) over "
+        f"the ranks; FSDP also splits the fp32 parameters and gradients of its units ({s:,} "
+        f"parameters: every block's weights and norm gains, the embedding and the LM head; the "
+        f"other {rep:,} stay replicated, with their whole AdamW state). The expected saving per "
+        f"rank, all-gather buffers ignored (`core/costs.py:fsdp_saving_vs_optimizer_sharding`), "
+        f"is (4 + 4) bytes × {s:,} × (1 − 1/{w}) for the sharded parameters and gradients, less "
+        f"8 bytes × {rep:,} × (1 − 1/{w}) of replicated optimizer state: **{fmt(saving)} MiB**."
+    )
+    if so is not None:
+        held = float(so.held_mb) - float(fs.held_mb)
+        text += (
+            f" The tensors each rank holds (parameters, gradients, optimizer state: counted, "
+            f"max over ranks) come to {fmt(float(so.held_mb))} MiB with the sharded optimizer "
+            f"and {fmt(float(fs.held_mb))} MiB with FSDP, a saving of **{fmt(held)} MiB** (the "
+            f"count the formula makes, so it matches by construction"
+        )
+        state_gap = float(so.optimizer_state_mb) - float(fs.optimizer_state_mb)
+        if abs(state_gap) > 0.01 * saving:
+            text += (
+                f"; the sharded optimizer assigns whole parameters to ranks, so its largest "
+                f"rank holds {fmt(state_gap)} MiB more optimizer state than an even split"
+            )
+        text += ")."
+        peak_so, peak_fs = number(so, "mem_backward_peak_mb"), number(fs, "mem_backward_peak_mb")
+        if measured and not math.isnan(peak_fs) and not math.isnan(peak_so):
+            got = peak_so - peak_fs
+            short = saving - got
+            text += (
+                f" Peak to peak, the allocator's peak during backward is {fmt(peak_so)} MiB with "
+                f"the sharded optimizer and {fmt(peak_fs)} MiB with FSDP: a saving of "
+                f"**{fmt(got)} MiB**, {pct(got / saving)} of the expected one."
+            )
+            if short > 0.05 * saving:
+                text += _peak_gap(so, fs, s, w, saving, got)
+    return text + left_out(df, ("sharded_optimizer",))

@@ -60,8 +60,12 @@ from typing import get_args
 from cs336_systems.core.costs import MiB
 from cs336_systems.core.harness import StepClock, Stopwatch, synchronize, time_marked_steps
 from cs336_systems.core.workload import rank_batch
-from cs336_systems.parallel.launch import stage_command, summarize_slowest
-from cs336_systems.planning.knobs import add_block_argument, add_run_arguments, block_text
+from cs336_systems.parallel.launch import (
+    parse_stage_args,
+    stage_command,
+    summarize_slowest,
+    worker_argv,
+)
 from cs336_systems.planning.log import get_logger, point, status_level
 from cs336_systems.profiling.overlap import profile_step
 from cs336_systems.stages.fsdp.plan import FsdpKnobs, Variant
@@ -77,6 +81,9 @@ SPANS = {
     "comm": ("backward", "synced"),
     "opt": ("synced", "stepped"),
 }
+# AdamW's learning rate and the runs' seed: not knobs (a step's time does not depend on them)
+LR = 1e-4
+SEED = 0
 log = get_logger(__name__)
 
 
@@ -124,12 +131,13 @@ def build_variant(variant: str, args, ctx):
     from cs336_systems.parallel.fsdp import FSDP
     from cs336_systems.parallel.sharded_optimizer import ShardedOptimizer
 
+    k: FsdpKnobs = args.block
     compiled = variant.endswith((COMPILED, GRAPHED))
     variant = variant.removesuffix(COMPILED).removesuffix(GRAPHED)
-    torch.manual_seed(args.seed)
+    torch.manual_seed(SEED)
     with ctx.device:  # initialize on the device: a 2.7B model built on the host takes minutes
-        model = build_model(args.size, args.context_length, edition=args.edition)
-    adamw = {"lr": args.lr, "weight_decay": 0.01}
+        model = build_model(k.size, k.context_length, edition=args.edition)
+    adamw = {"lr": LR, "weight_decay": 0.01}
     adamw.update(fused=True) if ctx.device.type == "cuda" else adamw.update(foreach=True)
     if variant.startswith("torch_fsdp"):
         from cs336_systems.stages.fsdp.peer import TorchFSDP
@@ -253,132 +261,179 @@ def _state_bytes(optimizer) -> int:
     )
 
 
-def measure_variant(variant: str, args, ctx) -> dict:
+def _allocated(device) -> tuple[float, float]:
+    """(allocated, peak allocated) MiB on a CUDA device; NaN elsewhere."""
     import torch
 
+    if device.type != "cuda":
+        return math.nan, math.nan
+    return _mb(torch.cuda.memory_allocated(device)), _mb(torch.cuda.max_memory_allocated(device))
+
+
+def _timed(variant: str, wrapper, optimizer, x, y, k: FsdpKnobs, device):
+    """The variant's warm-up and measured steps, then one step under the counting collectives
+    (a graphed variant: its graphs captured first, under them). Returns (the step builder, the
+    captured graphs or None, the times, the counted traffic, extra columns)."""
     from cs336_systems.parallel import collectives
+
+    bf16 = variant.startswith("ddp_bf16")
+    graphed, losses, extra = None, [], {}
+    counted = collectives.counting()
+    if variant.endswith(GRAPHED):
+        if device.type != "cuda":
+            raise RuntimeError("CUDA graphs need a CUDA device (nccl backend)")
+        graphed = graph_step(wrapper, optimizer, x, y, autocast_bf16=bf16)
+        with Stopwatch() as sw:
+            graphed.warm_up()
+            if hasattr(wrapper, "reset_peak"):
+                wrapper.reset_peak()
+            with counted as counter:  # the collectives the graphs replay, once each
+                graphed.capture()
+        extra["graph_capture_s"] = sw.s
+    training_step = functools.partial(_training_step, autocast_bf16=bf16, graphed=graphed)
+    times = timed_steps(
+        training_step(wrapper, optimizer, x, y, losses=losses),
+        k.warmup_steps,
+        k.measure_steps,
+        device,
+        wrapper if graphed is None else None,
+    )
+    extra["loss_last"] = losses[-1].item()
+    if graphed is None:
+        with counted as counter:
+            training_step(wrapper, optimizer, x, y)(StepClock(device))
+    traffic = {
+        f"{kind}_{key}": value
+        for kind, c in counter.totals().items()
+        for key, value in (("calls", c["calls"]), ("mb", _mb(c["bytes"])))
+    }
+    if getattr(wrapper, "is_peer", False):  # its collectives bypass the counting ones
+        traffic = {"collectives_counted": False}
+    return training_step, graphed, times, traffic, extra
+
+
+def _memory_marks(memory: dict, wrapper, device) -> Callable[[str], None]:
+    """Marks that put the allocator's allocated and peak bytes after forward, backward (and
+    sync) and the optimizer step, and the gradients' bytes, into `memory`."""
+    import torch
+
+    from cs336_systems.stages.fsdp.peer import local
+
+    cuda = device.type == "cuda"
+
+    def marks(name: str) -> None:
+        synchronize(device)
+        if name == "start" and cuda:
+            torch.cuda.reset_peak_memory_stats(device)
+        elif name in ("forward", "synced", "stepped"):
+            key = {"forward": "fwd", "synced": "bwd", "stepped": "step"}[name]
+            memory[f"{key}_alloc"], memory[f"{key}_peak"] = _allocated(device)
+            if cuda:
+                torch.cuda.reset_peak_memory_stats(device)
+        if name == "synced":
+            memory["grads"] = sum(
+                local(p.grad).numel() * p.grad.element_size()
+                for p in wrapper.parameters()
+                if p.grad is not None
+            )
+
+    return marks
+
+
+def _memory_step(training_step, graphed, wrapper, optimizer, x, y, device) -> tuple[dict, int]:
+    """One step with memory marks: (what the marks recorded, FSDP's most gathered bytes)."""
+    memory: dict[str, float] = {}
+    if graphed is not None:  # the hooks ran at capture: what they gathered at most
+        gathered = getattr(wrapper, "peak_resident_bytes", 0)
+    elif hasattr(wrapper, "reset_peak"):
+        wrapper.reset_peak()
+    training_step(wrapper, optimizer, x, y, _memory_marks(memory, wrapper, device))(
+        StepClock(device)
+    )
+    if graphed is None:
+        gathered = getattr(wrapper, "peak_resident_bytes", 0)
+    return memory, gathered
+
+
+def _profiled(training_step, variant: str, wrapper, optimizer, x, y, args, ctx) -> dict:
+    """One step under torch.profiler (the `profile` knob), its Chrome trace kept on rank 0
+    with `--trace-dir`; {} without the knob."""
+    if not args.block.profile:
+        return {}
+    keep = ctx.is_main and args.trace_dir
+    trace = Path(args.trace_dir) / f"fsdp_{variant}_rank0.json" if keep else None
+    profiled = profile_step(
+        training_step(wrapper, optimizer, x, y),
+        ctx.device,
+        trace,
+        per_collective=True,
+        forward_gathers=getattr(wrapper, "forward_gathers", None),
+    )
+    profiled["trace"] = trace.name if trace else ""
+    return profiled
+
+
+# the memory columns of a row, each the max over ranks (MiB)
+MEMORY_COLUMNS = (
+    "mem_init_allocated_mb",
+    "mem_init_peak_mb",
+    "mem_forward_peak_mb",
+    "mem_backward_peak_mb",
+    "mem_before_step_allocated_mb",
+    "mem_after_step_allocated_mb",
+    "mem_step_peak_mb",
+    "params_mb",
+    "grads_mb",
+    "optimizer_state_mb",
+    "gathered_peak_mb",
+    "mem_reserved_mb",
+)
+
+
+def _memory_columns(init, memory: dict, gathered, wrapper, optimizer, ctx) -> dict:
+    """MEMORY_COLUMNS, the max over ranks of this rank's numbers."""
+    import torch
+
     from cs336_systems.parallel.launch import slowest_rank
     from cs336_systems.stages.fsdp.peer import local
 
     device = ctx.device
-    cuda = device.type == "cuda"
+    params = sum(local(p).numel() * p.element_size() for p in wrapper.parameters())
+    values = [
+        *init,
+        memory["fwd_peak"],
+        memory["bwd_peak"],
+        memory["bwd_alloc"],
+        memory["step_alloc"],
+        memory["step_peak"],
+        _mb(params),
+        _mb(memory["grads"]),
+        _mb(_state_bytes(optimizer)),
+        _mb(gathered),
+        _mb(torch.cuda.memory_reserved(device)) if device.type == "cuda" else math.nan,
+    ]
+    worst = slowest_rank(values, ctx)  # memory: max over ranks
+    return dict(zip(MEMORY_COLUMNS, worst, strict=True))
 
-    def allocated() -> tuple[float, float]:
-        if not cuda:
-            return math.nan, math.nan
-        return _mb(torch.cuda.memory_allocated(device)), _mb(
-            torch.cuda.max_memory_allocated(device)
-        )
 
-    if cuda:
+def measure_variant(variant: str, args, ctx) -> dict:
+    import torch
+
+    k: FsdpKnobs = args.block
+    device = ctx.device
+    if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     model, wrapper, optimizer, (sharded, replicated, pad) = build_variant(variant, args, ctx)
-    init_alloc, init_peak = allocated()
-    x, y = rank_batch(args.seed, ctx.rank, args.batch_per_rank, args.context_length, device)
-    bf16 = variant.startswith("ddp_bf16")
-    graphed, losses, extra = None, [], {}
+    init = _allocated(device)
+    x, y = rank_batch(SEED, ctx.rank, k.batch_per_rank, k.context_length, device)
     try:
-        counted = collectives.counting()
-        if variant.endswith(GRAPHED):
-            if not cuda:
-                raise RuntimeError("CUDA graphs need a CUDA device (nccl backend)")
-            graphed = graph_step(wrapper, optimizer, x, y, autocast_bf16=bf16)
-            with Stopwatch() as sw:
-                graphed.warm_up()
-                if hasattr(wrapper, "reset_peak"):
-                    wrapper.reset_peak()
-                with counted as counter:  # the collectives the graphs replay, once each
-                    graphed.capture()
-            extra["graph_capture_s"] = sw.s
-        training_step = functools.partial(_training_step, autocast_bf16=bf16, graphed=graphed)
-        times = timed_steps(
-            training_step(wrapper, optimizer, x, y, losses=losses),
-            args.warmup,
-            args.steps,
-            device,
-            wrapper if graphed is None else None,
-        )
-        extra["loss_last"] = losses[-1].item()
-        if graphed is None:
-            with counted as counter:
-                training_step(wrapper, optimizer, x, y)(StepClock(device))
-        traffic = {
-            f"{kind}_{key}": value
-            for kind, c in counter.totals().items()
-            for key, value in (("calls", c["calls"]), ("mb", _mb(c["bytes"])))
-        }
-        if getattr(wrapper, "is_peer", False):  # its collectives bypass the counting ones
-            traffic = {"collectives_counted": False}
-        memory: dict[str, float] = {}
-
-        def marks(name: str) -> None:
-            synchronize(device)
-            if name == "start" and cuda:
-                torch.cuda.reset_peak_memory_stats(device)
-            elif name in ("forward", "synced", "stepped"):
-                key = {"forward": "fwd", "synced": "bwd", "stepped": "step"}[name]
-                memory[f"{key}_alloc"], memory[f"{key}_peak"] = allocated()
-                if cuda:
-                    torch.cuda.reset_peak_memory_stats(device)
-            if name == "synced":
-                memory["grads"] = sum(
-                    local(p.grad).numel() * p.grad.element_size()
-                    for p in wrapper.parameters()
-                    if p.grad is not None
-                )
-
-        if graphed is not None:  # the hooks ran at capture: what they gathered at most
-            gathered = getattr(wrapper, "peak_resident_bytes", 0)
-        elif hasattr(wrapper, "reset_peak"):
-            wrapper.reset_peak()
-        training_step(wrapper, optimizer, x, y, marks)(StepClock(device))
-        if graphed is None:
-            gathered = getattr(wrapper, "peak_resident_bytes", 0)
-        profiled: dict = {}
-        if args.profile:
-            keep = ctx.is_main and args.trace_dir
-            trace = Path(args.trace_dir) / f"fsdp_{variant}_rank0.json" if keep else None
-            profiled = profile_step(
-                training_step(wrapper, optimizer, x, y),
-                device,
-                trace,
-                per_collective=True,
-                forward_gathers=getattr(wrapper, "forward_gathers", None),
-            )
-            profiled["trace"] = trace.name if trace else ""
-        params = sum(local(p).numel() * p.element_size() for p in wrapper.parameters())
-        values = [
-            init_alloc,
-            init_peak,
-            memory["fwd_peak"],
-            memory["bwd_peak"],
-            memory["bwd_alloc"],
-            memory["step_alloc"],
-            memory["step_peak"],
-            _mb(params),
-            _mb(memory["grads"]),
-            _mb(_state_bytes(optimizer)),
-            _mb(gathered),
-            _mb(torch.cuda.memory_reserved(device)) if cuda else math.nan,
-        ]
-        worst = slowest_rank(values, ctx)  # memory: max over ranks
-        names = (
-            "mem_init_allocated_mb",
-            "mem_init_peak_mb",
-            "mem_forward_peak_mb",
-            "mem_backward_peak_mb",
-            "mem_before_step_allocated_mb",
-            "mem_after_step_allocated_mb",
-            "mem_step_peak_mb",
-            "params_mb",
-            "grads_mb",
-            "optimizer_state_mb",
-            "gathered_peak_mb",
-            "mem_reserved_mb",
-        )
+        step, graphed, times, traffic, extra = _timed(variant, wrapper, optimizer, x, y, k, device)
+        memory, gathered = _memory_step(step, graphed, wrapper, optimizer, x, y, device)
+        profiled = _profiled(step, variant, wrapper, optimizer, x, y, args, ctx)
+        memory_columns = _memory_columns(init, memory, gathered, wrapper, optimizer, ctx)
         # the profile is rank 0's: its timeline is where the Chrome trace comes from
         row = summarize_slowest(times, ctx)
-        row.update(dict(zip(names, worst, strict=True)))
+        row.update(memory_columns)
         row["held_mb"] = row["params_mb"] + row["grads_mb"] + row["optimizer_state_mb"]
         row.update(traffic)
         row.update(profiled)
@@ -402,10 +457,11 @@ def worker(args) -> None:
     from cs336_systems.core.harness import run_point
     from cs336_systems.parallel.launch import finalize_worker, init_worker, write_rows
 
-    torch.set_float32_matmul_precision(args.matmul_precision)
-    ctx = init_worker(args.backend, timeout_s=args.timeout_s)
+    k: FsdpKnobs = args.block
+    torch.set_float32_matmul_precision(k.matmul_precision)
+    ctx = init_worker(k.backend, timeout_s=k.timeout_s)
     rows: list[dict] = []
-    for variant in args.variants:
+    for variant in k.variants:
         with point(variant), Stopwatch() as sw:
             res = run_point(lambda v=variant: measure_variant(v, args, ctx))
             rows.append({"variant": variant, "status": res.status, **(res.value or {})})
@@ -426,88 +482,67 @@ def worker(args) -> None:
 # ---- parent --------------------------------------------------------------------------------
 
 
-# AdamW's learning rate and the runs' seed: not knobs (a step's time does not depend on them)
-LR = 1e-4
-SEED = 0
+def _own_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--trace-dir", default="", help="keep the profiled steps' Chrome traces here")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The run's own arguments (where its rows go and what they say they come from) and the
     stage's knobs as one value (`--block`: its preset block, `FsdpKnobs`)."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_run_arguments(ap)
-    add_block_argument(ap, FsdpKnobs)
-    ap.add_argument("--trace-dir", default="", help="keep the profiled steps' Chrome traces here")
-    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--result", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if not args.worker and args.out is None:
-        ap.error("--out is required")
-    return with_knobs(args)
+    return parse_stage_args(FsdpKnobs, argv, __doc__.splitlines()[0], _own_arguments)
 
 
-def with_knobs(args: argparse.Namespace) -> argparse.Namespace:
-    """`args` with each knob of its block as the attribute the stage reads."""
+def _launch(args, planned: list[dict]) -> list[dict]:
+    """Rows of `planned` from one launch of the workers (the same block, `--trace-dir`)."""
+    from cs336_systems.parallel.launch import Topology, fill_missing, launch
+
     k: FsdpKnobs = args.block
-    args.backend, args.world_size, args.size = k.backend, k.world_size, k.size
-    args.context_length, args.batch_per_rank = k.context_length, k.batch_per_rank
-    args.variants, args.warmup, args.steps = list(k.variants), k.warmup_steps, k.measure_steps
-    args.profile, args.matmul_precision = k.profile, k.matmul_precision
-    args.env = {key: str(v) for key, v in k.env.items()}
-    args.timeout_s, args.lr, args.seed = k.timeout_s, LR, SEED
-    return args
-
-
-def worker_argv(args) -> list[str]:
-    """A worker's arguments: the same block and the run's own."""
-    argv = ["--worker", f"--machine={args.machine}", f"--preset={args.preset}"]
-    argv += [f"--edition={args.edition}", "--block", block_text(args.block.as_block())]
-    if args.trace_dir:
-        argv.append(f"--trace-dir={os.path.abspath(args.trace_dir)}")
-    return argv
+    own = [f"--trace-dir={os.path.abspath(args.trace_dir)}"] if args.trace_dir else []
+    with point(k.backend, f"n={k.world_size}", k.size):
+        result = launch(
+            "cs336_systems.stages.fsdp.measure",
+            worker_argv(args, own),
+            Topology(k.world_size),
+            timeout_s=k.timeout_s,
+            extra_env=k.env,
+        )
+    failure = result.status if result.status != "ok" else "error: no result from workers"
+    return fill_missing(planned, result.rows, POINT_KEYS, failure)
 
 
 def run(args, argv: list[str] | None = None) -> list[dict]:
     """All rows of the job (without provenance)."""
     from cs336_systems.core.costs import param_count
     from cs336_systems.model import VOCAB_SIZE, size_spec
-    from cs336_systems.parallel.launch import Topology, feasibility, fill_missing, launch
+    from cs336_systems.parallel.launch import feasibility
 
-    planned = [{"variant": v} for v in args.variants]
-    reason = feasibility(args.backend, args.world_size)
+    k: FsdpKnobs = args.block
+    planned = [{"variant": v} for v in k.variants]
+    reason = feasibility(k.backend, k.world_size)
     if reason is None:
-        with point(args.backend, f"n={args.world_size}", args.size):
-            result = launch(
-                "cs336_systems.stages.fsdp.measure",
-                worker_argv(args),
-                Topology(args.world_size),
-                timeout_s=args.timeout_s,
-                extra_env=args.env,
-            )
-        failure = result.status if result.status != "ok" else "error: no result from workers"
-        rows = fill_missing(planned, result.rows, POINT_KEYS, failure)
+        rows = _launch(args, planned)
     else:
         rows = [{**p, "status": reason} for p in planned]
         log.warning("%s; the command that runs it: %s", reason, stage_command("fsdp", argv))
-    spec = size_spec(args.size, args.edition)
+    spec = size_spec(k.size, args.edition)
     for row in rows:
         row.update(
             {
-                "backend": args.backend,
-                "device": "cuda" if args.backend == "nccl" else "cpu",
-                "world_size": args.world_size,
-                "size": args.size,
+                "backend": k.backend,
+                "device": "cuda" if k.backend == "nccl" else "cpu",
+                "world_size": k.world_size,
+                "size": k.size,
                 "d_model": spec["d_model"],
                 "d_ff": spec["d_ff"],
                 "num_layers": spec["num_layers"],
                 "params": param_count(
                     VOCAB_SIZE, spec["d_model"], spec["num_layers"], spec["d_ff"]
                 ),
-                "context_length": args.context_length,
-                "batch_per_rank": args.batch_per_rank,
-                "warmup_steps": args.warmup,
-                "measure_steps": args.steps,
-                "matmul_precision": args.matmul_precision,
+                "context_length": k.context_length,
+                "batch_per_rank": k.batch_per_rank,
+                "warmup_steps": k.warmup_steps,
+                "measure_steps": k.measure_steps,
+                "matmul_precision": k.matmul_precision,
                 "command": stage_command("fsdp", argv),
             }
         )

@@ -1,6 +1,7 @@
 """The `fsdp` stage's runs as the report reads them: labels, constants, one run's row and its
-numbers, the runs a sentence must leave out (suspect) and the profiled step's busy and exposed
-shares. Used by analysis.py (tables, Q32), answers.py (Q33's sentences) and figures.py."""
+numbers, the runs a sentence must leave out (suspect), the profiled step's busy and exposed
+shares, and the section's tables (time, memory, analytic against measured bytes). Used by
+analysis.py, answers.py (the sentences) and figures.py."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pandas as pd
 
 from cs336_systems.core.costs import MiB, training_state_bytes
 from cs336_systems.reporting import sanity
-from cs336_systems.reporting.analysis import mark_suspect, ok, ran
+from cs336_systems.reporting.analysis import fmt, mark_suspect, ok, pct, ran
 
 LABELS = {
     "ddp": "DDP",
@@ -36,7 +37,7 @@ SCHEME = {"ddp": "ddp", "sharded_optimizer": "sharded_optimizer", "fsdp": "fsdp"
 IN_TIME_SHARE = 0.8
 
 
-def _row(df: pd.DataFrame, variant: str) -> pd.Series | None:
+def one(df: pd.DataFrame, variant: str) -> pd.Series | None:
     rows = ok(df)[ok(df)["variant"] == variant] if len(df) else df
     return rows.iloc[0] if len(rows) else None
 
@@ -47,10 +48,10 @@ def _suspects(df: pd.DataFrame, variants) -> list[str]:
         return []
     r = ran(df)
     flagged = set(r[sanity.is_suspect(r)]["variant"])
-    return [v for v in variants if v in flagged and _row(df, v) is None]
+    return [v for v in variants if v in flagged and one(df, v) is None]
 
 
-def _left_out(df: pd.DataFrame, variants) -> str:
+def left_out(df: pd.DataFrame, variants) -> str:
     """' Left out of this answer: DDP (1 suspect point excluded: see Suspect numbers).' or ''."""
     sus = _suspects(df, variants)
     if not sus:
@@ -59,31 +60,31 @@ def _left_out(df: pd.DataFrame, variants) -> str:
     return f" Left out of this answer: {names}{sanity.excluded(len(sus))}."
 
 
-def _missing(df: pd.DataFrame, variants, failed: str) -> str:
+def missing(df: pd.DataFrame, variants, failed: str) -> str:
     """What a question says when the runs it needs have no sentence: suspect, or failed."""
     return sanity.missing_answer([LABELS.get(v, v) for v in _suspects(df, variants)], failed)
 
 
-def _label(variant: str, suspect) -> str:
+def marked_label(variant: str, suspect) -> str:
     return mark_suspect(LABELS.get(variant, variant), bool(suspect))
 
 
-def _num(r: pd.Series | None, col: str) -> float:
+def number(r: pd.Series | None, col: str) -> float:
     if r is None or col not in r or pd.isna(r[col]):
         return math.nan
     return float(r[col])
 
 
-def _busy(g) -> float:
+def busy_share(g) -> float:
     """The share of the profiled step in which the GPU ran any kernel (NaN on the CPU)."""
     busy, step = g.get("prof_gpu_busy_ms", math.nan), g.get("prof_step_ms", math.nan)
     return busy / step if busy == busy and step and step == step else math.nan
 
 
-def _exposed(r: pd.Series) -> float:
+def exposed_ms(r: pd.Series) -> float:
     """The gathers' time on the profiled step's timeline outside compute (ms; rounding noise
     of the subtraction clipped at 0)."""
-    t = _num(r, "prof_all_gather_ms") - _num(r, "prof_all_gather_overlapped_ms")
+    t = number(r, "prof_all_gather_ms") - number(r, "prof_all_gather_overlapped_ms")
     return t if math.isnan(t) or t > 1e-6 else 0.0
 
 
@@ -111,14 +112,88 @@ def analytic(df: pd.DataFrame, shown: bool = False) -> pd.DataFrame:
         r = these.iloc[0]
         s, rep = int(r.sharded_params), int(r.replicated_params)
         expect = training_state_bytes(s, rep, w, scheme) / MiB
-        pad = 16 * _num(r, "fsdp_pad_elems") / MiB if scheme == "fsdp" else 0.0
+        pad = 16 * number(r, "fsdp_pad_elems") / MiB if scheme == "fsdp" else 0.0
         expect += 0.0 if math.isnan(pad) else pad
         rows.append(
             {
-                "run": _label(variant, flags[these.index[0]]),
+                "run": marked_label(variant, flags[these.index[0]]),
                 "analytic (MiB)": expect,
                 "measured, tensors held (MiB)": float(r.held_mb),
                 "measured − analytic (MiB)": float(r.held_mb) - expect,
             }
         )
     return pd.DataFrame(rows)
+
+
+WAITED = "compute waited for all-gathers (ms)"  # (GPU runs that measured it)
+
+
+def time_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Every run that ran, a suspect one's step time marked."""
+    rows = []
+    d = ran(df)
+    for r, flag in zip(d.itertuples(), sanity.is_suspect(d), strict=True):
+        g = r._asdict()
+        rows.append(
+            {
+                "run": LABELS.get(r.variant, r.variant),
+                "step (ms)": mark_suspect(f"{fmt(r.step_ms_mean)} ± {fmt(r.step_ms_std)}", flag),
+                "forward (ms)": r.fwd_ms_mean,
+                "backward (ms)": r.bwd_ms_mean,
+                "sync after backward (ms)": r.comm_ms_mean,
+                "optimizer (ms)": r.opt_ms_mean,
+                "collective calls / step": calls_text(g),
+                "all-gather MiB / step": g.get("all_gather_into_tensor_mb", math.nan),
+                "reduce-scatter MiB / step": g.get("reduce_scatter_tensor_mb", math.nan),
+                "all-reduce MiB / step": g.get("all_reduce_mb", math.nan),
+                "all-gather on timeline (ms)": g.get("prof_all_gather_ms", math.nan),
+                "all-gather hidden": pct(g.get("prof_all_gather_overlap_share", math.nan)),
+                WAITED: fmt(g.get("prof_all_gather_waited_ms", math.nan)),
+                "GPU busy in the profiled step": busy_text(g),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def calls_text(g: dict) -> str:
+    kinds = (
+        ("all_gather_into_tensor", "AG"),
+        ("reduce_scatter_tensor", "RS"),
+        ("all_reduce", "AR"),
+    )
+    if g.get("collectives_counted") in (False, "False"):
+        return "not counted"  # the peer's collectives bypass the counting ones
+    parts = [(g.get(f"{k}_calls", math.nan), name) for k, name in kinds]
+    return ", ".join(f"{int(n)} {name}" for n, name in parts if n == n and n > 0) or "0"
+
+
+def busy_text(g) -> str:
+    b = busy_share(g)
+    return "n/a" if b != b else f"{pct(b)} of {fmt(g['prof_step_ms'], 0)} ms"
+
+
+MEMORY_ROWS = [
+    ("params_mb", "parameters held"),
+    ("grads_mb", "gradients held"),
+    ("optimizer_state_mb", "optimizer state held"),
+    ("held_mb", "parameters + gradients + optimizer state"),
+    ("gathered_peak_mb", "most gathered full weights at once"),
+    ("mem_init_allocated_mb", "allocated after construction"),
+    ("mem_init_peak_mb", "peak during construction"),
+    ("mem_forward_peak_mb", "peak during forward"),
+    ("mem_backward_peak_mb", "peak during backward (and sync)"),
+    ("mem_before_step_allocated_mb", "allocated before optimizer step"),
+    ("mem_after_step_allocated_mb", "allocated after optimizer step"),
+    ("mem_step_peak_mb", "peak during optimizer step"),
+    ("mem_reserved_mb", "reserved by the allocator after the step (CUDA graphs' pools too)"),
+]
+
+
+def memory_table(df: pd.DataFrame, measured: bool) -> pd.DataFrame:
+    """Every run that ran, one column each (a suspect run's name marked)."""
+    d = ran(df)
+    rows = MEMORY_ROWS if measured else MEMORY_ROWS[:5]
+    out = {"MiB per rank (max over ranks)": [label for _, label in rows]}
+    for r, flag in zip(d.itertuples(), sanity.is_suspect(d), strict=True):
+        out[marked_label(r.variant, flag)] = [getattr(r, col, math.nan) for col, _ in rows]
+    return pd.DataFrame(out)

@@ -30,8 +30,9 @@ import argparse
 import math
 from pathlib import Path
 
-from cs336_systems.planning.knobs import add_block_argument, add_run_arguments, block_text
+from cs336_systems.parallel.launch import parse_stage_args, worker_argv
 from cs336_systems.planning.log import get_logger, point, status_level
+from cs336_systems.stages.leaderboard.mfu import matmul_path, with_path_mfu
 from cs336_systems.stages.leaderboard.plan import ABLATIONS, LeaderboardKnobs, pins_checkpointing
 
 log = get_logger(__name__)
@@ -41,6 +42,8 @@ STEP_RANGE = "leaderboard_step"  # the profiled step's record_function range
 # 2: the device timeline without the record_function ranges' device-side annotations (which
 # version 1 counted as a kernel spanning the step: half of every instant went to "other")
 BREAKDOWN_VERSION = 2
+# the runs' seed: not a knob (a step's time does not depend on it)
+SEED = 0
 
 
 def engine_checkpointing(path: str) -> str:
@@ -55,51 +58,6 @@ def engine_checkpointing(path: str) -> str:
         return ""
     rows = df[(df["config"] == "full") & (df["variant"] == "engine") & (df["status"] == "ok")]
     return str(rows["checkpointing"].iloc[0]) if len(rows) else ""
-
-
-def peak_tflops(path: str | Path | None, matmul_path: str = "matmul") -> float:
-    """The ceilings stage's measured bf16 TFLOP/s through `matmul_path` (`matmul`: bf16
-    weights, a plain bf16 matmul; `autocast_linear`: fp32 weights under bf16 autocast), NaN if
-    absent."""
-    if not path or not Path(path).exists():
-        return math.nan
-    from cs336_systems.core.costs import matmul_peaks
-    from cs336_systems.core.results import read_csv
-
-    return matmul_peaks(read_csv(path), matmul_path).get("bf16", math.nan)
-
-
-def matmul_path(variant: str, device_type: str, world_size: int) -> str:
-    """The path a variant's matmuls take: the engine's weights are bf16 when its matmuls run on
-    CUDA (one device: bf16 working weights, engine/step.py resolve_master_weights; several:
-    FSDP gathers them in bf16), a plain bf16 matmul; the plain model runs fp32 weights under bf16
-    autocast, as does the engine on the CPU (tests/test_leaderboard.py holds the rules
-    together)."""
-    engine_bf16 = variant == "engine" and device_type == "cuda"
-    return "matmul" if engine_bf16 else "autocast_linear"
-
-
-def with_path_mfu(df, ceilings_csv: str | Path | None):
-    """`df`'s rows with `matmul_path` (inferred for rows written before it was recorded),
-    `peak_tflops_per_gpu`, `peak_tflops` (every rank's) and `mfu` against the ceilings' peak of
-    that path."""
-    if "tflops" not in df or len(df) == 0:
-        return df
-    df = df.copy()
-    given = df["matmul_path"] if "matmul_path" in df else None
-    df["matmul_path"] = [
-        g if isinstance(g, str) and g else
-        matmul_path(v, "cuda" if b == "nccl" else "cpu", int(w))
-        for g, v, b, w in zip(
-            given if given is not None else [None] * len(df),
-            df["variant"], df["backend"], df["world_size"], strict=True,
-        )
-    ]  # fmt: skip
-    peaks = {p: peak_tflops(ceilings_csv, p) for p in set(df["matmul_path"])}
-    df["peak_tflops_per_gpu"] = df["matmul_path"].map(peaks)
-    df["peak_tflops"] = df["peak_tflops_per_gpu"] * df["world_size"]
-    df["mfu"] = df["tflops"] / df["peak_tflops"].where(df["peak_tflops"] > 0)
-    return df
 
 
 def _profile(step, device) -> dict[str, float]:
@@ -191,7 +149,8 @@ def build(variant: str, dims: dict, layers: int, args, ctx, changes: dict | None
     from cs336_systems.engine.step import Engine, EngineOptions
     from cs336_systems.model import TransformerLM
 
-    torch.manual_seed(args.seed)
+    k: LeaderboardKnobs = args.block
+    torch.manual_seed(SEED)
     with ctx.device:
         lm = TransformerLM(
             vocab_size=dims["vocab"],
@@ -202,12 +161,12 @@ def build(variant: str, dims: dict, layers: int, args, ctx, changes: dict | None
             d_ff=dims["d_ff"],
         )
     per_rank = dims["batch"] // ctx.world_size
-    gen = torch.Generator(device=ctx.device).manual_seed(args.seed + ctx.rank)
+    gen = torch.Generator(device=ctx.device).manual_seed(SEED + ctx.rank)
     shape = (per_rank, dims["context_length"])
     tokens = torch.randint(0, dims["vocab"], shape, device=ctx.device, generator=gen)
     targets = torch.randint(0, dims["vocab"], shape, device=ctx.device, generator=gen)
     if variant == "engine":
-        opts = {"precision": "bf16", "checkpoint": args.checkpoint, "compile": args.compile}
+        opts = {"precision": "bf16", "checkpoint": k.checkpoint, "compile": k.compile}
         opts.update(changes or {})
         engine = Engine.build(lm, tokens, targets, EngineOptions(**opts))
         return engine.step, engine
@@ -307,12 +266,13 @@ def measure(variant: str, dims: dict, layers: int, args, ctx, changes=None, prof
     from cs336_systems.engine.leaderboard_rules import benchmark_seconds, fits_budget
     from cs336_systems.parallel.launch import every_rank, slowest_rank
 
+    k: LeaderboardKnobs = args.block
     if ctx.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(ctx.device)
     with Stopwatch() as setup:
         step, engine = build(variant, dims, layers, args, ctx, changes)
-        warm, _ = time_steps(step, args.warmup, 1, ctx.device)  # the first steps: compile
-    _, times = time_steps(step, 0, args.steps, ctx.device)
+        warm, _ = time_steps(step, k.warmup_steps, 1, ctx.device)  # the first steps: compile
+    _, times = time_steps(step, 0, k.measure_steps, ctx.device)
     times = slowest_rank(times, ctx)
     setup_s = slowest_rank([setup.s], ctx)[0]
     ms = sorted(times)[len(times) // 2]
@@ -358,7 +318,7 @@ def measure(variant: str, dims: dict, layers: int, args, ctx, changes=None, prof
         local = sum(p.numel() for p in engine.optimizer.param_groups[0]["params"])
         local += sum(p.numel() for g in engine.optimizer.param_groups[1:] for p in g["params"])
         row["optimizer_bytes_per_rank"] = 28.0 * slowest_rank([local], ctx)[0]
-    if profile and args.profile:
+    if profile and k.profile:
         ranks = every_rank(_profile(step, ctx.device), ctx)
         for k, v in ranks[0].items():
             row[f"breakdown_{k}"] = v
@@ -368,24 +328,25 @@ def measure(variant: str, dims: dict, layers: int, args, ctx, changes=None, prof
     return row
 
 
-def points_of(args) -> list[tuple[str, str]]:
-    """(variant, ablation) of each row this job's configuration runs."""
-    if args.config == "ablation":
-        return [("engine", name) for name in args.ablations]
-    return [(v, "") for v in args.variants]
+def points_of(k: LeaderboardKnobs, config: str) -> list[tuple[str, str]]:
+    """(variant, ablation) of each row configuration `config` runs."""
+    if config == "ablation":
+        return [("engine", name) for name in k.ablations]
+    return [(v, "") for v in k.variants]
 
 
 def worker(args) -> None:
     from cs336_systems.core.harness import release_memory, run_point
     from cs336_systems.parallel.launch import finalize_worker, init_worker, write_rows
 
-    ctx = init_worker(args.backend, timeout_s=args.timeout_s)
-    dims = {k: getattr(args, k) for k in DIMS}
+    k: LeaderboardKnobs = args.block
+    ctx = init_worker(k.backend, timeout_s=k.timeout_s)
+    dims = {dim: getattr(k, dim) for dim in DIMS}
     layers = dims["num_layers"]
     if args.config == "reduced":
-        layers = reduced_layers(dims, ctx, args.reduced_layers)
+        layers = reduced_layers(dims, ctx, k.reduced_layers)
     rows: list[dict] = []
-    for variant, ablation in points_of(args):
+    for variant, ablation in points_of(k, args.config):
         changes = ABLATIONS.get(ablation, {})
         row = {"config": args.config, "variant": variant, "ablation": ablation}
         pinned = args.config == "ablation" and pins_checkpointing(ablation, args.pinned)
@@ -422,15 +383,9 @@ def worker(args) -> None:
     finalize_worker()
 
 
-def worker_argv(args, config: str) -> list[str]:
-    """A worker's arguments: its configuration, the same block and the run's own."""
-    out = ["--worker", f"--config={config}", f"--pinned={args.pinned}"]
-    out += [f"--machine={args.machine}", f"--preset={args.preset}", f"--edition={args.edition}"]
-    return out + ["--block", block_text(args.block.as_block())]
-
-
-def run(args, argv: list[str] | None = None) -> list[dict]:
-    from cs336_systems.core.device import gpu_count
+def _run_config(args, config: str, world: int, argv: list[str] | None) -> list[dict]:
+    """The rows of one configuration on `world` ranks: its launch's, or `skipped` rows with the
+    command that runs them."""
     from cs336_systems.parallel.launch import (
         Topology,
         feasibility,
@@ -439,50 +394,54 @@ def run(args, argv: list[str] | None = None) -> list[dict]:
         stage_command,
     )
 
-    plans = []
-    if "full" in args.plans:
-        plans.append(("full", args.world_size))
-    short = feasibility(args.backend, args.world_size) is not None
-    if "reduced" in args.plans and short and args.backend == "nccl" and gpu_count() >= 1:
-        plans.append(("reduced", 1))
-    if "ablation" in args.plans and args.ablations:
-        plans.append(("ablation", args.world_size))
-    rows = []
-    for config, world in plans:
-        job = argparse.Namespace(**{**vars(args), "config": config})
-        planned = [{"config": config, "variant": v, "ablation": a} for v, a in points_of(job)]
-        # one process needs no peer: feasibility's two-GPU floor is for collectives
-        reason = feasibility(args.backend, world) if world > 1 else None
-        if reason is None:
-            result = launch(
-                "cs336_systems.stages.leaderboard.measure",
-                worker_argv(args, config),
-                Topology(world),
-                timeout_s=args.timeout_s,
-                extra_env=args.env,
-            )
-            failure = result.status if result.status != "ok" else "error: no result from workers"
-            for r in result.rows:
-                r.setdefault("ablation", "")
-            got = fill_missing(planned, result.rows, ("config", "variant", "ablation"), failure)
-        else:
-            got = [{**p, "status": reason} for p in planned]
-            log.warning(
-                "%s; the command that runs it: %s", reason, stage_command("leaderboard", argv)
-            )
-        for row in got:
-            row.update(
-                {
-                    "world_size": world,
-                    "backend": args.backend,
-                    "command": stage_command("leaderboard", argv),
-                }
-            )
-            for k in DIMS:
-                row.setdefault(k, getattr(args, k))
-        rows += got
+    k: LeaderboardKnobs = args.block
+    planned = [{"config": config, "variant": v, "ablation": a} for v, a in points_of(k, config)]
+    # one process needs no peer: feasibility's two-GPU floor is for collectives
+    reason = feasibility(k.backend, world) if world > 1 else None
+    if reason is None:
+        result = launch(
+            "cs336_systems.stages.leaderboard.measure",
+            worker_argv(args, [f"--config={config}", f"--pinned={args.pinned}"]),
+            Topology(world),
+            timeout_s=k.timeout_s,
+            extra_env=k.env,
+        )
+        failure = result.status if result.status != "ok" else "error: no result from workers"
+        for r in result.rows:
+            r.setdefault("ablation", "")
+        got = fill_missing(planned, result.rows, ("config", "variant", "ablation"), failure)
+    else:
+        got = [{**p, "status": reason} for p in planned]
+        log.warning("%s; the command that runs it: %s", reason, stage_command("leaderboard", argv))
+    for row in got:
+        row.update(
+            {
+                "world_size": world,
+                "backend": k.backend,
+                "command": stage_command("leaderboard", argv),
+            }
+        )
+        for dim in DIMS:
+            row.setdefault(dim, getattr(k, dim))
+    return got
+
+
+def run(args, argv: list[str] | None = None) -> list[dict]:
     import pandas as pd
 
+    from cs336_systems.core.device import gpu_count
+    from cs336_systems.parallel.launch import feasibility
+
+    k: LeaderboardKnobs = args.block
+    plans = []
+    if "full" in args.plans:
+        plans.append(("full", k.world_size))
+    short = feasibility(k.backend, k.world_size) is not None
+    if "reduced" in args.plans and short and k.backend == "nccl" and gpu_count() >= 1:
+        plans.append(("reduced", 1))
+    if "ablation" in args.plans and k.ablations:
+        plans.append(("ablation", k.world_size))
+    rows = [row for config, world in plans for row in _run_config(args, config, world, argv)]
     # MFU's denominator: every rank's GPU at the measured peak of the variant's matmul path
     return with_path_mfu(pd.DataFrame(rows), args.peak_csv).to_dict("records")
 
@@ -497,17 +456,7 @@ def _names_of(known) -> callable:
     return parse
 
 
-# the runs' seed: not a knob (a step's time does not depend on it)
-SEED = 0
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The run's own arguments (which configurations the job runs, the files it reads, where
-    its rows go and what they say they come from) and the stage's knobs as one value
-    (`--block`: its preset block, `LeaderboardKnobs`)."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_run_arguments(ap)
-    add_block_argument(ap, LeaderboardKnobs)
+def _own_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument(
         "--plans",
         type=_names_of(PLANS),
@@ -520,12 +469,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--peak-csv", help="the ceilings stage's CSV (bf16 peak)")
     ap.add_argument("--config", choices=PLANS, help=argparse.SUPPRESS)
     ap.add_argument("--pinned", help=argparse.SUPPRESS)
-    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--result", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The run's own arguments (which configurations the job runs, the files it reads, where
+    its rows go and what they say they come from) and the stage's knobs as one value
+    (`--block`: its preset block, `LeaderboardKnobs`)."""
+    doc = __doc__.splitlines()[0]
+    args = parse_stage_args(LeaderboardKnobs, argv, doc, _own_arguments, ("out", "plans"))
     if not args.worker:
-        if args.out is None or not args.plans:
-            ap.error("--out and --plans are required")
         args.pinned = ""
         if "ablation" in args.plans:
             args.pinned = engine_checkpointing(args.checkpoint_from)
@@ -534,20 +486,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     "no engine row ran in %s: each ablation row chooses its own checkpointing",
                     args.checkpoint_from,
                 )
-    return with_knobs(args)
-
-
-def with_knobs(args: argparse.Namespace) -> argparse.Namespace:
-    """`args` with each knob of its block as the attribute the stage reads."""
-    k: LeaderboardKnobs = args.block
-    args.backend, args.world_size = k.backend, k.world_size
-    for dim in DIMS:
-        setattr(args, dim, getattr(k, dim))
-    args.variants, args.ablations = list(k.variants), list(k.ablations)
-    args.reduced_layers, args.warmup, args.steps = k.reduced_layers, k.warmup_steps, k.measure_steps
-    args.checkpoint, args.compile, args.profile = k.checkpoint, k.compile, k.profile
-    args.env = {key: str(v) for key, v in k.env.items()}
-    args.timeout_s, args.seed = k.timeout_s, SEED
     return args
 
 
