@@ -251,12 +251,15 @@ def test_the_cli_reads_its_knobs_from_one_checked_block(capsys):
 
     run = ["--machine", "m", "--preset", "cpu", "--out", "x"]
     args = measure.parse_args(["strategies", "--precision", "fp32", *run, *block("checkpointing")])
-    assert args.strategies == STRATEGIES and args.num_layers == 8 and args.vocab_size == 256
-    assert (args.warmup, args.steps, args.skip_factor, args.device) == (1, 2, 1.5, "auto")
+    k = args.block
+    assert ckpt_plan.strategies(k) == STRATEGIES and k.num_layers == 8
+    assert measure.vocab_of(k) == 256 and args.precision == "fp32"
+    assert (k.warmup_steps, k.measure_steps, k.skip_factor) == (1, 2, 1.5)
     # the accounting job reads its own part of the block, and only that
     part = ckpt_plan.ACCOUNTING_KNOBS
     args = measure.parse_args(["accounting", *run, *block("checkpointing", part=part)])
-    assert (args.size, args.device, args.compile_backend) == ("xl", "meta", "partition")
+    acc = args.block.accounting
+    assert (acc.size, acc.device, acc.compile_backend) == ("xl", "meta", "partition")
     with pytest.raises(SystemExit):
         measure.parse_args(["accounting", *run, *block("checkpointing")])
     # a block size that does not divide the layers, or one the schema refuses, stops the CLI
@@ -297,7 +300,7 @@ def test_the_peak_is_reconciled_with_the_memory_grid():
     the gradients cannot explain said so."""
     import pandas as pd
 
-    from cs336_systems.stages.checkpointing import analysis as ck
+    from cs336_systems.stages.checkpointing import answers as ck
 
     here = pd.DataFrame([{"size": "xl", "context_length": 2048, "precision": "fp32",
                           "strategy": "every_1", "batch_size": 4, "status": "ok",

@@ -57,6 +57,7 @@ def test_the_kernel_tests_figure_counts_tests_and_says_the_time_is_summed(tmp_pa
     from fixture_rows import prov, write_results
 
     from cs336_systems.stages.kernel_tests import analysis as kt
+    from cs336_systems.stages.kernel_tests import figures as kt_figures
 
     rows = pd.DataFrame(
         [{**prov(), "test": f"t{i}", "kernel": "flash_triton", "outcome": "passed",
@@ -72,7 +73,7 @@ def test_the_kernel_tests_figure_counts_tests_and_says_the_time_is_summed(tmp_pa
         plt.close(fig)
         return path
 
-    monkeypatch.setattr(kt, "save", keep)
+    monkeypatch.setattr(kt_figures, "save", keep)
     kt.plot(results, tmp_path / "fig")
     assert seen["title"] == "Kernel tests: 4 tests, 12 s of wall time"
     assert seen["xlabels"] == ["tests", "test time summed over 4 workers (s)"]
@@ -82,10 +83,10 @@ def test_the_kernel_tests_figure_counts_tests_and_says_the_time_is_summed(tmp_pa
 
 def test_a_ratio_that_rounds_onto_the_target_shows_its_third_digit():
     """0.393 against 0.392 ms is 1.003: "not met" beside "1.00" would read as a contradiction."""
-    from cs336_systems.stages.flash.analysis import _ratio
+    from cs336_systems.stages.flash.rows import ratio
 
-    assert _ratio(0.393 / 0.392) == "1.003" and _ratio(1.0) == "1.00"
-    assert _ratio(0.9951) == "0.995" and _ratio(1.21) == "1.21"
+    assert ratio(0.393 / 0.392) == "1.003" and ratio(1.0) == "1.00"
+    assert ratio(0.9951) == "0.995" and ratio(1.21) == "1.21"
 
 
 def test_a_gap_beyond_the_hosts_whole_call_is_not_put_down_to_the_host():

@@ -10,6 +10,7 @@ import torch
 from pipeline_utils import block
 
 from cs336_systems.stages.precision import measure as prec
+from cs336_systems.stages.precision.plan import PrecisionKnobs
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +83,8 @@ def test_stage_run_analysis_and_section(tmp_path):
     from cs336_systems.reporting.report import render
     from cs336_systems.stages.precision import analysis as analysis
 
-    args = argparse.Namespace(machine="test", preset="cpu", edition=2026, devices=["cpu", "cuda"])
+    knobs = PrecisionKnobs(devices=["cpu", "cuda"])
+    args = argparse.Namespace(machine="test", preset="cpu", edition=2026, block=knobs)
     acc, dtypes, ln = prec.run(args)
     assert {"machine", "git_commit", "variant", "value", "status"} <= set(acc.columns)
     ran = acc[acc["status"] == "ok"]

@@ -362,10 +362,9 @@ class Engine:
         may not fit by the model, the model's choice stays."""
         from cs336_systems.core.checkpoint_plans import mixed_name
 
-        s, lm, dev = self.shape, self.train.lm, self.device
         probe = mixed_name(1, 1)
         budget = self.plan["capacity"] * (1 - memory_model.MARGIN)
-        modelled = memory_model.step_bytes(s, probe, self.plan["chunk"])["total"]
+        modelled = memory_model.step_bytes(self.shape, probe, self.plan["chunk"])["total"]
         if modelled > budget:
             self.calibration = {
                 "skipped": f"the probe {probe} may not fit ({modelled / 1e9:.1f} GB)"
@@ -373,28 +372,35 @@ class Engine:
             return self._step(phase)
         chosen = self.plan["strategy"]
         self.use_strategy(probe)
+        loss, blk, peak, grown, slack = self._probe_step(phase)
+        budget -= slack
+        factor, predicted, best = self._least_recomputation(blk, peak + grown, budget, chosen)
+        self.use_strategy(best)
+        self.plan.update(compute_factor=factor)
+        self.calibration = {
+            "probe": probe,
+            "model_choice": chosen,
+            "block_plain_bytes": blk["plain"],
+            "block_ffn_bytes": blk["ffn"],
+            "block_input_bytes": blk["input"],
+            "probe_peak_bytes": float(peak),
+            "optimizer_state_bytes": grown,
+            "predicted_peak_bytes": predicted,
+            "allocator_slack_bytes": slack,
+            "budget_bytes": budget,
+            "choice": best,
+        }
+        return loss
+
+    def _probe_step(self, phase=None) -> tuple[torch.Tensor, dict[str, float], int, float, float]:
+        """The probe's step, measured: its loss, what each of the last three blocks saved
+        (`plain`, `ffn`, `input`: memory allocated across its forward), the forward and
+        backward's peak, the optimizer state the step created and the caching allocator's
+        slack (reserved beyond allocated at the peaks)."""
+        lm, dev = self.train.lm, self.device
         n = len(lm.layers)
-        kinds = {n - 1: "plain", n - 2: "ffn", n - 3: "input"}
         deltas: dict[str, float] = {}
-        handles = []
-
-        def held() -> float:  # allocated, less FSDP's gathered weights (prefetch moves them)
-            return torch.cuda.memory_allocated(dev) - getattr(self.net, "resident_bytes", 0)
-
-        for i, kind in kinds.items():
-
-            def pre(m, args, kind=kind):
-                if torch._C._current_graph_task_id() == -1:  # forward, not a recompute
-                    deltas[kind] = -held()
-
-            def post(m, args, out, kind=kind):
-                if torch._C._current_graph_task_id() == -1:
-                    deltas[kind] += held()
-
-            handles += [
-                lm.layers[i].register_forward_pre_hook(pre),
-                lm.layers[i].register_forward_hook(post),
-            ]
+        handles = self._block_hooks({n - 1: "plain", n - 2: "ffn", n - 3: "input"}, deltas)
         opt_mem: dict[str, float] = {}
 
         def before_optimizer():  # the forward and backward's peak, before AdamW's state exists
@@ -416,9 +422,44 @@ class Engine:
         # what the caching allocator held beyond what was allocated (fragmentation) stays
         # unusable: the choice must leave it free too
         slack = max(0.0, torch.cuda.max_memory_reserved(dev) - torch.cuda.max_memory_allocated(dev))
-        budget -= slack
         blk = {k: float(v) for k, v in deltas.items()}
-        base = peak + grown - memory_model.mixed_bytes(s, 1, 1, 0, blk)["peak_bytes"]
+        return loss, blk, peak, grown, slack
+
+    def _block_hooks(self, kinds: dict[int, str], deltas: dict[str, float]) -> list:
+        """Hooks on the blocks of `kinds` ({layer index: kind}) that put into `deltas[kind]`
+        the memory allocated across the block's forward (not a recompute's), less FSDP's
+        gathered weights (prefetch moves them); the handles, to remove them."""
+        lm, dev = self.train.lm, self.device
+
+        def held() -> float:  # allocated, less FSDP's gathered weights (prefetch moves them)
+            return torch.cuda.memory_allocated(dev) - getattr(self.net, "resident_bytes", 0)
+
+        handles = []
+        for i, kind in kinds.items():
+
+            def pre(m, args, kind=kind):
+                if torch._C._current_graph_task_id() == -1:  # forward, not a recompute
+                    deltas[kind] = -held()
+
+            def post(m, args, out, kind=kind):
+                if torch._C._current_graph_task_id() == -1:
+                    deltas[kind] += held()
+
+            handles += [
+                lm.layers[i].register_forward_pre_hook(pre),
+                lm.layers[i].register_forward_hook(post),
+            ]
+        return handles
+
+    def _least_recomputation(
+        self, blk: dict[str, float], measured: float, budget: float, chosen: str
+    ) -> tuple[float, float, str]:
+        """(compute factor, predicted peak, strategy) of the candidate with the least
+        recomputation whose peak fits `budget`, predicted from the blocks' measured bytes `blk`
+        and the probe step's `measured` peak (with the optimizer state it created); the model's
+        `chosen` strategy where none fits."""
+        s, n = self.shape, len(self.train.lm.layers)
+        base = measured - memory_model.mixed_bytes(s, 1, 1, 0, blk)["peak_bytes"]
         rows = []
         for name in memory_model.candidates(n, selective=True):
             counts = checkpoint_plans.mixed_counts(name, n)
@@ -432,25 +473,8 @@ class Engine:
             rows.append((act["compute_factor"], base + act["peak_bytes"], name))
         fitting = [r for r in rows if r[1] <= budget]
         if fitting:
-            factor, predicted, best = min(fitting)
-        else:
-            factor, predicted, best = self.plan["compute_factor"], float("nan"), chosen
-        self.use_strategy(best)
-        self.plan.update(compute_factor=factor)
-        self.calibration = {
-            "probe": probe,
-            "model_choice": chosen,
-            "block_plain_bytes": blk["plain"],
-            "block_ffn_bytes": blk["ffn"],
-            "block_input_bytes": blk["input"],
-            "probe_peak_bytes": float(peak),
-            "optimizer_state_bytes": grown,
-            "predicted_peak_bytes": predicted,
-            "allocator_slack_bytes": slack,
-            "budget_bytes": budget,
-            "choice": best,
-        }
-        return loss
+            return min(fitting)
+        return self.plan["compute_factor"], float("nan"), chosen
 
     def full_parameters(self) -> dict[str, torch.Tensor]:
         """Every parameter of the model at full size, by the TransformerLM's own names (the

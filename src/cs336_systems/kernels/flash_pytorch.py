@@ -205,8 +205,3 @@ class FlashAttentionPytorch(torch.autograd.Function):
         Q, K, V, O, L = ctx.saved_tensors
         dQ, dK, dV = _backward_impl(Q.device)(Q, K, V, O, dO, L, ctx.is_causal)
         return dQ, dK, dV, None
-
-
-def flash_attention_pytorch(q, k, v, is_causal: bool = True) -> torch.Tensor:
-    """Attention-function interface of cs336_systems.model: (batch, heads, n, d) tensors."""
-    return FlashAttentionPytorch.apply(q, k, v, is_causal)

@@ -200,6 +200,64 @@ class _ForwardProgram:
 _Q, _K, _V, _O, _DO, _DO_GIVEN, _LSE, _DELTA, _DQ, _DK, _DV, _ACC = range(12)
 
 
+def _backward_steps(plan, causal: bool, desc, bind: bool) -> tuple:
+    """The backward program's launches in order: D (its own kernel, or the Gluon dQ pass that
+    computes it), the dK/dV pass (Gluon or Triton-language, fused with dQ where the plan says),
+    then the Triton-language dQ pass where there is one. Each gets the program's tensor tuple
+    (positions `_Q` ... `_ACC`)."""
+    steps = []
+    gluon = _gluon() if plan.dkdv.gluon or (plan.dq is not None and plan.dq.gluon) else None
+    if plan.dq is not None and plan.dq.gluon:  # first: it computes D
+        # each closure binds its own pass (a default argument): `one` is reassigned below,
+        # and a closure reading it late launched the dQ pass with the dK/dV pass's tiles
+        def dq_gluon(t, one=plan.dq):
+            out = gluon.backward_dq_into(
+                t[_Q], t[_K], t[_V], t[_DO], t[_LSE], t[_DELTA], t[_DQ], causal,
+                config=one.tiles, o=t[_O],
+            )  # fmt: skip
+            return one.config(), out
+
+        steps.append(bound_launch.Step(plan.dq.name, dq_gluon, bind))
+    else:
+        block = plan.delta.tiles["BLOCK_Q"]
+
+        def delta(t):
+            return None, triton_launch.preprocess(t[_O], t[_DO_GIVEN], t[_DELTA], block, t[_ACC])
+
+        steps.append(bound_launch.Step(plan.delta.name, delta, bind))
+    one = plan.dkdv
+    if one.gluon:
+
+        def dkdv_gluon(t, one=one):
+            out = gluon.backward_dkdv_into(
+                t[_Q], t[_K], t[_V], t[_DO], t[_LSE], t[_DELTA], t[_DK], t[_DV], causal,
+                config=one.tiles, acc=t[_ACC],
+            )  # fmt: skip
+            return one.config(), out
+
+        steps.append(bound_launch.Step(one.name, dkdv_gluon, bind))
+    else:
+        fused = one.name == "backward_fused"
+
+        def dkdv_triton(t, one=one):
+            return triton_launch.backward_dkdv(
+                t[_Q], t[_K], t[_V], t[_DO], t[_LSE], t[_DELTA], t[_DK], t[_DV],
+                t[_ACC] if fused else t[_DQ], causal, desc, fused, one.tiles,
+            )  # fmt: skip
+
+        steps.append(bound_launch.Step(one.name, dkdv_triton, bind))
+    if plan.dq is not None and not plan.dq.gluon:
+        tiles = plan.dq.tiles
+
+        def dq_triton(t):
+            return triton_launch.backward_dq(
+                t[_Q], t[_K], t[_V], t[_DO], t[_LSE], t[_DELTA], t[_DQ], causal, desc, tiles
+            )
+
+        steps.append(bound_launch.Step(plan.dq.name, dq_triton, bind))
+    return tuple(steps)
+
+
 class _BackwardProgram:
     """The backward of one call key: D (its own kernel, or inside the Gluon dQ pass), the dK/dV
     pass (computing dQ too where the plan fuses it: into an fp32 accumulator that the D kernel
@@ -252,60 +310,7 @@ class _BackwardProgram:
             (3, *q4.shape) if same and all(x.is_contiguous() for x in (q4, k4, v4)) else None
         )
         self.acc = plan.fused_dq  # dQ added into an fp32 accumulator by the dK/dV pass
-        causal = bool(is_causal)
-        steps = []
-        gluon = _gluon() if plan.dkdv.gluon or (plan.dq is not None and plan.dq.gluon) else None
-        if plan.dq is not None and plan.dq.gluon:  # first: it computes D
-            # each closure binds its own pass (a default argument): `one` is reassigned below,
-            # and a closure reading it late launched the dQ pass with the dK/dV pass's tiles
-            def dq_gluon(t, one=plan.dq):
-                out = gluon.backward_dq_into(
-                    t[_Q], t[_K], t[_V], t[_DO], t[_LSE], t[_DELTA], t[_DQ], causal,
-                    config=one.tiles, o=t[_O],
-                )  # fmt: skip
-                return one.config(), out
-
-            steps.append(bound_launch.Step(plan.dq.name, dq_gluon, bind))
-        else:
-            block = plan.delta.tiles["BLOCK_Q"]
-
-            def delta(t):
-                return None, triton_launch.preprocess(
-                    t[_O], t[_DO_GIVEN], t[_DELTA], block, t[_ACC]
-                )
-
-            steps.append(bound_launch.Step(plan.delta.name, delta, bind))
-        one = plan.dkdv
-        if one.gluon:
-
-            def dkdv_gluon(t, one=one):
-                out = gluon.backward_dkdv_into(
-                    t[_Q], t[_K], t[_V], t[_DO], t[_LSE], t[_DELTA], t[_DK], t[_DV], causal,
-                    config=one.tiles, acc=t[_ACC],
-                )  # fmt: skip
-                return one.config(), out
-
-            steps.append(bound_launch.Step(one.name, dkdv_gluon, bind))
-        else:
-            fused = one.name == "backward_fused"
-
-            def dkdv_triton(t, one=one):
-                return triton_launch.backward_dkdv(
-                    t[_Q], t[_K], t[_V], t[_DO], t[_LSE], t[_DELTA], t[_DK], t[_DV],
-                    t[_ACC] if fused else t[_DQ], causal, desc, fused, one.tiles,
-                )  # fmt: skip
-
-            steps.append(bound_launch.Step(one.name, dkdv_triton, bind))
-        if plan.dq is not None and not plan.dq.gluon:
-            tiles = plan.dq.tiles
-
-            def dq_triton(t):
-                return triton_launch.backward_dq(
-                    t[_Q], t[_K], t[_V], t[_DO], t[_LSE], t[_DELTA], t[_DQ], causal, desc, tiles
-                )
-
-            steps.append(bound_launch.Step(plan.dq.name, dq_triton, bind))
-        self.steps = tuple(steps)
+        self.steps = _backward_steps(plan, bool(is_causal), desc, bind)
         self.chosen: dict | None = None
         self.graphs: dict[tuple, torch.cuda.CUDAGraph] = {}  # by the tensors' addresses
         self.seen: set[tuple] = set()  # address sets launched once

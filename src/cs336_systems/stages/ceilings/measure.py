@@ -156,27 +156,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.out is None:
         ap.error("--out is required")
-    k: CeilingsKnobs = args.block
-    args.sizes = sizes_of(k)  # each dtype's sizes: its own, then its extra ones
-    args.repeats = k.repeats or 1
-    args.warm_s = float(k.warm_s or 0)
-    args.dtypes, args.copy_mb, args.reps = list(k.dtypes), k.copy_mb, k.reps
     return args
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     configure("ceilings")
+    k: CeilingsKnobs = args.block
+    sizes = sizes_of(k)  # each dtype's sizes: its own, then its extra ones
+    repeats = k.repeats or 1
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     base = provenance(args.machine, args.preset, args.edition)
     rows = []
-    warmed = warm_up(device, args.warm_s)
+    warmed = warm_up(device, float(k.warm_s or 0))
     if warmed:
         log.info("warmed the GPU up for %.1f s of bf16 matmuls", warmed)
-    for name, path in matmul_paths(args.dtypes):
-        for n in args.sizes[name]:
-            for rep in range(args.repeats):
-                again = [f"repeat {rep + 1}/{args.repeats}"] if args.repeats > 1 else []
+    for name, path in matmul_paths(list(k.dtypes)):
+        for n in sizes[name]:
+            for rep in range(repeats):
+                again = [f"repeat {rep + 1}/{repeats}"] if repeats > 1 else []
                 with point("matmul", name, *([] if path == "matmul" else [path]), f"n={n}", *again):
                     # two operands and the product (the autocast path adds bf16 copies)
                     size = DTYPES[name].itemsize if path == "matmul" else 4 + DTYPES[name].itemsize
@@ -185,7 +183,7 @@ def main(argv: list[str] | None = None) -> None:
                         need,
                         device,
                         f"a {n}^2 {name} matmul",
-                        lambda d=name, p=path, n=n: matmul_point(d, n, device, args.reps, p),
+                        lambda d=name, p=path, n=n: matmul_point(d, n, device, k.reps, p),
                     )
                     tflops = (res.value or {}).get("tflops", float("nan"))
                     log.log(status_level(res.status), "%s %.3g TFLOP/s", res.status, tflops)
@@ -203,12 +201,12 @@ def main(argv: list[str] | None = None) -> None:
                     }
                 )
     mark_best(rows)
-    with point("copy", f"{args.copy_mb} MiB"):
+    with point("copy", f"{k.copy_mb} MiB"):
         res = fitting_point(  # source and destination
-            2 * args.copy_mb,
+            2 * k.copy_mb,
             device,
-            f"a copy of {args.copy_mb} MiB",
-            lambda: copy_point(args.copy_mb, device, args.reps),
+            f"a copy of {k.copy_mb} MiB",
+            lambda: copy_point(k.copy_mb, device, k.reps),
         )
         gbps = (res.value or {}).get("gbps", float("nan"))
         log.log(status_level(res.status), "%s %.1f GB/s", res.status, gbps)
@@ -218,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
             "kind": "copy",
             "dtype": "fp32",
             "path": "copy_",
-            "size": args.copy_mb * 2**20,
+            "size": k.copy_mb * 2**20,
             "status": res.status,
             **(res.value or {}),
         }

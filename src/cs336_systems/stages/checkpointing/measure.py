@@ -63,6 +63,9 @@ from cs336_systems.stages.checkpointing.plan import ACCOUNTING_KNOBS, Checkpoint
 MiB = 2**20
 GiB = 2**30
 log = get_logger(__name__)
+# the strategies job's device (CUDA when present) and the runs' seed: not knobs
+STRATEGIES_DEVICE = "auto"
+SEED = 0
 
 
 def dims(size: str, num_layers: int | None = None, edition=None) -> dict[str, int]:
@@ -91,13 +94,16 @@ def account(module: torch.nn.Module, x: torch.Tensor, compiled: bool, backend: s
 
 
 def accounting(args) -> list[dict]:
-    device = torch.device(args.device) if args.device == "meta" else pick_device(args.device)
-    s = dims(args.size, edition=args.edition)
+    """The accounting job's rows: every tensor one RMSNorm and one TransformerBlock save, eager
+    and compiled (the block's `accounting` part)."""
+    acc = args.block.accounting
+    device = torch.device(acc.device) if acc.device == "meta" else pick_device(acc.device)
+    s = dims(acc.size, edition=args.edition)
     d, h, f = s["d_model"], s["num_heads"], s["d_ff"]
-    b, n = args.batch_size, args.context_length
+    b, n = acc.batch_size, acc.context_length
     base = {
         **provenance(args.machine, args.preset, args.edition),
-        "size": args.size,
+        "size": acc.size,
         "d_model": d,
         "num_heads": h,
         "d_ff": f,
@@ -111,7 +117,7 @@ def accounting(args) -> list[dict]:
     for name in ("rmsnorm", "block"):
         for compiled in (False, True):
             label = "compiled" if compiled else "eager"
-            backend = args.compile_backend if compiled else ""
+            backend = acc.compile_backend if compiled else ""
 
             def measure(name=name, compiled=compiled, backend=backend):
                 with device:
@@ -145,19 +151,24 @@ def accounting(args) -> list[dict]:
 # ---- strategies ------------------------------------------------------------------------------
 
 
-def analytic(args, spec: dict, device_type: str) -> dict:
+def vocab_of(k: CheckpointingKnobs) -> int:
+    """The study's vocabulary: the block's `vocab_size`, else the model's."""
+    return k.vocab_size if k.vocab_size is not None else VOCAB_SIZE
+
+
+def analytic(k: CheckpointingKnobs, precision: str, spec: dict, device_type: str) -> dict:
     """The saved-activation model's inputs for this model and precision."""
     blk = costs.block_saved_bytes(
-        args.batch_size,
-        args.context_length,
+        k.batch_size,
+        k.context_length,
         spec["d_model"],
         spec["num_heads"],
         spec["d_ff"],
-        args.precision,
+        precision,
         device_type,
     )
     head = costs.head_saved_bytes(
-        args.batch_size, args.context_length, spec["d_model"], args.vocab_size, args.precision
+        k.batch_size, k.context_length, spec["d_model"], vocab_of(k), precision
     )
     return {"block": blk, "head": head}
 
@@ -172,18 +183,17 @@ def model_for(plan: tuple, inputs: dict) -> dict[str, float]:
 class Trainer:
     """The model, its batch and AdamW; `step()` is one training step with gradients kept."""
 
-    def __init__(self, args, spec: dict, device: torch.device):
-        torch.manual_seed(args.seed)
+    def __init__(self, k: CheckpointingKnobs, precision: str, spec: dict, device: torch.device):
+        torch.manual_seed(SEED)
+        vocab = vocab_of(k)
         with device:
-            self.model = TransformerLM(
-                vocab_size=args.vocab_size, context_length=args.context_length, **spec
-            )
-        shape = (args.batch_size, args.context_length)
-        self.tokens = torch.randint(0, args.vocab_size, shape, device=device)
-        self.targets = torch.randint(0, args.vocab_size, shape, device=device)
+            self.model = TransformerLM(vocab_size=vocab, context_length=k.context_length, **spec)
+        shape = (k.batch_size, k.context_length)
+        self.tokens = torch.randint(0, vocab, shape, device=device)
+        self.targets = torch.randint(0, vocab, shape, device=device)
         self.optimizer = make_optimizer(self.model)
         self.device = device
-        self.precision = args.precision
+        self.precision = precision
 
     def loss(self) -> torch.Tensor:
         with autocast(self.precision, self.device):
@@ -202,9 +212,11 @@ class Trainer:
         return 16 * sum(p.numel() for p in self.model.parameters())
 
 
-def measure_strategy(trainer: Trainer, args) -> dict:
+def measure_strategy(trainer: Trainer, k: CheckpointingKnobs) -> dict:
+    """One strategy's step: its peak memory after `warmup_steps`, `measure_steps` timed steps,
+    and what one forward leaves saved."""
     device, cuda = trainer.device, trainer.device.type == "cuda"
-    for _ in range(args.warmup):
+    for _ in range(k.warmup_steps):
         trainer.step()
     synchronize(device)
     row: dict = {}
@@ -222,7 +234,7 @@ def measure_strategy(trainer: Trainer, args) -> dict:
         row["peak_allocated_mb"] = peak / MiB
         row["peak_activation_mb"] = (peak - static) / MiB
         row["peak_reserved_mb"] = torch.cuda.max_memory_reserved(device) / MiB
-    _, times = time_steps(trainer.step, 0, args.steps, device)
+    _, times = time_steps(trainer.step, 0, k.measure_steps, device)
     row.update(summarize(times, "step"))
     saved = SavedTensorLog()
     with saved.recording(trainer.model, [trainer.tokens, trainer.targets]):
@@ -233,29 +245,32 @@ def measure_strategy(trainer: Trainer, args) -> dict:
 
 
 def strategies(args) -> list[dict]:
-    device = pick_device(args.device)
+    """The strategies job's rows: a training step under each strategy of the block, at
+    `--precision`, beside the saved-activation model's peak."""
+    k, precision = args.block, args.precision
+    device = pick_device(STRATEGIES_DEVICE)
     cuda = device.type == "cuda"
-    spec = dims(args.size, args.num_layers, args.edition)
+    spec = dims(k.size, k.num_layers, args.edition)
     base = {
         **provenance(args.machine, args.preset, args.edition),
-        "size": args.size,
+        "size": k.size,
         **spec,
-        "vocab_size": args.vocab_size,
-        "batch_size": args.batch_size,
-        "context_length": args.context_length,
-        "precision": args.precision,
+        "vocab_size": vocab_of(k),
+        "batch_size": k.batch_size,
+        "context_length": k.context_length,
+        "precision": precision,
         "device": device.type,
-        "warmup_steps": args.warmup,
-        "measure_steps": args.steps,
+        "warmup_steps": k.warmup_steps,
+        "measure_steps": k.measure_steps,
     }
-    inputs = analytic(args, spec, device.type)
-    with point(args.size, args.precision, "build"):
-        built = run_point(lambda: Trainer(args, spec, device))
+    inputs = analytic(k, precision, spec, device.type)
+    with point(k.size, precision, "build"):
+        built = run_point(lambda: Trainer(k, precision, spec, device))
     trainer = built.value
     have = torch.cuda.get_device_properties(device).total_memory if cuda else None
     static = trainer.static_bytes() if trainer is not None else None
     rows = []
-    for name in args.strategies:
+    for name in stage_plan.strategies(k):
         plan = checkpoint_plans.plan_for(name, spec["num_layers"])
         model = model_for(plan, inputs)
         row = {
@@ -272,16 +287,16 @@ def strategies(args) -> list[dict]:
             "recomputed_blocks": model["recomputed_blocks"],
             "compute_factor": model["compute_factor"],
         }
-        with point(args.size, args.precision, name):
+        with point(k.size, precision, name):
             if trainer is None:
                 row["status"] = built.status
-            elif have is not None and static + model["peak_bytes"] > args.skip_factor * have:
+            elif have is not None and static + model["peak_bytes"] > float(k.skip_factor) * have:
                 need = (static + model["peak_bytes"]) / GiB
                 row["status"] = f"skipped: needs {need:.0f} GiB; have {have / GiB:.0f} GiB"
                 row["static_mb"] = static / MiB
             else:
                 checkpoint_plans.apply(trainer.model, name)
-                res = run_point(lambda: measure_strategy(trainer, args))
+                res = run_point(lambda: measure_strategy(trainer, k))
                 row["status"] = res.status
                 row.update(res.value or {})
             log.log(
@@ -306,11 +321,6 @@ def plan_calls(plan: tuple) -> int:
 # ---- CLI -------------------------------------------------------------------------------------
 
 
-# the strategies job's device (CUDA when present) and the runs' seed: not knobs
-STRATEGIES_DEVICE = "auto"
-SEED = 0
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The run's own arguments (the job, its precision, where its rows go and what they say
     they come from) and the stage's knobs as one value (`--block`: its preset block)."""
@@ -325,37 +335,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.out is None:
         ap.error("--out is required")
-    args = with_knobs(args)
     if args.cmd == "strategies":
-        n = dims(args.size, args.num_layers, args.edition)["num_layers"]
-        for name in args.strategies:
+        k = args.block
+        n = dims(k.size, k.num_layers, args.edition)["num_layers"]
+        for name in stage_plan.strategies(k):
             try:
                 checkpoint_plans.plan_for(name, n)
             except ValueError as exc:
                 ap.error(str(exc))
-    return args
-
-
-def with_knobs(args: argparse.Namespace) -> argparse.Namespace:
-    """`args` with each knob of its block (the job's part of it) as the attribute the stage
-    reads."""
-    k = args.block
-    if args.cmd == "accounting":
-        acc = k.accounting
-        args.size, args.batch_size, args.context_length = (
-            acc.size,
-            acc.batch_size,
-            acc.context_length,
-        )
-        args.device, args.compile_backend = acc.device, acc.compile_backend
-        return args
-    args.size, args.batch_size, args.context_length = k.size, k.batch_size, k.context_length
-    args.device, args.seed = STRATEGIES_DEVICE, SEED
-    args.strategies = stage_plan.strategies(k)
-    args.num_layers = k.num_layers
-    args.vocab_size = k.vocab_size if k.vocab_size is not None else VOCAB_SIZE
-    args.warmup, args.steps = k.warmup_steps, k.measure_steps
-    args.skip_factor = float(k.skip_factor)
     return args
 
 

@@ -1,21 +1,33 @@
-"""The FlashAttention section's notes in words: what the latency table's columns hold, and where
+"""The FlashAttention section's answers in words: what the latency table's columns hold, where
 a forward+backward timed as one call measures the host rather than the kernels (flash_benchmarking
-(a)). A point is host-bound when its forward+backward takes more than HOST_RATIO times its
-forward plus its backward timed apart: the one call pays autograd's and the launches' host work
-that the GPU idles through, which the passes timed apart overlap with their own kernels."""
+(a)), our Triton kernel's speed-ups, the implementations that ran out of memory, the kernel tests'
+verdicts, the leaderboard point against SDPA, where the fixed-cost target holds, and what the run
+leaves unanswered (coverage). A point is host-bound when its forward+backward takes more than
+HOST_RATIO times its forward plus its backward timed apart: the one call pays autograd's and the
+launches' host work that the GPU idles through, which the passes timed apart overlap with their
+own kernels."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from cs336_systems.reporting.analysis import fmt, plural
+from cs336_systems.reporting import sanity
+from cs336_systems.reporting.analysis import faster_or_slower, fmt, plural, sig
+from cs336_systems.stages.flash.rows import (
+    IMPL_LABELS,
+    PAIR_SHORT,
+    label,
+    leaderboard_ms,
+    ratio,
+    speedups,
+    sweep,
+)
 
 HOST_RATIO = 1.25
 # the most host time one forward+backward call of ours took on our H100 hosts (0.30-0.58 ms,
 # docs/flash-attention-notes.md, the fixed host cost rounds): a GPU point whose one call exceeds
 # its passes timed apart by more than this is not explained by the host's work alone
 HOST_GAP_MS = 0.6
-SHORT = {"naive_eager": "naive", "flash_pytorch": "FA2-pt", "flash_triton": "FA2-triton"}
 LONG = {
     "naive_eager": "naive PyTorch attention",
     "flash_pytorch": "our FlashAttention-2 in PyTorch",
@@ -25,7 +37,7 @@ LONG = {
 
 def pair_caption(impls: list[str]) -> str:
     """The latency table's implementations, as its columns hold them (only those)."""
-    named = [f"{LONG[i]} (`{SHORT[i]}`)" for i in SHORT if i in impls]
+    named = [f"{LONG[i]} (`{PAIR_SHORT[i]}`)" for i in PAIR_SHORT if i in impls]
     return ", ".join(named[:-1]) + (" and " if len(named) > 1 else "") + named[-1] if named else ""
 
 
@@ -93,3 +105,163 @@ def _gap_note(hit: pd.DataFrame) -> str:
         f"{HOST_GAP_MS} ms that a whole call of ours takes on the host, so the host's work does "
         "not explain it; that point needs measuring again before its speed-up is read."
     )
+
+
+def speedup_sentences(df: pd.DataFrame) -> list[str]:
+    sp = speedups(df)
+    out = []
+    for (dt, impl), g in sp.groupby(["dtype", "impl"]):
+        med, lo, hi = g["speedup"].median(), g["speedup"].min(), g["speedup"].max()
+        summary = f"{faster_or_slower(med)} than"
+        loses = g[g["speedup"] < 1]
+        tail = ""
+        if 0 < len(loses) < len(g):
+            worst = loses.loc[loses["speedup"].idxmin()]
+            tail = (
+                f"; slower at {len(loses)} of {len(g)} points, most at d={int(worst['d_head'])}, "
+                f"n={int(worst['seq_len'])}"
+            )
+        out.append(
+            f"{dt}: our Triton kernel is {summary} {label(impl)} on forward+backward "
+            + (
+                f"(median over {len(g)} points; their time / ours from {lo:.3g} to {hi:.3g}){tail}."
+                if len(g) > 1
+                else f"(one point: d={int(g['d_head'].iloc[0])}, n={int(g['seq_len'].iloc[0])})."
+            )
+        )
+    return out
+
+
+def oom_sentences(df: pd.DataFrame) -> list[str]:
+    """The implementations that ran out of memory in the sweep, and from which n."""
+    sw = sweep(df)
+    out = []
+    for (dt, impl), g in sw[sw["status"] == "oom"].groupby(["dtype", "impl"]):
+        out.append(
+            f"{label(impl)} ({dt}) ran out of memory from n = {int(g['seq_len'].min())} "
+            f"(d = {', '.join(str(int(x)) for x in sorted(g['d_head'].unique()))})."
+        )
+    return out
+
+
+def gate_verdicts(df: pd.DataFrame) -> dict[str, str]:
+    """The kernel tests' verdict on each of our kernels the rows hold, or why there is none."""
+    verdicts = {}
+    if "kernel_tests" not in df:
+        return verdicts
+    for impl in ("flash_pytorch", "flash_triton"):
+        if impl not in set(df["impl"]):
+            continue
+        v = df.loc[df["impl"] == impl, "kernel_tests"].dropna()
+        v = v[v.astype(str) != ""]
+        verdicts[IMPL_LABELS[impl]] = (
+            str(v.iloc[0])
+            if len(v)
+            else "not gated: the `kernel_tests` stage did not run before these points "
+            "(it gates them when it is among the run's `stages`, as in the default "
+            "`snakemake --cores 1 report`)"
+        )
+    return verdicts
+
+
+GPU_RUN = "`snakemake --cores 1 report` on a CUDA GPU (the gpu preset)"
+
+
+def coverage(has_sweep: bool, interpreter: bool, grids: list[str], preset: str) -> dict:
+    """The section's questions the run answers only in part or not at all, and why."""
+    out = {}
+    if not has_sweep:
+        out["flash_benchmarking.a"] = {
+            "status": "not",
+            "why": f"the sweep did not run: flash.csv holds only the {', '.join(grids)} rows",
+        }
+    elif interpreter:
+        out["flash_benchmarking.a"] = {
+            "status": "partly",
+            "why": "our Triton kernel ran in Triton's CPU interpreter: its times measure the "
+            "interpreter",
+            "how": GPU_RUN,
+        }
+    if "leaderboard" not in grids:
+        for part in ("flash_leaderboard", "ours.flash_leaderboard"):
+            out[part] = {
+                "status": "not",
+                "why": f"the `{preset}` preset has no `flash.leaderboard` block "
+                "(config/stages/flash.yaml)",
+                "how": GPU_RUN,
+            }
+    return out
+
+
+def leaderboard_sentences(ok: pd.DataFrame, compiled: bool, peak: float | None) -> list[str]:
+    """Our time at the leaderboard point (`ok`: its trusted rows by implementation) against
+    each SDPA backend's, and our TFLOP/s against the bf16 matmul `peak` of the ceilings stage;
+    `compiled`: by the leaderboard's own compiled measurement."""
+    ours = leaderboard_ms(ok, "flash_triton", compiled)
+    if ours is None:
+        return []
+    how = (
+        "the leaderboard's measurement (torch.compile, forward and backward of o.sum())"
+        if compiled
+        else "forward+backward"
+    )
+    sentences = [f"Ours: {ours:.2f} ms by {how}."]
+    for other in ("sdpa_flash", "sdpa_cudnn"):
+        if (theirs := leaderboard_ms(ok, other, compiled)) is not None:
+            sentences.append(
+                f"{IMPL_LABELS[other]} takes {theirs:.2f} ms: ours is {ours / theirs:.2f}× "
+                f"its time ({'ours is faster' if ours < theirs else 'it is faster'})."
+            )
+    tfl = ok.loc["flash_triton"].get("lb_tflops" if compiled else "fwd_bwd_tflops")
+    if peak and tfl == tfl:
+        sentences.append(
+            f"At {sig(tfl)} TFLOP/s (nominal FLOPs: 3.5× the causal forward's 2·n²·d per head) "
+            f"ours runs at {tfl / peak:.0%} of the {sig(peak)} TFLOP/s bf16 matmul peak "
+            "measured by the ceilings stage on this machine."
+        )
+    return sentences
+
+
+def target_missing(t: pd.DataFrame, missing: list[str]) -> str:
+    """Why the target's rows `t` give no comparison: `missing` has no successful point."""
+    reasons = sorted(set(t.loc[t["impl"].isin(missing), "status"].astype(str)))
+    return (
+        f"No comparison: no successful points of {', '.join(IMPL_LABELS[m] for m in missing)}"
+        + (f" ({'; '.join(reasons)})" if reasons else "")
+        + "."
+    )
+
+
+def target_sentences(points: list[dict]) -> list[str]:
+    """Where the target holds and where not (rows.py: `target_points`), and how the times and
+    ratios were taken."""
+    met = [p for p in points if p["verdict"] == "met"]
+    missed = [p for p in points if p["verdict"] == "not met"]
+    suspect = sum(p["verdict"] == "suspect" for p in points)
+    out = []
+    judged = len(met) + len(missed)
+    if judged:
+        out.append(
+            f"The target holds at {len(met)} of {judged} points"
+            + (f"; not at {', '.join(map(_at, missed))}" if missed else "")
+            + f"{sanity.excluded(suspect)}."
+        )
+    elif suspect:
+        out.append(f"No point can be judged{sanity.excluded(suspect)}.")
+    n_rounds = sorted({len(p["each"]) for p in points if p["each"]})
+    if n_rounds:
+        unpaired = sum(not p["each"] for p in points)
+        out.append(
+            f"Times and ratios: the median of {'/'.join(map(str, n_rounds))} rounds in"
+            " which ours and cuDNN's forward+backward ran back to back on the same inputs (the"
+            " order alternating), so that a drift of the host falls on both; `rounds` spans the"
+            " rounds' ratios, `single windows` is the ratio of the two implementations' own"
+            " measurements, taken seconds apart"
+            + (f" ({unpaired} of {len(points)} points without paired rounds, judged on those)"
+               if unpaired else "") + "."
+        )  # fmt: skip
+    return out
+
+
+def _at(p: dict) -> str:
+    return f"d={p['d']} n={p['n']} ({ratio(p['ratio'])}×)"

@@ -5,7 +5,8 @@
     python -m cs336_systems.stages.flash target|leaderboard --machine M --preset P --block JSON ...
 
 `--block`: the job's part of the stage's preset block as JSON (plan.py: `SWEEP_KNOBS`,
-`TARGET_KNOBS`, `LEADERBOARD_KNOBS`, as the rules pass them).
+`TARGET_KNOBS`, `LEADERBOARD_KNOBS`, as the rules pass them); jobs.py reads what the job runs
+from it (`job_of`, `timer_of`), which points it skips and which rows a resumed job keeps.
 
 Implementations: naive PyTorch attention eager and torch.compile'd, our FlashAttention-2 in
 PyTorch and in Triton, and PyTorch SDPA pinned to one backend at a time (flash, cuDNN,
@@ -29,21 +30,26 @@ import math
 import os
 from pathlib import Path
 
-import pandas as pd
 import torch
 
 from cs336_systems.core import costs as flops
-from cs336_systems.core.harness import device_time, is_oom, release_memory, short_reason, timer_name
-from cs336_systems.core.results import provenance, verdicts, write_csv
+from cs336_systems.core.harness import is_oom, release_memory, short_reason
+from cs336_systems.core.results import provenance, write_csv
 from cs336_systems.planning.knobs import add_block_argument, add_run_arguments
 from cs336_systems.planning.log import configure, get_logger, point, status_level
-from cs336_systems.stages.flash.plan import (
-    LEADERBOARD_KNOBS,
-    SWEEP_KNOBS,
-    TARGET_KNOBS,
-    job_settings,
-    seq_cap,
+from cs336_systems.stages.flash.jobs import (
+    Job,
+    Timer,
+    finished_rows,
+    gate_passed,
+    gate_verdict,
+    job_of,
+    kernel_verdicts,
+    resume_key,
+    skip_reason,
+    timer_of,
 )
+from cs336_systems.stages.flash.plan import LEADERBOARD_KNOBS, SWEEP_KNOBS, TARGET_KNOBS
 from cs336_systems.stages.flash.rounds import add_rounds, needs_rounds, point_inputs
 
 log = get_logger(__name__)
@@ -59,8 +65,6 @@ IMPLS = (
 )
 PASSES = ("forward", "backward", "forward_backward")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-# implementation -> the kernel (as the kernel_tests stage names it) whose tests gate it
-GATED_BY = {"flash_pytorch": "flash_pytorch", "flash_triton": "flash_triton"}
 # max |out - ref| allowed: atol + rtol * max |ref|
 CHECK_TOL = {torch.float32: (2e-3, 2e-3), torch.float16: (5e-3, 1e-2), torch.bfloat16: (2e-2, 3e-2)}
 
@@ -136,42 +140,6 @@ def reference_output(q, k, v, chunk: int = 2048) -> torch.Tensor:
     return out
 
 
-class Timer:
-    """The stage's settings of harness.device_time: do_bench (median, 20/80% quantiles) on
-    CUDA; harness.time_steps (mean/std/median) on CPU."""
-
-    QUANTILES = (0.5, 0.2, 0.8)
-
-    def __init__(self, device, warmup_ms: float, rep_ms: float, warmup_steps: int, steps: int):
-        self.device = device
-        self.warmup_ms, self.rep_ms = warmup_ms, rep_ms
-        self.warmup_steps, self.steps = warmup_steps, steps
-
-    @property
-    def name(self) -> str:
-        return timer_name(self.device)
-
-    @property
-    def settings(self) -> str:
-        return (
-            f"warmup_ms={self.warmup_ms:g} rep_ms={self.rep_ms:g}"
-            f" warmup_steps={self.warmup_steps} steps={self.steps}"
-        )
-
-    def __call__(self, fn, prefix: str, grads: list[torch.Tensor]) -> dict:
-        return device_time(
-            fn,
-            self.device,
-            prefix,
-            warmup_ms=self.warmup_ms,
-            rep_ms=self.rep_ms,
-            quantiles=self.QUANTILES,
-            grad_to_none=grads,
-            warmup_steps=self.warmup_steps,
-            steps=self.steps,
-        )
-
-
 def leaderboard_time(impl: str, fn, q, k, v, timer: Timer) -> dict:
     """The course leaderboard's own measurement: the attention call through torch.compile
     (our autograd Function's ``apply`` on (batch x heads, n, d) tensors, as the leaderboard
@@ -220,6 +188,72 @@ def _config_text(cfg: dict | None) -> str:
     return text
 
 
+def check_output(fn, q, k, v, do, ref_cache: dict, row: dict) -> None:
+    """The forward's output against the fp32 reference (its max abs error into `row`), then
+    that backward gives finite gradients; raises AssertionError where either fails."""
+    key = (*q.shape, q.dtype)
+    if key not in ref_cache:
+        ref_cache.clear()
+        ref_cache[key] = reference_output(q.detach(), k.detach(), v.detach())
+    ref = ref_cache[key]
+    out = fn(q, k, v)
+    err = (out.detach().float() - ref).abs().max().item()
+    atol, rtol = CHECK_TOL[q.dtype]
+    allowed = atol + rtol * ref.abs().max().item()
+    row["max_abs_err"] = err
+    if not math.isfinite(err) or err > allowed:
+        raise AssertionError(
+            f"output differs from the reference: max abs err {err:.3g} > {allowed:.3g}"
+        )
+    out.backward(do)
+    for name, x in zip("qkv", (q, k, v), strict=True):
+        if x.grad is None or not torch.isfinite(x.grad).all():
+            raise AssertionError(f"backward gave no or non-finite d{name}")
+
+
+def triton_configs() -> dict:
+    """The configs our Triton kernel's last call ran, as the row's columns."""
+    from cs336_systems.kernels.flash_triton import chosen_configs
+
+    chosen = chosen_configs()
+    return {
+        "triton_fwd_config": _config_text(chosen.get("forward")),
+        "triton_dkdv_config": _config_text(chosen.get("backward_dkdv")),
+        "triton_dq_config": _config_text(chosen.get("backward_dq")),
+        "triton_fused_config": _config_text(chosen.get("backward_fused")),
+        "triton_tma": bool(chosen.get("forward", {}).get("use_desc")),
+    }
+
+
+def time_backward(fn, q, k, v, do, timer: Timer, grads: list) -> dict:
+    """Backward alone, on a retained graph; where that fails (not for lack of memory), it is
+    left to be forward+backward less forward (`bwd_method` says which)."""
+    row: dict = {}
+    try:
+        out = fn(q, k, v)
+        row.update(timer(lambda: out.backward(do, retain_graph=True), "bwd", grads))
+        row["bwd_method"] = "retained graph"
+    except RuntimeError as exc:
+        if is_oom(exc):
+            raise
+        row["bwd_method"] = f"forward_backward - forward ({short_reason(exc, 60)})"
+    return row
+
+
+def add_flops(row: dict, batch: int, heads: int, n: int, d: int) -> None:
+    """Each timed pass's FLOPs (core.costs.attention_flops, causal) and TFLOP/s."""
+    for pass_, prefix in (
+        *zip(PASSES, ("fwd", "bwd", "fwd_bwd"), strict=True),
+        ("forward_backward", "lb"),
+    ):
+        if prefix == "lb" and "lb_ms_median" not in row:
+            continue
+        ms = row.get(f"{prefix}_ms_median", float("nan"))
+        f = flops.attention_flops(batch, heads, n, n, d, True, pass_)
+        row[f"{prefix}_flops"] = f
+        row[f"{prefix}_tflops"] = flops.tflops(f, ms) if ms == ms else float("nan")
+
+
 def measure(
     impl: str,
     fn,
@@ -239,50 +273,15 @@ def measure(
     stage = "inputs"
     try:
         q, k, v, do = point_inputs((batch, heads, n, d), dtype, device)
-
         stage = "check"
-        key = (batch, heads, n, d, dtype)
-        if key not in ref_cache:
-            ref_cache.clear()
-            ref_cache[key] = reference_output(q.detach(), k.detach(), v.detach())
-        ref = ref_cache[key]
-        out = fn(q, k, v)
-        err = (out.detach().float() - ref).abs().max().item()
-        atol, rtol = CHECK_TOL[dtype]
-        allowed = atol + rtol * ref.abs().max().item()
-        row["max_abs_err"] = err
-        if not math.isfinite(err) or err > allowed:
-            raise AssertionError(
-                f"output differs from the reference: max abs err {err:.3g} > {allowed:.3g}"
-            )
-        out.backward(do)
-        for name, x in zip("qkv", (q, k, v), strict=True):
-            if x.grad is None or not torch.isfinite(x.grad).all():
-                raise AssertionError(f"backward gave no or non-finite d{name}")
-        del out
+        check_output(fn, q, k, v, do, ref_cache, row)
         if impl == "flash_triton":
-            from cs336_systems.kernels.flash_triton import chosen_configs
-
-            chosen = chosen_configs()
-            row["triton_fwd_config"] = _config_text(chosen.get("forward"))
-            row["triton_dkdv_config"] = _config_text(chosen.get("backward_dkdv"))
-            row["triton_dq_config"] = _config_text(chosen.get("backward_dq"))
-            row["triton_fused_config"] = _config_text(chosen.get("backward_fused"))
-            row["triton_tma"] = bool(chosen.get("forward", {}).get("use_desc"))
-
+            row.update(triton_configs())
         grads = [q, k, v]
         stage = "forward"
         row.update(timer(lambda: fn(q, k, v), "fwd", grads))
         stage = "backward"
-        try:
-            out = fn(q, k, v)
-            row.update(timer(lambda: out.backward(do, retain_graph=True), "bwd", grads))
-            row["bwd_method"] = "retained graph"
-        except RuntimeError as exc:
-            if is_oom(exc):
-                raise
-            row["bwd_method"] = f"forward_backward - forward ({short_reason(exc, 60)})"
-        out = None
+        row.update(time_backward(fn, q, k, v, do, timer, grads))
         stage = "forward_backward"
         row.update(timer(lambda: fn(q, k, v).backward(do), "fwd_bwd", grads))
         if "bwd_ms_median" not in row:
@@ -295,217 +294,161 @@ def measure(
         row["failed_stage"] = stage
         log.debug("failed in %s", stage, exc_info=True)
     finally:
-        q = k = v = do = out = None  # noqa: F841
+        q = k = v = do = None  # noqa: F841
         release_memory()
-    for pass_, prefix in (
-        *zip(PASSES, ("fwd", "bwd", "fwd_bwd"), strict=True),
-        ("forward_backward", "lb"),
-    ):
-        if prefix == "lb" and "lb_ms_median" not in row:
-            continue
-        ms = row.get(f"{prefix}_ms_median", float("nan"))
-        f = flops.attention_flops(batch, heads, n, n, d, True, pass_)
-        row[f"{prefix}_flops"] = f
-        row[f"{prefix}_tflops"] = flops.tflops(f, ms) if ms == ms else float("nan")
+    add_flops(row, batch, heads, n, d)
     return row
 
 
-def kernel_verdicts(path: str | None) -> dict[str, str] | None:
-    """{kernel: verdict} of the kernel_tests CSV; None without the stage (nothing gates)."""
-    return verdicts(path) if path else None
-
-
-def gate_verdict(impl: str, verdicts: dict[str, str] | None) -> str:
-    """The kernel tests' verdict on `impl`'s kernel ('' ungated; `not selected`: no test of it
-    ran). Only '' and `passed` are timed: an unverified kernel is a `skipped` row."""
-    kernel = GATED_BY.get(impl)
-    if not kernel or verdicts is None:
-        return ""
-    return verdicts.get(kernel, "not selected")
-
-
-def gate_passed(impl: str, verdicts: dict[str, str] | None) -> bool:
-    return gate_verdict(impl, verdicts) in ("", "passed")
-
-
-def skip_reason(
-    impl: str,
-    n: int,
-    dtype_name: str,
-    device: torch.device,
-    max_seq_len: dict,
-    verdicts: dict[str, str] | None,
-) -> str:
-    verdict = gate_verdict(impl, verdicts)
-    if verdict == "failed":
-        return "skipped: kernel tests failed"
-    if not gate_passed(impl, verdicts):
-        why = {"not selected": "no test of it selected", "not run": "every selected test skipped"}
-        return f"skipped: kernel tests did not check {GATED_BY[impl]} ({why.get(verdict)})"
-    if n > (cap := seq_cap(max_seq_len, impl, dtype_name)):
-        per = f"{impl} in {dtype_name}" if isinstance(max_seq_len.get(impl), dict) else impl
-        return f"skipped: n above this preset's max_seq_len {cap} for {per}"
-    if impl == "flash_triton" and device.type == "cpu" and dtype_name == "bf16":
-        return "skipped: Triton's interpreter computes bf16 wrongly"
-    return ""
-
-
-# what makes a finished row reusable by a resumed job: the point, how it was timed, what gated
-# it, and the code and libraries that measured it
-RESUME_KEY = (
-    "grid",
-    "impl",
-    "dtype",
-    "batch_size",
-    "heads",
-    "seq_len",
-    "d_head",
-    "causal",
-    "flash_tiles",
-    "timer",
-    "timing",
-    "fp32_matmul_precision",
-    "kernel_tests",
-    "git_commit",
-    "torch",
-    "triton",
-)
-
-
-def _key_text(value) -> str:
-    if value is None or (isinstance(value, float) and value != value):
-        return ""
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return str(value)
-
-
-def resume_key(row: dict) -> tuple[str, ...]:
-    return tuple(_key_text(row.get(k)) for k in RESUME_KEY)
-
-
-def finished_rows(partial: str | os.PathLike | None) -> dict[tuple[str, ...], dict]:
-    """The rows with status ok of an interrupted job's partial CSV, by `resume_key`."""
-    if not partial or not Path(partial).exists() or Path(partial).stat().st_size == 0:
+def precompile(job: Job, device: torch.device, verdicts: dict[str, str] | None) -> dict:
+    """Our Triton kernels for the job's dtype and head dims compiled before the first point
+    (CUDA, where they are measured); the columns its rows get."""
+    if not (
+        "flash_triton" in job.impls
+        and device.type == "cuda"
+        and gate_passed("flash_triton", verdicts)
+    ):
         return {}
-    df = pd.read_csv(partial)
-    rows = [
-        {k: v for k, v in r.items() if _key_text(v) != ""}
-        for r in df.to_dict("records")
-        if r.get("status") == "ok"
-    ]
-    return {resume_key(r): r for r in rows}
+    from cs336_systems.kernels.triton.launch import precompile
+
+    done = precompile(dtypes=(DTYPES[job.dtype],), head_dims=tuple(job.head_dims), causal=(True,))
+    log.info("precompiled %d Triton kernels in %.1f s", done["jobs"], done["seconds"])
+    for err in done["errors"]:
+        log.warning("precompile: %s", err)
+    return {"triton_precompile_s": done["seconds"]}
+
+
+def point_row(job: Job, impl: str, n: int, d: int, timer: Timer, verdict: str, base: dict) -> dict:
+    """What a point's row says before it is measured: the point, how it is timed and what
+    gated it (its `resume_key`)."""
+    row = {
+        **base,
+        "grid": job.grid,
+        "impl": impl,
+        "dtype": job.dtype,
+        "batch_size": job.batch_size,
+        "heads": job.heads,
+        "seq_len": n,
+        "d_head": d,
+        "causal": True,
+        "timer": timer.name,
+        "timing": timer.settings,
+        "fp32_matmul_precision": torch.get_float32_matmul_precision(),
+        "kernel_tests": verdict,
+    }
+    if impl == "flash_pytorch":
+        row["flash_tiles"] = f"{job.flash_tiles[0]}x{job.flash_tiles[1]}"
+    return row
+
+
+class Points:
+    """A job's points measured one after another: each implementation built once, the
+    reference output of the last shape kept, the rows so far rewritten to `partial` after each
+    point, and a point whose ok row is already there (an interrupted job's) taken from it."""
+
+    def __init__(self, job: Job, device: torch.device, timer: Timer, partial=None):
+        self.job, self.device, self.timer, self.partial = job, device, timer, partial
+        self.done = finished_rows(partial)
+        if self.done:
+            log.info("resuming: %d finished rows in %s", len(self.done), partial)
+        self.fns: dict = {}
+        self.ref_cache: dict = {}
+        self.rows: list[dict] = []
+
+    def fn(self, impl: str):
+        if impl not in self.fns:
+            self.fns[impl] = make_impl(impl, self.job.flash_tiles)
+        return self.fns[impl]
+
+    def add(self, row: dict, reason: str) -> None:
+        """The point of `row` (skipped with `reason`, kept from the partial CSV, or measured)."""
+        job, impl, n, d = self.job, row["impl"], row["seq_len"], row["d_head"]
+        with point(job.grid, impl, job.dtype, f"d={d}", f"n={n}"):
+            if resume_key(row) in self.done:
+                self.rows.append(self.done[resume_key(row)])
+                log.info("ok (kept from %s)", self.partial)
+                return
+            if reason:
+                row["status"] = reason
+            else:
+                row.update(
+                    measure(
+                        impl,
+                        self.fn(impl),
+                        job.batch_size,
+                        job.heads,
+                        n,
+                        d,
+                        DTYPES[job.dtype],
+                        self.device,
+                        self.timer,
+                        self.ref_cache,
+                        leaderboard=job.grid == "leaderboard",
+                    )
+                )
+            self.rows.append(row)
+            self.save()
+            shown = row.get("fwd_bwd_ms_median", float("nan"))
+            log.log(
+                status_level(row["status"]),
+                "%s%s",
+                row["status"],
+                f" fwd+bwd {shown:.3f} ms" if shown == shown else "",
+            )
+
+    def add_rounds(self, d: int, n: int) -> None:
+        """The last point's paired rounds (rounds.py), where its implementations all passed."""
+        job = self.job
+        here = self.rows[-len(job.impls) :]
+        if not (job.rounds and needs_rounds(here)):
+            return
+        with point(job.grid, "rounds", job.dtype, f"d={d}", f"n={n}"):
+            for impl in job.impls:
+                self.fn(impl)
+            shape = (job.batch_size, job.heads, n, d)
+            dtype = DTYPES[job.dtype]
+            add_rounds(here, self.fns, shape, dtype, self.device, self.timer, job.rounds)
+            self.save()
+
+    def save(self) -> None:
+        if self.partial:
+            write_csv(self.rows, self.partial)
 
 
 def run(
-    impls: list[str],
-    batch: int,
-    heads: int,
-    seq_lens: list[int],
-    head_dims: list[int],
-    dtype_name: str,
+    job: Job,
     device: torch.device,
     timer: Timer,
-    max_seq_len: dict,
     verdicts: dict[str, str] | None,
-    flash_tiles: tuple[int, int],
-    grid: str,
     base: dict,
     partial: str | os.PathLike | None = None,
-    rounds: int = 0,
 ) -> list[dict]:
     """Every point's row. With `partial`, the rows so far are rewritten there (atomically) after
     each point, and a point whose row is already there with status ok (an interrupted job's) is
-    taken from it instead of measured again. With `rounds`, each point whose implementations
-    all passed then gets its paired rounds (rounds.py)."""
-    dtype = DTYPES[dtype_name]
-    done = finished_rows(partial)
-    if done:
-        log.info("resuming: %d finished rows in %s", len(done), partial)
-    fns: dict = {}
-    extra: dict = {}
-    if "flash_triton" in impls and device.type == "cuda" and gate_passed("flash_triton", verdicts):
-        from cs336_systems.kernels.triton.launch import precompile
-
-        done = precompile(dtypes=(dtype,), head_dims=tuple(head_dims), causal=(True,))
-        extra["triton_precompile_s"] = done["seconds"]
-        log.info("precompiled %d Triton kernels in %.1f s", done["jobs"], done["seconds"])
-        for err in done["errors"]:
-            log.warning("precompile: %s", err)
-    rows = []
-    ref_cache: dict = {}
-    for d in head_dims:
-        for n in seq_lens:
-            for impl in impls:
-                row = {
-                    **base,
-                    "grid": grid,
-                    "impl": impl,
-                    "dtype": dtype_name,
-                    "batch_size": batch,
-                    "heads": heads,
-                    "seq_len": n,
-                    "d_head": d,
-                    "causal": True,
-                    "timer": timer.name,
-                    "timing": timer.settings,
-                    "fp32_matmul_precision": torch.get_float32_matmul_precision(),
-                    "kernel_tests": gate_verdict(impl, verdicts),
-                }
-                if impl == "flash_pytorch":
-                    row["flash_tiles"] = f"{flash_tiles[0]}x{flash_tiles[1]}"
+    taken from it instead of measured again. With the job's `rounds`, each point whose
+    implementations all passed then gets its paired rounds (rounds.py)."""
+    points = Points(job, device, timer, partial)
+    extra = precompile(job, device, verdicts)
+    for d in job.head_dims:
+        for n in job.seq_lens:
+            for impl in job.impls:
+                row = point_row(job, impl, n, d, timer, gate_verdict(impl, verdicts), base)
                 if impl == "flash_triton":
                     row.update(extra)
-                reason = skip_reason(impl, n, dtype_name, device, max_seq_len, verdicts)
-                with point(grid, impl, dtype_name, f"d={d}", f"n={n}"):
-                    if resume_key(row) in done:
-                        rows.append(done[resume_key(row)])
-                        log.info("ok (kept from %s)", partial)
-                        continue
-                    if reason:
-                        row["status"] = reason
-                    else:
-                        if impl not in fns:
-                            fns[impl] = make_impl(impl, flash_tiles)
-                        row.update(
-                            measure(
-                                impl,
-                                fns[impl],
-                                batch,
-                                heads,
-                                n,
-                                d,
-                                dtype,
-                                device,
-                                timer,
-                                ref_cache,
-                                leaderboard=grid == "leaderboard",
-                            )
-                        )
-                    rows.append(row)
-                    if partial:
-                        write_csv(rows, partial)
-                    shown = row.get("fwd_bwd_ms_median", float("nan"))
-                    log.log(
-                        status_level(row["status"]),
-                        "%s%s",
-                        row["status"],
-                        f" fwd+bwd {shown:.3f} ms" if shown == shown else "",
-                    )
-            here = rows[-len(impls) :]
-            if rounds and needs_rounds(here):
-                with point(grid, "rounds", dtype_name, f"d={d}", f"n={n}"):
-                    for impl in impls:
-                        fns[impl] = fns.get(impl) or make_impl(impl, flash_tiles)
-                    add_rounds(here, fns, (batch, heads, n, d), dtype, device, timer, rounds)
-                    if partial:
-                        write_csv(rows, partial)
-    return rows
+                why = skip_reason(impl, n, job.dtype, device, job.max_seq_len, verdicts)
+                points.add(row, why)
+            points.add_rounds(d, n)
+    return points.rows
 
 
-# not a knob: the device (CUDA when present)
-DEVICE = "auto"
 JOBS = {"sweep": SWEEP_KNOBS, "target": TARGET_KNOBS, "leaderboard": LEADERBOARD_KNOBS}
+# the columns every row has (empty where our Triton kernel did not run)
+CONFIG_COLUMNS = (
+    "triton_fwd_config",
+    "triton_dkdv_config",
+    "triton_dq_config",
+    "triton_fused_config",
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -527,55 +470,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.out is None:
         ap.error("--out is required")
-    return with_knobs(args)
-
-
-def with_knobs(args: argparse.Namespace) -> argparse.Namespace:
-    """`args` with what the job runs (plan.py: `job_settings` of its block) as its attributes."""
-    vars(args).update(job_settings(args.cmd, args.block), device=DEVICE)
     return args
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     configure("flash")
+    k = args.block
 
-    device_name = args.device
-    if device_name == "auto":
-        device_name = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(device_name)
+    # not a knob: the device (CUDA when present)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cpu":
         # before the Triton kernels are imported: they run in Triton's interpreter on CPU
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    torch.set_float32_matmul_precision(args.fp32_matmul_precision)
-    impls = list(args.impls)
-    timer = Timer(device, args.warmup_ms, args.rep_ms, args.warmup_steps, args.steps)
+    torch.set_float32_matmul_precision(k.fp32_matmul_precision)
+    timer = timer_of(args, device)
     base = {**provenance(args.machine, args.preset, args.edition), "device": device.type}
-    dims, lens, grid = args.head_dims, args.seq_lens, args.grid
-    rows = run(
-        impls,
-        args.batch_size,
-        args.heads,
-        lens,
-        dims,
-        args.dtype,
-        device,
-        timer,
-        args.max_seq_len,
-        kernel_verdicts(args.kernel_tests),
-        tuple(args.flash_tiles),
-        grid,
-        base,
-        args.partial or None,
-        args.rounds,
-    )
+    verdicts = kernel_verdicts(args.kernel_tests)
+    rows = run(job_of(args), device, timer, verdicts, base, args.partial or None)
     for row in rows:
-        for key in (
-            "triton_fwd_config",
-            "triton_dkdv_config",
-            "triton_dq_config",
-            "triton_fused_config",
-        ):
+        for key in CONFIG_COLUMNS:
             row.setdefault(key, "")
     write_csv(rows, args.out)
     if args.partial:  # complete: a later run (code or config changed) measures afresh

@@ -166,53 +166,56 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.out is None:
         ap.error("--out is required")
-    k: KernelTestsKnobs = args.block
-    args.files = [f for f in args.files.split(",") if f] if args.files else list(k.files)
-    args.patterns = dict(k.kernels)
-    args.select, args.marker, args.timeout = k.select, k.marker, k.timeout_s
-    args.workers = 1 if k.workers is None else k.workers
     return args
+
+
+def run_rows(base: dict, patterns: dict, outcome: str, message: str, seconds: float) -> list:
+    """One row per kernel for a pytest run that reported no test of its own (nothing
+    selected, or pytest failed or could not start): `outcome` and `message` say which."""
+    status = "skipped" if outcome == "skipped" else "error"
+    return [
+        {
+            **base,
+            "test": "<pytest run>",
+            "name": "<pytest run>",
+            "outcome": outcome,
+            "duration_ms": seconds * 1e3,
+            "message": message,
+            "kernel": kernel,
+            "status": f"{status}: {message.replace(',', ';')[:150]}",
+        }
+        for kernel in (patterns or {"other": ""})
+    ]
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     configure("kernel_tests")
-    patterns, files = args.patterns, args.files
+    k: KernelTestsKnobs = args.block
+    patterns = dict(k.kernels)
+    # the test files: `--files` (comma-separated on the command line), else the block's
+    files = [f for f in args.files.split(",") if f] if args.files else list(k.files)
     junit = Path(args.junit)
     junit.parent.mkdir(parents=True, exist_ok=True)
     junit.unlink(missing_ok=True)
     # what cannot run is said before anything runs: a status row per kernel, no pytest
-    parallel = xdist_args(worker_count(args.workers))
-    why = argument_problem(files, args.select, args.marker, args.timeout)
+    parallel = xdist_args(worker_count(1 if k.workers is None else k.workers))
+    why = argument_problem(files, k.select, k.marker, k.timeout_s)
     if why:
         code, seconds, tail = None, 0.0, why
     else:
-        code, seconds, tail = run_pytest(
-            files, junit, args.select, args.marker, args.timeout, parallel
-        )
+        code, seconds, tail = run_pytest(files, junit, k.select, k.marker, k.timeout_s, parallel)
 
     import torch
 
     base = {**provenance(args.machine, args.preset, args.edition), "files": ",".join(files)}
     base["cuda_available"] = torch.cuda.is_available()
-    base.update(select=args.select, marker=args.marker, pytest_exit_code=code, suite_s=seconds)
+    base.update(select=k.select, marker=k.marker, pytest_exit_code=code, suite_s=seconds)
     base["pytest_workers"] = int(parallel[1]) if parallel else 1
     if code == 5:
         # pytest collected the files and selected nothing: no kernel is tested
-        message = f"no test of {','.join(files)} selected by {selection(args.select, args.marker)}"
-        rows = [
-            {
-                **base,
-                "test": "<pytest run>",
-                "name": "<pytest run>",
-                "outcome": "skipped",
-                "duration_ms": seconds * 1e3,
-                "message": message,
-                "kernel": kernel,
-                "status": f"skipped: {message.replace(',', ';')[:150]}",
-            }
-            for kernel in (patterns or {"other": ""})
-        ]
+        message = f"no test of {','.join(files)} selected by {selection(k.select, k.marker)}"
+        rows = run_rows(base, patterns, "skipped", message, seconds)
     elif junit.exists() and code in (0, 1):
         cases = parse_junit(junit)
         rows = [
@@ -232,19 +235,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             what = "timed out" if code is None else f"exited with code {code}"
             message = f"pytest {what}: {first_error(tail)}"
-        rows = [
-            {
-                **base,
-                "test": "<pytest run>",
-                "name": "<pytest run>",
-                "outcome": "error",
-                "duration_ms": seconds * 1e3,
-                "message": message,
-                "kernel": kernel,
-                "status": f"error: {message.replace(',', ';')[:150]}",
-            }
-            for kernel in (patterns or {"other": ""})
-        ]
+        rows = run_rows(base, patterns, "error", message, seconds)
     write_csv(rows, args.out)
     df = pd.DataFrame(rows)
     counts = df["outcome"].value_counts().to_dict() if len(df) else {}

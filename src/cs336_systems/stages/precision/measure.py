@@ -231,9 +231,10 @@ def layernorm_rows(device: str) -> list[dict]:
 
 
 def run(args) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The three tables on each device of the block (a device not present: `skipped` rows)."""
     base = provenance(args.machine, args.preset, args.edition)
     acc, dts, ln = [], [], []
-    for device in getattr(args, "devices", None) or devices():
+    for device in args.block.devices:
         if device == "cuda" and not torch.cuda.is_available():
             skipped = {"device": device, "status": "skipped: no CUDA device"}
             acc.append(skipped)
@@ -261,7 +262,6 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.out is None:
         p.error("--out is required")
-    args.devices = list(args.block.devices)
     configure("precision")
     with Stopwatch() as job:
         acc, dts, ln = run(args)
