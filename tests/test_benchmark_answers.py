@@ -121,7 +121,7 @@ def test_the_protocol_sentence(tmp_path):
     s = analysis.context(run_of(tmp_path))
     assert s["protocol"].startswith("the handout asks 5 and 10")
     df = pd.DataFrame({"preset": ["gpu"]})
-    assert analysis.protocol_sentence(5, 10, df) == "the handout's protocol"
+    assert answers.protocol_sentence(5, 10, df) == "the handout's protocol"
 
 
 def test_a_placeholder_figure_is_named_not_embedded(tmp_path):

@@ -45,14 +45,13 @@ def test_each_job_reads_its_part_of_the_block(capsys):
     point += ["--compile", bench_plan.compile_arg(k, "xl", 512, "naive")]
     point += ["--engines", bench_plan.engines_arg(k, "naive")]
     args = bench.parse_args([*point, "--block", json.dumps(bench_plan.run_block(k))])
-    assert (args.modes, args.precisions) == ("forward,forward_backward,train_step", "fp32,bf16")
+    knobs, modes = args.block, ["forward", "forward_backward", "train_step"]
+    assert (knobs.modes, knobs.precisions) == (modes, ["fp32", "bf16"])
     assert (args.compile, args.engines) == ("eager,compiled", "plain,fast,hf_gpt2")
-    assert (args.compile_modes, args.compile_precisions) == (
-        "forward,forward_backward,train_step",
-        "bf16",
-    )
-    assert (args.compile_mode, args.batch_size, args.warmup, args.steps) == ("default", 4, 5, 10)
-    assert args.max_point_s is None and args.device == "auto"
+    assert (knobs.compile_only.modes, knobs.compile_only.precisions) == (modes, ["bf16"])
+    assert (knobs.compile_mode or bench.COMPILE_MODE) == "default"
+    assert (knobs.batch_size, knobs.warmup_steps, knobs.measure_steps) == (4, 5, 10)
+    assert knobs.max_point_s is None
     # another size in the sweep, or another sweep, changes no point job's block
     other = {**cfg, "sizes": ["small"], "warmup_sweep": {**cfg["warmup_sweep"], "warmups": [0]}}
     assert bench_plan.run_block(bench_plan.KNOBS.from_block(other)) == bench_plan.run_block(k)
@@ -65,8 +64,9 @@ def test_each_job_reads_its_part_of_the_block(capsys):
         *block("benchmark", "gpu", part=bench_plan.WARMUP_KNOBS),
     ]
     args = bench.parse_args(warm)
-    assert (args.context_length, args.warmups, args.steps) == (512, "0,1,2,5", 10)
-    assert (args.mode, args.precision, args.batch_size) == ("train_step", "fp32", 4)
+    sweep = args.block.warmup_sweep
+    assert (sweep.context_length, sweep.warmups, sweep.measure_steps) == (512, [0, 1, 2, 5], 10)
+    assert (sweep.mode, sweep.precision, args.block.batch_size) == ("train_step", "fp32", 4)
     # the whole block is not a job's part
     with pytest.raises(SystemExit):
         bench.parse_args([*point, *block("benchmark", "gpu")])
@@ -275,7 +275,7 @@ def test_goal_breakdown_splits_the_step_by_its_own_marks_and_flags_the_impossibl
 
 
 def test_speedup_sentence_with_excluded_pairs_closes_its_parenthesis():
-    from cs336_systems.stages.benchmark.analysis import _speedup_summary
+    from cs336_systems.stages.benchmark.analysis import speedup_summary
 
     sp = pd.DataFrame(
         [
@@ -289,17 +289,17 @@ def test_speedup_sentence_with_excluded_pairs_closes_its_parenthesis():
             for s in (0.8, 1.5)
         ]  # fmt: skip
     )
-    text = _speedup_summary(sp, "bf16 over fp32", n_excluded=6)["sentence"]
+    text = speedup_summary(sp, "bf16 over fp32", n_excluded=6)["sentence"]
     assert text.endswith("(median, range; 6 suspect pairs excluded: see Suspect numbers).")
     assert text.count("(") == text.count(")")
     assert "0.80–1.50× across 2 points" in text
     # one point: no median, no range, no "1 points"
-    text = _speedup_summary(sp.head(1), "bf16 over fp32", n_excluded=0)["sentence"]
+    text = speedup_summary(sp.head(1), "bf16 over fp32", n_excluded=0)["sentence"]
     assert text == "bf16 over fp32: 0.80× (one point)."
-    assert _speedup_summary(sp, "x")["losers"].startswith(
+    assert speedup_summary(sp, "x")["losers"].startswith(
         "It does not pay (speedup below 1) at 1 point of 2: small ctx 512 forward"
     )
-    assert "at any measured point:" in _speedup_summary(sp.head(1), "x")["losers"]
+    assert "at any measured point:" in speedup_summary(sp.head(1), "x")["losers"]
 
 
 def test_forward_backward_steps_write_fresh_gradients():

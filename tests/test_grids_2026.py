@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 
 import pandas as pd
 import pytest
@@ -12,8 +14,10 @@ from pipeline_utils import block as stage_block
 from cs336_systems.core import costs
 from cs336_systems.model import run_in_order, size_spec
 from cs336_systems.profiling.saved_tensors import SavedTensorLog
-from cs336_systems.stages.memory import blocks
+from cs336_systems.stages.memory import analytic, blocks
 from cs336_systems.stages.memory import measure as mem
+from cs336_systems.stages.memory.plan import MemoryCheckpoint
+from cs336_systems.stages.profile import plan as profile_plan
 from cs336_systems.stages.profile import probe
 
 B, N = 2, 32  # tiny: d 128, d_ff 512, 4 heads
@@ -84,7 +88,7 @@ def test_best_block_size_is_the_analytic_minimum():
     }
     assert peaks[k] == min(peaks.values())
     # no checkpointing does not fit 80 GB: state and activations far above it
-    act = mem.activation_memory_for("xl", 2048, 4, "fp32", "cuda")["total"]
+    act = analytic.activation_memory_for("xl", 2048, 4, "fp32", "cuda")["total"]
     need = blocks.step_need_bytes("xl", 2048, 4, "train_step", "fp32", "cuda", "none", act)
     assert need > 1.5 * 80e9
     params = costs.param_count(10_000, 2560, 32, 10240)
@@ -94,30 +98,35 @@ def test_best_block_size_is_the_analytic_minimum():
 
 
 def _args(tmp_path, **kw) -> argparse.Namespace:
-    base = dict(
-        size="tiny",
-        edition=2026,
-        contexts=[16, 32],
+    """A job's arguments: its block (the knobs `kw` names changed) and the rest of `kw`."""
+    knobs = dict(
+        context_lengths=[16, 32],
         modes=["forward", "train_step"],
         precisions=["fp32"],
         batch_size=2,
-        warmup=0,
+        warmup_steps=0,
         max_entries=1000,
+        checkpoint=MemoryCheckpoint(contexts=[32], modes=["train_step"], strategy="best"),
+        skip_factor=1.5,
+        nsys_contexts=[32],
+        nsys="",
+    )
+    names = {f.name for f in dataclasses.fields(mem.JOB_KNOBS)}
+    knobs.update({k: v for k, v in kw.items() if k in names})
+    cpu = mem.JOB_KNOBS.from_block(json.loads(stage_block("memory", part=mem.JOB_KNOBS)[1]))
+    base = dict(
+        size="tiny",
+        edition=2026,
         device="cpu",
         machine="test",
         preset="cpu",
         raw_dir=str(tmp_path / "raw"),
         timeline_dir=str(tmp_path / "timelines"),
         keep_raw=True,
-        checkpoint_contexts=[32],
-        checkpoint_modes=["train_step"],
-        checkpoint="best",
-        skip_factor=1.5,
-        nsys_contexts=[32],
-        nsys="",
         nsys_timeout=60,
+        block=dataclasses.replace(cpu, **knobs),
     )
-    return argparse.Namespace(**{**base, **kw})
+    return argparse.Namespace(**{**base, **{k: v for k, v in kw.items() if k not in names}})
 
 
 def test_no_checkpoint_point_is_an_oom_row_beside_the_checkpointed_one(tmp_path, monkeypatch):
@@ -166,7 +175,7 @@ def test_memory_report_section_from_fixture_rows(tmp_path, monkeypatch):
     from cs336_systems.stages.memory import analysis
 
     monkeypatch.setattr(blocks.nsys_tools, "find_nsys", lambda setting=None: None)
-    args = _args(tmp_path, modes=["train_step"], contexts=[16, 32])
+    args = _args(tmp_path, modes=["train_step"], context_lengths=[16, 32])
     real = mem._measure_point
 
     def tight(work, mode, *a, **kw):
@@ -210,16 +219,16 @@ def test_probe_stops_at_the_first_oom(monkeypatch):
     assert tried == [256, 512, 1024]
     assert [r["status"] for r in rows] == ["ok", "ok", "oom"]
     assert largest == 512 and rows[0]["stopped_by"] == "failure"
-    assert probe.grid_contexts(largest, 128) == [256, 512]
-    assert probe.grid_contexts(4096, 128) == [1024, 2048, 4096]
+    assert profile_plan.grid_contexts(largest, 128) == [256, 512]
+    assert profile_plan.grid_contexts(4096, 128) == [1024, 2048, 4096]
 
 
 def test_probe_stops_at_the_cap_on_a_real_cpu_step():
     rows, largest = probe.probe("tiny", 2, "fp32", "forward_backward", 16, 64, torch.device("cpu"))
     assert [r["context_length"] for r in rows] == [16, 32, 64]
     assert largest == 64 and {r["stopped_by"] for r in rows} == {"cap"}
-    assert probe.grid_contexts(largest, 8) == [16, 32, 64]
-    assert probe.grid_contexts(None, 8) == []
+    assert profile_plan.grid_contexts(largest, 8) == [16, 32, 64]
+    assert profile_plan.grid_contexts(None, 8) == []
 
 
 def test_profile_job_probes_then_profiles_the_grid(tmp_path, monkeypatch):
@@ -234,7 +243,7 @@ def test_profile_job_probes_then_profiles_the_grid(tmp_path, monkeypatch):
     seen = {}
 
     def fake_run(args):
-        seen["contexts"] = list(args.contexts)
+        seen["contexts"] = list(args.block.context_lengths)
         return pd.DataFrame([{"status": "ok"}]), pd.DataFrame([{"kernel": "k"}])
 
     monkeypatch.setattr(prof, "run", fake_run)
@@ -256,7 +265,7 @@ def test_profile_job_probes_then_profiles_the_grid(tmp_path, monkeypatch):
 
 
 def test_profile_report_states_the_probe(tmp_path):
-    from cs336_systems.stages.profile.analysis import probe_sentences
+    from cs336_systems.stages.profile.answers import probe_sentences
 
     rows = [
         {"size": "small", "context_length": c, "status": st, "probe_mode": "forward_backward"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from cs336_systems.core.device import autocast
 from cs336_systems.core.workload import Workload
 from cs336_systems.profiling import memory_snapshot as snapshots
 from cs336_systems.reporting.analysis import load
+from cs336_systems.stages.memory import analytic, blocks
 from cs336_systems.stages.memory import measure as mem
 from cs336_systems.stages.memory.plan import JOB_KNOBS as JOB
 
@@ -29,7 +31,7 @@ SNAPSHOT_FIXTURE = GPU / "memory_snapshot.pickle"  # from scripts/gpu_capture_fi
 
 def test_residual_stream_of_2p7b():
     # one (batch 4, context 128, d_model 2560) fp32 tensor: 4*128*2560*4 bytes = 5 MiB
-    a = mem.activation_memory_for("xl", 128, 4, "fp32", "cuda")
+    a = analytic.activation_memory_for("xl", 128, 4, "fp32", "cuda")
     assert a["residual_stream"] == 5_242_880
     assert a["residual_stream"] / mem.MiB == 5.0
 
@@ -40,7 +42,7 @@ def test_activation_model_hand_computed_fp32():
     #            SwiGLU 4*4*16=256; mask 4                                  -> 628
     # final: norm 4*2*8 + 4*2 = 72, head input 4*8 = 32                     -> 104
     # loss: log-softmax 4*1*2*10 + total weight 4                            -> 84
-    a = mem.activation_memory(1, 2, 4, 1, 2, 8, vocab_size=10, precision="fp32")
+    a = analytic.activation_memory(1, 2, 4, 1, 2, 8, vocab_size=10, precision="fp32")
     assert a["per_layer"] == 628
     assert a["final_norm_and_head"] == 104
     assert a["loss"] == 84
@@ -53,13 +55,13 @@ def test_activation_model_hand_computed_bf16():
     # scores: fp32 probabilities + bf16 copy (4+2)*8=48 on CUDA, 2*8=16 on CPU; SwiGLU 2*4*16=128;
     # mask 4 -> 468 (CUDA) / 436 (CPU). final: 72 + bf16 head input 2*8 = 88. loss 84.
     # weight casts: 2 bytes * (L*(4 d^2 + 3 d f) + d V) = 2*(64 + 96 + 40) = 400
-    cuda = mem.activation_memory(1, 2, 4, 1, 2, 8, 10, "bf16", "cuda")
-    cpu = mem.activation_memory(1, 2, 4, 1, 2, 8, 10, "bf16", "cpu")
+    cuda = analytic.activation_memory(1, 2, 4, 1, 2, 8, 10, "bf16", "cuda")
+    cpu = analytic.activation_memory(1, 2, 4, 1, 2, 8, 10, "bf16", "cpu")
     assert (cuda["per_layer"], cpu["per_layer"]) == (468, 436)
     assert cuda["final_norm_and_head"] == 88 and cuda["weight_casts"] == 400
     assert (cuda["total"], cpu["total"]) == (1040, 1008)
     with pytest.raises(ValueError):
-        mem.activation_memory(1, 2, 4, 1, 2, 8, 10, "fp16")
+        analytic.activation_memory(1, 2, 4, 1, 2, 8, 10, "fp16")
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
@@ -75,7 +77,7 @@ def test_activation_model_matches_saved_tensors_on_cpu(precision, context):
         with autocast(precision, torch.device("cpu")):
             logits = work.model(work.tokens)
             F.cross_entropy(logits.flatten(0, 1).float(), work.targets.flatten())
-    expected = mem.activation_memory_for("tiny", context, 2, precision, "cpu")["total"]
+    expected = analytic.activation_memory_for("tiny", context, 2, precision, "cpu")["total"]
     assert counter.bytes == expected
 
 
@@ -216,25 +218,28 @@ def test_captured_snapshot(tmp_path):
 @pytest.fixture(scope="module")
 def cpu_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("memory")
-    args = argparse.Namespace(
-        size="tiny",
-        edition=2026,
-        contexts=[16],
+    knobs = JOB.from_block(json.loads(block("memory", part=JOB)[1]))
+    knobs = dataclasses.replace(
+        knobs,
+        context_lengths=[16],
         modes=["forward", "train_step"],
         precisions=["fp32", "bf16"],
         batch_size=2,
-        warmup=1,
+        warmup_steps=1,
         max_entries=1000,
+        checkpoint=None,
+        skip_factor=1.5,
+    )
+    args = argparse.Namespace(
+        size="tiny",
+        edition=2026,
         device="cpu",
         machine="test",
         preset="cpu",
         raw_dir=str(tmp / "raw"),
         timeline_dir=str(tmp / "timelines"),
         keep_raw=True,
-        checkpoint_contexts=[],
-        checkpoint_modes=[],
-        checkpoint="best",
-        skip_factor=1.5,
+        block=knobs,
     )
     rows, allocs = mem.run(args)
     return rows, allocs
@@ -244,18 +249,22 @@ def test_the_cli_reads_its_knobs_from_one_checked_block(capsys):
     run = ["run", "--size", "tiny", "--machine", "m", "--preset", "gpu", "--out", "x"]
     run += ["--allocations-out", "a", "--raw-dir", "r", "--timeline-dir", "t", "--keep-raw", "no"]
     args = mem.parse_args([*run, *block("memory", "gpu", part=JOB)])
-    assert args.contexts == [128, 2048] and args.modes == ["forward", "train_step"]
-    assert (args.batch_size, args.warmup, args.max_entries, args.skip_factor) == (4, 2, 200000, 1.5)
-    assert (args.checkpoint_contexts, args.checkpoint) == ([2048], "best") and not args.keep_raw
-    assert args.nsys_contexts == [2048] and args.nsys == ""
+    k = args.block
+    assert k.context_lengths == [128, 2048] and k.modes == ["forward", "train_step"]
+    assert (k.batch_size, k.warmup_steps, k.max_entries, k.skip_factor) == (4, 2, 200000, 1.5)
+    assert (k.checkpoint.contexts, k.checkpoint.strategy) == ([2048], "best")
+    assert k.nsys_contexts == [2048] and k.nsys == "" and not args.keep_raw
+    assert (args.device, args.nsys_timeout) == ("auto", 600.0)
     # the 2025 edition's entry is merged into the block before it reaches the CLI
     args = mem.parse_args([*run, *block("memory", "gpu", edition=2025, part=JOB)])
-    assert args.contexts == [128, 256, 512] and args.checkpoint_contexts == []
+    assert args.block.context_lengths == [128, 256, 512] and args.block.checkpoint.contexts == []
     # the knobs a block may leave out get what the rule once gave them
     required = JOB.block_schema()["required"]
     lean = {k: v for k, v in json.loads(block("memory", part=JOB)[1]).items() if k in required}
     args = mem.parse_args([*run, "--block", json.dumps(lean)])
-    assert (args.max_entries, args.checkpoint_contexts, args.nsys_contexts) == (200000, [], [])
+    assert (mem.entries_of(args.block), mem.skip_factor_of(args.block)) == (200000, 1.5)
+    assert [s for _, _, s in blocks.grid(args, 2048, "cuda")] == ["none"] * 4
+    assert not args.block.nsys_contexts
     with pytest.raises(SystemExit):
         mem.parse_args([*run, *block("memory", modes=["sideways"], part=JOB)])
     # a job reads its part only: not the sweep's sizes
@@ -328,7 +337,7 @@ def test_memory_analysis_of_a_cuda_run(tmp_path):
     for ctx in (128, 256):
         for mode in ("forward", "train_step"):
             for prec, scale in (("fp32", 1.0), ("bf16", 0.8)):
-                a = mem.activation_memory_for("xl", ctx, 4, prec, "cuda")
+                a = analytic.activation_memory_for("xl", ctx, 4, prec, "cuda")
                 train = mode == "train_step"
                 name = mem.point_name("xl", ctx, mode, prec)
                 rows.append(
@@ -397,7 +406,6 @@ def test_measure_point_frees_the_step_it_measured():
     """The saved-tensor counter must not keep a step's activations alive: after two points on
     the same model no tensor beyond the parameters and inputs survives (an identity pack hook
     made a C++ reference cycle that leaked every forward's activations)."""
-    import argparse
     import gc
 
     from cs336_systems.core.workload import Workload
@@ -414,6 +422,6 @@ def test_measure_point_frees_the_step_it_measured():
     work = Workload.build("tiny", 32, 2, torch.device("cpu"))
     before = live_bytes()
     for mode in ("forward", "train_step"):
-        row, _ = measure_point(work, mode, "fp32", 1, None, argparse.Namespace(max_entries=100))
+        row, _ = measure_point(work, mode, "fp32", 1, None, 100)
         assert row["saved_activations_mb"] > 0
     assert live_bytes() == before

@@ -1,4 +1,4 @@
-"""The memory section's accounting (stages/memory/answers.py): a peak's parts add up
+"""The memory section's accounting (stages/memory/rows.py, answers.py): a peak's parts add up
 to it, counts add up to the grid, mixed precision is compared without autocast's weight copies,
 the largest allocations come from the forward snapshot, part (f)'s gradients from the
 allocator's changes, and a timeline's phase names cannot overprint."""
@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from cs336_systems.profiling import memory_snapshot as mem
-from cs336_systems.stages.memory import answers
+from cs336_systems.stages.memory import answers, rows
 
 REF = Path(__file__).resolve().parents[1] / "report" / "reference" / "h100-80gb-hbm3" / "csv"
 
@@ -23,9 +23,9 @@ def points() -> pd.DataFrame:
 
 
 def test_the_parts_of_every_peak_add_up_to_it(points):
-    parts = answers.peak_parts(points[points["status"] == "ok"])
+    parts = rows.peak_parts(points[points["status"] == "ok"])
     assert len(parts) == 8
-    total = parts[list(answers.PARTS)].sum(axis=1)
+    total = parts[list(rows.PARTS)].sum(axis=1)
     assert total.to_numpy() == pytest.approx(parts["peak_allocated_mb"].to_numpy())
     # bf16 without checkpointing: its saved activations are mostly autocast's weight copies
     bf = parts[(parts["precision"] == "bf16") & (parts["checkpoint"] == "none")]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sqlite3
@@ -19,6 +20,7 @@ from cs336_systems.profiling import nsys as nsys_tools
 from cs336_systems.profiling.annotated_attention import annotated_naive_attention
 from cs336_systems.stages.profile import measure as prof
 from cs336_systems.stages.profile.plan import JOB_KNOBS as JOB
+from cs336_systems.stages.profile.plan import Harness, Probe
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PROVISIONAL = FIXTURES / "provisional"
@@ -319,28 +321,33 @@ def test_captured_export_attributes_phases():
 
 
 def _args(tmp_path: Path, **over) -> argparse.Namespace:
-    a = dict(
-        size="tiny",
-        edition=2026,
-        contexts=[16],
+    """A job's arguments: its block (the knobs `over` names changed) and the rest of `over`."""
+    knobs = dict(
+        context_lengths=[16],
         modes=["forward", "train_step"],
         precision="fp32",
         batch_size=1,
-        warmup=1,
-        steps=1,
-        harness_warmup=1,
-        harness_steps=2,
+        warmup_steps=1,
+        measure_steps=1,
+        harness=Harness(warmup_steps=1, measure_steps=2),
+        profiler="auto",
+        nsys="",
+        timeout_s=60,
+    )
+    names = {f.name for f in dataclasses.fields(JOB)}
+    knobs.update({k: v for k, v in over.items() if k in names})
+    cpu = JOB.from_block(json.loads(block("profile", part=JOB)[1]))
+    a = dict(
+        size="tiny",
+        edition=2026,
         device="cpu",
         machine="test",
         preset="cpu",
-        profiler="auto",
-        nsys="",
-        timeout=60,
         raw_dir=str(tmp_path / "raw"),
         keep_raw=True,
-        block=JOB.from_block(json.loads(block("profile", part=JOB)[1])),
+        block=dataclasses.replace(cpu, **knobs),
     )
-    a.update(over)
+    a.update({k: v for k, v in over.items() if k not in names})
     return argparse.Namespace(**a)
 
 
@@ -373,6 +380,7 @@ def test_torch_profiler_run_on_cpu(cpu_run):
 def test_analysis_and_section_from_a_cpu_run(cpu_run, tmp_path):
     from cs336_systems.reporting.report import render
     from cs336_systems.stages.profile import analysis as analysis
+    from cs336_systems.stages.profile import rows as profile_rows
 
     _, points, kernels = cpu_run
     points.to_csv(tmp_path / "profile.csv", index=False)
@@ -388,7 +396,7 @@ def test_analysis_and_section_from_a_cpu_run(cpu_run, tmp_path):
     assert "aten::" in s["top_table"]
     assert s["attention_sentence"] and s["gemm_sentence"]
     assert "forward → training step" in s["other_kernels_sentence"]
-    a = analysis.attention_split(points)
+    a = profile_rows.attention_split(points)
     # 5 FLOPs per score against 2 matmuls of 2*d_head each: 5 / (4 * 32) for tiny (d_head 32)
     assert a["softmax_over_matmul_flops"].iloc[0] == pytest.approx(5 / 128)
     text = render(tmp_path, ["profile"])
@@ -397,6 +405,8 @@ def test_analysis_and_section_from_a_cpu_run(cpu_run, tmp_path):
 
 def test_analysis_compares_with_the_harness(cpu_run, tmp_path):
     from cs336_systems.stages.profile import analysis as analysis
+    from cs336_systems.stages.profile import answers as profile_answers
+    from cs336_systems.stages.profile import rows as profile_rows
 
     _, points, _ = cpu_run
     bench = pd.DataFrame(
@@ -418,41 +428,51 @@ def test_analysis_compares_with_the_harness(cpu_run, tmp_path):
     fwd = points.set_index("mode").loc["forward"]
     assert fwd["harness_measure_steps"] == 2 and fwd["harness_ms_mean"] > 0
     assert "harness_ms_mean" not in points.set_index("mode").loc[["train_step"]].dropna(axis=1)
-    h = analysis.harness_comparison(points, bench)
+    h = profile_rows.harness_comparison(points, bench)
     assert h.loc[0, "harness_ms"] == fwd["harness_ms_mean"]
     assert h.loc[0, "harness_from"] == "this job"
-    sentence, cov = analysis.answers.harness_sentence(h, "operator")
+    sentence, cov = profile_answers.harness_sentence(h, "operator")
     assert sentence.startswith("At every one of the 1 profiled forward point the harness's time")
     assert not cov
     # without it, the benchmark stage's same point
-    h = analysis.harness_comparison(points.drop(columns=["harness_ms_mean"]), bench)
+    h = profile_rows.harness_comparison(points.drop(columns=["harness_ms_mean"]), bench)
     assert h.loc[0, "harness_ms"] == 2.0 and h.loc[0, "harness_from"] == "benchmark"
     assert h.loc[0, "profiled_over_harness"] == pytest.approx(h.loc[0, "profiled_step_ms"] / 2.0)
     # neither: the coverage says the part is partly answered
-    h = analysis.harness_comparison(points.drop(columns=["harness_ms_mean"]), bench.iloc[:0])
-    sentence, cov = analysis.answers.harness_sentence(h, "operator")
+    h = profile_rows.harness_comparison(points.drop(columns=["harness_ms_mean"]), bench.iloc[:0])
+    sentence, cov = profile_answers.harness_sentence(h, "operator")
     assert cov["nsys_profile.a"]["status"] == "partly"
+    # no forward point that passed the checks (a loaded host flagged every one): said, not a crash
+    sentence, cov = profile_answers.harness_sentence(pd.DataFrame(), "operator")
+    assert "passed the sanity checks" in sentence and cov["nsys_profile.a"]["status"] == "partly"
 
 
 def test_the_cli_reads_its_knobs_and_hands_its_capture_the_same_block(tmp_path, capsys):
     run = ["run", "--size", "small", "--machine", "m", "--preset", "gpu", "--out", "x"]
     run += ["--kernels-out", "k", "--probe-out", "p", "--raw-dir", "r", "--keep-raw", "yes"]
     args = prof.parse_args([*run, *block("profile", "gpu", part=JOB)])
-    assert args.contexts == "probe" and (args.probe_start, args.probe_max) == (256, 16384)
-    assert (args.grid_above, args.grid_count, args.probe_mode) == (128, 3, "forward_backward")
-    assert (args.harness_warmup, args.harness_steps, args.timeout) == (5, 10, 600.0)
-    assert (args.warmup, args.steps, args.profiler, args.nsys) == (1, 1, "auto", "")
+    k = args.block
+    assert k.context_lengths == "probe" and (k.probe.start, k.probe.max) == (256, 16384)
+    assert (k.probe.above, k.probe.count, k.probe.mode) == (128, 3, "forward_backward")
+    assert k.harness == Harness(warmup_steps=5, measure_steps=10)
+    assert prof.nsys_timeout(k) == 600.0 and args.device == "auto"
+    assert (k.warmup_steps, k.measure_steps, k.profiler, k.nsys) == (1, 1, "auto", "")
+    # the knobs a block may leave out get what the rule once gave them
+    required = JOB.block_schema()["required"]
+    lean = JOB.from_block({n: v for n, v in k.as_block().items() if n in required})
+    assert prof.probe_of(lean) == Probe(start=256, max=16384, mode="forward_backward",
+                                        above=128, count=3)  # fmt: skip
+    assert prof.harness_of(lean).measure_steps == 0 and prof.nsys_timeout(lean) == 600.0
     # the 2025 edition lists its contexts; the nsys child gets them resolved, and the block
     args = prof.parse_args([*run, *block("profile", "gpu", edition=2025, part=JOB)])
-    assert args.contexts == [128, 256, 512, 1024]
+    assert args.block.context_lengths == [128, 256, 512, 1024]
     cmd = prof._inner_command(args, tmp_path / "points.json")
     child = prof.parse_args(cmd[cmd.index("capture") :])
-    assert child.block == args.block and child.contexts == args.contexts
-    # what the parent measures, the child measures (a run's args may differ from its block)
-    args.batch_size = 1
+    assert child.block == args.block and child.contexts == args.block.context_lengths
+    # what the parent measures, the child measures (a run's block may differ from its rule's)
+    args.block = dataclasses.replace(args.block, batch_size=1)
     cmd = prof._inner_command(args, tmp_path / "points.json")
-    assert prof.parse_args(cmd[cmd.index("capture") :]).batch_size == 1
-    assert (child.harness_steps, child.modes) == (args.harness_steps, args.modes)
+    assert prof.parse_args(cmd[cmd.index("capture") :]).block == args.block
     # `probe` needs somewhere to write the probe's rows; a list or `probe`, nothing else
     with pytest.raises(SystemExit):
         prof.parse_args(

@@ -12,7 +12,8 @@ from cs336_systems.reporting import report, sanity
 from cs336_systems.reporting.analysis import fmt, load, ok, ran, sig
 from cs336_systems.stages.benchmark import analysis as benchmark_analysis
 from cs336_systems.stages.benchmark.mfu import add_mfu
-from cs336_systems.stages.profile import analysis as profile_analysis
+from cs336_systems.stages.profile import answers as profile_answers
+from cs336_systems.stages.profile import rows as profile_rows
 
 
 def reasons(df: pd.DataFrame) -> list[str]:
@@ -289,7 +290,7 @@ def test_kernel_labels_keep_different_kernels_apart():
 
 
 def test_non_gemm_kernels_are_counted_per_point():
-    nt = profile_analysis.nontrivial_non_gemm(_kernels(), threshold=0.05)
+    nt = profile_rows.nontrivial_non_gemm(_kernels(), threshold=0.05)
     assert len(nt) == 2  # the two elementwise kernels, not merged
     assert (nt["points_at_or_above"] <= nt["of_points"]).all()
     assert set(nt["of_points"]) == {2}
@@ -303,11 +304,11 @@ def test_attention_split_keeps_the_scaling_out_of_the_matmul():
             for c in (128, 256)
         ]
     )  # fmt: skip
-    a = profile_analysis.attention_split(points, _kernels())
+    a = profile_rows.attention_split(points, _kernels())
     assert (a["qk_matmul_ms"] == 2.0).all() and (a["scale_ms"] == 1.0).all()
-    units = profile_analysis.attention_matmul_units(_kernels())
+    units = profile_rows.attention_matmul_units(_kernels())
     assert set(units) == {"CUDA cores"}
-    sentence = profile_analysis._matmul_sentence(units, cpu_only=False)
+    sentence = profile_answers.matmul_sentence(units, cpu_only=False)
     assert "CUDA cores as FFMA" in sentence and "tensor cores" in sentence  # "no tensor cores"
     assert "run on tensor cores" not in sentence
 

@@ -1,32 +1,33 @@
-"""The benchmark section's answers in words, each from the rows it names: how long a forward and
-a backward take and whether the steps vary (benchmarking_script (b)), why a few warm-up steps
-are not enough (c), and how bf16 autocast's speedup moves with model size
-(benchmarking_mixed_precision (c)), and the speed goal's point split into forward, backward and
-optimizer against fused AdamW's byte floor. A point whose time is set by the host (its bf16 step as long
-as its fp32 one though its matmuls run several times faster) is named as such, not read as a
-property of the GPU."""
+"""The benchmark section's answers in words, each from the rows it names: the run's step counts
+against the handout's protocol, how long a forward and a backward take and whether the steps
+vary (benchmarking_script (b)), the phases of a training step (2026), backward over forward
+(Q1), what the first steps cost and why a few warm-up steps are not enough (c), bf16 autocast's
+and torch.compile's speedups and how bf16's moves with model size
+(benchmarking_mixed_precision (c)), the best MFU, and the speed goal's point split into forward,
+backward and optimizer against fused AdamW's byte floor. A point whose time is set by the host
+(its bf16 step as long as its fp32 one though its matmuls run several times faster) is named as
+such, not read as a property of the GPU."""
 
 from __future__ import annotations
 
 import pandas as pd
 
+from cs336_systems.core.costs import PATH_LABEL
+from cs336_systems.reporting import questions, sanity
 from cs336_systems.reporting.analysis import (
     faster_or_slower,
     fmt,
     ordered_sizes,
     pct,
     plural,
+    ran,
     sig,
     sort_sizes,
 )
-from cs336_systems.stages.benchmark.rows import KEYS, MODE_LABEL, _eager_naive, backward_ratios
+from cs336_systems.stages.benchmark.rows import MODE_LABEL, backward_ratios, eager_naive
 
 # a step varies little when its std is below this share of its mean
 SMALL_CV = 0.05
-# bf16 autocast no faster than this over fp32, where the bf16 matmul ceiling is at least
-# HOST_PEAK_RATIO times the fp32 one: the step's time is not the GPU's matmul time
-HOST_SPEEDUP = 1.25
-HOST_PEAK_RATIO = 3.0
 
 
 def _span(g: pd.DataFrame, col: str) -> str:
@@ -38,7 +39,7 @@ def _span(g: pd.DataFrame, col: str) -> str:
 def pass_times(d: pd.DataFrame) -> list[str]:
     """benchmarking_script (b): forward and backward (forward+backward minus forward) per size,
     eager, naive attention, per precision and context."""
-    r = backward_ratios(_eager_naive(d))
+    r = backward_ratios(eager_naive(d))
     out = []
     for (prec, ctx), g in r.groupby(["precision", "context_length"]):
         g = sort_sizes(g)
@@ -70,14 +71,6 @@ WHY_FEW = {
 }
 
 
-def device_of(df: pd.DataFrame) -> str:
-    """`cuda` or `cpu`: the rows' `device`, else their provenance's GPU count."""
-    if "device" in df and df["device"].notna().any():
-        return str(df["device"].dropna().iloc[0])
-    gpus = pd.to_numeric(df.get("gpu_count", pd.Series(dtype=float)), errors="coerce")
-    return "cuda" if gpus.fillna(0).max() > 0 else "cpu"
-
-
 def variability(d: pd.DataFrame, n_steps: int, device: str = "cuda") -> str:
     """benchmarking_script (b): is the std small? The std over the measured steps as a share
     of the mean, over every point that passed the checks."""
@@ -99,34 +92,6 @@ def variability(d: pd.DataFrame, n_steps: int, device: str = "cuda") -> str:
         f"{len(high)}: {names}{', …' if len(high) > 6 else ''}. "
         + WHY_VARIES.get(device, WHY_VARIES["cpu"])
     )
-
-
-def host_bound(d: pd.DataFrame) -> pd.DataFrame:
-    """Points whose bf16 autocast step takes about its fp32 time (speedup below HOST_SPEEDUP)
-    although the bf16 matmul ceiling is HOST_PEAK_RATIO times the fp32 one or more: their time
-    is the host's (kernel launches, Python), not the GPU's matmuls. Both rows' keys, with the
-    speedup and the ceilings' ratio."""
-    keys = [k for k in [*KEYS, "mode"] if k != "precision"]
-    a = d[d["precision"] == "fp32"].set_index(keys)
-    b = d[d["precision"] == "bf16"].set_index(keys)
-    cols = ["step_ms_mean", "peak_tflops"]
-    both = a[cols].add_suffix("_fp32").join(b[cols].add_suffix("_bf16"), how="inner")
-    both["speedup"] = both["step_ms_mean_fp32"] / both["step_ms_mean_bf16"]
-    both["peak_ratio"] = both["peak_tflops_bf16"] / both["peak_tflops_fp32"]
-    hb = both[(both["speedup"] < HOST_SPEEDUP) & (both["peak_ratio"] >= HOST_PEAK_RATIO)]
-    return hb.reset_index()
-
-
-def host_bound_points(d: pd.DataFrame, hb: pd.DataFrame) -> pd.DataFrame:
-    """Every mode's and precision's rows at a point (size, context, compile, attention) where
-    some mode is host-bound: a host-bound forward makes the same point's other passes
-    host-bound too (the same kernels, launched from the same Python), also where their own pair
-    was flagged."""
-    keys = ["size", "context_length", "compile", "attention"]
-    if not len(hb):
-        return hb
-    at = hb[keys].drop_duplicates()
-    return d.merge(at, on=keys)[[*keys, "mode", "precision"]].drop_duplicates()
 
 
 def host_bound_note(hb: pd.DataFrame) -> str:
@@ -215,6 +180,277 @@ def speedup_trend(sp: pd.DataFrame) -> str:
             f"{g.iloc[-1]:.2f}× at `{g.index[-1]}`"
         )
     return "; ".join(out)
+
+
+def protocol_sentence(warmup: int, measured: int, df: pd.DataFrame) -> str:
+    """The run's step counts against the handout's (5 and 10), and why a preset departs."""
+    want = questions.PROTOCOL["benchmark"]
+    if (warmup, measured) == (want["warmup_steps"], want["measure_steps"]):
+        return "the handout's protocol"
+    preset = str(df["preset"].iloc[0]) if "preset" in df else "?"
+    why = questions.PROTOCOL_WHY.get(preset, f"the `{preset}` preset's config sets them")
+    return (
+        f"the handout asks {want['warmup_steps']} and {want['measure_steps']}; this run takes "
+        f"fewer because {why}"
+    )
+
+
+def _spread(values: pd.Series, show) -> str:
+    """The median of `values` per size, with its range where there are several."""
+    if len(values) == 1:
+        return f"{show(values.iloc[0])} (`{values.index[0]}`)"
+    return (
+        f"{show(values.median())} (median; {show(values.min())} at `{values.idxmin()}` to "
+        f"{show(values.max())} at `{values.idxmax()}`)"
+    )
+
+
+def range_sentence(values: pd.Series, what: str) -> str:
+    """'1.20× (0.94–1.70× across 3 points)'; one value: '1.41× (one point)' (`what` singular)."""
+    if len(values) == 1:
+        return f"{values.iloc[0]:.2f}× (one {what})"
+    return (
+        f"{values.median():.2f}× ({values.min():.2f}–{values.max():.2f}× across "
+        f"{plural(len(values), what)})"
+    )
+
+
+# ---- the phases of a training step (2026) -------------------------------------------------
+
+# the in-step phases' backward/forward and Q1's (its passes in runs of their own) differ by
+# more than this at a size: both are shown, neither stands for the other
+PASSES_DISAGREE = 0.2
+
+
+def phase_sentence(
+    d: pd.DataFrame, g: pd.DataFrame, prec: str, ctx: int, hb: pd.DataFrame | None
+) -> str:
+    """One precision's phases (`g`: its eager naive training steps at `ctx`, by size): the
+    optimizer's share, backward over forward (host-bound sizes of `hb` and those where Q1
+    disagrees left out) and what the three phases add up to."""
+    share = g["opt_ms_median"] / g["step_ms_median"]
+    host = set()
+    if hb is not None and len(hb):
+        at = hb[(hb["context_length"] == ctx) & (hb["precision"] == prec)]
+        host = set(at[(at["compile"] == "eager") & (at["attention"] == "naive")]["size"])
+        host &= set(g.index)
+    kept = g.drop(index=[x for x in g.index if x in host])
+    ratio = kept["bwd_ms_median"] / kept["fwd_ms_median"]
+    left = (
+        f" ({', '.join(f'`{x}`' for x in sorted(host))} left out: host-bound, see below)"
+        if host
+        else ""
+    )
+    parts = g["fwd_ms_median"] + g["bwd_ms_median"] + g["opt_ms_median"]
+    off, clause = _passes_disagree(d, prec, ctx, ratio)
+    ratio, left = ratio.drop(index=off), left + clause
+    return (
+        f"{prec}: the optimizer step takes {_spread(share, pct)} of the training step, "
+        ""
+        + (
+            f"backward {_spread(ratio, lambda v: f'{v:.2f}×')} the forward time{left}, "
+            if len(ratio)
+            else f"backward/forward not given{left}, "
+        )
+        + "and the "
+        f"three phases add up to {_spread(parts / g['step_ms_median'], pct)} of the "
+        "whole step (medians; the rest is zeroing the gradients and the synchronization "
+        "around the step)"
+    )
+
+
+def _passes_disagree(d: pd.DataFrame, prec: str, ctx: int, ratio: pd.Series):
+    """The sizes where Q1's backward/forward (forward+backward minus forward, runs of their
+    own) and the in-step phases' differ by more than PASSES_DISAGREE, and a clause naming both
+    and which pass parts: each pass in the step against Q1's, and the other precision's forward
+    at the same size for contrast."""
+    q1 = eager_naive(backward_ratios(d))
+    q1 = q1[q1["context_length"] == ctx].set_index(["precision", "size"])
+    mine = q1.loc[prec] if prec in q1.index.get_level_values(0) else q1.iloc[:0]
+    off = [
+        x
+        for x in ratio.index
+        if x in mine.index and abs(ratio[x] / mine.loc[x, "ratio"] - 1) > PASSES_DISAGREE
+    ]
+    if not off:
+        return [], ""
+    each = ", ".join(
+        f"`{x}` {ratio[x]:.2f}× in the step, {mine.loc[x, 'ratio']:.2f}× in Q1" for x in off
+    )
+    step = eager_naive(ran(d))
+    step = step[(step["mode"] == "train_step") & (step["context_length"] == ctx)]
+    step = step.set_index(["precision", "size"])
+    passes = []
+    for x in off:
+        if (prec, x) not in step.index:
+            continue
+        r, q = step.loc[(prec, x)], mine.loc[x]
+        text = (
+            f"`{x}`: forward {fmt(r['fwd_ms_median'])} ms in the step against "
+            f"{fmt(q['forward_ms'])} in Q1's forward run ({r['fwd_ms_median'] / q['forward_ms']:.2f}×), "
+            f"backward {fmt(r['bwd_ms_median'])} against {fmt(q['backward_ms'])} "
+            f"({r['bwd_ms_median'] / q['backward_ms']:.2f}×)"
+        )
+        other = next((o for o in ("fp32", "bf16") if o != prec and (o, x) in step.index), None)
+        if other and (other, x) in q1.index:
+            f_o = step.loc[(other, x), "fwd_ms_median"] / q1.loc[(other, x), "forward_ms"]
+            text += f"; {other}'s forward {f_o:.2f}× its Q1 run's"
+        passes.append(text)
+    return off, (
+        f" (left out where Q1's passes, each timed in runs of its own, disagree by more than "
+        f"{PASSES_DISAGREE:.0%}: {each}"
+        + (f"; per pass, {'; '.join(passes)}" if passes else "")
+        + "; neither timing checks the other, and what makes them part was not measured)"
+    )
+
+
+# ---- Q1: backward over forward -------------------------------------------------------------
+
+
+def backward_sentences(r: pd.DataFrame, dropped: pd.DataFrame) -> dict[str, str]:
+    """{precision: backward/forward over the points `r` kept, and how many of `dropped` (every
+    point that ran) it left out}."""
+    out = {}
+    for prec, g in r.groupby("precision"):
+        n_out = int((dropped["precision"] == prec).sum()) - len(g)
+        out[prec] = range_sentence(g["ratio"], "size/context point") + (
+            f" ({plural(n_out, 'point')} left out: suspect or host-bound)" if n_out else ""
+        )
+    return out
+
+
+def backward_extremes(r: pd.DataFrame) -> str:
+    """The largest and the smallest backward/forward ratio, with their points."""
+    hi = r.loc[r["ratio"].idxmax()]
+    lo = r.loc[r["ratio"].idxmin()]
+    return (
+        f"the largest ratio is {hi.ratio:.2f}× ({hi['size']}, context {hi.context_length}, "
+        f"{hi.precision}) and the smallest {lo.ratio:.2f}× ({lo['size']}, context "
+        f"{lo.context_length}, {lo.precision})"
+    )
+
+
+# ---- Q2: the first steps and warm-up -------------------------------------------------------
+
+WHY_FIRST_STEP = {
+    "cuda": "The first step costs more because it pays one-time work that later steps reuse: "
+    "library handles (cuBLAS, cuDNN) are created, kernels are loaded and their algorithms chosen, "
+    "and the caching allocator grows its pool with real cudaMalloc calls.",
+    "cpu": "The first step costs more because it pays one-time work that later steps reuse: the "
+    "allocator grows the process's heap (page faults on fresh memory), and the CPU kernels' "
+    "one-time dispatch and primitive caches are filled.",
+}
+
+
+def why_first_step(w: pd.DataFrame) -> str:
+    return WHY_FIRST_STEP.get(str(w["device"].iloc[0]), WHY_FIRST_STEP["cpu"])
+
+
+def first_steps(size: str, g: pd.DataFrame) -> dict:
+    """Without warm-up (`g`: the sweep's summary of `size` by warm-up count): the first measured
+    step against the median, and the std after each warm-up count against none's."""
+    if 0 not in g.index:
+        return {}
+    z = g.loc[0]
+    out: dict = {"first_ratio": z.first_measured_ms / z.median_ms}
+    out["sentence0"] = (
+        f"With no warm-up, the first measured step of `{size}` takes "
+        f"{z.first_measured_ms:.1f} ms, {out['first_ratio']:.1f}× the median step "
+        f"({z.median_ms:.1f} ms); the std over the measured steps is {z.std_ms:.2f} ms "
+        f"(mean {z.mean_ms:.1f} ms)."
+    )
+    for k in sorted(i for i in g.index if i > 0):
+        row = g.loc[k]
+        change = 1 - row.std_ms / z.std_ms if z.std_ms > 0 else float("nan")
+        out.setdefault("after", []).append(
+            f"with {k} warm-up step{'s' if k > 1 else ''} the std is {row.std_ms:.2f} ms "
+            f"({'−' if change >= 0 else '+'}{abs(100 * change):.1f}%) and the mean {row.mean_ms:.1f} ms"
+        )
+    return out
+
+
+# ---- Q3: bf16 and compile speedups ---------------------------------------------------------
+
+
+def no_pairs(what: str, n_excluded: int = 0) -> str:
+    return f"No pairs of points to compare for {what}" + sanity.excluded(n_excluded, "pair") + "."
+
+
+def speedup_sentence(sp: pd.DataFrame, what: str, n_excluded: int = 0) -> str:
+    """`what`'s speedup over the pairs `sp`: median and range, the suspect pairs left out."""
+    excluded = sanity.excluded(n_excluded, "pair")
+    return (
+        f"{what}: {range_sentence(sp['speedup'], 'point')} (median, range"
+        + excluded.replace(" (", "; ", 1).removesuffix(")")
+        + ")."
+        if len(sp) > 1
+        else f"{what}: {range_sentence(sp['speedup'], 'point')}{excluded}."
+    )
+
+
+def losers(sp: pd.DataFrame) -> str:
+    """The points where the speedup is below 1, or that it pays everywhere."""
+    lose = sp[sp["speedup"] < 1.0]
+    if not len(lose):
+        return "It pays at every measured point."
+    # the attention names the point where a size, context and mode repeat across attentions
+    many = "attention" in lose and lose["attention"].nunique() > 1
+    items = ", ".join(
+        f"{r['size']} ctx {r.context_length} {MODE_LABEL[r['mode']]}"
+        + (f" ({r['attention']} attention, {r.speedup:.2f}×)" if many else f" ({r.speedup:.2f}×)")
+        for _, r in sort_sizes(lose).head(8).iterrows()
+    )
+    where = (
+        "any measured point"
+        if len(lose) == len(sp)
+        else f"{plural(len(lose), 'point')} of {len(sp)}"
+    )
+    return f"It does not pay (speedup below 1) at {where}: {items}."
+
+
+def other_attentions(sp: pd.DataFrame) -> str:
+    """bf16's speedup per attention other than naive."""
+    return "; ".join(
+        f"{att} attention: {range_sentence(g['speedup'], 'point')}"
+        for att, g in sp.groupby("attention")
+    )
+
+
+# ---- Q4: MFU ---------------------------------------------------------------------------------
+
+
+def mfu_missing(r: pd.DataFrame) -> list[str]:
+    """'precision: why' of the ceilings the rows `r` lack (no MFU without them)."""
+    return sorted(
+        {
+            f"{p}: {str(path).removeprefix('missing: ')}"
+            for p, path in zip(r["precision"], r["peak_path"], strict=True)
+            if str(path).startswith("missing")
+        }
+    )
+
+
+def mfu_paths(r: pd.DataFrame) -> list[str]:
+    """'precision: path' of the ceilings the rows `r` are held to."""
+    return sorted(
+        {
+            f"{p}: {PATH_LABEL.get(path, path)}"
+            for p, path in zip(r["precision"], r["peak_path"], strict=True)
+            if not str(path).startswith("missing")
+        }
+    )
+
+
+def mfu_best(d: pd.DataFrame) -> str:
+    """The point with the highest MFU, with its TFLOP/s and the ceiling it is held to."""
+    best = d.loc[d["mfu"].idxmax()]
+    return (
+        f"{pct(best.mfu)} MFU ({sig(best.tflops)} TFLOP/s of a measured "
+        f"{sig(best.peak_tflops)} TFLOP/s through "
+        f"{PATH_LABEL.get(best.peak_path, best.peak_path)}) "
+        f"for `{best['size']}` at context {best.context_length}, {MODE_LABEL[best['mode']]}, "
+        f"{best.precision}, {best['compile']}"
+    )
 
 
 # ---- the speed goal's point -------------------------------------------------------------

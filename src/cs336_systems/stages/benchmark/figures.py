@@ -21,8 +21,8 @@ from cs336_systems.reporting.analysis import (
 )
 from cs336_systems.stages.benchmark.rows import (
     MODE_LABEL,
-    _eager_naive,
     backward_ratios,
+    eager_naive,
     load_benchmark,
     speedups,
     warmup_summary,
@@ -47,21 +47,29 @@ def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
     df = load_benchmark(results_dir)
     w = load(results_dir, "benchmark_warmup")
     fig_dir = Path(fig_dir)
-    out = []
     names = ["latency", "bwd_fwd", "warmup", "speedups", "mfu"]
     paths = {n: fig_dir / f"benchmark_{n}.png" for n in names}
     d = ok(df) if len(df) else df
     if len(d) == 0:
         return [empty_figure(p, "no successful benchmark points") for p in paths.values()]
+    all_sizes = ordered_sizes(d["size"])
+    e = eager_naive(d)
+    return [
+        _latency_figure(e, all_sizes, paths["latency"]),
+        _bwd_fwd_figure(e, all_sizes, paths["bwd_fwd"]),
+        _warmup_figure(w, paths["warmup"]),
+        _speedup_figure(d, all_sizes, paths["speedups"]),
+        _mfu_figure(d, all_sizes, paths["mfu"]),
+    ]
 
-    # latency vs model size, one panel per mode, one line per context length (eager, naive);
-    # a size whose point failed or was flagged leaves a gap
-    e = _eager_naive(d)
+
+def _latency_figure(e, all_sizes, path: Path) -> Path:
+    """Latency vs model size, one panel per mode, one line per context length (eager, naive);
+    a size whose point failed or was flagged leaves a gap."""
     modes = [m for m in MODE_LABEL if m in set(e["mode"])]
     fig, axes = plt.subplots(
         1, max(len(modes), 1), figsize=(4.2 * max(len(modes), 1), 3.6), squeeze=False
     )
-    all_sizes = ordered_sizes(d["size"])
     for ax, mode in zip(axes[0], modes, strict=False):
         for (ctx, prec), g in e[e["mode"] == mode].groupby(["context_length", "precision"]):
             g = sort_sizes(g)
@@ -82,64 +90,62 @@ def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
         ax.set_xlabel("model size")
         ax.set_ylabel("ms per step (mean ± std)")
     axes[0][-1].legend(fontsize=7)
-    out.append(save(fig, paths["latency"]))
+    return save(fig, path)
 
-    # backward / forward ratio
+
+def _bwd_fwd_figure(e, all_sizes, path: Path) -> Path:
+    """Backward / forward ratio per size, one line per context and precision."""
     r = backward_ratios(e)
-    if len(r):
-        fig, ax = plt.subplots(figsize=(6, 3.6))
-        for (ctx, prec), g in r.groupby(["context_length", "precision"]):
-            _line(ax, g, all_sizes, "ratio", marker="o", label=f"ctx {ctx} {prec}")
-        ax.axhline(2.0, color="grey", lw=0.8, ls=":", label="2× (matmul FLOP ratio)")
-        ax.legend(fontsize=7)
-        _size_axis(ax, all_sizes)
-        ax.set_ylabel("backward time / forward time")
-        ax.set_xlabel("model size")
-        out.append(save(fig, paths["bwd_fwd"]))
-    else:
-        out.append(empty_figure(paths["bwd_fwd"], "no size with both a forward and a "
-                                "forward+backward point that passed the checks"))  # fmt: skip
+    if not len(r):
+        return empty_figure(path, "no size with both a forward and a forward+backward point "
+                            "that passed the checks")  # fmt: skip
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for (ctx, prec), g in r.groupby(["context_length", "precision"]):
+        _line(ax, g, all_sizes, "ratio", marker="o", label=f"ctx {ctx} {prec}")
+    ax.axhline(2.0, color="grey", lw=0.8, ls=":", label="2× (matmul FLOP ratio)")
+    ax.legend(fontsize=7)
+    _size_axis(ax, all_sizes)
+    ax.set_ylabel("backward time / forward time")
+    ax.set_xlabel("model size")
+    return save(fig, path)
 
-    # warm-up effect: per-step times and their std for each warm-up count
-    if len(w) and len(ok(w)):
-        fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
-        ws = ok(w)
-        for r_ in ws.itertuples():
-            times = json.loads(r_.warmup_times_ms) + json.loads(r_.step_times_ms)
-            x = np.arange(1, len(times) + 1)
-            a1.plot(x, times, marker=".", label=f"{r_.size}, {r_.warmup_steps} warm-up")
-            a1.axvline(r_.warmup_steps + 0.5, color=a1.lines[-1].get_color(), lw=0.6, ls=":")
-        a1.set_yscale("log")
-        a1.set_xlabel("step (dotted: first measured step)")
-        a1.set_ylabel("ms")
-        a1.legend(fontsize=7)
-        s = warmup_summary(w)
-        for size, g in s.groupby("size"):
-            a2.bar([f"{size}\n{k} w" for k in g["warmup_steps"]], g["std_ms"])
-        a2.set_ylabel("std of measured steps (ms)")
-        out.append(save(fig, paths["warmup"]))
-    else:
-        out.append(empty_figure(paths["warmup"], "no warm-up sweep data"))
 
-    out.append(_speedup_figure(d, all_sizes, paths["speedups"]))
+def _warmup_figure(w, path: Path) -> Path:
+    """Warm-up effect: per-step times and their std for each warm-up count."""
+    if not (len(w) and len(ok(w))):
+        return empty_figure(path, "no warm-up sweep data")
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for r_ in ok(w).itertuples():
+        times = json.loads(r_.warmup_times_ms) + json.loads(r_.step_times_ms)
+        x = np.arange(1, len(times) + 1)
+        a1.plot(x, times, marker=".", label=f"{r_.size}, {r_.warmup_steps} warm-up")
+        a1.axvline(r_.warmup_steps + 0.5, color=a1.lines[-1].get_color(), lw=0.6, ls=":")
+    a1.set_yscale("log")
+    a1.set_xlabel("step (dotted: first measured step)")
+    a1.set_ylabel("ms")
+    a1.legend(fontsize=7)
+    s = warmup_summary(w)
+    for size, g in s.groupby("size"):
+        a2.bar([f"{size}\n{k} w" for k in g["warmup_steps"]], g["std_ms"])
+    a2.set_ylabel("std of measured steps (ms)")
+    return save(fig, path)
 
-    # MFU of the training step, best context per size, a gap where a size has none
+
+def _mfu_figure(d, all_sizes, path: Path) -> Path:
+    """MFU of the training step, best context per size, a gap where a size has none."""
     t = d[d["mode"] == "train_step"].dropna(subset=["mfu"]) if "mfu" in d else d.iloc[:0]
-    if len(t):
-        fig, ax = plt.subplots(figsize=(6, 3.6))
-        for (prec, comp), g in t.groupby(["precision", "compile"]):
-            g = g.groupby("size", as_index=False)["mfu"].max()
-            _line(ax, g.assign(mfu=100 * g["mfu"]), all_sizes, "mfu", marker="o",
-                  label=f"{prec} {comp}")  # fmt: skip
-        ax.legend(fontsize=7)
-        _size_axis(ax, all_sizes)
-        ax.set_ylabel("train-step MFU (%, best context)")
-        ax.set_xlabel("model size")
-        out.append(save(fig, paths["mfu"]))
-    else:
-        out.append(empty_figure(paths["mfu"], "no training step with an MFU that passed the "
-                                "checks"))  # fmt: skip
-    return out
+    if not len(t):
+        return empty_figure(path, "no training step with an MFU that passed the checks")
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for (prec, comp), g in t.groupby(["precision", "compile"]):
+        g = g.groupby("size", as_index=False)["mfu"].max()
+        _line(ax, g.assign(mfu=100 * g["mfu"]), all_sizes, "mfu", marker="o",
+              label=f"{prec} {comp}")  # fmt: skip
+    ax.legend(fontsize=7)
+    _size_axis(ax, all_sizes)
+    ax.set_ylabel("train-step MFU (%, best context)")
+    ax.set_xlabel("model size")
+    return save(fig, path)
 
 
 SPEEDUP_PANELS = (

@@ -139,6 +139,75 @@ def measure(
         cleanup()
 
 
+def grid_points(
+    modes: list[str],
+    precisions: list[str],
+    compiles: list[str],
+    compile_modes: list[str] | None = None,
+    compile_precisions: list[str] | None = None,
+) -> list[tuple[str, str, str]]:
+    """(compile, precision, mode) of every point: every eager one, and the compiled ones of the
+    modes and precisions that get compiled points (default: all)."""
+    compile_modes = compile_modes if compile_modes is not None else modes
+    compile_precisions = compile_precisions if compile_precisions is not None else precisions
+    return [
+        (c, p, m)
+        for c in compiles
+        for p in precisions
+        for m in modes
+        if c == "eager" or (m in compile_modes and p in compile_precisions)
+    ]
+
+
+def memory_skips(
+    size: str,
+    context_length: int,
+    batch_size: int,
+    modes: list[str],
+    precisions: list[str],
+    device: torch.device,
+    free: float,
+    edition=None,
+) -> dict[tuple[str, str], tuple[str, float]]:
+    """{(mode, precision): (why, MiB needed)} of the points the memory model says cannot fit
+    `free` MiB: decided before allocating anything."""
+    skipped = {}
+    for prec in precisions:
+        for mode in modes:
+            need = step_memory_mib(
+                size, context_length, batch_size, mode, prec, device.type, edition
+            )
+            what = f"{size} {MODE_WHAT[mode]} in {prec} (state + saved activations)"
+            if why := memory_shortfall(need, device, what, free):
+                skipped[mode, prec] = (why, need)
+    return skipped
+
+
+def step_rates(flops_per_step: float, step_ms: float, tokens: int) -> dict:
+    """A measured step's FLOPs, TFLOP/s and tokens per second."""
+    return {
+        "flops_per_step": flops_per_step,
+        "tflops": flops.tflops(flops_per_step, step_ms),
+        "tokens_per_s": tokens / (step_ms * 1e-3),
+    }
+
+
+def measured_row(
+    row: dict, work: Workload, mode: str, precision: str, compiled: bool, warmup: int,
+    steps: int, flops_per_step: float, tokens: int, label: str,
+) -> dict:  # fmt: skip
+    """`row` with one point's measurement: its status and, when ok, its timings and rates
+    (logged after `label`, the point's place in the grid)."""
+    res = run_point(lambda: measure(work, mode, precision, compiled, warmup, steps))
+    row["status"] = res.status
+    if res.status == "ok":
+        row.update(res.value)
+        row.update(step_rates(flops_per_step, row["step_ms_mean"], tokens))
+    summary = f" {row['step_ms_mean']:.2f} ms" if res.status == "ok" else ""
+    log.log(status_level(res.status), "%s %s%s", label, res.status, summary)
+    return row
+
+
 def run_grid(
     size: str,
     context_length: int,
@@ -168,37 +237,20 @@ def run_grid(
         "attention": attention,
         "compile_mode": compile_mode,
     }
-    compile_modes = compile_modes if compile_modes is not None else modes
-    compile_precisions = compile_precisions if compile_precisions is not None else precisions
-    points = [
-        (c, p, m)
-        for c in compiles
-        for p in precisions
-        for m in modes
-        if c == "eager" or (m in compile_modes and p in compile_precisions)
-    ]
+    points = grid_points(modes, precisions, compiles, compile_modes, compile_precisions)
     # before allocating anything: the points the memory model says cannot fit what is free,
     # and those the measured matmul rates say would take longer than max_point_s
     free = free_memory_mib(device)
-    skipped = {}
-    for prec in precisions:
-        for mode in modes:
-            need = step_memory_mib(
-                size, context_length, batch_size, mode, prec, device.type, edition
-            )
-            what = f"{size} {MODE_WHAT[mode]} in {prec} (state + saved activations)"
-            if why := memory_shortfall(need, device, what, free):
-                skipped[mode, prec] = (why, need)
+    skipped = memory_skips(
+        size, context_length, batch_size, modes, precisions, device, free, edition
+    )
+    step_f = {m: step_flops(size, context_length, batch_size, m, edition) for m in modes}
     costly = {
-        (c, p, m): too_costly(
-            step_flops(size, context_length, batch_size, m, edition), warmup + steps, p,
-            rates or {}, max_point_s,
-        )
+        (c, p, m): too_costly(step_f[m], warmup + steps, p, rates or {}, max_point_s)
         for c, p, m in points
-    }  # fmt: skip
-    if all((m, p) in skipped or costly[(c, p, m)] for c, p, m in points):
-        built = None  # nothing runs: no model to build
-    else:
+    }
+    built = None  # nothing runs: no model to build
+    if not all((m, p) in skipped or costly[(c, p, m)] for c, p, m in points):
         built = run_point(
             lambda: Workload.build(
                 size,
@@ -211,46 +263,25 @@ def run_grid(
             )
         )
     for n, (comp, prec, mode) in enumerate(points, 1):
-        row = {
-            **fixed,
-            "mode": mode,
-            "precision": prec,
-            "compile": comp,
-            "warmup_steps": warmup,
-            "measure_steps": steps,
-        }
+        row = {**fixed, "mode": mode, "precision": prec, "compile": comp}
+        row.update(warmup_steps=warmup, measure_steps=steps)
         if (mode, prec) in skipped:
             why, need = skipped[mode, prec]
             rows.append({**row, "status": why, "needed_memory_mb": need, "free_memory_mb": free})
             log.log(status_level(why), "%d/%d %s", n, len(points), why)
-            continue
-        if costly[(comp, prec, mode)]:
+        elif costly[(comp, prec, mode)]:
             rows.append({**row, "status": costly[(comp, prec, mode)]})
             with point(mode, prec, comp):
                 log.info("%d/%d %s", n, len(points), costly[(comp, prec, mode)])
-            continue
-        if built.status != "ok":
+        elif built.status != "ok":
             rows.append({**row, "status": built.status})
-            continue
-        work = built.value
-        with point(mode, prec, comp):
-            res = run_point(
-                lambda w=work, m=mode, p=prec, c=comp: measure(
-                    w, m, p, c == "compiled", warmup, steps
-                )
-            )
-            row["status"] = res.status
-            if res.status == "ok":
-                row.update(res.value)
-                f = step_flops(size, context_length, batch_size, mode, edition)
-                ms = row["step_ms_mean"]
-                row["flops_per_step"] = f
-                row["tflops"] = flops.tflops(f, ms)
-                row["tokens_per_s"] = batch_size * context_length / (ms * 1e-3)
-            rows.append(row)
-            summary = f" {row['step_ms_mean']:.2f} ms" if res.status == "ok" else ""
-            log.log(status_level(res.status), "%d/%d %s%s", n, len(points), res.status, summary)
-    built = work = None
+        else:
+            with point(mode, prec, comp):
+                rows.append(measured_row(
+                    row, built.value, mode, prec, comp == "compiled", warmup, steps,
+                    step_f[mode], batch_size * context_length, f"{n}/{len(points)}",
+                ))  # fmt: skip
+    built = None
     release_memory()
     return rows
 
@@ -297,8 +328,9 @@ def run_warmup_sweep(
     return rows
 
 
-def _csv_list(text: str, cast=str) -> list:
-    return [cast(x) for x in text.split(",") if x]
+def _csv_list(text: str) -> list[str]:
+    """A job-level argument's list (`--compile`, `--engines`: "a,b")."""
+    return [x for x in text.split(",") if x]
 
 
 # what a block that leaves a knob out gets (the knobs that may be left out)
@@ -329,113 +361,117 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.out is None:
         ap.error("--out is required")
-    return with_knobs(args)
-
-
-def with_knobs(args: argparse.Namespace) -> argparse.Namespace:
-    """`args` with each knob of the job's block as the attribute the stage reads."""
-    k = args.block
-    args.device = DEVICE
-    args.batch_size = k.batch_size
-    if args.cmd == "warmup":
-        ws = k.warmup_sweep
-        args.context_length, args.warmups = ws.context_length, ",".join(map(str, ws.warmups))
-        args.steps, args.mode, args.precision = ws.measure_steps, ws.mode, ws.precision
-        return args
-    args.modes, args.precisions = ",".join(k.modes), ",".join(k.precisions)
-    only = k.compile_only
-    args.compile_modes = ",".join(only.modes) if only and only.modes else None
-    args.compile_precisions = ",".join(only.precisions) if only and only.precisions else None
-    args.compile_mode = k.compile_mode or COMPILE_MODE
-    args.warmup, args.steps = k.warmup_steps, k.measure_steps
-    args.max_point_s = float(k.max_point_s) if k.max_point_s is not None else None
     return args
+
+
+def plain_rows(args: argparse.Namespace, device: torch.device, base: dict) -> list[dict]:
+    """The job's grid through the plain model (plan.py: `RUN_KNOBS`, `compile_arg`)."""
+    k = args.block
+    only = k.compile_only
+    rows = run_grid(
+        args.size,
+        args.context_length,
+        list(k.modes),
+        list(k.precisions),
+        _csv_list(args.compile),
+        args.attention,
+        k.batch_size,
+        k.warmup_steps,
+        k.measure_steps,
+        device,
+        base,
+        list(only.modes) if only and only.modes else None,
+        list(only.precisions) if only and only.precisions else None,
+        k.compile_mode or COMPILE_MODE,
+        args.edition,
+        model_rates(pd.read_csv(args.ceilings)) if args.ceilings else {},
+        float(k.max_point_s) if k.max_point_s is not None else None,
+    )
+    for row in rows:
+        row["engine"] = "plain"
+    return rows
+
+
+def engine_flops(size: str, context_length: int, batch_size: int, engine: str, edition=None):
+    """FLOPs of one training step through `engine`: the model's, but GPT-2's MLP (2 d d_ff,
+    not SwiGLU's 3) for `hf_gpt2`."""
+    if engine != "hf_gpt2":
+        return step_flops(size, context_length, batch_size, "train_step", edition)
+    s = size_spec(size, edition)
+    return flops.model_flops(
+        VOCAB_SIZE,
+        s["d_model"],
+        s["num_layers"],
+        s["d_ff"] * 2 / 3,
+        batch_size,
+        context_length,
+        "train_step",
+    )
+
+
+def engines_rows(args: argparse.Namespace, device: torch.device, base: dict) -> list[dict]:
+    """The job's training step through each engine beside the plain model (`engines_arg`)."""
+    k = args.block
+    fixed = {
+        **base,
+        **model_row(args.size, args.context_length, k.batch_size, args.edition),
+        "attention": "engine",
+    }
+    rows = engine_rows(
+        _csv_list(args.engines),
+        args.size,
+        args.context_length,
+        list(k.precisions),
+        _csv_list(args.compile),
+        k.batch_size,
+        k.warmup_steps,
+        k.measure_steps,
+        device,
+        fixed,
+        args.edition,
+    )
+    for row in rows:
+        if row["engine"] != "plain" and row.get("status") == "ok":
+            f = engine_flops(args.size, args.context_length, k.batch_size, row["engine"],
+                             args.edition)  # fmt: skip
+            row.update(step_rates(f, row["step_ms_mean"], k.batch_size * args.context_length))
+    return rows
+
+
+def warmup_rows(args: argparse.Namespace, device: torch.device, base: dict) -> list[dict]:
+    """The warm-up sweep's job (plan.py: `WARMUP_KNOBS`)."""
+    k = args.block
+    ws = k.warmup_sweep
+    return run_warmup_sweep(
+        args.size,
+        ws.context_length,
+        list(ws.warmups),
+        ws.measure_steps,
+        ws.mode,
+        ws.precision,
+        k.batch_size,
+        device,
+        base,
+        args.edition,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     configure("benchmark")
 
-    device = pick_device(args.device)
+    device = pick_device(DEVICE)
     base = {**provenance(args.machine, args.preset, args.edition), "device": device.type}
     if args.cmd == "run":
         job = f"{args.size} ctx{args.context_length} {args.attention}"
     else:
-        job = f"{args.size} ctx{args.context_length} warm-up sweep"
+        job = f"{args.size} ctx{args.block.warmup_sweep.context_length} warm-up sweep"
     with point(job):
         if args.cmd == "run":
-            rows = run_grid(
-                args.size,
-                args.context_length,
-                _csv_list(args.modes),
-                _csv_list(args.precisions),
-                _csv_list(args.compile),
-                args.attention,
-                args.batch_size,
-                args.warmup,
-                args.steps,
-                device,
-                base,
-                _csv_list(args.compile_modes) if args.compile_modes else None,
-                _csv_list(args.compile_precisions) if args.compile_precisions else None,
-                args.compile_mode,
-                args.edition,
-                model_rates(pd.read_csv(args.ceilings)) if args.ceilings else {},
-                args.max_point_s,
-            )
-            for row in rows:
-                row["engine"] = "plain"
-            rows += engine_rows(
-                _csv_list(args.engines),
-                args.size,
-                args.context_length,
-                _csv_list(args.precisions),
-                _csv_list(args.compile),
-                args.batch_size,
-                args.warmup,
-                args.steps,
-                device,
-                {
-                    **base,
-                    **model_row(args.size, args.context_length, args.batch_size, args.edition),
-                    "attention": "engine",
-                },
-                args.edition,
-            )
-            for row in rows:
-                if row["engine"] != "plain" and row.get("status") == "ok":
-                    f = step_flops(
-                        args.size, args.context_length, args.batch_size, "train_step", args.edition
-                    )
-                    if row["engine"] == "hf_gpt2":  # GPT-2's MLP: 2 d d_ff, not SwiGLU's 3
-                        s = size_spec(args.size, args.edition)
-                        f = flops.model_flops(
-                            VOCAB_SIZE,
-                            s["d_model"],
-                            s["num_layers"],
-                            s["d_ff"] * 2 / 3,
-                            args.batch_size,
-                            args.context_length,
-                            "train_step",
-                        )
-                    row["flops_per_step"] = f
-                    row["tflops"] = flops.tflops(f, row["step_ms_mean"])
-                    row["tokens_per_s"] = (
-                        args.batch_size * args.context_length / (row["step_ms_mean"] * 1e-3)
-                    )
+            rows = plain_rows(args, device, base)
+            rows += engines_rows(args, device, base)
         else:
-            rows = run_warmup_sweep(
-                args.size,
-                args.context_length,
-                _csv_list(args.warmups, int),
-                args.steps,
-                args.mode,
-                args.precision,
-                args.batch_size,
-                device,
-                base,
-                args.edition,
-            )
+            rows = warmup_rows(args, device, base)
     write_csv(rows, args.out)
     log.info("wrote %s: %d rows", args.out, len(rows))
 

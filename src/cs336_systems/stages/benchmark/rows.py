@@ -1,5 +1,6 @@
 """The benchmark stage's rows as the report reads them: the loaders (MFU against this run's
-ceilings), backward over forward, speedups along one axis, the warm-up sweep's summary."""
+ceilings), backward over forward, speedups along one axis, the host-bound points, the warm-up
+sweep's summary."""
 
 from __future__ import annotations
 
@@ -12,14 +13,6 @@ from cs336_systems.reporting.analysis import load, ok, ran
 from cs336_systems.stages.benchmark.mfu import add_mfu
 
 KEYS = ["size", "context_length", "precision", "compile", "attention"]
-WHY_FIRST_STEP = {
-    "cuda": "The first step costs more because it pays one-time work that later steps reuse: "
-    "library handles (cuBLAS, cuDNN) are created, kernels are loaded and their algorithms chosen, "
-    "and the caching allocator grows its pool with real cudaMalloc calls.",
-    "cpu": "The first step costs more because it pays one-time work that later steps reuse: the "
-    "allocator grows the process's heap (page faults on fresh memory), and the CPU kernels' "
-    "one-time dispatch and primitive caches are filled.",
-}
 MODE_LABEL = {
     "forward": "forward",
     "forward_backward": "forward+backward",
@@ -40,7 +33,8 @@ def load_benchmark(results_dir: Path) -> pd.DataFrame:
     return df[df["engine"] == "plain"] if "engine" in df else df
 
 
-def _eager_naive(df: pd.DataFrame) -> pd.DataFrame:
+def eager_naive(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the model as the handout benchmarks it: eager, naive attention."""
     return df[(df["compile"] == "eager") & (df["attention"] == "naive")]
 
 
@@ -68,7 +62,61 @@ def speedups(df: pd.DataFrame, axis: str, base: str, fast: str) -> pd.DataFrame:
     return both.reset_index()
 
 
+# bf16 autocast no faster than this over fp32, where the bf16 matmul ceiling is at least
+# HOST_PEAK_RATIO times the fp32 one: the step's time is not the GPU's matmul time
+HOST_SPEEDUP = 1.25
+HOST_PEAK_RATIO = 3.0
+
+
+def host_bound(d: pd.DataFrame) -> pd.DataFrame:
+    """Points whose bf16 autocast step takes about its fp32 time (speedup below HOST_SPEEDUP)
+    although the bf16 matmul ceiling is HOST_PEAK_RATIO times the fp32 one or more: their time
+    is the host's (kernel launches, Python), not the GPU's matmuls. Both rows' keys, with the
+    speedup and the ceilings' ratio."""
+    keys = [k for k in [*KEYS, "mode"] if k != "precision"]
+    a = d[d["precision"] == "fp32"].set_index(keys)
+    b = d[d["precision"] == "bf16"].set_index(keys)
+    cols = ["step_ms_mean", "peak_tflops"]
+    both = a[cols].add_suffix("_fp32").join(b[cols].add_suffix("_bf16"), how="inner")
+    both["speedup"] = both["step_ms_mean_fp32"] / both["step_ms_mean_bf16"]
+    both["peak_ratio"] = both["peak_tflops_bf16"] / both["peak_tflops_fp32"]
+    hb = both[(both["speedup"] < HOST_SPEEDUP) & (both["peak_ratio"] >= HOST_PEAK_RATIO)]
+    return hb.reset_index()
+
+
+def host_bound_points(d: pd.DataFrame, hb: pd.DataFrame) -> pd.DataFrame:
+    """Every mode's and precision's rows at a point (size, context, compile, attention) where
+    some mode is host-bound: a host-bound forward makes the same point's other passes
+    host-bound too (the same kernels, launched from the same Python), also where their own pair
+    was flagged."""
+    keys = ["size", "context_length", "compile", "attention"]
+    if not len(hb):
+        return hb
+    at = hb[keys].drop_duplicates()
+    return d.merge(at, on=keys)[[*keys, "mode", "precision"]].drop_duplicates()
+
+
+def without_points(r: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
+    """`r`'s rows but those at `points` (host_bound_points: size, context, compile, attention,
+    mode and precision)."""
+    if not (len(points) and len(r)):
+        return r
+    keys = ["size", "context_length", "precision", "compile", "attention"]
+    hit = r.merge(points[keys].drop_duplicates(), on=keys, how="left", indicator=True)
+    return r[(hit["_merge"] != "both").to_numpy()]
+
+
+def device_of(df: pd.DataFrame) -> str:
+    """`cuda` or `cpu`: the rows' `device`, else their provenance's GPU count."""
+    if "device" in df and df["device"].notna().any():
+        return str(df["device"].dropna().iloc[0])
+    gpus = pd.to_numeric(df.get("gpu_count", pd.Series(dtype=float)), errors="coerce")
+    return "cuda" if gpus.fillna(0).max() > 0 else "cpu"
+
+
 def warmup_summary(w: pd.DataFrame) -> pd.DataFrame:
+    """One row per warm-up count of the sweep: the measured steps' mean, std, median and the
+    first measured step."""
     rows = []
     for r in ok(w).itertuples():
         times = json.loads(r.step_times_ms)

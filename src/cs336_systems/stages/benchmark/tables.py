@@ -1,12 +1,106 @@
-"""The benchmark's engines table: the training step through each engine (analysis.py renders it)."""
+"""The benchmark section's tables: latency per point, the phases of a training step, the warm-up
+sweep, the speedups, MFU per size, and the training step through each engine."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from cs336_systems.reporting.analysis import fmt, sort_sizes
+from cs336_systems.reporting import sanity
+from cs336_systems.reporting.analysis import (
+    SIZE_ORDER,
+    fmt,
+    mark_suspect,
+    md_table,
+    ordered_sizes,
+    pct,
+    ran,
+    size_key,
+    sort_sizes,
+)
+from cs336_systems.stages.benchmark.rows import MODE_LABEL, eager_naive
 
 PIPELINED = ("pipelined_ms", "pipelined_mfu")
+
+
+def latency_table(df: pd.DataFrame, precision: str) -> str:
+    """Every eager point that ran, suspect ones marked."""
+    d = eager_naive(ran(df))
+    d = d[d["precision"] == precision]
+    if len(d) == 0:
+        return ""
+    flags = sanity.is_suspect(d)
+    d = d.assign(
+        cell=[
+            mark_suspect(f"{fmt(m)} ± {fmt(s)}", bool(f))
+            for m, s, f in zip(d.step_ms_mean, d.step_ms_std, flags, strict=True)
+        ]
+    )
+    t = d.pivot_table(
+        index=["size", "context_length"], columns="mode", values="cell", aggfunc="first"
+    )
+    t = t.reset_index()
+    t = sort_sizes(t, "context_length")
+    t.columns.name = None
+    t = t.rename(columns={m: f"{MODE_LABEL[m]} (ms)" for m in MODE_LABEL})
+    return md_table(t)
+
+
+def phase_table(
+    t: pd.DataFrame, t_all: pd.DataFrame, prec: str, ctx: int, names: list[str], ran_sizes: set
+) -> str:
+    """One precision's training step at `ctx` split into its phases, one row per size of
+    `names` (`tiny` where it ran): the medians of the points that passed the checks (`t`),
+    else why the size has none (its row among every point, `t_all`)."""
+    rows = []
+    g = t[t["precision"] == prec].set_index("size")
+    every = t_all[(t_all["precision"] == prec) & (t_all["context_length"] == ctx)]
+    every = every.set_index("size")
+    for size in ordered_sizes([n for n in names if n != "tiny" or n in ran_sizes]):
+        if size in g.index:
+            r = g.loc[size]
+            rows.append(
+                {
+                    "size": size,
+                    "forward (ms)": fmt(r.fwd_ms_median, 2),
+                    "backward (ms)": fmt(r.bwd_ms_median, 2),
+                    "optimizer (ms)": fmt(r.opt_ms_median, 2),
+                    "step (ms)": fmt(r.step_ms_median, 2),
+                    "optimizer share": pct(r.opt_ms_median / r.step_ms_median),
+                }
+            )
+        else:
+            why = str(every.loc[size, "status"]) if size in every.index else "not run"
+            if why == "ok":  # ran, but failed a sanity check
+                why = "⚠ suspect (see Suspect numbers): left out"
+            rows.append({"size": size, "forward (ms)": why})
+    return md_table(pd.DataFrame(rows).fillna("–"))
+
+
+def warmup_table(g: pd.DataFrame) -> str:
+    """One size's warm-up sweep (`g`: its summary by warm-up count)."""
+    cols = ["warmup_steps", "mean_ms", "std_ms", "median_ms", "first_measured_ms"]
+    return md_table(g.reset_index()[cols])
+
+
+def speedup_table(sp: pd.DataFrame) -> str:
+    """The median speedup per size (rows) and mode (columns)."""
+    per_size = sp.groupby(["size", "mode"], as_index=False)["speedup"].median()
+    per_size = per_size.sort_values(
+        ["size", "mode"], key=lambda c: size_key(c) if c.name == "size" else c
+    )
+    t = per_size.pivot(index="size", columns="mode", values="speedup")
+    t = t.reindex([x for x in SIZE_ORDER if x in t.index])
+    t.columns = [MODE_LABEL.get(c, c) for c in t.columns]
+    return md_table(t.reset_index())
+
+
+def mfu_table(t: pd.DataFrame) -> str:
+    """The training steps' best MFU (%) per size (rows) and precision x compile (columns)."""
+    m = t.pivot_table(index="size", columns=["precision", "compile"], values="mfu", aggfunc="max")
+    m = m.reindex(ordered_sizes(m.index))
+    m.columns = [f"{p} {c}" for p, c in m.columns]
+    m = m.map(lambda v: "–" if pd.isna(v) else f"{100 * v:.1f}")
+    return md_table(m.reset_index())
 
 
 def engines_table(df: pd.DataFrame) -> pd.DataFrame:

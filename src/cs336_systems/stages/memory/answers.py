@@ -1,95 +1,29 @@
-"""The memory section's answers in words, each computed from the rows it names.
+"""The memory section's answers in words, each computed from the rows it names (rows.py).
 
-Both editions (memory_profiling (b), (c), (e)): a peak split into measured parts that add up to
-it, the mixed-precision comparison with autocast's weight copies apart, and the largest
-allocations of the forward pass's snapshot. 2026: the grid with its checkpointed points
-(``memory.csv``), and part (f) from the block CSV (``memory_blocks.csv``, see blocks.py).
-
-The parts of a step's peak (MiB, the CUDA allocator's): what the step starts with that stays
-(parameters, and for a training step AdamW's state; the previous step's gradients are freed by
-`zero_grad` before forward), the activations autograd saved (its distinct storages; under bf16
-autocast these include the bf16 copies of every weight, `analytic_weight_casts_mb`), the rest
-held at the end of forward (the loss and its buffers, the allocator's rounding), and the rest, up
-to the peak: in a training step the growth from the end of forward to the peak (the gradients
-made by then, less the activations already freed, plus backward's scratch), in a forward the
-transient tensors above what it saves (the largest layer's scores, autocast's cached weight
-copies under checkpointing). Each part is a measured number; the last
-two are differences of measured allocator levels, so the parts add up to the peak exactly.
+Both editions (memory_profiling (a)-(e), questions 13-17): each step's timeline phase by phase,
+how the peak grows with context and the parts it splits into (rows.peak_parts: measured parts
+that add up to it), bf16 autocast against fp32 with autocast's weight copies apart, the residual
+stream and the activations against the analytic model, and the largest allocations of the
+forward pass's snapshot. 2026: the grid with its checkpointed points (``memory.csv``), and part
+(f) from the block CSV (``memory_blocks.csv``, see blocks.py).
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
-from cs336_systems.core import costs
-from cs336_systems.core.checkpoint_plans import plan_for
-from cs336_systems.model import VOCAB_SIZE
-from cs336_systems.planning.edition import size_table
-from cs336_systems.reporting.analysis import md_table, sort_sizes
-
-MODE_LABEL = {
-    "forward": "forward",
-    "forward_backward": "forward+backward",
-    "train_step": "train step",
-}
-PARTS = {
-    "params_mb": "parameters",
-    "optimizer_state_mb": "optimizer state",
-    "activations_mb": "saved activations (excl. weight copies)",
-    "weight_casts_mb": "bf16 weight copies (saved)",
-    "other_at_forward_end_mb": "other at the end of forward",
-    "growth_to_peak_mb": "the rest, up to the peak",
-}
-
-
-def peak_parts(d: pd.DataFrame) -> pd.DataFrame:
-    """One row per point that ran on CUDA: its parts (PARTS) and the peak they add up to."""
-    need = {"peak_allocated_mb", "forward_end_mb", "params_mb", "saved_activations_mb"}
-    if not need <= set(d) or d["peak_allocated_mb"].isna().all():
-        return pd.DataFrame()
-    rows = []
-    for _, r in d.dropna(subset=["peak_allocated_mb", "forward_end_mb"]).iterrows():
-        opt = float(r.get("optimizer_state_mb", 0) or 0) if r["mode"] == "train_step" else 0.0
-        # autocast's bf16 weight copies are saved tensors only where the blocks are not
-        # checkpointed (a checkpointed block's copies are cached, then dropped, not saved)
-        plain = str(r.get("checkpoint", "none")) in ("none", "nan")
-        casts = float(r.get("analytic_weight_casts_mb", 0) or 0)
-        casts = (
-            min(casts, float(r["saved_activations_mb"]))
-            if plain and r["precision"] != "fp32"
-            else 0.0
-        )
-        # a forward's end is its peak's baseline; the forward's growth is what it saved
-        held = r["params_mb"] + opt + r["saved_activations_mb"]
-        end = (
-            r["forward_end_mb"]
-            if r["mode"] != "forward"
-            else r["baseline_mb"] + r["saved_activations_mb"]
-        )
-        rows.append(
-            {
-                "size": r["size"],
-                "context_length": r["context_length"],
-                "mode": MODE_LABEL.get(r["mode"], r["mode"]),
-                "precision": r["precision"],
-                "checkpoint": r.get("checkpoint", "none"),
-                "params_mb": r["params_mb"],
-                "optimizer_state_mb": opt,
-                "activations_mb": r["saved_activations_mb"] - casts,
-                "weight_casts_mb": casts,
-                "other_at_forward_end_mb": end - held,
-                "growth_to_peak_mb": r["peak_allocated_mb"] - end,
-                "peak_allocated_mb": r["peak_allocated_mb"],
-            }
-        )
-    return sort_sizes(pd.DataFrame(rows), "context_length").reset_index(drop=True)
-
-
-def parts_table(parts: pd.DataFrame) -> str:
-    if parts.empty:
-        return ""
-    t = parts.rename(columns={**PARTS, "peak_allocated_mb": "= peak allocated"})
-    return md_table(t, 0)
+from cs336_systems.reporting.analysis import sig, sort_sizes
+from cs336_systems.stages.memory.rows import (
+    MODE_LABEL,
+    PARTS,
+    MiB,
+    checkpointed_forward_mb,
+    forward_allocation_rows,
+    forward_allocations_table,
+    peak_mb,
+    saved_by_precision,
+)
 
 
 def parts_sentence(parts: pd.DataFrame) -> str:
@@ -147,31 +81,10 @@ def forward_allocations(allocs: pd.DataFrame) -> tuple[str, str]:
     """memory_profiling (e): the largest allocations of the forward pass's snapshot, at each
     context and precision (a context that ran only with checkpointing says so), and where they
     come from. (sentence, table)."""
-    if allocs.empty or "mode" not in allocs:
+    t = forward_allocation_rows(allocs)
+    if t.empty:
         return "", ""
-    a = allocs[(allocs["status"] == "ok") & (allocs["mode"] == "forward")]
-    if a.empty:
-        return "", ""
-    a = a.assign(checkpoint=a["checkpoint"].fillna("none") if "checkpoint" in a else "none")
-    rows, sentences = [], []
-    for (ctx, prec, ck), g in a.groupby(["context_length", "precision", "checkpoint"]):
-        g = g.sort_values("rank")
-        top = g.iloc[0]
-        same = int((g["size_mb"] == top["size_mb"]).sum())
-        tensor = str(top.get("likely_tensor", "")) if pd.notna(top.get("likely_tensor")) else ""
-        rows.append(
-            {
-                "size": top["size"],
-                "context_length": int(ctx),
-                "precision": prec,
-                "checkpoint": ck,
-                "largest (MiB)": top["size_mb"],
-                "of that size in the top 10": same,
-                "likely tensor": tensor or "–",
-                "allocated at": top["frames"],
-            }
-        )
-    t = pd.DataFrame(rows)
+    sentences = []
     fp = t[t["precision"] == "fp32"] if (t["precision"] == "fp32").any() else t
     for _, r in fp.iterrows():
         ck = (
@@ -202,7 +115,7 @@ def forward_allocations(allocs: pd.DataFrame) -> tuple[str, str]:
         + "."
         + extra
     )
-    return text, md_table(sort_sizes(t, "context_length"), 1)
+    return text, forward_allocations_table(t)
 
 
 def grid_counts(df: pd.DataFrame) -> str:
@@ -223,7 +136,6 @@ def grid_counts(df: pd.DataFrame) -> str:
 
 # ---- 2026: the checkpointed grid and part (f) ---------------------------------------------
 
-MiB = 2**20
 GRID_MODE_LABEL = {
     "forward": "forward",
     "forward_backward": "forward+backward",
@@ -282,57 +194,26 @@ def checkpoint_sentences(df: pd.DataFrame) -> list[str]:
     return [x.replace(" ()", "") for x in out]
 
 
-def checkpointed_forward_mb(r: pd.Series) -> float:
-    """core.costs.checkpoint_memory's forward bytes (what a forward under the row's strategy
-    saves: the segments' inputs and the head) for the row's model, in MiB; NaN where the row
-    lacks what it needs."""
-    try:
-        spec = size_table(int(r["edition"]))[r["size"]]
-        plan = plan_for(str(r["checkpoint"]), spec["num_layers"])
-    except (KeyError, ValueError, TypeError):
-        return float("nan")
-    b, n, prec = int(r["batch_size"]), int(r["context_length"]), str(r["precision"])
-    blk = costs.block_saved_bytes(
-        b, n, spec["d_model"], spec["num_heads"], spec["d_ff"], prec, str(r.get("device", "cuda"))
+def block_sentence(t: pd.Series, top: pd.DataFrame) -> str:
+    """Part (f) at one (context, precision) (`t`: its block_total row, `top`: its ops by rank):
+    what the block saves, the five largest ops with their shares, and its gradients."""
+    shown = ", ".join(f"`{r['op']}` {100 * r['share']:.1f}%" for _, r in top.iterrows())
+    expect = 4 * t["block_params"]
+    verdict = "exactly" if t["grad_bytes"] == expect else f"against {expect / MiB:,.1f} MiB"
+    with_input = (t["bytes"] + t["input_bytes"]) / MiB
+    return (
+        f"Context {int(t['context_length'])}, {t['precision']} ({t['device']}): one block "
+        f"saves {t['bytes'] / MiB:,.1f} MiB for backward besides its input "
+        f"({with_input:,.1f} MiB with it; core.costs.block_saved_bytes: "
+        f"{t['analytic_bytes'] / MiB:,.1f} MiB) over {int(t['ops'])} ops; the five largest: "
+        f"{shown} ({100 * t['top_share']:.1f}% together). " + grads_sentence(t, expect, verdict)
     )
-    head = costs.head_saved_bytes(b, n, spec["d_model"], VOCAB_SIZE, prec)
-    # what autograd saves (as `saved_activations_mb` counts it): autocast's cached weight
-    # copies are held until the forward ends but are not saved tensors
-    fwd = costs.checkpoint_memory(plan, blk["total"], blk["input"], head, 0)
-    return fwd["forward_bytes"] / MiB
 
 
-def block_answers(blocks: pd.DataFrame) -> dict:
-    """Part (f) per (context, precision): the top ops with shares, total, gradient bytes."""
-    s: dict = {"block_sentences": [], "nsys_captures": []}
-    if blocks.empty:
-        return s
-    ok = blocks[blocks["status"] == "ok"]
-    tot = ok[ok["part"] == "block_total"]
-    ops = ok[ok["part"] == "saved_by_op"]
-    for _, t in tot.sort_values(["context_length", "precision"]).iterrows():
-        at = (ops["context_length"] == t["context_length"]) & (ops["precision"] == t["precision"])
-        top = ops[at].sort_values("rank")
-        shown = ", ".join(f"`{r['op']}` {100 * r['share']:.1f}%" for _, r in top.iterrows())
-        expect = 4 * t["block_params"]
-        verdict = "exactly" if t["grad_bytes"] == expect else f"against {expect / MiB:,.1f} MiB"
-        with_input = (t["bytes"] + t["input_bytes"]) / MiB
-        s["block_sentences"].append(
-            f"Context {int(t['context_length'])}, {t['precision']} ({t['device']}): one block "
-            f"saves {t['bytes'] / MiB:,.1f} MiB for backward besides its input "
-            f"({with_input:,.1f} MiB with it; core.costs.block_saved_bytes: "
-            f"{t['analytic_bytes'] / MiB:,.1f} MiB) over {int(t['ops'])} ops; the five largest: "
-            f"{shown} ({100 * t['top_share']:.1f}% together). " + grads_sentence(t, expect, verdict)
-        )
-    table = top_table(ops)
-    s["block_table"] = md_table(table, 3) if len(table) else ""
-    cap = blocks[blocks["part"] == "nsys_capture"]
-    for _, r in cap.iterrows():
-        where = f": `{r['capture']}`" if r["status"] == "ok" else ""
-        s["nsys_captures"].append(
-            f"context {int(r['context_length'])}, {r['precision']}: {r['status']}{where}"
-        )
-    return s
+def nsys_capture_line(r: pd.Series) -> str:
+    """Part (f)'s Nsight capture at one (context, precision): its status and where it is."""
+    where = f": `{r['capture']}`" if r["status"] == "ok" else ""
+    return f"context {int(r['context_length'])}, {r['precision']}: {r['status']}{where}"
 
 
 def grads_sentence(t: pd.Series, expect: float, verdict: str) -> str:
@@ -367,34 +248,183 @@ def grads_sentence(t: pd.Series, expect: float, verdict: str) -> str:
     )
 
 
-def top_table(ops: pd.DataFrame) -> pd.DataFrame:
-    if ops.empty:
-        return ops
-    t = ops[["context_length", "precision", "rank", "op", "bytes", "share"]].copy()
-    t["MiB"] = t.pop("bytes") / MiB
-    t["share %"] = 100 * t.pop("share")
-    return t.sort_values(["context_length", "precision", "rank"]).reset_index(drop=True)
+# ---- Q13-Q17: the timelines, peaks, precisions, activations and allocations -----------------
 
 
-def grid_table(df: pd.DataFrame) -> str:
-    cols = [
-        "size",
-        "context_length",
-        "mode",
-        "precision",
-        "checkpoint",
-        "status",
-        "peak_allocated_mb",
-        "rss_growth_mb",
-        "saved_activations_mb",
-        "analytic_need_gib",
+def timeline_sentence(r: pd.Series) -> str:
+    """Q13: one point's timeline in words, phase by phase, and where its peak falls."""
+    base = r["baseline_mb"]
+    parts = [
+        f"{r['size']} at context {r['context_length']}, {MODE_LABEL.get(r['mode'], r['mode'])}, "
+        f"{r['precision']}: {base:,.0f} MiB are held before the step"
     ]
-    t = df[[c for c in cols if c in df]]
-    return md_table(sort_sizes(t, "context_length").reset_index(drop=True), 1)
+    if r["mode"] == "forward":
+        parts.append(
+            "the forward pass climbs while the saved activations accumulate and falls back "
+            "when the loss is dropped"
+        )
+    else:
+        fwd_end = r.get("forward_end_mb", np.nan)
+        grads = r.get("grads_mb", np.nan)
+        if fwd_end == fwd_end and fwd_end < base:
+            parts.append(
+                "`zero_grad` first frees the previous step's gradients"
+                + (f" ({grads:,.0f} MiB)" if grads == grads and grads > 0 else "")
+                + f", so forward, though it keeps activations for backward, ends at "
+                f"{fwd_end:,.0f} MiB, below that baseline"
+            )
+        else:
+            parts.append(f"forward raises it to {fwd_end:,.0f} MiB (activations kept for backward)")
+        if not pd.isna(r.get("backward_end_mb", np.nan)):
+            parts.append(
+                f"backward frees activations as it makes gradients and ends at "
+                f"{r['backward_end_mb']:,.0f} MiB"
+            )
+        if not pd.isna(r.get("optimizer_end_mb", np.nan)):
+            parts.append(f"the optimizer step ends at {r['optimizer_end_mb']:,.0f} MiB")
+    peak = peak_mb(r)
+    if peak == peak:
+        parts.append(
+            f"the peak, {peak:,.0f} MiB (the allocator's maximum, as in Q14), falls in "
+            f"{r['peak_phase']}"
+        )
+    else:
+        parts.append(f"the trace's peak, {r['trace_peak_mb']:,.0f} MiB, falls in {r['peak_phase']}")
+    return "; ".join(parts) + "."
 
 
-def edition_2026(df: pd.DataFrame, blocks: pd.DataFrame) -> dict:
-    """The 2026 answers: the checkpointed points beside the plain ones, and part (f)."""
-    s = {"checkpoint_sentences": checkpoint_sentences(df), "grid_table": grid_table(df)}
-    s.update(block_answers(blocks))
-    return s
+def timeline_skipped(d: pd.DataFrame) -> str:
+    """Q13 without CUDA snapshots: why the points have no timeline."""
+    reasons = sorted(set(str(x) for x in d.get("timeline_png", pd.Series(dtype=str))))
+    reasons = [r.removeprefix("skipped: ") for r in reasons if r.startswith("skipped")]
+    return "; ".join(reasons) or "no CUDA memory snapshots"
+
+
+def partly_measured(missing: list) -> dict:
+    """Q14's coverage where the contexts `missing` have no plain point that ran."""
+    return {
+        "memory_profiling.b": {
+            "status": "partly",
+            "why": f"context {', '.join(map(str, missing))} ran only with checkpointing or "
+            "not at all (the table says why): its peaks without checkpointing are not "
+            "measured",
+            "how": "a device with more memory (the `skipped` rows give what it needs)",
+        }
+    }
+
+
+def peak_growth(d: pd.DataFrame, col: str, what: str) -> list[str]:
+    """Q14: per (size, mode, precision), `col` (`what`) from the smallest context to the
+    largest."""
+    grow = []
+    for (size, mode, prec), g in d.groupby(["size", "mode", "precision"]):
+        g = g.sort_values("context_length")
+        if len(g) > 1:
+            a, b = g[col].iloc[0], g[col].iloc[-1]
+            grow.append(
+                f"{size} {MODE_LABEL.get(mode, mode)} {prec}: {what} {a:,.1f} → "
+                f"{b:,.1f} MiB ({b / a:.2f}×) from context {g['context_length'].iloc[0]} to "
+                f"{g['context_length'].iloc[-1]}"
+            )
+    return grow
+
+
+def precision_sentence(pr: pd.DataFrame, what: str, cuda: bool) -> str:
+    """Q15: bf16 autocast's `what` over fp32's, per mode (`pr`: rows.precision_ratios)."""
+    by_mode = pr.groupby("mode")["bf16_over_fp32"].median()
+    text = (
+        "; ".join(
+            f"{MODE_LABEL.get(m, m)}: bf16 autocast {what} is {v:.2f}× fp32's (median)"
+            for m, v in by_mode.items()
+        )
+        + "."
+    )
+    if not cuda:
+        text += (
+            " (A CPU run has no allocator statistics; its RSS growth, in the table above, is "
+            "too coarse to compare.)"
+        )
+    return text
+
+
+def precision_why(d: pd.DataFrame, cuda: bool) -> str | None:
+    """Q15: why bf16 saves what it saves (autocast's weight copies apart where known); None
+    without both precisions' activations."""
+    act = saved_by_precision(d)
+    without = precision_without_casts(d)
+    if without:
+        return (
+            "Autocast keeps fp32 master weights, gradients and optimizer state, so those do "
+            "not shrink; it changes what autograd saves. " + without
+        )
+    if not ({"fp32", "bf16"} <= set(act.columns) and len(act)):
+        return None
+    ratio = (act["bf16"] / act["fp32"]).median()
+    return (
+        f"Autocast keeps fp32 master weights, gradients and optimizer state, so those do "
+        f"not shrink; it changes what autograd saves: {ratio:.2f}× the fp32 activation "
+        "bytes (median). Matmul inputs are saved as bf16 copies (one per matmul that reads "
+        "a tensor, plus bf16 copies of every weight), while the residual stream, the norms "
+        + (
+            "and, on CUDA, the softmax probabilities stay fp32 (the probabilities then also "
+            "get a bf16 copy for the PV matmul)."
+            if cuda
+            else "and the loss stay fp32."
+        )
+    )
+
+
+def residual_sentence(rs: pd.DataFrame, batch_size: int) -> str:
+    """Q16: one residual-stream activation of the first point, in bytes and MiB."""
+    r0 = rs.iloc[0]
+    mib = float(r0["analytic_residual_stream_mb"])
+    return (
+        f"One residual-stream activation of {r0['size']} (batch {batch_size} × context "
+        f"{r0['context_length']} × d_model, fp32) is batch·context·d_model·4 = "
+        f"{round(mib * MiB):,} bytes, {sig(mib)} MiB (MiB = 2^20 bytes)."
+    )
+
+
+def activation_sentence(cmp: pd.DataFrame) -> str:
+    """Q16: what autograd saved against the analytic model, and the allocator's growth."""
+    dev = (cmp["saved_over_analytic"] - 1).abs()
+    text = (
+        f"The analytic model (`memory.activation_memory`) matches what autograd saved to within "
+        f"{100 * dev.max():.2f}% at every point (median deviation {100 * dev.median():.3f}%)."
+    )
+    if "allocator_growth_mb" in cmp and cmp["allocator_growth_mb"].notna().any():
+        g = (cmp["allocator_growth_mb"] / cmp["analytic_activations_mb"]).dropna()
+        if len(g):
+            text += (
+                f" The allocator's growth from the start of forward to the start of backward is "
+                f"{g.median():.2f}× the model (median): it also holds the loss's gradient buffers "
+                "being made at the moment backward starts and allocator rounding."
+            )
+    return text
+
+
+def step_allocation_point(pick: pd.DataFrame) -> str:
+    """Q17 without forward snapshots: the point whose step's allocations are shown."""
+    mode, prec = pick["mode"].iloc[0], pick["precision"].iloc[0]
+    ctx = pick["context_length"].iloc[0]
+    return f"{pick['size'].iloc[0]}, context {ctx}, {MODE_LABEL.get(mode, mode)}, {prec}"
+
+
+def step_allocation_sentence(pick: pd.DataFrame) -> str:
+    """Q17 without forward snapshots: the step's largest allocation, its phase and stack."""
+    top = pick.iloc[0]
+    return (
+        f"The largest allocation is {top['size_mb']:,.1f} MiB during {top['phase']}"
+        + (
+            f", the size of the {top['likely_tensor']}"
+            if str(top.get("likely_tensor", "")) not in ("", "nan")
+            else ""
+        )
+        + f"; its stack: {top['frames']}."
+    )
+
+
+def allocations_skipped(allocs: pd.DataFrame) -> str:
+    """Q17 without any snapshot: the statuses that say why."""
+    st = sorted(set(allocs.get("status", pd.Series(dtype=str)).astype(str))) if len(allocs) else []
+    return "; ".join(x.removeprefix("skipped: ") for x in st) or "no data"

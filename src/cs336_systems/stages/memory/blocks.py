@@ -217,17 +217,19 @@ def step_need_bytes(
 
 def grid(args, context: int, device_type: str) -> list[tuple[str, str, str]]:
     """(precision, mode, checkpointing strategy) of each point at `context`: every mode without
-    checkpointing; at `--checkpoint-contexts`, the `--checkpoint-modes` again with `every_<k>`,
-    k the analytic best (blocks.best_block_size) or the given strategy."""
+    checkpointing; at the block's `checkpoint.contexts`, its `checkpoint.modes` again with
+    `every_<k>`, k the analytic best (blocks.best_block_size) or the given strategy."""
+    knobs = args.block
+    ck = knobs.checkpoint
     out = []
-    for precision in args.precisions:
-        for mode in args.modes:
+    for precision in knobs.precisions:
+        for mode in knobs.modes:
             out.append((precision, mode, "none"))
-            if context in args.checkpoint_contexts and mode in args.checkpoint_modes:
-                strategy = args.checkpoint
+            if ck is not None and context in ck.contexts and mode in ck.modes:
+                strategy = ck.strategy
                 if strategy == "best":
                     k = best_block_size(
-                        args.size, context, args.batch_size, precision, device_type, args.edition
+                        args.size, context, knobs.batch_size, precision, device_type, args.edition
                     )
                     strategy = strategy_name(k)
                 out.append((precision, mode, strategy))
@@ -236,13 +238,14 @@ def grid(args, context: int, device_type: str) -> list[tuple[str, str, str]]:
 
 def block_grid(args, device: torch.device) -> list[dict]:
     """Part (f) rows for every (context, precision), and Nsight's capture where it can run."""
+    knobs = args.block
     out = []
-    for context in args.contexts:
-        for precision in args.precisions:
+    for context in knobs.context_lengths:
+        for precision in knobs.precisions:
             with point(args.size, f"ctx{context}", "block", precision):
                 res = run_point(
                     lambda c=context, p=precision: block_rows(
-                        args.size, c, args.batch_size, p, device, args.edition
+                        args.size, c, knobs.batch_size, p, device, args.edition
                     )
                 )
             key = {"context_length": context, "precision": precision}
@@ -251,12 +254,11 @@ def block_grid(args, device: torch.device) -> list[dict]:
             else:
                 out += [{**r, "status": "ok"} for r in res.value]
             release_memory()
-    if args.nsys_contexts:
-        for context in args.nsys_contexts:
-            for precision in args.precisions:
-                out.append(nsys_capture(args, Path(args.raw_dir), context, precision, args.nsys))
+    for context in knobs.nsys_contexts or []:
+        for precision in knobs.precisions:
+            out.append(nsys_capture(args, Path(args.raw_dir), context, precision, knobs.nsys or ""))
     base = {**provenance(args.machine, args.preset, args.edition), "size": args.size}
-    base["batch_size"] = args.batch_size
+    base["batch_size"] = knobs.batch_size
     return [{**base, **r} for r in out]
 
 
@@ -277,7 +279,7 @@ def nsys_capture(args, raw_dir: Path, context: int, precision: str, nsys_setting
         "cs336_systems.stages.memory.blocks",
         f"--size={args.size}",
         f"--context={context}",
-        f"--batch-size={args.batch_size}",
+        f"--batch-size={args.block.batch_size}",
         f"--precision={precision}",
         f"--edition={args.edition}",
     ]

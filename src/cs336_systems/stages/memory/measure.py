@@ -18,7 +18,8 @@ stage's `Workload`, then one measured step during which:
 - CPU: peak resident set size (VmHWM, reset per point) instead; the CUDA-only outputs are rows
   with status `skipped: <reason>`.
 - Everywhere: the bytes autograd saves for backward (counted through saved-tensor hooks, unique
-  storages, parameters/buffers/inputs excluded) beside `activation_memory`, the analytic model.
+  storages, parameters/buffers/inputs excluded) beside `activation_memory`, the analytic model
+  (analytic.py).
 
 Phases are marked in the snapshot by tiny allocations made from functions named
 ``_memory_mark_<phase>``, called from the same module/optimizer hooks the profile stage uses.
@@ -38,13 +39,11 @@ import pandas as pd
 import torch
 
 from cs336_systems.core import checkpoint_plans
-from cs336_systems.core import costs as flops
 from cs336_systems.core.device import pick_device
 from cs336_systems.core.harness import Stopwatch, release_memory, run_point, synchronize
 from cs336_systems.core.phases import phase_hooks
 from cs336_systems.core.results import provenance, write_csv
 from cs336_systems.core.workload import Workload
-from cs336_systems.model import VOCAB_SIZE, size_spec
 from cs336_systems.planning.knobs import add_block_argument, add_run_arguments
 from cs336_systems.planning.log import configure, get_logger, point, status_level
 from cs336_systems.profiling.memory_snapshot import (
@@ -55,130 +54,17 @@ from cs336_systems.profiling.memory_snapshot import (
     write_viz_page,
 )
 from cs336_systems.stages.memory import blocks
+from cs336_systems.stages.memory.analytic import (
+    activation_memory_for,
+    known_tensor_sizes,
+    likely_tensor,
+)
 from cs336_systems.stages.memory.plan import JOB_KNOBS
 
 MiB = 2**20
 GiB = 2**30
-PRECISIONS = ("fp32", "bf16")
 
 log = get_logger(__name__)
-
-
-# ---------------------------------------------------------------------------------------------
-# The analytic model
-
-
-def activation_memory(
-    batch: int,
-    seq: int,
-    d_model: int,
-    num_layers: int,
-    num_heads: int,
-    d_ff: int,
-    vocab_size: int = VOCAB_SIZE,
-    precision: str = "fp32",
-    device_type: str = "cuda",
-) -> dict[str, int]:
-    """Bytes autograd keeps for backward after the forward pass and the loss of our model
-    (naive attention, RMSNorm in fp32, SwiGLU, RoPE), per component.
-
-    Per block, in elements (b batch, n seq, d d_model, f d_ff, h heads), fp32:
-      RMSNorm x2: its input and x*rms (2 bnd each) and rms (bn); the normed output, shared by
-      the projections that read it (bnd each); RoPE'd q, k and a contiguous v (3 bnd);
-      softmax probabilities (b h n^2) and the causal mask (n^2 bools); the attention output
-      before W_O (bnd); SwiGLU: w1 x, silu(w1 x), w3 x and their product (4 bnf).
-      -> 4 * (10 bnd + 4 bnf + b h n^2 + 2 bn) + n^2 bytes.
-    bf16 autocast: the residual stream and the norms stay fp32 (4 bytes), every matmul input
-    is a bf16 copy made per matmul (q, k, v and w1, w3 each cast the same fp32 input: 3 + 2
-    copies), matmul outputs are bf16; on CUDA softmax runs in fp32 (4-byte probabilities, then
-    a 2-byte copy for the PV matmul), CPU autocast keeps it in bf16; autocast's cached bf16
-    copies of the weights are saved too (2 bytes per matmul parameter).
-    After the blocks: the final norm (2 bnd + bn fp32) and the LM head's input, and the loss:
-    log-softmax output (b n V, fp32) and nll_loss's total weight (a scalar).
-    """
-    if precision not in PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r}; known: {PRECISIONS}")
-    b, n, d, f, h, L, V = batch, seq, d_model, d_ff, num_heads, num_layers, vocab_size
-    bnd, bnf, bhnn, bn = b * n * d, b * n * f, b * h * n * n, b * n
-    mask = n * n
-    if precision == "fp32":
-        norms = 2 * (4 * 2 * bnd + 4 * bn)
-        matmul_inputs = 4 * (bnd + 3 * bnd + bnd + bnd)  # ln1-out, q k v, attn-out, ln2-out
-        scores = 4 * bhnn
-        mlp = 4 * 4 * bnf
-        head_input = 4 * bnd
-        weight_casts = 0
-    else:
-        norms = 2 * (4 * 2 * bnd + 4 * bn)
-        matmul_inputs = 2 * (3 * bnd + 3 * bnd + bnd + 2 * bnd)  # casts, q k v, attn-out, casts
-        scores = (4 + 2 if device_type == "cuda" else 2) * bhnn
-        mlp = 2 * 4 * bnf
-        head_input = 2 * bnd
-        weight_casts = 2 * flops.matmul_param_count(V, d, L, f)
-    per_layer = norms + matmul_inputs + scores + mlp + mask
-    final = 4 * 2 * bnd + 4 * bn + head_input
-    loss = 4 * b * n * V + 4
-    out = {
-        "residual_stream": 4 * bnd,
-        "attention_scores_per_layer": scores,
-        "per_layer": per_layer,
-        "layers": L * per_layer,
-        "final_norm_and_head": final,
-        "loss": loss,
-        "weight_casts": weight_casts,
-    }
-    out["total"] = out["layers"] + final + loss + weight_casts
-    return out
-
-
-def activation_memory_for(
-    size: str, context: int, batch: int, precision: str, device_type: str, edition=None
-) -> dict[str, int]:
-    s = size_spec(size, edition)
-    return activation_memory(
-        batch,
-        context,
-        s["d_model"],
-        s["num_layers"],
-        s["num_heads"],
-        s["d_ff"],
-        VOCAB_SIZE,
-        precision,
-        device_type,
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# Snapshot -> timeline, phases, largest allocations
-
-
-def known_tensor_sizes(
-    size: str, context: int, batch: int, precision: str, edition=None
-) -> dict[str, list[int]]:
-    """Block sizes (bytes, rounded up to the allocator's 512) of the tensors a step of this
-    model allocates, by name, in fp32 and (under bf16 autocast) bf16."""
-    s = size_spec(size, edition)
-    b, n, d, f, h, V = batch, context, s["d_model"], s["d_ff"], s["num_heads"], VOCAB_SIZE
-    widths = (4, 2) if precision == "bf16" else (4,)
-    shapes = {
-        "attention scores/probabilities (b·h·n²)": b * h * n * n,
-        "logits / log-softmax / their grad (b·n·V)": b * n * V,
-        "SwiGLU hidden (b·n·d_ff)": b * n * f,
-        "residual-stream-sized activation (b·n·d)": b * n * d,
-        "W1/W2/W3 weight-sized (d·d_ff)": d * f,
-        "embedding/LM-head weight-sized (V·d)": V * d,
-        "attention projection weight-sized (d²)": d * d,
-    }
-    out: dict[str, list[int]] = {
-        name: [-(-(elems * w) // 512) * 512 for w in widths] for name, elems in shapes.items()
-    }
-    out["causal mask (n², bool)"] = [-(-(n * n) // 512) * 512]
-    return out
-
-
-def likely_tensor(size_bytes: int, known: dict[str, list[int]]) -> str:
-    names = [name for name, sizes in known.items() if int(size_bytes) in sizes]
-    return " or ".join(names)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -292,21 +178,63 @@ def _tensor_bytes(tensors) -> int:
 
 
 def measure_point(
-    work: Workload, mode: str, precision: str, warmup: int, snapshot_path, args, strategy="none"
+    work: Workload,
+    mode: str,
+    precision: str,
+    warmup: int,
+    snapshot_path,
+    max_entries: int,
+    strategy="none",
 ):
     """One point (its blocks run under checkpointing `strategy`): warm up, then one recorded
-    step; returns (row values, snapshot or None)."""
+    step (a CUDA snapshot keeps `max_entries` allocator events); returns (row values, snapshot
+    or None)."""
     checkpoint_plans.apply(work.model, strategy)
     try:
-        return _measure_point(work, mode, precision, warmup, snapshot_path, args)
+        return _measure_point(work, mode, precision, warmup, snapshot_path, max_entries)
     finally:
         checkpoint_plans.apply(work.model, "none")
 
 
-def _measure_point(work: Workload, mode: str, precision: str, warmup: int, snapshot_path, args):
+def _measure_point(
+    work: Workload, mode: str, precision: str, warmup: int, snapshot_path, max_entries: int
+):
     device = work.device
     cuda = device.type == "cuda"
     step, cleanup = work.step(mode, precision, False)
+    try:
+        for _ in range(warmup):
+            step()
+        synchronize(device)
+        row: dict = {}
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(device)
+            row["before_step_mb"] = torch.cuda.memory_allocated(device) / MiB
+        reset_rss = reset_peak_rss()
+        rss_before = read_proc_status()
+        rec = recorded_step(work, step, max_entries)
+        row["step_ms"] = rec["step_ms"]
+        rss_after = read_proc_status()
+        row.update(state_columns(work, rec["optimizer"], rec["saved_bytes"]))
+        if cuda:
+            row.update(allocator_columns(device, rec["marks"]))
+            if snapshot_path is not None:
+                snapshot_path.parent.mkdir(parents=True, exist_ok=True)
+                with open(snapshot_path, "wb") as f:
+                    pickle.dump(rec["snapshot"], f)
+        else:
+            row.update(rss_columns(rss_before, rss_after, reset_rss))
+        return row, rec["snapshot"]
+    finally:
+        cleanup()
+
+
+def recorded_step(work: Workload, step, max_entries: int) -> dict:
+    """One step with its phases marked, the bytes autograd saves counted and (CUDA) the
+    allocator's history recorded: {step_ms, marks (allocated MiB at each phase mark), optimizer
+    (the one that stepped, or None), saved_bytes, snapshot (CUDA, else None)}."""
+    device = work.device
+    cuda = device.type == "cuda"
     marks: dict[str, float] = {}
     state: dict = {"optimizer": None, "counting": False}
     excluded = _storage_ptrs([*work.model.parameters(), *work.model.buffers()])
@@ -329,63 +257,54 @@ def _measure_point(work: Workload, mode: str, precision: str, warmup: int, snaps
 
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
+    opt_hook = register_optimizer_step_post_hook(remember_optimizer)
+    watch = Stopwatch()
     try:
-        for _ in range(warmup):
+        with phase_hooks(work.model, mark), _recording(cuda, max_entries):
             step()
-        synchronize(device)
-        row: dict = {}
-        if cuda:
-            torch.cuda.reset_peak_memory_stats(device)
-            row["before_step_mb"] = torch.cuda.memory_allocated(device) / MiB
-        reset_rss = reset_peak_rss()
-        rss_before = read_proc_status()
-        opt_hook = register_optimizer_step_post_hook(remember_optimizer)
-        watch = Stopwatch()
-        try:
-            with phase_hooks(work.model, mark), _recording(cuda, args.max_entries):
-                step()
-                synchronize(device)
-                snapshot = torch.cuda.memory._snapshot() if cuda else None
-        finally:
-            opt_hook.remove()
-            if state["counting"]:
-                counting.__exit__(None, None, None)
-        row["step_ms"] = watch.stop() * 1e3
-        rss_after = read_proc_status()
-        params = list(work.model.parameters())
-        opt_state = []
-        if state["optimizer"] is not None:
-            for st in state["optimizer"].state.values():
-                opt_state += [v for v in st.values() if isinstance(v, torch.Tensor)]
-        row.update(
-            {
-                "params_mb": _tensor_bytes(params) / MiB,
-                "grads_mb": _tensor_bytes(p.grad for p in params if p.grad is not None) / MiB,
-                "optimizer_state_mb": _tensor_bytes(opt_state) / MiB,
-                "saved_activations_mb": counter.bytes / MiB,
-            }
-        )
-        if cuda:
-            fwd, bwd = marks.get("phase.forward", np.nan), marks.get("phase.backward", np.nan)
-            row.update(
-                {
-                    "peak_allocated_mb": torch.cuda.max_memory_allocated(device) / MiB,
-                    "peak_reserved_mb": torch.cuda.max_memory_reserved(device) / MiB,
-                    "allocated_at_forward_mb": fwd,
-                    "allocated_at_backward_mb": bwd,
-                    "allocated_at_optimizer_mb": marks.get("phase.optimizer", np.nan),
-                    "forward_growth_mb": bwd - fwd,
-                }
-            )
-            if snapshot_path is not None:
-                snapshot_path.parent.mkdir(parents=True, exist_ok=True)
-                with open(snapshot_path, "wb") as f:
-                    pickle.dump(snapshot, f)
-        else:
-            row.update(rss_columns(rss_before, rss_after, reset_rss))
-        return row, snapshot
+            synchronize(device)
+            snapshot = torch.cuda.memory._snapshot() if cuda else None
     finally:
-        cleanup()
+        opt_hook.remove()
+        if state["counting"]:
+            counting.__exit__(None, None, None)
+    step_ms = watch.stop() * 1e3
+    return {
+        "step_ms": step_ms,
+        "marks": marks,
+        "optimizer": state["optimizer"],
+        "saved_bytes": counter.bytes,
+        "snapshot": snapshot,
+    }
+
+
+def state_columns(work: Workload, optimizer, saved_bytes: int) -> dict:
+    """MiB of the parameters, their gradients, the optimizer's state and the saved activations
+    after a step."""
+    params = list(work.model.parameters())
+    opt_state = []
+    if optimizer is not None:
+        for st in optimizer.state.values():
+            opt_state += [v for v in st.values() if isinstance(v, torch.Tensor)]
+    return {
+        "params_mb": _tensor_bytes(params) / MiB,
+        "grads_mb": _tensor_bytes(p.grad for p in params if p.grad is not None) / MiB,
+        "optimizer_state_mb": _tensor_bytes(opt_state) / MiB,
+        "saved_activations_mb": saved_bytes / MiB,
+    }
+
+
+def allocator_columns(device: torch.device, marks: dict[str, float]) -> dict:
+    """The CUDA allocator's peaks over the step and what it held at each phase mark (MiB)."""
+    fwd, bwd = marks.get("phase.forward", np.nan), marks.get("phase.backward", np.nan)
+    return {
+        "peak_allocated_mb": torch.cuda.max_memory_allocated(device) / MiB,
+        "peak_reserved_mb": torch.cuda.max_memory_reserved(device) / MiB,
+        "allocated_at_forward_mb": fwd,
+        "allocated_at_backward_mb": bwd,
+        "allocated_at_optimizer_mb": marks.get("phase.optimizer", np.nan),
+        "forward_growth_mb": bwd - fwd,
+    }
 
 
 def point_name(size: str, context: int, mode: str, precision: str, strategy: str = "none") -> str:
@@ -393,69 +312,126 @@ def point_name(size: str, context: int, mode: str, precision: str, strategy: str
     return f"{size}_{context}_{mode}_{precision}{tail}"
 
 
+SKIP_CUDA = "skipped: CUDA memory snapshots need a CUDA device"
+
+
+def point_row(args, base: dict, point_key: dict, device_type: str) -> tuple[dict, float]:
+    """A point's row before it runs (its analytic columns), and the bytes it needs."""
+    k = args.block
+    context, mode, precision, strategy = (
+        point_key[c] for c in ("context_length", "mode", "precision", "checkpoint")
+    )
+    row = {
+        **base,
+        "context_length": context,
+        "mode": mode,
+        "precision": precision,
+        "checkpoint": strategy,
+        "checkpoint_choice": "none" if strategy == "none" else k.checkpoint.strategy,
+    }
+    analytic = activation_memory_for(
+        args.size, context, k.batch_size, precision, device_type, args.edition
+    )
+    row["analytic_activations_mb"] = analytic["total"] / MiB
+    row["analytic_residual_stream_mb"] = analytic["residual_stream"] / MiB
+    row["analytic_scores_per_layer_mb"] = analytic["attention_scores_per_layer"] / MiB
+    row["analytic_weight_casts_mb"] = analytic["weight_casts"] / MiB
+    need = blocks.step_need_bytes(
+        args.size, context, k.batch_size, mode, precision, device_type,
+        strategy, analytic["total"], args.edition,
+    )  # fmt: skip
+    row["analytic_need_gib"] = need / GiB
+    if strategy != "none":
+        peak = blocks.checkpoint_peak(
+            strategy, args.size, context, k.batch_size, precision, device_type, args.edition
+        )
+        row["analytic_checkpoint_peak_mb"] = peak / MiB
+    return row, need
+
+
+def snapshot_rows(args, row: dict, alloc_key: dict, snapshot, snap_path: Path) -> list[dict]:
+    """A CUDA point's snapshot: its timeline rendered and summarized into `row`, and the rows
+    of its largest allocations; the snapshot kept (with memory_viz's page) or dropped."""
+    context, mode, precision = row["context_length"], row["mode"], row["precision"]
+    name = point_name(args.size, context, mode, precision, row["checkpoint"])
+    tl = active_timeline(snapshot)
+    row.update(timeline_summary(tl))
+    png = render_timeline(
+        tl,
+        Path(args.timeline_dir) / f"memory_timeline_{name}.png",
+        f"{args.size}, context {context}, {mode}, {precision}",
+    )
+    row["timeline_png"] = png.name
+    row["snapshot"] = str(snap_path) if args.keep_raw else "dropped"
+    row["trace_events"] = len(tl)
+    top = largest_allocations(snapshot)
+    known = known_tensor_sizes(args.size, context, args.block.batch_size, precision, args.edition)
+    allocs = []
+    for r in top.to_dict("records"):
+        r["likely_tensor"] = likely_tensor(r["size_bytes"], known)
+        allocs.append({**alloc_key, "status": "ok", **r})
+    if args.keep_raw:  # memory_viz's page beside the snapshot
+        write_viz_page(snapshot, snap_path.with_suffix(".html"))
+    else:
+        snap_path.unlink(missing_ok=True)
+    return allocs
+
+
+def measured_row(args, work: Workload, row: dict, alloc_key: dict) -> tuple[dict, list[dict]]:
+    """Run the point: its row with what it measured, and its allocations' rows."""
+    cuda = work.device.type == "cuda"
+    mode, precision, strategy = row["mode"], row["precision"], row["checkpoint"]
+    name = point_name(args.size, row["context_length"], mode, precision, strategy)
+    snap_path = Path(args.raw_dir) / f"{name}.pickle" if cuda else None
+    k = args.block
+    res = run_point(
+        lambda: measure_point(
+            work, mode, precision, k.warmup_steps, snap_path, entries_of(k), strategy
+        )
+    )
+    row["status"] = res.status
+    if res.status != "ok":
+        return row, [{**alloc_key, "status": res.status}]
+    values, snapshot = res.value
+    row.update(values)
+    if not cuda:
+        row["timeline_png"] = row["snapshot"] = SKIP_CUDA
+        return row, [{**alloc_key, "status": SKIP_CUDA}]
+    return row, snapshot_rows(args, row, alloc_key, snapshot, snap_path)
+
+
 def run(args) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every point of one size (blocks.grid: each context's modes and precisions, and the
+    checkpointed ones); a point predicted not to fit is a `skipped` row, a failed one a row
+    with its status. Returns (point rows, allocation rows)."""
+    k = args.block
     device = pick_device(args.device)
     cuda = device.type == "cuda"
     base = {
         **provenance(args.machine, args.preset, args.edition),
         "size": args.size,
-        "batch_size": args.batch_size,
+        "batch_size": k.batch_size,
         "device": device.type,
-        "warmup_steps": args.warmup,
+        "warmup_steps": k.warmup_steps,
     }
-    raw_dir, tl_dir = Path(args.raw_dir), Path(args.timeline_dir)
     rows, allocs = [], []
-    skip_cuda = "skipped: CUDA memory snapshots need a CUDA device"
     have = torch.cuda.get_device_properties(device).total_memory if cuda else None
-    for context in args.contexts:
+    for context in k.context_lengths:
         with point(args.size, f"ctx{context}", "build"):
             built = run_point(
                 lambda c=context: Workload.build(
-                    args.size, c, args.batch_size, device, edition=args.edition
+                    args.size, c, k.batch_size, device, edition=args.edition
                 )
             )
         for precision, mode, strategy in blocks.grid(args, context, device.type):
             with point(args.size, f"ctx{context}", mode, precision, strategy):
-                name = point_name(args.size, context, mode, precision, strategy)
-                row = {
-                    **base,
-                    "context_length": context,
-                    "mode": mode,
-                    "precision": precision,
-                    "checkpoint": strategy,
-                    "checkpoint_choice": "none" if strategy == "none" else args.checkpoint,
-                }
-                analytic = activation_memory_for(
-                    args.size, context, args.batch_size, precision, device.type, args.edition
-                )
-                row["analytic_activations_mb"] = analytic["total"] / MiB
-                row["analytic_residual_stream_mb"] = analytic["residual_stream"] / MiB
-                row["analytic_scores_per_layer_mb"] = analytic["attention_scores_per_layer"] / MiB
-                row["analytic_weight_casts_mb"] = analytic["weight_casts"] / MiB
-                need = blocks.step_need_bytes(
-                    args.size, context, args.batch_size, mode, precision, device.type,
-                    strategy, analytic["total"], args.edition,
-                )  # fmt: skip
-                row["analytic_need_gib"] = need / GiB
-                if strategy != "none":
-                    row["analytic_checkpoint_peak_mb"] = (
-                        blocks.checkpoint_peak(
-                            strategy,
-                            args.size,
-                            context,
-                            args.batch_size,
-                            precision,
-                            device.type,
-                            args.edition,
-                        )  # fmt: skip
-                        / MiB
-                    )
                 key = {"context_length": context, "mode": mode, "precision": precision}
                 key["checkpoint"] = strategy
+                row, need = point_row(args, base, key, device.type)
                 if built.status != "ok":
                     rows.append({**row, "status": built.status})
                     continue
-                if have and need > args.skip_factor * have:
+                if have and need > skip_factor_of(k) * have:
                     row["status"] = (
                         f"skipped: needs {need / GiB:.0f} GiB, have {have / GiB:.0f} GiB"
                     )
@@ -463,48 +439,12 @@ def run(args) -> tuple[pd.DataFrame, pd.DataFrame]:
                     allocs.append({**base, **key, "status": row["status"]})
                     log.info("%s", row["status"])
                     continue
-                snap_path = raw_dir / f"{name}.pickle" if cuda else None
-                res = run_point(
-                    lambda w=built.value, m=mode, p=precision, s=snap_path, c=strategy: (
-                        measure_point(w, m, p, args.warmup, s, args, c)
-                    )
-                )
-                row["status"] = res.status
-                if res.status == "ok":
-                    values, snapshot = res.value
-                    row.update(values)
-                    if cuda:
-                        tl = active_timeline(snapshot)
-                        row.update(timeline_summary(tl))
-                        png = render_timeline(
-                            tl,
-                            tl_dir / f"memory_timeline_{name}.png",
-                            f"{args.size}, context {context}, {mode}, {precision}",
-                        )
-                        row["timeline_png"] = png.name
-                        row["snapshot"] = str(snap_path) if args.keep_raw else "dropped"
-                        row["trace_events"] = len(tl)
-                        top = largest_allocations(snapshot)
-                        known = known_tensor_sizes(
-                            args.size, context, args.batch_size, precision, args.edition
-                        )
-                        for r in top.to_dict("records"):
-                            r["likely_tensor"] = likely_tensor(r["size_bytes"], known)
-                            allocs.append({**base, **key, "status": "ok", **r})
-                        if args.keep_raw:  # memory_viz's page beside the snapshot
-                            write_viz_page(snapshot, snap_path.with_suffix(".html"))
-                        else:
-                            snap_path.unlink(missing_ok=True)
-                    else:
-                        row["timeline_png"] = row["snapshot"] = skip_cuda
-                        allocs.append({**base, **key, "status": skip_cuda})
-                    snapshot = None
-                else:
-                    allocs.append({**base, **key, "status": res.status})
+                row, more = measured_row(args, built.value, row, {**base, **key})
                 rows.append(row)
+                allocs += more
                 peak = row.get("peak_allocated_mb", row.get("peak_rss_mb", np.nan))
-                shown = f" peak {peak:.0f} MiB" if res.status == "ok" else ""
-                log.log(status_level(res.status), "%s%s", res.status, shown)
+                shown = f" peak {peak:.0f} MiB" if row["status"] == "ok" else ""
+                log.log(status_level(row["status"]), "%s%s", row["status"], shown)
         built = None
         release_memory()
     return pd.DataFrame(rows), pd.DataFrame(allocs)
@@ -514,13 +454,23 @@ def _bool(text: str) -> bool:
     return str(text).lower() in ("1", "true", "yes", "on")
 
 
-# what a block that leaves a knob out gets (the knobs that may be left out)
+# what a block that leaves a knob out gets (the knobs that may be left out; a block without
+# `checkpoint` runs no checkpointed point, without `nsys_contexts` no Nsight capture)
 MAX_ENTRIES = 200_000
-NO_CHECKPOINT = {"contexts": [], "modes": [], "strategy": "best"}
 SKIP_FACTOR = 1.5
 # not knobs: the device (CUDA when present) and the seconds part (f)'s nsys capture may take
 DEVICE = "auto"
 NSYS_TIMEOUT_S = 600.0
+
+
+def entries_of(k) -> int:
+    """Allocator events a snapshot keeps: the block's `max_entries`, else MAX_ENTRIES."""
+    return k.max_entries if k.max_entries is not None else MAX_ENTRIES
+
+
+def skip_factor_of(k) -> float:
+    """The block's `skip_factor`, else SKIP_FACTOR."""
+    return float(k.skip_factor if k.skip_factor is not None else SKIP_FACTOR)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -538,25 +488,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--keep-raw", type=_bool, required=True, help="keep the snapshots")
     p.add_argument("--allocations-out", required=True)
     p.add_argument("--blocks-out", default="", help="part (f) rows (blocks.py); empty: none")
+    p.set_defaults(device=DEVICE, nsys_timeout=NSYS_TIMEOUT_S)
     args = ap.parse_args(argv)
     if args.out is None:
         ap.error("--out is required")
-    return with_knobs(args)
-
-
-def with_knobs(args: argparse.Namespace) -> argparse.Namespace:
-    """`args` with each knob of its block as the attribute the stage reads."""
-    k = args.block  # plan.py: JOB_KNOBS
-    args.contexts, args.modes = list(k.context_lengths), list(k.modes)
-    args.precisions, args.batch_size, args.warmup = list(k.precisions), k.batch_size, k.warmup_steps
-    args.max_entries = k.max_entries if k.max_entries is not None else MAX_ENTRIES
-    ck = k.checkpoint.as_block() if k.checkpoint is not None else NO_CHECKPOINT
-    args.checkpoint_contexts, args.checkpoint_modes = list(ck["contexts"]), list(ck["modes"])
-    args.checkpoint = ck["strategy"]
-    args.skip_factor = float(k.skip_factor if k.skip_factor is not None else SKIP_FACTOR)
-    args.nsys_contexts = list(k.nsys_contexts or [])
-    args.nsys = k.nsys or ""
-    args.device, args.nsys_timeout = DEVICE, NSYS_TIMEOUT_S
     return args
 
 

@@ -1,67 +1,54 @@
-"""The profile section's answers in words: the profiled forward against the harness's time at
-every profiled point (nsys_profile (a)), and how the other kernel classes' shares move from a
-forward pass to a training step ((d): "how about other kernels?"), and inside attention
-(Q9) its parts (the matmuls counted by their GEMM kernels, the 1/sqrt(d) scaling on its own)
-and which units ran the matmuls, by kernel name."""
+"""The profile section's answers in words: the contexts the probe found, the profiled forward
+against the harness's time at every profiled point (nsys_profile (a)), the kernel that takes
+the most time (Q6), the non-GEMM kernels of forward (Q7), the GEMM share and how the other
+kernel classes' shares move from a forward pass to a training step (Q8; (d): "how about other
+kernels?"), and inside attention (Q9) softmax against the matmuls, and which units ran the
+matmuls, by kernel name."""
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
-from cs336_systems.core.costs import attention_flops_split
-from cs336_systems.profiling.kernel_classes import KERNEL_CLASSES, gemm_unit
-from cs336_systems.reporting.analysis import ok, pct, sort_sizes
+from cs336_systems.core.costs import SOFTMAX_FLOPS_PER_ELEMENT
+from cs336_systems.profiling.kernel_classes import KERNEL_CLASSES
+from cs336_systems.reporting.analysis import pct
 
 # the profiled forward "matches" the harness's within this share
 MATCH = 0.10
 
 
-def harness_comparison(points: pd.DataFrame, bench: pd.DataFrame) -> pd.DataFrame:
-    """Q5: the forward step under the profiler vs the benchmark stage's harness timing."""
-    p = ok(points)
-    p = p[p["mode"] == "forward"]
-    if p.empty:
-        return pd.DataFrame()
-    cols = {
-        "size": p["size"],
-        "context_length": p["context_length"],
-        "profiled_step_ms": p["step_ms_mean"],
-        "range_ms": p.get("step_range_ms_mean", np.nan),
-        "kernel_ms": p["step_kernel_ms_mean"],
-    }
-    out = pd.DataFrame(cols)
-    out["harness_ms"] = np.nan
-    out["harness_from"] = ""
-    own = pd.to_numeric(p.get("harness_ms_mean", pd.Series(np.nan, index=p.index)), errors="coerce")
-    if own.notna().any():
-        # the profile job timed its forward as the harness does, before the capture
-        out["harness_ms"] = own.to_numpy()
-        out["harness_from"] = np.where(own.notna(), "this job", "")
-    if len(bench) and out["harness_ms"].isna().any():
-        b = ok(bench)
-        b = b[
-            (b["mode"] == "forward")
-            & (b.get("compile", "eager") == "eager")
-            & (b.get("attention", "naive") == "naive")
-            & (b.get("batch_size", p["batch_size"].iloc[0]) == p["batch_size"].iloc[0])
-        ]
-        prec = str(p["precision"].iloc[0])
-        b = b[b["precision"] == prec]
-        h = b.set_index(["size", "context_length"])["step_ms_mean"]
-        from_bench = [
-            h.get((s, c), np.nan) for s, c in zip(out["size"], out["context_length"], strict=True)
-        ]
-        missing = out["harness_ms"].isna().to_numpy()
-        out.loc[missing, "harness_ms"] = np.asarray(from_bench)[missing]
-        out.loc[missing & out["harness_ms"].notna().to_numpy(), "harness_from"] = "benchmark"
-    out["profiled_over_harness"] = out["profiled_step_ms"] / out["harness_ms"]
-    out["kernel_over_harness"] = out["kernel_ms"] / out["harness_ms"]
-    return sort_sizes(out, "context_length").reset_index(drop=True)
+def probe_sentences(probe: pd.DataFrame) -> list[str]:
+    """Per size: the contexts the probe tried with their status, its result and the grid."""
+    out = []
+    if probe.empty or "context_length" not in probe:
+        return out
+    for size, g in probe.groupby("size", sort=False):
+        g = g.dropna(subset=["context_length"]).sort_values("context_length")
+        if g.empty:
+            continue
+        tried = ", ".join(f"{int(r['context_length'])} {r['status']}" for _, r in g.iterrows())
+        r = g.iloc[-1]
+        largest = r["largest_fitting"]
+        found = f"the largest that fits is {int(largest)}" if pd.notna(largest) else "none fits"
+        why = "the cap" if r["stopped_by"] == "cap" else "the first failure"
+        out.append(
+            f"{size}: one {r['probe_mode']} step per context, doubling from "
+            f"{int(r['probe_start'])} up to {int(r['probe_cap'])} ({tried}); {found} (stopped by "
+            f"{why}), so the profiled contexts are {r['grid_contexts']}."
+        )
+    return out
 
 
 def harness_sentence(h: pd.DataFrame, kernel_word: str) -> tuple[str, dict]:
     """(the sentence, a coverage note where some point has no harness time)."""
+    if h.empty:  # no forward point ran and passed the checks (suspect ones are left out)
+        why = "no profiled forward point ran and passed the sanity checks"
+        how = "a rerun on an idle machine (the suspect rows say why each was flagged)"
+        return (
+            f"_{why[0].upper()}{why[1:]} (see Suspect numbers), so nothing is compared with "
+            "the harness._",
+            {"nsys_profile.a": {"status": "partly", "why": why, "how": how}},
+        )
     cov: dict = {}
     hh = h.dropna(subset=["harness_ms"])
     if len(hh):
@@ -143,98 +130,7 @@ def other_kernels(kernels: pd.DataFrame, unit: str) -> str:
     )
 
 
-# ---- Q9: attention's parts -------------------------------------------------------------
-
-# the parts of attention the Q9 table shows: the annotated ranges, with the 1/sqrt(d) scaling
-# apart from the QK^T matmul (captures from before the `scale` range had it inside
-# `qk_matmul`: its non-GEMM kernels there are the scaling) and non-GEMM work of the PV range
-# (copies, casts) apart from its matmul
-ATTN_PARTS = ("qk_matmul", "scale", "mask", "softmax", "pv_matmul", "pv_other")
-MATMUL_PARTS = ("qk_matmul", "pv_matmul")
-
-
-def _attention_parts(kernels: pd.DataFrame, size, ctx) -> dict[str, float] | None:
-    """ms per step of each ATTN_PARTS part of one forward point, from its kernels in the
-    annotated ranges: a matmul part counts only GEMM kernels; the scaling is its own range or,
-    in older captures, the non-GEMM kernels of the QK^T range."""
-    if kernels is None or kernels.empty or "phase" not in kernels:
-        return None
-    k = kernels[
-        (kernels["mode"] == "forward")
-        & (kernels["size"] == size)
-        & (kernels["context_length"] == ctx)
-        & kernels["phase"].astype(str).str.startswith("attention.")
-    ]
-    if k.empty:
-        return None
-    part = k["phase"].str.removeprefix("attention.")
-    gemm = k["kernel_class"] == "gemm"
-    ms = k["ms_per_step"]
-
-    def total(mask) -> float:
-        return float(ms[mask].sum())
-
-    return {
-        "qk_matmul": total((part == "qk_matmul") & gemm),
-        "scale": total((part == "scale") | ((part == "qk_matmul") & ~gemm)),
-        "mask": total(part == "mask"),
-        "softmax": total(part == "softmax"),
-        "pv_matmul": total((part == "pv_matmul") & gemm),
-        "pv_other": total((part == "pv_matmul") & ~gemm),
-    }
-
-
-def attention_split(points: pd.DataFrame, kernels: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Q9: per forward point, GPU time of the attention parts (ms per step, all layers) and the
-    softmax/matmul time ratio beside the FLOP ratio. The matmul times are their GEMM kernels
-    only (from the kernels' table; the point's range totals where it is missing)."""
-    p = ok(points)
-    p = p[p["mode"] == "forward"]
-    rows = []
-    for r in p.itertuples():
-        d_head = r.d_model // r.num_heads
-        fl = attention_flops_split(r.batch_size, r.num_heads, r.context_length, d_head)
-        row = {"size": r.size, "context_length": r.context_length}
-        parts = _attention_parts(kernels, r.size, r.context_length)
-        for part in ATTN_PARTS:
-            if parts is not None:
-                row[f"{part}_ms"] = parts[part]
-            else:
-                row[f"{part}_ms"] = getattr(r, f"attention_{part}_kernel_ms_mean", np.nan)
-        matmul_ms = row["qk_matmul_ms"] + row["pv_matmul_ms"]
-        row["softmax_over_matmul_time"] = row["softmax_ms"] / matmul_ms if matmul_ms else np.nan
-        row["softmax_over_matmul_flops"] = fl["softmax"] / (fl["qk_matmul"] + fl["pv_matmul"])
-        row["time_vs_flops"] = row["softmax_over_matmul_time"] / row["softmax_over_matmul_flops"]
-        rows.append(row)
-    out = pd.DataFrame(rows)
-    return sort_sizes(out, "context_length").reset_index(drop=True) if len(out) else out
-
-
-def attention_matmul_units(kernels: pd.DataFrame) -> dict[str, dict]:
-    """{unit: {share, kernels}} of the GEMM kernels in the attention matmul ranges of forward
-    points: which units ran them (tensor cores, CUDA cores, CPU), by their names."""
-    if kernels is None or kernels.empty or "phase" not in kernels:
-        return {}
-    k = kernels[
-        (kernels["mode"] == "forward")
-        & kernels["phase"].isin([f"attention.{p}" for p in MATMUL_PARTS])
-        & (kernels["kernel_class"] == "gemm")
-    ]
-    if k.empty:
-        return {}
-    k = k.assign(unit=k["kernel"].map(gemm_unit))
-    total = k["ms_per_step"].sum()
-    out = {}
-    for unit, g in k.groupby("unit"):
-        names = g.groupby("kernel_short")["ms_per_step"].sum().sort_values(ascending=False)
-        out[unit] = {
-            "share": float(g["ms_per_step"].sum() / total) if total else float("nan"),
-            "kernels": list(names.index[:2]),
-        }
-    return dict(sorted(out.items(), key=lambda kv: -kv[1]["share"]))
-
-
-def _matmul_sentence(units: dict[str, dict], cpu_only: bool) -> str:
+def matmul_sentence(units: dict[str, dict], cpu_only: bool) -> str:
     """Where the attention matmuls ran, as their kernel names say, and why softmax is slow."""
     softmax_why = (
         "softmax reads and writes the whole n×n score matrix for a few FLOPs per element (an "
@@ -262,4 +158,90 @@ def _matmul_sentence(units: dict[str, dict], cpu_only: bool) -> str:
         + "; ".join(parts)
         + ", at high arithmetic intensity either way; "
         + softmax_why
+    )
+
+
+def top_sentence(
+    fwd_top: pd.DataFrame, merged: pd.DataFrame, fb_what: str, kernel_word: str, unit: str
+) -> str:
+    """Q6: the class of forward's top kernel, the largest point's top kernel, and where it also
+    tops forward+backward (`merged`: rows.top_merged)."""
+    same = (merged["kernel_fwd"] == merged.get("kernel_fb")).sum()
+    n_fb = merged.get("kernel_fb", pd.Series(dtype=str)).notna().sum()
+    classes = fwd_top["kernel_class"].value_counts()
+    big = fwd_top.iloc[-1]
+    return (
+        f"The {kernel_word} with the most {unit} in forward is of class "
+        f"`{classes.index[0]}` in {classes.iloc[0]} of {len(fwd_top)} points; for "
+        f"{big['size']} at context {big.context_length} it is `{big.kernel_short}` "
+        f"({big.calls_per_step:.0f} calls per forward, {pct(big.share)} of forward time). "
+        + (
+            f"The same {kernel_word} tops {fb_what} in {same} of {n_fb} points."
+            if n_fb
+            else "No forward+backward or training-step points were profiled."
+        )
+    )
+
+
+def nontrivial_sentence(
+    nt: pd.DataFrame, share_non_gemm: float, kernel_word: str, threshold: str, unit: str
+) -> str:
+    """Q7: how many non-GEMM kernels reach `threshold` of forward time, their share together
+    and the largest."""
+    return (
+        f"{len(nt)} distinct non-GEMM {kernel_word}s reach {threshold} "
+        f"of forward time in at least one of the {int(nt['of_points'].iloc[0])} points; "
+        f"together non-GEMM work is {pct(share_non_gemm)} of forward "
+        f"{unit} (median over points). The largest is `{nt.iloc[0]['kernel']}` "
+        f"({nt.iloc[0]['class']}, median {pct(nt.iloc[0]['median_share'])}, at or above "
+        f"{threshold} in {nt.iloc[0]['points_at_or_above']} of "
+        f"{nt.iloc[0]['of_points']} points)."
+    )
+
+
+def gemm_sentence(both: pd.DataFrame, unit: str) -> str:
+    """Q8: the GEMM share of a forward pass against a training step's."""
+    return (
+        f"GEMMs take a median {pct(both['forward'].median())} of {unit} in a "
+        f"forward pass and {pct(both['train_step'].median())} in a full training step "
+        f"({len(both)} size/context points; forward-only above training step in "
+        f"{int((both['forward'] > both['train_step']).sum())} of them)."
+    )
+
+
+def attention_scale_note(cols: list[str]) -> str:
+    """Q9: where the 1/sqrt(d) scaling is counted, when the table shows it."""
+    return (
+        "The 1/√d scaling of the scores is its own part (`scale`), not counted as matmul "
+        "time: in captures whose annotated attention put it inside the QKᵀ range it is the "
+        "non-GEMM work of that range."
+        if "scale_ms" in cols
+        else ""
+    )
+
+
+def attention_sentence(a: pd.DataFrame, units: dict[str, dict], cpu_only: bool) -> str:
+    """Q9: softmax's time against the matmuls' beside its FLOPs against theirs, and why."""
+    ratio = float(a["time_vs_flops"].median())
+    per_flop = (
+        f"per FLOP, softmax is {ratio:.0f}× slower"
+        if ratio >= 1.5
+        else (
+            f"per FLOP, softmax is about as fast as the matmuls ({ratio:.2f}×)"
+            if ratio > 0.67
+            else f"per FLOP, softmax is faster than the matmuls ({ratio:.2f}×)"
+        )
+    )
+    return (
+        f"Inside forward attention, softmax takes {a['softmax_over_matmul_time'].median():.2f}× "
+        f"the time of the two matmuls (median over {len(a)} points) while it has only "
+        f"{a['softmax_over_matmul_flops'].median():.3f}× their FLOPs "
+        f"({SOFTMAX_FLOPS_PER_ELEMENT} FLOPs per score against 4·d_head): {per_flop}. "
+        + (
+            matmul_sentence(units, cpu_only)
+            if ratio >= 1.5
+            else "At these sizes the matmuls are far from their peak too (small matrices: "
+            "call overheads and low arithmetic intensity), so the FLOP ratio does not "
+            "predict the time ratio."
+        )
     )

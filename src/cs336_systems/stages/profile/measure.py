@@ -70,24 +70,12 @@ from cs336_systems.profiling.attribution import (
     summary_from_kern_sum,
 )
 from cs336_systems.stages.profile import probe
-from cs336_systems.stages.profile.plan import JOB_KNOBS, Harness, nsys_problem
+from cs336_systems.stages.profile.plan import JOB_KNOBS, Harness, Probe, grid_contexts, nsys_problem
 
 log = get_logger(__name__)
 PROFILER_NSYS = "nsys"
 PROFILER_TORCH_CUDA = "torch.profiler-cuda"
 PROFILER_TORCH_CPU = "torch.profiler-cpu"
-
-
-# ---------------------------------------------------------------------------------------------
-# Phase markers: hooks on the model and on every optimizer's step
-
-
-# ---------------------------------------------------------------------------------------------
-# Attribution of kernels to ranges, and the summaries (profiler-independent)
-
-
-# ---------------------------------------------------------------------------------------------
-# torch.profiler -> the same (kernels, ranges) frames
 
 
 # ---------------------------------------------------------------------------------------------
@@ -225,40 +213,42 @@ def harness_forward(work, precision: str, warmup: int, steps: int) -> dict:
 
 def run_points(args, control) -> list[dict]:
     """Every (context, mode) point of one size; a failed point is a row with its status."""
+    k = args.block
     device = pick_device(args.device)
+    harness = harness_of(k)
     rows = []
-    for context in args.contexts:
+    for context in k.context_lengths:
         with point(args.size, f"ctx{context}", "build"):
             built = run_point(
                 lambda c=context: Workload.build(
                     args.size,
                     c,
-                    args.batch_size,
+                    k.batch_size,
                     device,
                     attention=annotated_naive_attention,
                     edition=args.edition,
                 )
             )
-        for mode in args.modes:
+        for mode in k.modes:
             row = {"context_length": context, "mode": mode, "point": f"{context}/{mode}"}
             if built.status != "ok":
                 rows.append({**row, "status": built.status})
                 continue
             timed = {}
-            if mode == "forward" and args.harness_steps > 0:
+            if mode == "forward" and harness.measure_steps > 0:
                 with point(args.size, f"ctx{context}", "forward", "harness"):
                     h = run_point(
                         lambda w=built.value: harness_forward(
-                            w, args.precision, args.harness_warmup, args.harness_steps
+                            w, k.precision, harness.warmup_steps, harness.measure_steps
                         )
                     )
                     timed = h.value or {"harness_status": h.status}
                     log.log(status_level(h.status), "harness %s %.2f ms", h.status,
                             timed.get("harness_ms_mean", float("nan")))  # fmt: skip
-            with point(args.size, f"ctx{context}", mode, args.precision):
+            with point(args.size, f"ctx{context}", mode, k.precision):
                 res = run_point(
                     lambda w=built.value, m=mode, c=context: measure_point(
-                        w, c, m, args.precision, args.warmup, args.steps, control
+                        w, c, m, k.precision, k.warmup_steps, k.measure_steps, control
                     )
                 )
                 rows.append({**row, "status": res.status, **timed, **(res.value or {})})
@@ -291,30 +281,20 @@ def choose_profiler(requested: str, nsys_setting: str | None, cuda: bool) -> tup
 
 
 def _inner_command(args, points_json: Path) -> list[str]:
-    """The capture child's command: the same block, with what this run measures (the knobs as
-    `args` has them), and the contexts resolved."""
-    knobs = dataclasses.replace(
-        args.block,
-        modes=list(args.modes),
-        precision=args.precision,
-        batch_size=args.batch_size,
-        warmup_steps=args.warmup,
-        measure_steps=args.steps,
-        harness=Harness(warmup_steps=args.harness_warmup, measure_steps=args.harness_steps),
-    )
-    cmd = [
+    """The capture child's command: the same block (its contexts resolved), the same size."""
+    k = args.block
+    return [
         sys.executable,
         "-m",
         "cs336_systems.stages.profile.measure",
         "capture",
         f"--size={args.size}",
         f"--edition={args.edition}",
-        f"--contexts={','.join(map(str, args.contexts))}",
+        f"--contexts={_cli(k.context_lengths)}",
         "--block",
-        block_text(knobs.as_block()),
+        block_text(k.as_block()),
         f"--points-out={points_json}",
     ]
-    return cmd
 
 
 class Capture:
@@ -332,19 +312,20 @@ def profile_with_nsys(args, nsys_path: str, raw_dir: Path, nsys_log) -> Capture:
     """Run the points as a child of `nsys profile` and attribute the kernels of its report."""
     raw_dir.mkdir(parents=True, exist_ok=True)
     stem = raw_dir / f"{args.size}"
+    timeout = nsys_timeout(args.block)
     with tempfile.TemporaryDirectory() as tmp:
         points_json = Path(tmp) / "points.json"
         rep = nsys_tools.run_profile(
-            nsys_path, stem, _inner_command(args, points_json), timeout=args.timeout, log=nsys_log
+            nsys_path, stem, _inner_command(args, points_json), timeout=timeout, log=nsys_log
         )
         rows = json.loads(points_json.read_text())
     stats: dict[str, Path] = {}
     try:
-        db = nsys_tools.export_sqlite(nsys_path, rep, timeout=args.timeout, log=nsys_log)
+        db = nsys_tools.export_sqlite(nsys_path, rep, timeout=timeout, log=nsys_log)
     except nsys_tools.NsysError as exc:
         db, export_error = None, exc
     try:  # the stats CSVs are for people, and the fallback when the SQLite cannot be read
-        stats = nsys_tools.stats_csv(nsys_path, rep, timeout=args.timeout, log=nsys_log)
+        stats = nsys_tools.stats_csv(nsys_path, rep, timeout=timeout, log=nsys_log)
     except nsys_tools.NsysError as exc:
         log.warning("nsys stats failed (kept going): %s", exc)
     try:
@@ -361,7 +342,9 @@ def profile_with_nsys(args, nsys_path: str, raw_dir: Path, nsys_log) -> Capture:
         capture = nsys_tools.read_stats_csv(stats["cuda_gpu_kern_sum"])
         for row in rows:
             row["profiler_note"] = reason
-        return Capture(rows, None, summary=summary_from_kern_sum(capture, args.steps, "all"))
+        return Capture(
+            rows, None, summary=summary_from_kern_sum(capture, args.block.measure_steps, "all")
+        )
     per_point = {row["point"]: ranges_of_point(ranges, row["point"]) for row in rows}
     for row in rows:
         # kernels whose launching API call was not found are placed by their GPU start time,
@@ -405,8 +388,9 @@ def drop_raw(raw_dir: Path, size: str) -> None:
 def run(args) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Profile one size with the chosen profiler (falling back to torch.profiler); returns
     (point rows, kernel rows), both with provenance."""
+    k = args.block
     cuda = torch.cuda.is_available() and args.device in ("auto", "cuda")
-    profiler, detail = choose_profiler(args.profiler, args.nsys or None, cuda)
+    profiler, detail = choose_profiler(k.profiler, k.nsys or None, cuda)
     note = "" if profiler == PROFILER_NSYS else detail
     raw_dir = Path(args.raw_dir)
     raw_dir.mkdir(parents=True, exist_ok=True)
@@ -425,16 +409,16 @@ def run(args) -> tuple[pd.DataFrame, pd.DataFrame]:
     base = {
         **provenance(args.machine, args.preset, args.edition),
         **model_columns(args.size, args.edition),
-        "precision": args.precision,
+        "precision": k.precision,
         "attention": "naive_annotated",
-        "batch_size": args.batch_size,
-        "warmup_steps": args.warmup,
-        "measure_steps": args.steps,
+        "batch_size": k.batch_size,
+        "warmup_steps": k.warmup_steps,
+        "measure_steps": k.measure_steps,
         "profiler": profiler,
         "profiler_note": note,
     }
     if capture.att is not None:
-        kernels = summarize_kernels(capture.att, args.steps)
+        kernels = summarize_kernels(capture.att, k.measure_steps)
     else:
         kernels = capture.summary
     point_rows = []
@@ -443,7 +427,7 @@ def run(args) -> tuple[pd.DataFrame, pd.DataFrame]:
         if row.get("status") == "ok" and capture.att is not None:
             sub = capture.att[capture.att["point"] == row["point"]]
             ranges = capture.ranges.get(row["point"], pd.DataFrame())
-            out.update(summarize_point(sub, ranges, args.steps))
+            out.update(summarize_point(sub, ranges, k.measure_steps))
             if sub.empty:
                 out["status"] = "error: profiler recorded no kernels in the measured steps"
         point_rows.append(out)
@@ -477,43 +461,47 @@ def _cli(values) -> str:
     return ",".join(map(str, values))
 
 
-def _contexts(text: str) -> list[int] | str:
-    return "probe" if text == "probe" else _csv_list(text, int)
-
-
-def run_probe(args) -> None:
-    """`--contexts probe`: find the largest context that fits (probe.py), write the probe's
-    rows, and set `args.contexts` to the grid ending there (the start, to record its failure,
-    when nothing fits)."""
-    device = pick_device(args.device)
-    rows, largest = probe.probe(
-        args.size,
-        args.batch_size,
-        args.precision,
-        args.probe_mode,
-        args.probe_start,
-        args.probe_max,
-        device,
-        args.edition,
-    )
-    args.contexts = probe.grid_contexts(largest, args.grid_above, args.grid_count) or [
-        args.probe_start
-    ]
-    base = {**provenance(args.machine, args.preset, args.edition), "size": args.size}
-    base.update(batch_size=args.batch_size, precision=args.precision, device=device.type)
-    grid = _cli(args.contexts)
-    write_csv(pd.DataFrame([{**base, **r, "grid_contexts": grid} for r in rows]), args.probe_out)
-    log.info("probe: largest context that fits %s; profiling contexts %s", largest, grid)
-    release_memory()
-
-
 # what a block that leaves a knob out gets (the knobs that may be left out)
 PROBE = {"start": 256, "max": 16384, "mode": "forward_backward", "above": 128, "count": 3}
-PROBE_KEYS = ("start", "max", "mode")
 NO_HARNESS = {"warmup_steps": 0, "measure_steps": 0}
 NSYS_TIMEOUT_S = 600
 # not a knob: the device (CUDA when present)
 DEVICE = "auto"
+
+
+def probe_of(k) -> Probe:
+    """The block's `probe`, or what a block without one gets."""
+    return k.probe if k.probe is not None else Probe(**PROBE)
+
+
+def harness_of(k) -> Harness:
+    """The block's `harness`, or none (no harness forward) where it has none."""
+    return k.harness if k.harness is not None else Harness(**NO_HARNESS)
+
+
+def nsys_timeout(k) -> float:
+    """Seconds each nsys command may take: the block's `timeout_s`, else NSYS_TIMEOUT_S."""
+    return float(k.timeout_s if k.timeout_s is not None else NSYS_TIMEOUT_S)
+
+
+def run_probe(args) -> list[int]:
+    """`context_lengths: probe`: find the largest context that fits (probe.py), write the
+    probe's rows, and return the grid ending there (the start, to record its failure, when
+    nothing fits)."""
+    k = args.block
+    pr = probe_of(k)
+    device = pick_device(args.device)
+    rows, largest = probe.probe(
+        args.size, k.batch_size, k.precision, pr.mode, pr.start, pr.max, device, args.edition
+    )
+    contexts = grid_contexts(largest, pr.above, pr.count) or [pr.start]
+    base = {**provenance(args.machine, args.preset, args.edition), "size": args.size}
+    base.update(batch_size=k.batch_size, precision=k.precision, device=device.type)
+    grid = _cli(contexts)
+    write_csv(pd.DataFrame([{**base, **r, "grid_contexts": grid} for r in rows]), args.probe_out)
+    log.info("probe: largest context that fits %s; profiling contexts %s", largest, grid)
+    release_memory()
+    return contexts
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -536,30 +524,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     cap.add_argument("--contexts", type=lambda s: _csv_list(s, int), required=True)
     add_block_argument(cap, JOB_KNOBS)
     cap.add_argument("--points-out", required=True)
+    for p in (run_p, cap):
+        p.set_defaults(device=DEVICE)
     args = ap.parse_args(argv)
     if args.cmd == "run" and args.out is None:
         ap.error("--out is required")
-    args = with_knobs(args)
-    if args.cmd == "run" and args.contexts == "probe" and not args.probe_out:
+    if args.cmd == "capture":  # the contexts its parent resolved
+        args.block = dataclasses.replace(args.block, context_lengths=args.contexts)
+    if args.cmd == "run" and args.block.context_lengths == "probe" and not args.probe_out:
         ap.error("context_lengths: probe needs --probe-out")
-    return args
-
-
-def with_knobs(args: argparse.Namespace) -> argparse.Namespace:
-    """`args` with each knob of its block as the attribute the stage reads."""
-    k = args.block  # plan.py: JOB_KNOBS
-    if args.cmd == "run":  # the capture child's contexts are its parent's, resolved
-        ctx = k.context_lengths
-        args.contexts = ctx if ctx == "probe" else list(ctx)
-    args.modes, args.precision, args.batch_size = list(k.modes), k.precision, k.batch_size
-    args.warmup, args.steps, args.device = k.warmup_steps, k.measure_steps, DEVICE
-    harness = k.harness.as_block() if k.harness is not None else NO_HARNESS
-    args.harness_warmup, args.harness_steps = harness["warmup_steps"], harness["measure_steps"]
-    probe_knobs = k.probe.as_block() if k.probe is not None else PROBE
-    args.probe_start, args.probe_max, args.probe_mode = (probe_knobs[key] for key in PROBE_KEYS)
-    args.grid_above, args.grid_count = probe_knobs["above"], probe_knobs["count"]
-    args.profiler, args.nsys = k.profiler, k.nsys or ""
-    args.timeout = float(k.timeout_s if k.timeout_s is not None else NSYS_TIMEOUT_S)
     return args
 
 
@@ -573,11 +546,12 @@ def main(argv: list[str] | None = None) -> None:
         Path(args.points_out).write_text(json.dumps(rows))
         return
 
-    if args.contexts == "probe":
-        run_probe(args)
+    k = args.block
+    if k.context_lengths == "probe":  # the block with the contexts the probe found
+        args.block = dataclasses.replace(k, context_lengths=run_probe(args))
     elif args.probe_out:  # the grid was given: a row that says so
         row = {**provenance(args.machine, args.preset, args.edition), "size": args.size}
-        row.update(status="skipped: context lengths given", grid_contexts=_cli(args.contexts))
+        row.update(status="skipped: context lengths given", grid_contexts=_cli(k.context_lengths))
         write_csv(pd.DataFrame([row]), args.probe_out)
     with Stopwatch() as job:
         points, kernels = run(args)

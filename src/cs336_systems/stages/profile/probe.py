@@ -4,7 +4,7 @@
 most memory short of the optimizer) per context, from `start`, doubling while the step runs and
 the context is at most `cap`; the first failure (`oom`, or any error) stops it. Every tried
 context is a row with its status and peak memory; the largest that ran is the probe's result.
-``grid_contexts`` then picks the `count` powers of two ending at that result, each above
+``plan.grid_contexts`` then picks the `count` powers of two ending at that result, each above
 `above` (the handout: "three power-of-two context lengths above 128, the largest being the
 longest that fits in memory"). The profile job runs the probe itself, before its profiler, so
 the grid is decided within one job and planning needs no GPU.
@@ -17,7 +17,6 @@ import torch
 from cs336_systems.core.harness import run_point, synchronize
 from cs336_systems.core.workload import Workload
 from cs336_systems.planning.log import get_logger, point, status_level
-from cs336_systems.stages.profile.plan import grid_contexts  # noqa: F401 (measure reads it here)
 
 MiB = 2**20
 

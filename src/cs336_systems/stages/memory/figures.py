@@ -1,0 +1,119 @@
+"""The memory stage's figures: peak memory against context length, the activations (the analytic
+model, what autograd saved, the allocator's growth), and a montage of the step's timelines (the
+individual timelines are copied beside the report)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from cs336_systems.reporting.analysis import empty_figure, ok, on_axis, save
+from cs336_systems.stages.memory.rows import MODE_LABEL, load_points, peak_column, timeline_files
+
+
+def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
+    df = load_points(results_dir)
+    fig_dir = Path(fig_dir)
+    paths = {n: fig_dir / f"memory_{n}.png" for n in ("peak", "activations", "timelines")}
+    if df.empty or ok(df).empty:
+        return [empty_figure(p, "no successful memory points") for p in paths.values()]
+    d = ok(df)
+    return [
+        _peak_figure(df, d, paths["peak"]),
+        _activations_figure(d, paths["activations"]),
+        _timelines_figure(results_dir, d, fig_dir, paths["timelines"]),
+    ]
+
+
+def _peak_figure(df: pd.DataFrame, d: pd.DataFrame, path: Path) -> Path:
+    """Peak memory against context length, one line per size, mode and precision."""
+    col = peak_column(df)
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    # every context of the grid on the axis: a context whose point did not run is a gap
+    contexts = sorted(set(df["context_length"]))
+    for (size, mode, prec), g in d.groupby(["size", "mode", "precision"]):
+        g = g.sort_values("context_length")
+        ax.plot(
+            contexts,
+            on_axis(list(g["context_length"]), list(g[col] / 1024), contexts),
+            marker="o",
+            ls="-" if prec == "fp32" else "--",
+            label=f"{size} {MODE_LABEL.get(mode, mode)} {prec}",
+        )
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("context length")
+    ax.set_ylabel(
+        ("peak allocated" if col == "peak_allocated_mb" else "peak RSS growth in the step")
+        + " (GiB)"
+    )
+    ax.legend(fontsize=7)
+    return save(fig, path)
+
+
+def _activations_figure(d: pd.DataFrame, path: Path) -> Path:
+    """Activations: the analytic model vs what autograd saved vs the allocator's growth over
+    forward."""
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    for (size, prec), g in d[d["mode"] != "forward"].groupby(["size", "precision"]):
+        g = g.sort_values("context_length")
+        line = ax.plot(
+            g["context_length"], g["saved_activations_mb"], marker="o", label=f"{size} {prec} saved"
+        )
+        ax.plot(
+            g["context_length"],
+            g["analytic_activations_mb"],
+            ls=":",
+            marker="x",
+            color=line[0].get_color(),
+            label=f"{size} {prec} analytic",
+        )
+        if "forward_growth_mb" in g and g["forward_growth_mb"].notna().any():
+            ax.plot(
+                g["context_length"],
+                g["forward_growth_mb"],
+                ls="--",
+                color=line[0].get_color(),
+                alpha=0.6,
+                label=f"{size} {prec} allocator growth",
+            )
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("context length")
+    ax.set_ylabel("activation memory (MiB)")
+    ax.legend(fontsize=7)
+    return save(fig, path)
+
+
+def _timelines_figure(results_dir: Path, d: pd.DataFrame, fig_dir: Path, path: Path) -> Path:
+    """The chosen timelines stacked (_montage_choice); every timeline copied into `fig_dir`."""
+    timelines = timeline_files(results_dir)
+    if not timelines:
+        return empty_figure(path, "memory timelines need CUDA memory snapshots")
+    for t in timelines:  # the individual timelines go next to the report too (and PDF)
+        for f in (t, t.with_suffix(".pdf")):
+            if f.exists():
+                shutil.copy2(f, fig_dir / f.name)
+    chosen = _montage_choice(d, timelines)
+    fig, axes = plt.subplots(len(chosen), 1, figsize=(9, 3.3 * len(chosen)), squeeze=False)
+    for ax, t in zip(axes[:, 0], chosen, strict=True):
+        ax.imshow(plt.imread(t))
+        ax.axis("off")
+    return save(fig, path)
+
+
+def _montage_choice(d: pd.DataFrame, files: list[Path]) -> list[Path]:
+    """The forward and training-step timelines of the largest context, fp32 (else any)."""
+    names = {f.name: f for f in files}
+    ctx = d["context_length"].max()
+    size = d["size"].iloc[0]
+    chosen = []
+    for mode in ("forward", "train_step"):
+        for prec in ("fp32", "bf16"):
+            key = f"memory_timeline_{size}_{ctx}_{mode}_{prec}.png"
+            if key in names:
+                chosen.append(names[key])
+                break
+    return chosen or files[:2]
