@@ -1,6 +1,6 @@
 """Measure tile configurations of the Triton FlashAttention-2 kernels on a GPU, beside PyTorch
 SDPA's flash and cuDNN backends in the same run: the evidence behind TILE_CONFIGS and
-docs/flash-attention-notes.md.
+docs/notes/flash-attention-notes.md.
 
     source scripts/gpu/env.sh
     python3 benchmarks/flash_tune.py --out results/flash_tune [--baseline path/to/old_module.py]

@@ -22,7 +22,7 @@ EDITIONS = (2026, 2025)
 DEFAULT_EDITION = 2026
 # edition -> size name -> (d_model, d_ff, num_layers, num_heads); vocab 10000 and batch 4
 # throughout the study. 2026's xl is 2025's "2.7B"; 2025's xl (1600/6400/48/25) is gone.
-# Planning reads this literal without torch (core.imports.module_literal).
+# Planning reads this literal without torch (planning/imports.py: module_literal).
 SIZE_TABLES: dict[int, dict[str, dict[str, int]]] = {
     2026: {
         "small": {"d_model": 768, "d_ff": 3072, "num_layers": 12, "num_heads": 12},

@@ -1,2 +1,3 @@
-"""The training-step engine: a fused LM-head cross-entropy and the step builder (rank 3, beside
-parallel/ and profiling/)."""
+"""The training-step engine: a fused LM-head cross-entropy, a Triton AdamW on fp32 master
+weights, the memory model and the step builder. On the measuring floor above `parallel/`
+(whose FSDP and DDP it uses) and `profiling/`, below the stages."""

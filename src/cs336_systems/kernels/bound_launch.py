@@ -143,7 +143,7 @@ class _Direct:
     descriptor is kept per base address (shape, strides, tile and swizzle are the program's, so
     the same address encodes the same map; the map holds the address, never the tensor).
     Measured on an H100: the Gluon dK/dV launch, 11 descriptors, took 25-47 us of host time
-    through the launcher (docs/flash-attention-notes.md, round 3)."""
+    through the launcher (docs/notes/flash-attention-notes.md, round 3)."""
 
     __slots__ = ("launch", "final", "tensor_holes", "desc_holes", "scratch", "coop", "pdl")
     MAX_MAPS = 64  # encoded descriptors kept per argument (then forgotten, all at once)

@@ -494,7 +494,7 @@ def flash_backward_triton(
     default: seven matmuls per tile pair, no atomics, deterministic) or, with `fuse_dq=True`, one
     pass that computes dK and dV and adds each tile's dQ into an fp32 accumulator (five
     matmuls; bulk tensor reductions with descriptors, atomics without). On an H100 the fused
-    pass measured slower (docs/flash-attention-notes.md).
+    pass measured slower (docs/notes/flash-attention-notes.md).
 
     `blocks`: as in flash_forward_triton, for every pass, or a dict with one entry per pass
     ("backward_dkdv" and "backward_dq", or "backward_fused"). The passes are the plan's

@@ -1,5 +1,5 @@
 """Distributed training: the torchrun launcher, the collectives (one wrappable indirection),
 DDP variants, the sharded optimizer, FSDP.
 
-Imports `core` and `model`, never `stages`.
+Imports `planning`, `core`, `model` and `kernels`, never `profiling`, `engine` or a stage.
 """

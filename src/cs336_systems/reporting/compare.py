@@ -50,7 +50,7 @@ def declared(stage: str) -> dict:
 
 def loader(stage: str, name: str):
     """How the stage's analysis reads CSV `name` (its `LOADERS`, e.g. the benchmark's MFU
-    against the model's paths), else `core.analysis.load`."""
+    against the model's paths), else `reporting.analysis.load`."""
     import importlib
 
     module = importlib.import_module(f"cs336_systems.stages.{stage}.analysis")

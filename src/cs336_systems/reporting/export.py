@@ -1,6 +1,6 @@
 r"""Write-up export: the report's tables as LaTeX and Typst files.
 
-Every table a stage's analysis renders with `core.analysis.md_table` is recorded while the
+Every table a stage's analysis renders with `reporting.analysis.md_table` is recorded while the
 report is computed (`recording()`), named after the context key that holds it
 (`<stage>_<key>`, e.g. `benchmark_latency_table`), and written beside the report as
 `tables/<name>.tex`, a `tabular` with booktabs' rules (`\usepackage{booktabs}`; `\input` it in

@@ -1,7 +1,7 @@
 """Sanity checks: a number that cannot be right is flagged `suspect: <why>`, never quoted as a finding.
 
-Every stage CSV read through `core.analysis.load` gets a `sanity` column: empty where the row
-passed every check, `suspect: <why>[; <why>...]` where it did not. `core.analysis.ok` leaves
+Every stage CSV read through `reporting.analysis.load` gets a `sanity` column: empty where the row
+passed every check, `suspect: <why>[; <why>...]` where it did not. `reporting.analysis.ok` leaves
 suspect rows out (with failed ones), so sentences, summaries and figures never rest on them;
 `ran` keeps them for tables that show every measured point with its flag, and the report lists
 each section's suspect rows with their reasons (`collecting`, `suspect_table`).

@@ -1,5 +1,7 @@
 """The pipeline's stages, one folder each, named as in the config and the rules files.
 
-A stage imports from `core`, `model`, `kernels`, `parallel` and `profiling`, never from another
-stage (tests/test_layout.py enforces it); stages meet only through their CSVs.
+A stage's files sit on the floor of their role: its `plan` on planning's, its measurement on
+the measuring floor, its `rows`, `answers`, `figures` and `analysis` on reporting's. A stage
+never imports another stage (tests/test_layout.py enforces it); stages meet only through their
+CSVs.
 """

@@ -1,6 +1,6 @@
 """FlashAttention-2 kernels for Hopper GPUs (H100, H200) in Gluon, Triton's lower-level dialect.
 
-Why a second set of kernels: in Triton's own language (`kernels/flash_triton_*.py`) every
+Why a second set of kernels: in Triton's own language (`kernels/triton/`) every
 matrix product whose result feeds the softmax is followed by a wait for all outstanding tensor-core
 work (Triton 3.6's WGMMA pipeliner makes such a dot synchronous), so within a warpgroup the
 exponentials and the matrix products never overlap. Gluon exposes the asynchronous ``wgmma``

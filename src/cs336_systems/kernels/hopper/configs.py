@@ -9,7 +9,7 @@ HEAD_DIMS = (16, 32, 64, 128)
 # Where these kernels are used, and with which tiles: (BLOCK_M, BLOCK_N, num_warps, STAGES) per
 # head dim, for the head dims at which they measured faster than the Triton-language kernels
 # (H100, batch 1, 16 heads, 16384 tokens, causal bf16; benchmarks/flash_hopper_check.py,
-# docs/flash-attention-notes.md). Other head dims in HEAD_DIMS run when asked for (`config=`).
+# docs/notes/flash-attention-notes.md). Other head dims in HEAD_DIMS run when asked for (`config=`).
 # Both forwards are warp-specialized (WS): a producer warp and BLOCK_M / 64 consumer warpgroups
 # of 64 rows each, launched with 4 warps per consumer + 1 whatever num_warps says; PINGPONG: the
 # consumers take turns to issue their products (at d = 64: three consumers at 160 registers).
@@ -68,7 +68,7 @@ DEFAULT_CONFIGS = {
 
 # The dK/dV pass that computes dQ too (TMA reductions into fp32), head dims 16-64: correct, but
 # on an H100 it measured slower than the two passes (3.90 against 2.09 + 1.25 ms at d = 64), so
-# no head dim routes to it (docs/flash-attention-notes.md, version 16)
+# no head dim routes to it (docs/notes/flash-attention-notes.md, version 16)
 FUSED_DQ_CONFIG = (64, 64, 4, 3, {"FUSE_DQ": True})
 
 

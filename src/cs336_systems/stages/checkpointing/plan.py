@@ -2,7 +2,7 @@
 config/stages/checkpointing.yaml) and what the workflow needs to plan (and check) from a block.
 
 Pure functions of the preset block (no torch): the model's size table is read from model.py's
-source (``core.edition.size_table``), so a block size that does not divide the layer count
+source (``planning.edition.size_table``), so a block size that does not divide the layer count
 is refused while planning, before any job, in the run's one-line form (planning/config.py).
 """
 

@@ -25,7 +25,7 @@ from cs336_systems.stages.flash.rows import (
 
 HOST_RATIO = 1.25
 # the most host time one forward+backward call of ours took on our H100 hosts (0.30-0.58 ms,
-# docs/flash-attention-notes.md, the fixed host cost rounds): a GPU point whose one call exceeds
+# docs/notes/flash-attention-notes.md, the fixed host cost rounds): a GPU point whose one call exceeds
 # its passes timed apart by more than this is not explained by the host's work alone
 HOST_GAP_MS = 0.6
 LONG = {
