@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from pipeline_utils import ROOT, env_for
+from pipeline_utils import ROOT, env_for, snakemake
 
 from cs336_systems.budget import forecast
 from cs336_systems.planning import eta
@@ -21,12 +21,7 @@ from cs336_systems.planning import eta
 
 def planned(*config: str) -> list[dict]:
     """The jobs of a forced dry run of the default target: [{rule, wildcards, outputs, shell}]."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-n", "-p", "--forceall", "--cores", "1", "report",
-         *config],
-        cwd=ROOT, env=env_for(ROOT), capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = snakemake(ROOT, "-n", "-p", "--forceall", "report", *config, timeout=600)
     jobs = []
     for block in re.split(r"\n(?=(?:local)?rule \w+:\n)", proc.stdout):
         head = re.match(r"(?:local)?rule (\w+):\n", block)

@@ -155,7 +155,7 @@ def most_at_once(jobs: list[dict]) -> list[dict]:
 
 @pytest.mark.slow
 def test_one_gpu_runs_one_measurement_at_a_time(tmp_path):
-    jobs = run_on_fake_gpus(tmp_path, 1, seconds=1.0)
+    jobs = run_on_fake_gpus(tmp_path, 1, seconds=0.5)  # jobs let run together would overlap
     assert {j["gpus"] for j in jobs} == {"0"}
     together = [(a["stage"], b["stage"]) for a, b in combinations(jobs, 2) if overlap(a, b)]
     assert not together, f"GPU jobs ran together on one GPU: {together}"

@@ -203,15 +203,9 @@ def test_no_source_file_outside_kernels_is_longer_than_600_lines():
 @cache
 def planned_jobs_with_inputs() -> list[tuple[str, list[str], str]]:
     """(rule, inputs, shell command) of every job of the default CPU run, from a forced dry run."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-n", "-p", "--forceall", "--cores", "1", "report"],
-        cwd=ROOT,
-        env=env_for(ROOT),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    from pipeline_utils import snakemake
+
+    proc = snakemake(ROOT, "-n", "-p", "--forceall", "report", timeout=600)
     jobs = []
     for block in re.split(r"\n(?=(?:local)?rule \w+:\n)", proc.stdout):
         head = re.match(r"(?:local)?rule (\w+):\n", block)
@@ -229,19 +223,77 @@ def planned_jobs_with_inputs() -> list[tuple[str, list[str], str]]:
     return jobs
 
 
+# Python's own record of an entry point's imports: one process loads the heavy third-party
+# libraries once, then forks a child per entry module that runs it as `python -m module --help`
+# would (runpy, argv) and reports the package modules in its sys.modules. The parent holds no
+# package module, so a child's are exactly those its start imported (what `-X importtime` lists
+# in a fresh process, without paying torch's import once per module).
+IMPORT_PROBE = r"""
+import json, os, runpy, sys, traceback
+
+import matplotlib
+matplotlib.use("Agg")
+for lib in ("torch", "numpy", "pandas", "matplotlib.pyplot", "triton", "yaml"):
+    try:
+        __import__(lib)
+    except ImportError:
+        pass
+ours = lambda: sorted(m for m in sys.modules if m.split(".")[0] == "cs336_systems")
+assert not ours(), f"the probe imported package modules itself: {ours()}"
+found = {}
+for module in sys.argv[1:]:
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: `python -m module --help`, its help text dropped
+        os.close(r)
+        result = {"error": None}
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+            sys.argv = [module, "--help"]
+            try:
+                runpy.run_module(module, run_name="__main__", alter_sys=True)
+            except SystemExit as e:
+                if e.code not in (0, None):
+                    result["error"] = f"exit status {e.code!r}"
+        except BaseException:
+            result["error"] = traceback.format_exc()
+        result["modules"] = ours()
+        with os.fdopen(w, "w") as f:
+            json.dump(result, f)
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        text = f.read()
+    os.waitpid(pid, 0)
+    found[module] = json.loads(text) if text else {"error": "the child died", "modules": []}
+print(json.dumps(found))
+"""
+
+
 @cache
-def runtime_imports(module: str) -> frozenset[str]:
-    """Package files Python loads to start `python -m module --help` (its top-level imports)."""
+def probed_imports(modules: tuple[str, ...]) -> dict[str, list[str]]:
+    """{module: package modules Python loads to start `python -m module --help`}, one probe for
+    all of them."""
+    import json
+
     proc = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", module, "--help"],
+        [sys.executable, "-c", IMPORT_PROBE, *modules],
         cwd=ROOT,
         env=env_for(ROOT),
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
     )
-    assert proc.returncode == 0, f"{module} --help failed:\n{proc.stderr[-2000:]}"
-    names = re.findall(r"\|\s+(cs336_systems[\w.]*)\s*$", proc.stderr, re.M)
+    assert proc.returncode == 0, f"the import probe failed:\n{proc.stderr[-3000:]}"
+    found = json.loads(proc.stdout.splitlines()[-1])
+    failed = {m: r["error"][-2000:] for m, r in found.items() if r["error"]}
+    assert not failed, f"--help failed:\n{failed}\n{proc.stderr[-2000:]}"
+    return {m: r["modules"] for m, r in found.items()}
+
+
+def imported_files(module: str, names: list[str]) -> frozenset[str]:
+    """The package files of the modules `names` that `module`'s start loaded, its own
+    `__main__.py` included (a package run with -m)."""
     files = set()
     for name in [*names, module]:
         base = ROOT / "src" / Path(*name.split("."))
@@ -271,14 +323,20 @@ def test_every_rule_runs_a_package_entry_point():
 def test_every_imported_file_is_an_input_of_its_rule():
     """For every rule: the files its entry point imports (as Python records them) are inputs;
     the report also imports the analysis of each stage it renders."""
-    missing = {}
+    rules = []
     for rule, inputs, shell in planned_jobs_with_inputs():
         modules = entry_modules(shell)
         if rule == "report":
             stages = re.search(r"--stages (\S+)", shell).group(1).split(",")
             # (an analysis module's parents include the stage package, whose TITLE it reads)
             modules += [f"cs336_systems.stages.{s}.analysis" for s in stages]
-        needed = set().union(*(runtime_imports(m) for m in modules))
+        rules.append((rule, inputs, modules))
+    probed = probed_imports(tuple(sorted({m for _, _, modules in rules for m in modules})))
+    for module, names in probed.items():  # the probe saw each start load its own package
+        assert module.rsplit(".", 1)[0] in names, (module, names)
+    missing = {}
+    for rule, inputs, modules in rules:
+        needed = set().union(*(imported_files(m, probed[m]) for m in modules))
         # a code stamp (common.smk:code_stamp) stands for the files it lists
         stamps = [f for f in inputs if re.match(r"results/[^/]+/code/.+\.sha256$", f)]
         inputs = [*inputs, *(f for s in stamps for f in stamp_files(ROOT / s))]

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import time
 import zipfile
 from collections import Counter
@@ -14,19 +15,28 @@ from pathlib import Path, PurePosixPath
 import pandas as pd
 import pytest
 import yaml
-from pipeline_utils import copy_workflow, planned_jobs, snakemake, timed_snakemake
+from pipeline_utils import (
+    SNAKEMAKE,
+    TINY_RUN,
+    copy_run,
+    copy_workflow,
+    env_for,
+    planned_jobs,
+    snakemake,
+    timed_snakemake,
+)
 
 TINY = ["--configfile", "tests/data/tiny_config.yaml"]
 STAGES = ["--config", "stages=[ceilings,benchmark]"]
+assert [*TINY, *STAGES] == TINY_RUN
 MACHINE = "tiny-test"
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    """A full run of the ceilings and benchmark stages on the tiny config in a copy."""
-    work = copy_workflow(tmp_path_factory.mktemp("wf"))
-    snakemake(work, *TINY, *STAGES)
-    return work
+def tiny_run(finished_tiny_run, tmp_path_factory):
+    """A full run of the ceilings and benchmark stages on the tiny config in a copy of the
+    workflow: the session's finished run (conftest.py), copied, as the tests here edit it."""
+    return copy_run(finished_tiny_run, tmp_path_factory.mktemp("wf") / "run")
 
 
 def edit(path: Path, line: str) -> str:
@@ -282,6 +292,43 @@ def test_nested_numbers_on_the_command_line_reach_the_job_as_numbers(bare_copy):
         "(--config), read as the integer 24" in out
     )
     assert "--context-length 24 " in out
+
+
+PROBE = """
+import json, os, sys
+
+print("PROBE " + json.dumps({"cwd": os.getcwd(), "env": os.environ.get("CS336_PROBE"),
+                             "path": sys.path, "argv0": sys.argv[0], "rundir": workflow.rundir}))
+
+rule all:
+    output: "probe.txt"
+    shell: "echo $CS336_PROBE > {output}"
+"""
+
+
+def test_a_forked_snakemake_sees_what_a_fresh_one_does(tmp_path):
+    """pipeline_utils.snakemake forks a process that imported Snakemake: the workflow and its
+    jobs see the directory, environment, sys.path and argv that `python -m snakemake` gives."""
+    seen = []
+    for mode in ("forked", "fresh"):
+        work = tmp_path / mode
+        work.mkdir()
+        (work / "Snakefile").write_text(PROBE)
+        env = {**env_for(work), "CS336_PROBE": f"probe {mode}"}
+        if mode == "forked":
+            proc = snakemake(work, env=env)
+        else:
+            proc = subprocess.run(
+                [*SNAKEMAKE, "--cores", "1"], cwd=work, env=env, capture_output=True, text=True
+            )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        probe = json.loads(proc.stdout.split("PROBE ", 1)[1].splitlines()[0])
+        assert probe["cwd"] == str(work) == probe["rundir"] == probe["path"][0]
+        assert probe["path"][1] == str(work / "src")  # PYTHONPATH, as env_for sets it
+        assert probe["env"] == f"probe {mode}"
+        assert (work / "probe.txt").read_text() == f"probe {mode}\n"  # the job's environment
+        seen.append(json.loads(json.dumps(probe).replace(str(work), "<work>")))
+    assert seen[0] == {**seen[1], "env": "probe forked"}
 
 
 def test_nothing_to_do_is_decided_in_seconds(tiny_run):

@@ -5,8 +5,9 @@ munge, slurmctld, two slurmd "nodes" in multiple-slurmd mode with fake GPUs, slu
 is installed) and stops it at the end. Snakemake runs with the profile as a user runs it, in
 copies of the workflow, and the tests check that jobs really went through SLURM (job ids in the
 logs, their state in squeue or sacct, their allocations), that the pipeline's report has the
-same tables as a local run of the same config, that SLURM's refusals and kills surface as
-failed jobs and a rerun resumes, and that the all-reduce stage spans two nodes.
+same tables as a local run of the same config (the session's finished tiny run, conftest.py),
+that SLURM's refusals and kills surface as failed jobs and a rerun resumes, and that the
+all-reduce stage spans two nodes.
 
 Skipped, with the reason, where SLURM is not installed (`tests/slurm/install.sh` installs it on
 Debian as root) or cannot start; CS336_REQUIRE_SLURM=1 turns those skips into failures (CI).
@@ -33,7 +34,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from pipeline_utils import ROOT, SNAKEMAKE, copy_workflow, env_for
+from pipeline_utils import ROOT, SNAKEMAKE, TINY_RUN, copy_workflow, env_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -51,7 +52,7 @@ CLUSTER = {
 }
 # Poll SLURM a second after a job finished instead of the profile's 15 s; nothing else changes.
 FAST = ["--slurm-init-seconds-before-status-checks", "1"]
-TINY = ["--configfile", "tests/data/tiny_config.yaml", "--config", "stages=[ceilings,benchmark]"]
+TINY = TINY_RUN  # the config of conftest.py's finished_tiny_run, the local run compared with
 MACHINE = "tiny-test"
 SUBMITTED = re.compile(r"Job (\d+) has been submitted with SLURM jobid (\d+) \(log: (\S+?)\)\.")
 RULE_HEADER = re.compile(r"^(local)?rule (\w+):$", re.M)
@@ -262,10 +263,14 @@ rule report:
 
 # Two jobs SLURM kills: one cancelled (scancel), one past its 1-minute limit. They wait for a
 # file `release`, so that a rerun can finish them. `first` (local, to start the kills early)
-# is done before them and must stay done.
+# is done before them and must stay done; so must `witness`, a cluster job that completes once
+# the test saw the time limit strike (the file `killed`). Why it is there: the plugin checks
+# on its jobs at growing intervals (+10 s each time, back to the start only when a job
+# completed) and Snakemake exits only at the next check after the failures, so without a job
+# completing beside the kill the run would end about a minute after it had failed.
 KILLED = """
 rule all:
-    input: "cancelled.txt", "timed_out.txt"
+    input: "cancelled.txt", "timed_out.txt", "witnessed.txt"
 
 rule first:
     localrule: True
@@ -285,6 +290,12 @@ rule too_slow:
     log: "logs/too_slow.log"
     resources: runtime=1
     shell: "while [ ! -e release ]; do sleep 1; done; echo $SLURM_JOB_ID > {output}"
+
+rule witness:
+    input: "first.txt"
+    output: "witnessed.txt"
+    log: "logs/witness.log"
+    shell: "while [ ! -e killed ]; do sleep 0.2; done; echo $SLURM_JOB_ID > {output}"
 """
 
 # Requests beyond the partition's time limit (12 h) and beyond the nodes' GPUs (2 x 8), with
@@ -321,7 +332,6 @@ class Runs:
     killed: Background
     cancelled: dict
     on_slurm: Background
-    local: Background
     multinode: Background | None
     multinode_problem: str | None
     too_large: dict[str, Background]
@@ -352,8 +362,6 @@ def runs(slurm, tmp_path_factory):
 
         remote = copy_workflow(tmp_path_factory.mktemp("on_slurm"))
         on_slurm = start("tiny pipeline on SLURM", remote, snakemake_cmd(*TINY))
-        local = copy_workflow(tmp_path_factory.mktemp("local"))
-        local_run = start("tiny pipeline locally", local, [*SNAKEMAKE, "--cores", "1", *TINY])
 
         too_large = {
             resources: start(
@@ -366,7 +374,7 @@ def runs(slurm, tmp_path_factory):
 
         multinode, problem = start_multinode(start, tmp_path_factory.mktemp("multinode"))
 
-        yield Runs(toy, killed, cancelled, on_slurm, local_run, multinode, problem, too_large)
+        yield Runs(toy, killed, cancelled, on_slurm, multinode, problem, too_large)
     finally:
         for bg in started:
             bg.kill()
@@ -391,16 +399,28 @@ def kill_processes_mentioning(paths: list[Path]) -> None:
 
 
 def cancel_when_running(slurm: Cluster, killed: Background, cancelled: dict) -> None:
-    """scancel the killed chain's `to_cancel` job once SLURM runs it."""
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline and killed.proc.poll() is None:
-        for _, jobid, log in SUBMITTED.findall(killed.log()):
-            if "/rule_to_cancel/" in log:
-                cancelled["state_before"] = slurm.wait_state(jobid, {"RUNNING"}, timeout=120)
-                subprocess.run(["scancel", jobid], timeout=30, check=True)
-                cancelled["jobid"] = jobid
-                return
-        time.sleep(0.5)
+    """scancel the killed chain's `to_cancel` job once SLURM runs it; once SLURM killed its
+    `too_slow` job for its time limit, let the `witness` job complete (the file `killed`)."""
+    try:
+        deadline = time.monotonic() + WAIT
+        jobs: dict[str, str] = {}
+        while time.monotonic() < deadline and killed.proc.poll() is None and len(jobs) < 2:
+            jobs = {
+                rule: jobid
+                for _, jobid, log in SUBMITTED.findall(killed.log())
+                for rule in ("to_cancel", "too_slow")
+                if f"/rule_{rule}/" in log
+            }
+            time.sleep(0.5)
+        if "to_cancel" in jobs:
+            jobid = jobs["to_cancel"]
+            cancelled["state_before"] = slurm.wait_state(jobid, {"RUNNING"}, timeout=120)
+            subprocess.run(["scancel", jobid], timeout=30, check=True)
+            cancelled["jobid"] = jobid
+        if "too_slow" in jobs:
+            slurm.wait_state(jobs["too_slow"], {"TIMEOUT"}, timeout=deadline - time.monotonic())
+    finally:
+        (killed.workdir / "killed").touch()  # whatever happened: the witness never hangs
 
 
 def start_multinode(start, workdir: Path) -> tuple[Background | None, str | None]:
@@ -562,12 +582,11 @@ def without_suspects(report: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def pipeline(runs):
+def pipeline(runs, finished_tiny_run):
+    """(the run on SLURM, the same run made locally, the SLURM run's log)."""
     rc, log = runs.on_slurm.wait()
     assert rc == 0, log[-5000:]
-    rc_local, log_local = runs.local.wait()
-    assert rc_local == 0, log_local[-5000:]
-    return runs.on_slurm.workdir, runs.local.workdir, log
+    return runs.on_slurm.workdir, finished_tiny_run, log
 
 
 def test_pipeline_jobs_went_through_slurm(slurm, pipeline):
@@ -649,12 +668,13 @@ def test_killed_jobs_fail_the_run_and_a_rerun_resumes(slurm, runs):
     assert "first" in local_rules(log)
     assert slurm.state(jobs["to_cancel"]) == "CANCELLED"
     assert slurm.state(jobs["too_slow"]) == "TIMEOUT"
+    assert slurm.state(jobs["witness"]) == "COMPLETED"
     for rule, state in [("to_cancel", "CANCELLED"), ("too_slow", "TIMEOUT")]:
         assert re.search(rf"SLURM-job '{jobs[rule]}' failed, SLURM status is: '{state}", log), rule
         assert f"Error in rule {rule}:" in log
     assert "Exiting because a job execution failed" in log
 
-    # the rerun runs what failed, not `first`
+    # the rerun runs what failed, not what was done: `first` (local) and `witness` (on SLURM)
     (runs.killed.workdir / "release").touch()
     rc, relog = run(runs.killed.workdir)
     assert rc == 0, relog[-3000:]
