@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call (budget: 6 min on one H100: tests 60 s, timings 300 s, each bounded by its
-# timeout): the fused AdamW kernel's tests on CUDA (tests/test_master_adamw.py, every test on the
+# timeout): the fused AdamW kernel's tests on CUDA (tests/unit/engine/test_master_adamw.py, every test on the
 # GPU) and the engine's GPU-marked tests (master weights against the engine without them and
 # against the plain model), then benchmarks/engine_step.py: the 2026 xl and small at context 512
 # batch 4 bf16, plain compiled step vs engine (compiled blocks) without and with bf16 working
@@ -13,9 +13,9 @@ source scripts/gpu/env.sh
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader | tee "$out/gpu.txt"
 t0=$(date +%s)
-timeout ${TESTS_S:-60} python3 -m pytest -q -p no:cacheprovider tests/test_master_adamw.py \
-  "tests/test_engine.py::test_gpu_master_weights_match_the_engine_without_them_and_the_plain_model" \
-  "tests/test_engine.py::test_gpu_bf16_reduced_config_matches_the_plain_model" \
+timeout ${TESTS_S:-60} python3 -m pytest -q -p no:cacheprovider tests/unit/engine/test_master_adamw.py \
+  "tests/unit/engine/test_engine.py::test_gpu_master_weights_match_the_engine_without_them_and_the_plain_model" \
+  "tests/unit/engine/test_engine.py::test_gpu_bf16_reduced_config_matches_the_plain_model" \
   > "$out/gpu_tests.txt" 2>&1
 echo "master-weight gpu tests: exit $? in $(( $(date +%s) - t0 )) s; $(tail -1 "$out/gpu_tests.txt")"
 grep -E "^(FAILED|ERROR)" "$out/gpu_tests.txt" | head -5

@@ -2,7 +2,7 @@
 # The fixed host cost of our FlashAttention (issue 21 item 2), one device call, <= 6 minutes on
 # one H100 from empty caches (tests <= 110 + 40 s, sweeps <= 2 x 70 s, probe <= 70 s). Writes
 # under $OUT:
-#  - gpu_programs.txt: tests/test_flash_programs.py -m gpu, in one process (no xdist, no
+#  - gpu_programs.txt: tests/unit/kernels/test_flash_programs.py -m gpu, in one process (no xdist, no
 #    pytest-benchmark): kept programs' bound replays == the plain path, every replayed launch bound;
 #  - gpu_tests.txt: then a sample of the flash GPU tests (bf16 causal d 64/128);
 #  - short_fast.csv, short_plain.csv: the short-sequence points (the flash stage's target job) (d 16,32,64,128 x n 1024,4096,16384;
@@ -24,11 +24,11 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=cs
 common="--machine h100-80gb-hbm3 --preset gpu"
 t0=$(date +%s)
 timeout ${PROGRAMS_S:-110} python3 -m pytest -q -m gpu -p no:cacheprovider -p no:benchmark \
-  -p no:xdist tests/test_flash_programs.py > "$out/gpu_programs.txt" 2>&1
+  -p no:xdist tests/unit/kernels/test_flash_programs.py > "$out/gpu_programs.txt" 2>&1
 echo "gpu programs tests: exit $? in $(( $(date +%s) - t0 )) s; $(tail -1 "$out/gpu_programs.txt")"
 t0=$(date +%s)
 timeout ${TESTS_S:-40} python3 -m pytest -q -m gpu -p no:cacheprovider -p no:benchmark \
-  -p no:xdist tests/test_flash_attention.py \
+  -p no:xdist tests/unit/kernels/test_flash_attention.py \
   -k "${TESTS_K:-bf16 and causal and (64 or 128) and not 4096}" > "$out/gpu_tests.txt" 2>&1
 echo "gpu tests (sample): exit $? in $(( $(date +%s) - t0 )) s; $(tail -1 "$out/gpu_tests.txt")"
 # the short-sequence points: the flash stage's target job on the gpu preset's target block, with

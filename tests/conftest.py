@@ -69,7 +69,7 @@ def pytest_cmdline_main(config):
 LONG_FIRST = [
     "test_slurm.py",
     "test_pipeline.py",
-    "test_gpus.py",
+    "test_claim.py",
     "test_grids_2026.py",
     "test_flash_attention.py",
     "test_memory.py",
@@ -80,8 +80,8 @@ LONG_FIRST = [
     "test_ddp.py",
     "test_flash_programs.py",
     "test_fsdp_stage.py",
-    "test_benchmark_stage.py",
-    "test_attention_stage.py",
+    "test_benchmark.py",
+    "test_attention.py",
     "test_layout.py",
 ]
 

@@ -27,7 +27,7 @@ deadline=${DEADLINE_S:-540}
 # Snakemake's own rerun triggers: every call gets the tree as fresh copies (new mtimes), but a
 # finished job is not rerun for a newer input whose checksum Snakemake recorded unchanged in
 # .snakemake/metadata, packed below and carried back (without it, every job reruns: measured on
-# the cpu preset, tests/test_pipeline.py); a changed source, params or rule code reruns its jobs
+# the cpu preset, tests/integration/test_pipeline.py); a changed source, params or rule code reruns its jobs
 triggers=()
 config=(--config "preset=$preset")
 t0=$(date +%s)

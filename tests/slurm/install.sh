@@ -5,7 +5,7 @@
 #
 # Meant for CI (Debian 12, root, `.ci/run`). It never fails the build: when it cannot install
 # (not root, no apt-get, no network, no package), it says why and exits 0, and
-# tests/test_slurm.py then skips with that reason.
+# tests/integration/test_slurm.py then skips with that reason.
 #
 # Usage:  bash tests/slurm/install.sh            (WITH_DBD=1 to add slurmdbd + mariadb-server)
 set -uo pipefail

@@ -9,7 +9,7 @@ model.py: a step's FLOPs at the rate a `Device` of devices.py reaches, its memor
 compile) and sums the jobs. The numbers are estimates to plan with, not measurements; the
 constants are calibrated on the reference runs' job logs (report/reference/<machine>/jobs/:
 measured.py, whose tables tables.py writes into docs/budgets.md). A preset whose sum is above
-its budget fails `check` (tests/test_budget.py holds gpu to 25 minutes on one H100 and cpu to 5
+its budget fails `check` (tests/unit/budget/test_budget.py holds gpu to 25 minutes on one H100 and cpu to 5
 on 2 cores). The sizes are the run's edition's (config `edition`).
 """
 

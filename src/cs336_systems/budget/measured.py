@@ -1,5 +1,5 @@
 """The reference runs' job logs against the stages' estimates (stages/<stage>/plan.py; the calibration
-tables of docs/budgets.md). tests/test_budget.py holds the H100's jobs each within 25% and their
+tables of docs/budgets.md). tests/unit/budget/test_budget.py holds the H100's jobs each within 25% and their
 sum within 10%; the CPU's (two jobs at once on two cores, so each job's time depends on its
 neighbour) each within a factor of 2 and their sum within 15%.
 

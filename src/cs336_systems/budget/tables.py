@@ -56,7 +56,7 @@ DOC_HEAD = """# Time budgets of the presets
 
 Written by `python -m cs336_systems.budget --out docs/budgets.md` from the config (every job the
 workflow plans, its estimate and what it costs: each stage estimates its own jobs in
-`stages/<stage>/plan.py`, from the machine's model and constants in `src/cs336_systems/budget/`). `tests/test_budget.py` holds the gpu and cpu presets to their
+`stages/<stage>/plan.py`, from the machine's model and constants in `src/cs336_systems/budget/`). `tests/unit/budget/test_budget.py` holds the gpu and cpu presets to their
 budgets (the gpu preset in both editions: 2025's grids are a run of the stages they change)
 and fails when this file is stale. The gpu preset runs the handouts' protocol: 5 warm-up and 10
 measured steps a benchmark point, 100 forward and 100 backward passes an attention point. Estimates to plan with; the profile probe's contexts

@@ -2,7 +2,7 @@
 and the per-edition overrides of a preset block. Standard library only: the workflow reads it
 while planning (planning/config.py) and every stage's CLI takes `--edition` through it.
 
-model.py holds the size tables themselves (SIZE_TABLES); tests/test_config.py keeps the names
+model.py holds the size tables themselves (SIZE_TABLES); tests/unit/planning/test_config.py keeps the names
 here equal to them.
 """
 
@@ -19,7 +19,7 @@ SRC = Path(__file__).resolve().parents[2]
 # the course's editions (model.py: EDITIONS, DEFAULT_EDITION)
 EDITIONS = (2026, 2025)
 DEFAULT_EDITION = 2026
-# model size names per edition (model.py: SIZE_TABLES and EXTRA_SIZES; tests/test_config.py
+# model size names per edition (model.py: SIZE_TABLES and EXTRA_SIZES; tests/unit/planning/test_config.py
 # keeps them equal)
 MODEL_SIZE_NAMES = {
     2026: ("tiny", "small", "medium", "large", "xl", "10B"),

@@ -132,7 +132,7 @@ PARTS: list[dict] = [
        "steps and times n steps (forward; forward and backward; 2026: also the optimizer step), "
        "synchronizing after each.",
        code="src/cs336_systems/stages/benchmark/measure.py, core/harness.py",
-       tests="tests/test_harness.py, tests/test_benchmark_stage.py"),
+       tests="tests/unit/core/test_harness.py, tests/stages/benchmark/test_benchmark.py"),
     _p("benchmarking_script.b", BOTH, "written", "1-2 sentences with the timings",
        "Every size of the edition's table, 5 warm-up and 10 measured steps, mean and std: how long "
        "a forward and a backward (2026: and the optimizer step) take; is the std small?", answer=1),
@@ -210,18 +210,18 @@ PARTS: list[dict] = [
        "Achieved TFLOP/s and MFU against this machine's measured matmul peak.", answer=4),
     _p("flash_forward.a", BOTH, "code", "an autograd.Function (PyTorch, tiled)",
        "FlashAttention-2's forward in pure PyTorch, tiles at least 16 x 16, saving L, Q, K, V, O.",
-       code="src/cs336_systems/kernels/flash_pytorch.py", tests="tests/test_flash_attention.py"),
+       code="src/cs336_systems/kernels/flash_pytorch.py", tests="tests/unit/kernels/test_flash_attention.py"),
     _p("flash_forward.b", BOTH, "code", "an autograd.Function (Triton)",
        "The forward as one Triton kernel, launch grid (Tq, batch), one loop over key tiles.",
-       code="src/cs336_systems/kernels/flash_triton*.py", tests="tests/test_flash_attention.py"),
+       code="src/cs336_systems/kernels/flash_triton*.py", tests="tests/unit/kernels/test_flash_attention.py"),
     _p("flash_forward.c", BOTH, "code", "a causal flag",
        "A causal-masking flag (default False), is_causal a tl.constexpr, -1e6 on masked scores.",
        code="src/cs336_systems/kernels/triton/forward.py",
-       tests="tests/test_flash_attention.py"),
+       tests="tests/unit/kernels/test_flash_attention.py"),
     _p("flash_backward", BOTH, "code", "a backward pass (PyTorch + torch.compile)",
        "The backward from Q, K, V, O, dO and L, with the D vector, recomputing P.",
        code="src/cs336_systems/kernels/flash_pytorch.py, kernels/triton/backward.py",
-       tests="tests/test_flash_attention.py"),
+       tests="tests/unit/kernels/test_flash_attention.py"),
     _p("flash_benchmarking.a", BOTH, "written",
        "a table: forward, backward and forward+backward latencies",
        "With triton.testing.do_bench, batch 1, causal: our Triton FlashAttention-2 against PyTorch "
@@ -239,7 +239,7 @@ PARTS: list[dict] = [
     _p("naive_ddp", BOTH, "code", "a script",
        "DDP by all-reducing each parameter's gradient after backward; weights match single-process "
        "training on a toy model.",
-       code="src/cs336_systems/parallel/ddp.py", tests="tests/test_ddp.py"),
+       code="src/cs336_systems/parallel/ddp.py", tests="tests/stages/ddp/test_ddp.py"),
     _p("naive_ddp_benchmarking", BOTH, "written",
        "the setup, the time per step and the time communicating",
        "Naive DDP on 1 node x 2 GPUs with the edition's xl: time per step and the share spent "
@@ -250,7 +250,7 @@ PARTS: list[dict] = [
     _p("ddp_overlap_individual_parameters", BOTH, "code", "a DDP class",
        "DDP that all-reduces each parameter's gradient asynchronously as it is ready (post-"
        "accumulate-grad hooks).",
-       code="src/cs336_systems/parallel/ddp.py", tests="tests/test_ddp.py"),
+       code="src/cs336_systems/parallel/ddp.py", tests="tests/stages/ddp/test_ddp.py"),
     _p("ddp_overlap_individual_parameters_benchmarking.a", BOTH, "written",
        "the time per step and 1-2 sentences",
        "The overlapping DDP against naive and flat: time per training step.", answer=25),
@@ -259,7 +259,7 @@ PARTS: list[dict] = [
        "does not.", answer=25),
     _p("ddp_overlap_bucketed", Y2025, "code", "a bucketed DDP class",
        "DDP with gradients bucketed (bucket_size_mb), each bucket all-reduced when ready.",
-       code="src/cs336_systems/parallel/ddp.py", tests="tests/test_ddp.py"),
+       code="src/cs336_systems/parallel/ddp.py", tests="tests/stages/ddp/test_ddp.py"),
     _p("ddp_bucketed_benchmarking.a", Y2025, "written",
        "the time per step per bucket size and 3-4 sentences",
        "Bucket sizes 1, 10, 100, 1000 MB: time per step against the unbucketed variants; as "
@@ -284,7 +284,7 @@ PARTS: list[dict] = [
        "An optimizer wrapper that keeps each parameter's state on one rank and broadcasts the "
        "updated parameters.",
        code="src/cs336_systems/parallel/sharded_optimizer.py",
-       tests="tests/test_sharded_optimizer.py"),
+       tests="tests/unit/parallel/test_sharded_optimizer.py"),
     _p("optimizer_state_sharding_accounting.a", BOTH, "written",
        "2-3 sentences with the peaks and their breakdown",
        "Peak memory after construction, before and after the optimizer step, with and without "
@@ -297,7 +297,7 @@ PARTS: list[dict] = [
     _p("fsdp", Y2026, "code", "an FSDP class",
        "FSDP over Linear and Embedding weights: all-gather before use (prefetch bounded), free "
        "after, reduce-scatter gradients, optional compute dtype, fp32 master weights.",
-       code="src/cs336_systems/parallel/fsdp.py", tests="tests/test_fsdp.py"),
+       code="src/cs336_systems/parallel/fsdp.py", tests="tests/unit/parallel/test_fsdp.py"),
     _p("fsdp_accounting.a", Y2026, "written", "2-3 sentences",
        "The memory FSDP should save from the peak against optimizer-state sharding (all-gather "
        "buffers ignored).", answer=32),
@@ -437,7 +437,7 @@ def markdown(declared: dict[str, dict] | None = None) -> str:
         "",
         "Written by `python -m cs336_systems.reporting.questions --out docs/questions.md` from",
         "`src/cs336_systems/reporting/questions.py` (the list) and each stage's `QUESTIONS`",
-        "declaration (which stage answers a part); `tests/test_questions.py` fails when this file",
+        "declaration (which stage answers a part); `tests/unit/reporting/test_questions.py` fails when this file",
         'is stale. The handouts are the course\'s own (Stanford CS336 assignment 2, "Systems":',
         "spring 2025, version 1.0.4, and spring 2026, version 26.1.1, in the course's public",
         "repository `stanford-cs336/assignment2-systems`); each part is summarized in a line, and",

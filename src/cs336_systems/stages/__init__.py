@@ -2,6 +2,6 @@
 
 A stage's files sit on the floor of their role: its `plan` on planning's, its measurement on
 the measuring floor, its `rows`, `answers`, `figures` and `analysis` on reporting's. A stage
-never imports another stage (tests/test_layout.py enforces it); stages meet only through their
+never imports another stage (tests/integration/test_layout.py enforces it); stages meet only through their
 CSVs.
 """

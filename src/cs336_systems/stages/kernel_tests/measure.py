@@ -1,7 +1,7 @@
 """Stage `kernel_tests`: run the kernels' pytest suites, keep a JUnit XML and a tidy CSV.
 
     python -m cs336_systems.stages.kernel_tests --machine M --preset P --block '{"files":
-        ["tests/test_flash_attention.py"], "kernels": {"flash_triton": "^test_triton_",
+        ["tests/unit/kernels/test_flash_attention.py"], "kernels": {"flash_triton": "^test_triton_",
         "flash_pytorch": "^test_pytorch_"}, "select": "not fp16", "marker": "", "timeout_s": 900,
         "workers": "auto"}' --junit X.xml --out X.csv [--files other test files]
 

@@ -30,8 +30,8 @@ class KernelTestsKnobs(Knobs):
         minItems=1,
         uniqueItems=True,
         items={
-            "pattern": r"^tests/test_[A-Za-z0-9_]+\.py$",
-            "allowed": "a test file tests/test_<name>.py",
+            "pattern": r"^tests/([A-Za-z0-9_]+/)*test_[A-Za-z0-9_]+\.py$",
+            "allowed": "a test file tests/.../test_<name>.py",
         },
     )
     kernels: dict[str, str] = knob(

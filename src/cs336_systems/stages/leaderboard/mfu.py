@@ -25,7 +25,7 @@ def matmul_path(variant: str, device_type: str, world_size: int) -> str:
     """The path a variant's matmuls take: the engine's weights are bf16 when its matmuls run on
     CUDA (one device: bf16 working weights, engine/step.py resolve_master_weights; several:
     FSDP gathers them in bf16), a plain bf16 matmul; the plain model runs fp32 weights under bf16
-    autocast, as does the engine on the CPU (tests/test_leaderboard.py holds the rules
+    autocast, as does the engine on the CPU (tests/stages/leaderboard/test_leaderboard.py holds the rules
     together)."""
     engine_bf16 = variant == "engine" and device_type == "cuda"
     return "matmul" if engine_bf16 else "autocast_linear"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from pipeline_utils import block
+from pipeline_utils import ROOT, block
 
 from cs336_systems.model import ATTENTION_FUNCTIONS, build_model, naive_attention
 from cs336_systems.profiling import nsys as nsys_tools
@@ -22,7 +22,7 @@ from cs336_systems.stages.profile import measure as prof
 from cs336_systems.stages.profile.plan import JOB_KNOBS as JOB
 from cs336_systems.stages.profile.plan import Harness, Probe
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = ROOT / "tests" / "fixtures"
 PROVISIONAL = FIXTURES / "provisional"
 GPU = FIXTURES / "gpu"  # real captures from scripts/gpu_capture_fixtures.py (absent until run)
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import importlib.util
 import math
-from pathlib import Path
 
 from fixture_rows import ceilings_rows
+from pipeline_utils import ROOT
 
 from cs336_systems.core.results import read_csv
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "engine_step.py"
+SCRIPT = ROOT / "benchmarks" / "engine_step.py"
 
 
 def script():

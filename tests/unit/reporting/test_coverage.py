@@ -66,7 +66,8 @@ def test_coverage_verdicts():
     code = cpu.loc["naive_ddp"]
     assert code["status"] == "code" and code["kind"] == "code"
     assert (
-        "parallel/ddp.py" in code["answered in"] and "tests/test_ddp.py" in code["what answers it"]
+        "parallel/ddp.py" in code["answered in"]
+        and "tests/stages/ddp/test_ddp.py" in code["what answers it"]
     )
     # nothing measured where the question needs more GPUs than the machine has: the reason
     # says so first, then which data is missing

@@ -15,7 +15,7 @@ from itertools import combinations
 from pathlib import Path
 
 import pytest
-from pipeline_utils import copy_workflow, env_for, snakemake
+from pipeline_utils import ROOT, copy_workflow, env_for, snakemake
 
 from cs336_systems.planning import claim
 
@@ -181,7 +181,7 @@ def test_the_default_profile_provides_this_machines_gpu_count(tmp_path):
     old_env, old_cwd = dict(os.environ), Path.cwd()
     os.environ.clear()
     os.environ.update(env)
-    os.chdir(Path(__file__).resolve().parents[1])
+    os.chdir(ROOT)
     claim.machine._installed.cache_clear()
     try:
         _, args = parse_args(["report"])

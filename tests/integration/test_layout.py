@@ -1,4 +1,5 @@
-"""The package's floors and the workflow's code inputs: what the tree promises a newcomer.
+"""The package's floors, its functions, its tests' tree and the workflow's code inputs: what the
+tree promises a newcomer.
 
 - three floors, as the pipeline runs: planning (workflow time, standard library only), then the
   measuring layers (model < core < kernels < parallel, profiling < engine < budget, adapters and
@@ -8,7 +9,10 @@
   `answers`, `figures`, `tables`, `analysis` and `aggregate` on reporting's, the rest (`measure`
   and what it uses) on the measuring floor; a stage never imports another stage;
 - every rule's code inputs hold every package file its entry point imports (checked against
-  Python's own record of the imports, `-X importtime`, not against the workflow's derivation);
+  Python's own record of the imports, `sys.modules` of the entry point run with `--help`, not
+  against the workflow's derivation);
+- a function fits on a screen (80 lines; Triton and Gluon kernel bodies excepted), and the tests
+  mirror the code (unit/<layer>/, stages/<stage>/, integration/);
 - what the workflow imports while planning (planning/, stage packages, plan modules) loads no
   torch, numpy or pandas.
 """
@@ -187,14 +191,71 @@ def test_core_holds_at_most_twelve_files():
     assert len(list((PKG / "core").glob("*.py"))) <= 12
 
 
-def test_no_source_file_outside_kernels_is_longer_than_600_lines():
-    long = {
-        str(p.relative_to(ROOT)): n
-        for p in [*SOURCES, *ROOT.glob("scripts/**/*.py"), *ROOT.glob("benchmarks/*.py")]
-        if "kernels" not in p.relative_to(ROOT).parts
-        and (n := len(p.read_text().splitlines())) > 600
-    }
-    assert not long, long
+# --- functions fit on a screen ------------------------------------------------------------
+
+# a function is at most this many lines, `def` to its last line (docstring included); Triton and
+# Gluon kernel bodies (`@triton.jit`, `@gluon.jit`) are one compiled program each and exempt
+MAX_FUNCTION_LINES = 80
+
+
+def is_kernel(node: ast.FunctionDef) -> bool:
+    """A Triton or Gluon kernel body: decorated `<x>.jit` or `<x>.jit(...)`."""
+    for d in node.decorator_list:
+        target = d.func if isinstance(d, ast.Call) else d
+        if isinstance(target, ast.Attribute) and target.attr == "jit":
+            return True
+    return False
+
+
+def long_functions(paths) -> dict[str, int]:
+    """{path:function: lines} of every function longer than MAX_FUNCTION_LINES."""
+    out = {}
+    for path in map(Path, paths):
+        name = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and not is_kernel(node):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    out[f"{name}:{node.name}"] = lines
+    return out
+
+
+def test_no_function_is_longer_than_a_screen():
+    assert not long_functions(SOURCES), long_functions(SOURCES)
+
+
+def test_the_function_rule_finds_a_long_function_and_spares_a_kernel(tmp_path):
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    probe = tmp_path / "probe.py"
+    probe.write_text(f"def long():\n{body}\n\n@triton.jit\ndef kernel():\n{body}\n")
+    assert long_functions([probe]) == {"probe.py:long": MAX_FUNCTION_LINES + 1}
+
+
+# --- the tests mirror the code --------------------------------------------------------------
+
+TESTS = ROOT / "tests"
+
+
+def test_the_tests_mirror_the_code():
+    """Every test file sits in unit/<layer>/ (a layer of the package), stages/<stage>/ (a stage)
+    or integration/ (the workflow as a whole: pipeline, SLURM, README, layout)."""
+    layers = {m.split(".")[1] for m in MODULES if m != "cs336_systems"}
+    stages = {p.name for p in (PKG / "stages").iterdir() if (p / "__init__.py").exists()}
+    misplaced = []
+    for path in sorted(TESTS.rglob("test_*.py")):
+        parts = path.relative_to(TESTS).parts
+        if parts[0] == "tools":
+            continue  # the sm_90 tools, run by tests, not tests themselves
+        ok = (
+            (len(parts) == 3 and parts[0] == "unit" and parts[1] in layers)
+            or (len(parts) == 3 and parts[0] == "stages" and parts[1] in stages)
+            or (len(parts) == 2 and parts[0] == "integration")
+        )
+        if not ok:
+            misplaced.append(str(path.relative_to(ROOT)))
+    assert not misplaced, misplaced
+    names = [p.name for p in TESTS.rglob("test_*.py")]
+    assert len(names) == len(set(names)), "two test files of one name (pytest imports by name)"
 
 
 # --- the workflow's code inputs ---------------------------------------------------------------

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from pipeline_utils import block
+from pipeline_utils import ROOT, block
 
 from cs336_systems.parallel import launch
 from cs336_systems.stages.allreduce import measure as ar
@@ -211,7 +211,7 @@ def test_the_size_sentence_follows_the_curve_and_the_backend():
 
 # ---------------------------- report: a suspect point is kept out of every fit, table and count
 
-H200_CSV = Path(__file__).resolve().parent / "fixtures" / "h200-x2"
+H200_CSV = ROOT / "tests" / "fixtures" / "h200-x2"
 
 
 def _h200_results(tmp_path, clean: bool = False) -> Path:

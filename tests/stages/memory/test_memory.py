@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
-from pipeline_utils import block
+from pipeline_utils import ROOT, block
 
 from cs336_systems.core.device import autocast
 from cs336_systems.core.workload import Workload
@@ -22,7 +21,7 @@ from cs336_systems.stages.memory import analytic, blocks
 from cs336_systems.stages.memory import measure as mem
 from cs336_systems.stages.memory.plan import JOB_KNOBS as JOB
 
-GPU = Path(__file__).parent / "fixtures" / "gpu"
+GPU = ROOT / "tests" / "fixtures" / "gpu"
 SNAPSHOT_FIXTURE = GPU / "memory_snapshot.pickle"  # from scripts/gpu_capture_fixtures.py
 
 

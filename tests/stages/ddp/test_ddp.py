@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from dist_utils import run_forked_ranks
-from pipeline_utils import block
+from pipeline_utils import ROOT, block
 from torch import nn
 
 from cs336_systems import adapters
@@ -630,7 +630,6 @@ def test_the_committed_h200_run_reads_as_its_numbers(tmp_path):
     each and leave 10.2 ms after backward against 0.43; sizes in MiB; an older CSV without the
     optimizer column says AdamW alone."""
     import re
-    from pathlib import Path
 
     import pandas as pd
     from fixture_rows import write_results
@@ -638,7 +637,7 @@ def test_the_committed_h200_run_reads_as_its_numbers(tmp_path):
     from cs336_systems.reporting import report
     from cs336_systems.stages.ddp import analysis
 
-    csv = Path(__file__).resolve().parent / "fixtures" / "h200-x2"
+    csv = ROOT / "tests" / "fixtures" / "h200-x2"
     results = write_results(tmp_path / "h200-x2", ddp=pd.read_csv(csv / "ddp.csv"))
     ctx = analysis.context(results)
     assert ctx["bucket_vs_overlap"] == [

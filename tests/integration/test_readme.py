@@ -89,7 +89,9 @@ def test_a_documented_command_runs_as_written(workflow, command, comment):
         env[key] = value
     words = [re.sub(r"<[^>]+>", "readme-test", w) for w in words]  # machine=<tag>
     if "--report" in words:
-        pytest.skip("needs a finished run: tests/test_pipeline.py builds and reads the archive")
+        pytest.skip(
+            "needs a finished run: tests/integration/test_pipeline.py builds and reads the archive"
+        )
     if "--configfile" in words:  # the example file its comment shows
         path = workflow / words[words.index("--configfile") + 1]
         path.write_text(comment.split("e.g.", 1)[1].strip() + "\n")

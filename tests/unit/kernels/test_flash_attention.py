@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from pipeline_utils import ROOT
 
 # plain imports, the Gluon kernels' included: a kernel module that fails to import fails this
 # file (and the kernel_tests stage), never turns its tests into skips
@@ -33,6 +32,9 @@ from cs336_systems.kernels.hopper import configs as hopper_configs
 from cs336_systems.kernels.hopper import launch as fh
 from cs336_systems.kernels.triton import launch as triton_launch
 from cs336_systems.kernels.triton.common import INTERPRET
+
+# the repository (these files also run alone, in the kernel_tests stage)
+ROOT = Path(__file__).resolve().parents[3]
 
 HAS_CUDA = torch.cuda.is_available()
 F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32

@@ -5,16 +5,15 @@ allocator's changes, and a timeline's phase names cannot overprint."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
+from pipeline_utils import ROOT
 
 from cs336_systems.profiling import memory_snapshot as mem
 from cs336_systems.stages.memory import answers, rows
 
-REF = Path(__file__).resolve().parents[1] / "report" / "reference" / "h100-80gb-hbm3" / "csv"
+REF = ROOT / "report" / "reference" / "h100-80gb-hbm3" / "csv"
 
 
 @pytest.fixture

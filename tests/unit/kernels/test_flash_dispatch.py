@@ -1,7 +1,7 @@
 """The dispatch of the FlashAttention kernels (`kernels.dispatch.plan`): which kernel runs each
 pass, with which tiles, and why; that the autograd Function follows the plan; and that a Gluon
 kernel that fails to import is an error, not a silent fallback. CPU only: the plans of GPU
-targets are computed, not run (tests/test_flash_attention.py runs the kernels)."""
+targets are computed, not run (tests/unit/kernels/test_flash_attention.py runs the kernels)."""
 
 from __future__ import annotations
 

@@ -330,7 +330,7 @@ CASES = {
     ),
     "test file outside tests/": (
         {"kernel_tests": cpu(files=["src/x.py"])},
-        "config: kernel_tests.cpu.files[0]: 'src/x.py' — a test file tests/test_<name>.py",
+        "config: kernel_tests.cpu.files[0]: 'src/x.py' — a test file tests/.../test_<name>.py",
     ),
     # 16. topology
     "two nodes, local": (

@@ -5,7 +5,7 @@ models (the wrapper must broadcast rank 0's), a frozen bias and a fixed no-grad 
 put, a tied weight stays tied, and five SGD steps on each rank's half of the batch match
 single-process training on the whole batch. Sharded optimizer (`get_sharded_optimizer(params,
 optimizer_cls, **kwargs)`): ten AdamW steps match the unsharded optimizer. FSDP's adapters are
-exercised by tests/test_fsdp.py.
+exercised by tests/unit/parallel/test_fsdp.py.
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import csv
-from pathlib import Path
 
 import pytest
+from pipeline_utils import ROOT
 
 from cs336_systems.profiling.kernel_classes import (
     KERNEL_CLASSES,
@@ -14,7 +14,7 @@ from cs336_systems.profiling.kernel_classes import (
 )
 from cs336_systems.profiling.nsys import read_stats_csv
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = ROOT / "tests" / "fixtures"
 PROVISIONAL = FIXTURES / "provisional" / "kernel_names.csv"
 # written by scripts/gpu_capture_fixtures.py on a GPU host (absent until then)
 CAPTURED_KERN_SUM = FIXTURES / "gpu" / "nsys_cuda_gpu_kern_sum.csv"

@@ -1,0 +1,86 @@
+"""The kernel_tests stage on its own: its workers, what pytest cannot collect or import, a
+missing CSV (the stage's rows and report, with the attention and flash stages it gates, are in
+tests/stages/attention/test_attention.py)."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+
+import pandas as pd
+from pipeline_utils import ROOT, kernel_tests_block
+
+from cs336_systems.core import results as kernel_results
+from cs336_systems.stages.kernel_tests import measure as kernel_tests_stage
+
+COMMON = ["--machine", "test-machine", "--preset", "cpu"]
+
+
+def test_kernel_tests_worker_count():
+    cores = len(os.sched_getaffinity(0))
+    assert kernel_tests_stage.worker_count("auto") == min(
+        kernel_tests_stage.MAX_AUTO_WORKERS, cores
+    )
+    assert kernel_tests_stage.worker_count("3") == 3
+    assert kernel_tests_stage.xdist_args(1) == []
+    assert kernel_tests_stage.xdist_args(4) == ["-n", "4"]
+
+
+def test_kernel_tests_when_pytest_cannot_collect(tmp_path):
+    bad = tmp_path / "test_bad.py"
+    bad.write_text("import does_not_exist\n")
+    out = tmp_path / "kt.csv"
+    kernel_tests_stage.main(
+        [*COMMON, "--files", str(bad), *kernel_tests_block(kernels={"flash_triton": "^test_"}),
+         "--junit", str(tmp_path / "j.xml"), "--out", str(out)]
+    )  # fmt: skip
+    assert kernel_results.verdicts(out) == {"flash_triton": "failed"}
+
+
+# installed in every Python process of the stage (sitecustomize): the Gluon dK/dV kernels' module
+# raises on import, as it would under a Triton whose Gluon API moved
+BROKEN_KERNEL = textwrap.dedent(
+    """
+    import importlib.abc
+    import importlib.util
+    import sys
+
+    BROKEN = "cs336_systems.kernels.hopper.backward_dkdv"
+
+    class Broken(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+        def find_spec(self, name, path=None, target=None):
+            return importlib.util.spec_from_loader(name, self) if name == BROKEN else None
+
+        def create_module(self, spec):
+            return None
+
+        def exec_module(self, module):
+            raise AttributeError("gluon has no attribute 'warpgroup_mma' (a broken kernel)")
+
+    sys.meta_path.insert(0, Broken())
+    """
+)
+
+
+def test_kernel_tests_fail_when_a_kernel_module_cannot_import(tmp_path, monkeypatch):
+    """A kernel module that fails to import makes the kernel tests error (pytest cannot collect
+    them) and the kernel's verdict `failed`: never skips, never a silent fallback."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(BROKEN_KERNEL)
+    monkeypatch.setenv("PYTHONPATH", f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    out = tmp_path / "kt.csv"
+    kernel_tests_stage.main(
+        [*COMMON, "--files", str(ROOT / "tests" / "unit" / "kernels" / "test_flash_attention.py"),
+         *kernel_tests_block(kernels={"flash_triton": "^test_(triton_|hopper_|plan_)"},
+                             select="adapters"),
+         "--junit", str(tmp_path / "j.xml"), "--out", str(out)]
+    )  # fmt: skip
+    assert kernel_results.verdicts(out)["flash_triton"] == "failed"
+    df = pd.read_csv(out)
+    assert set(df["outcome"]) == {"error"}, df[["test", "outcome", "message"]]
+    assert df["message"].str.contains("AttributeError").all(), df["message"].tolist()
+
+
+def test_verdicts_of_missing_csv(tmp_path):
+    assert kernel_results.verdicts(tmp_path / "absent.csv") == {}
