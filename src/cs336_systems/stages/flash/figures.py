@@ -49,7 +49,10 @@ def _grid_figure(df: pd.DataFrame, value, ylabel: str, title: str, path: Path, l
             h, lab = ax.get_legend_handles_labels()
             if len(lab) > len(labels):
                 handles, labels = h, lab
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=8)
+    if labels:
+        fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=8)
+    else:  # every point failed, was skipped or is suspect: say so instead of an empty legend
+        fig.text(0.5, 0.03, "no trusted point to draw", ha="center", fontsize=9, color="0.4")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0.08, 1, 0.95))
     return save(fig, path, tight=False)
