@@ -9,8 +9,10 @@ rule report:
             str(f) for stage in STAGES for f in REPORT_INPUTS.get(stage, [])
         ],
         # reporting/report.py imports each stage's analysis by name, reads every stage's declarations
-        # (questions for the coverage table, checks) and renders the stages' templates
-        code=lambda wc: code_stamp(
+        # (questions for the coverage table, checks) and renders the stages' templates. Written
+        # while the rules are read, not by an input function: Snakemake lists a folder's files
+        # once, and a stamp written after that listing reads as missing.
+        code=code_stamp(
             "report",
             "cs336_systems.reporting.report",
             *(f"cs336_systems.stages.{s}.analysis" for s in STAGES),
