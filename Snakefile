@@ -22,6 +22,9 @@ for _rules in sorted(Path(workflow.basedir, "workflow", "rules").glob("*.smk")):
         include: str(_rules)
 
 
+isolate_measuring_jobs()
+
+
 include: "workflow/rules/report.smk"
 include: "workflow/rules/compare.smk"
 

@@ -13,6 +13,7 @@ ROOT = Path(workflow.basedir)
 sys.path.insert(0, str(ROOT / "src"))
 from cs336_systems.planning import config as run_config  # noqa: E402
 from cs336_systems.planning import machine as this_machine  # noqa: E402
+from cs336_systems.planning import cores as host_cores  # noqa: E402
 from cs336_systems.planning import imports  # noqa: E402
 from cs336_systems.planning.knobs import block_text  # noqa: E402
 
@@ -78,6 +79,22 @@ COMPILE_CACHE = f"{RESULTS}/.cache"
 # through planning/claim.py, which gives it free cards of this pool of its own (CUDA_VISIBLE_DEVICES
 # per job): under `--cores 4` on a 4-GPU host, four measurements at once, each alone on a card.
 GPU_POOL = this_machine.gpu_indices(_GPUS)
+# Jobs side by side: `gpu_jobs`, the GPU jobs at once (one a card while each card's job gets
+# planning/cores.py's 2 cores of its own), and `timing`, which a job timed on the CPU holds
+# alone (isolate_measuring_jobs below); --resources on the command line sets either
+_CORES = len(host_cores.usable_cores())
+_SLOTS = host_cores.gpu_slots(len(GPU_POOL), _CORES)
+if "timing" not in workflow.global_resources:
+    workflow.register_resource("timing", 1)
+if GPU_POOL and "gpu_jobs" not in workflow.global_resources:
+    workflow.register_resource("gpu_jobs", _SLOTS)
+    if _SLOTS < len(GPU_POOL):
+        print(
+            f"[cs336] {_CORES} CPU cores for {len(GPU_POOL)} GPUs: at most {_SLOTS} GPU "
+            f"jobs at once, each with {host_cores.MIN_CORES_PER_GPU} cores of its own "
+            "(`--resources gpu_jobs=N` to change)",
+            file=sys.stderr,
+        )
 
 
 def gpus(n=1, only=None):
@@ -106,6 +123,8 @@ shell.prefix(
     f'export TORCHINDUCTOR_CACHE_DIR="$PWD/{COMPILE_CACHE}/inductor"'
     f' TRITON_CACHE_DIR="$PWD/{COMPILE_CACHE}/triton"'
     f' CS336_GPU_POOL={",".join(map(str, GPU_POOL))} CS336_ETA="$PWD/{ETA_DIR}/eta.json"'
+    # each measuring job's record of when it ran, on which cards and cores (planning/claim.py)
+    f' CS336_JOB_RECORDS="$PWD/{RESULTS}/jobs/records"'
     # kineto's `gpuGetDeviceCount failed` lines on a machine without a GPU say nothing
     + ("" if GPU_POOL else ' KINETO_LOG_LEVEL="${{KINETO_LOG_LEVEL:-5}}"') + "; "
 )
@@ -218,6 +237,72 @@ print(
 )
 
 
+# ---- jobs side by side (called by the Snakefile once every rules file is read) ---------------
+# A measuring rule is one with a `gpu` resource. A job measuring on GPUs takes one `gpu_jobs`
+# slot (the default profile: one a card while each card's job gets 2 cores, planning/cores.py)
+# and counts its cards as its cores: its claim pins it to its cards' share of the host's cores,
+# so a wide `threads` no longer keeps the other cards idle. A job timing on the CPU takes
+# `timing` and every `gpu_jobs` slot: it runs alone among the measurements. Priorities come
+# from the budget model (budget/forecast.py): jobs that gate others first, then the largest
+# GPU-seconds (seconds x cards), so that the longest and widest jobs do not come last.
+
+
+def _per_job(resource):
+    """A rule's resource as a function of a job's wildcards (Snakemake keeps a declared value
+    as a `Resource`: its function, or its plain value)."""
+    if callable(resource):
+        return resource
+    evaluate = getattr(resource, "_evaluator", None)
+    if evaluate is not None:
+        return evaluate
+    value = getattr(resource, "value", resource)
+    return lambda wildcards: int(value or 0)
+
+
+def global_resource(name):
+    """The run's limit of a resource (the profile's or --resources'), 0 where none is set."""
+    return int(workflow.global_resources.get(name).value or 0)
+
+
+def _gpu_jobs(gpu):
+    def resource(wildcards):
+        if workflow.non_local_exec:
+            return 0
+        return 1 if gpu(wildcards) > 0 else global_resource("gpu_jobs")
+
+    return resource
+
+
+def _timing(gpu):
+    return lambda wildcards: int(not workflow.non_local_exec and gpu(wildcards) == 0)
+
+
+def _cores(gpu, threads):
+    return lambda wildcards: gpu(wildcards) or threads(wildcards)
+
+
+def _gates(rule, measuring):
+    """Whether a measuring job waits for one of `rule`'s outputs (the kernel tests gate the
+    flash jobs)."""
+    wanted = [
+        f for m in measuring if m is not rule for f in m.input if isinstance(f, str)
+    ]
+    return any(rule.is_producer(f) for f in wanted)
+
+
+def isolate_measuring_jobs():
+    from cs336_systems.budget import forecast
+
+    measuring = [r for r in workflow.rules if "gpu" in r.resources.keys()]
+    seconds = forecast.job_seconds(config, PRESET, len(GPU_POOL))
+    for r in measuring:
+        gpu = _per_job(r.resources["gpu"])
+        r.resources["gpu_jobs"] = _gpu_jobs(gpu)
+        r.resources["timing"] = _timing(gpu)
+        r.resources["_cores"] = _cores(gpu, _per_job(r.resources["_cores"]))
+        r.priority = forecast.priority(r.name, gpu, seconds, gates=_gates(r, measuring))
+
+
 def launcher_resources(stage):
     """SLURM resources of a distributed job from its launcher topology: over several nodes,
     the nodes, one task each, and `mpi` so the plugin runs the rule in the batch script,
@@ -270,6 +355,9 @@ def start_estimate():
             "rule": job.rule.name,
             "wildcards": dict(job.wildcards_dict),
             "outputs": [str(f) for f in job.output],
+            "gpus": int(job.resources.get("gpu", 0) or 0),
+            "alone": bool(job.resources.get("timing", 0)),
+            "priority": job.priority,
         }
         for job in workflow.dag.needrun_jobs()
         if job.rule.name != "all"
@@ -280,17 +368,16 @@ def start_estimate():
     Path(folder, "jobs.json").write_text(json.dumps(jobs))
     Path(folder, "config.json").write_text(json.dumps(config, default=str))
     if workflow.non_local_exec:
-        parallel = workflow.nodes or 1
-    elif PRESET == "cpu" or not GPU_POOL:
-        parallel = min(workflow.cores or 1, os.cpu_count() or 1)
+        parallel, cards = workflow.nodes or 1, 0
     else:
-        parallel = min(workflow.cores or 1, len(GPU_POOL))
+        parallel = min(workflow.cores or 1, os.cpu_count() or 1)
+        cards = min(len(GPU_POOL), global_resource("gpu_jobs"))
     subprocess.Popen(
         [
             sys.executable, "-m", "cs336_systems.budget.forecast",
             "--jobs", f"{folder}/jobs.json", "--config", f"{folder}/config.json",
             "--out", f"{folder}/eta.json", "--preset", PRESET,
-            "--parallel", str(parallel), "--start", str(time.time()),
+            "--parallel", str(parallel), "--cards", str(cards), "--start", str(time.time()),
         ],
         env={
             **os.environ,

@@ -14,10 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import replace
+from functools import cache
 from pathlib import Path
 
-from cs336_systems.budget import DEVICES, LOCAL_JOB_S, plan, stage_plan, stages_of
-from cs336_systems.planning import eta
+from cs336_systems.budget import DEVICES, LOCAL_JOB_S, Device, plan, stage_plan, stages_of
+from cs336_systems.planning import eta, schedule
 from cs336_systems.planning.log import configure, get_logger
 
 log = get_logger(__name__)
@@ -33,29 +35,71 @@ def eta_keys(config: dict) -> dict:
     }
 
 
-def estimates(config: dict, preset: str, jobs: list[dict]) -> list[dict]:
+def device(preset: str, gpus: int | None = None) -> Device:
+    """The preset's budget device on a host of `gpus` GPUs (the distributed stages run the
+    world sizes it holds; None or 0: the device's own count)."""
+    dev = DEVICES.get(preset, DEVICES["gpu"])
+    if not gpus or dev.gpus == 0:  # no GPU seen (a plan made elsewhere): the device's own
+        return dev
+    return replace(dev, gpus=gpus, parallel=max(1, gpus))
+
+
+def job_seconds(config: dict, preset: str, gpus: int | None = None):
+    """`seconds(rule, wildcards)`: a measuring job's estimate (None for other rules). The
+    budget is read on the first call, not while the workflow is planned."""
+
+    @cache
+    def tables():
+        budget = {(j.stage, j.job): j.seconds for j in plan(config, preset, device(preset, gpus))}
+        return budget, eta_keys(config)
+
+    def seconds(rule: str, wildcards: dict) -> float | None:
+        budget, keys = tables()
+        if rule not in keys:
+            return None
+        stage, name = keys[rule]
+        names = name(wildcards)
+        names = (names,) if isinstance(names, str) else names
+        return next((budget[(stage, n)] for n in names if (stage, n) in budget), None)
+
+    return seconds
+
+
+# a job other measuring jobs wait for runs before any job that does not gate one
+GATE_PRIORITY = 1_000_000
+
+
+def priority(rule: str, gpu, seconds, gates: bool = False):
+    """A job's Snakemake priority: its GPU-seconds (estimated seconds x cards, at least one),
+    above every other job's where it gates measuring jobs."""
+
+    def value(wildcards) -> int:
+        s = seconds(rule, dict(wildcards.items())) or LOCAL_JOB_S
+        return int(s * max(1, gpu(wildcards))) + (GATE_PRIORITY if gates else 0)
+
+    return value
+
+
+def estimates(config: dict, preset: str, jobs: list[dict], gpus: int | None = None) -> list[dict]:
     """[{"name", "outputs", "seconds", "unestimated"}] of the workflow's jobs from the budget's
     plan. A rule no stage names in its `ETA_KEYS` (an aggregate, a plot, the report) costs
     LOCAL_JOB_S; a measuring job whose name has no estimate is `unestimated` (a test checks
     there is none)."""
-    dev = DEVICES.get(preset, DEVICES["gpu"])
-    budget = {(job.stage, job.job): job.seconds for job in plan(config, preset, dev)}
+    of = job_seconds(config, preset, gpus)
     keys = eta_keys(config)
     out = []
     for job in jobs:
         rule, wc = job["rule"], job["wildcards"]
-        seconds = None
-        if rule in keys:
-            stage, name = keys[rule]
-            names = name(wc)
-            names = (names,) if isinstance(names, str) else names
-            seconds = next((budget[(stage, n)] for n in names if (stage, n) in budget), None)
+        seconds = of(rule, wc)
         out.append(
             {
                 "name": " ".join([rule, *(str(v) for v in wc.values())]),
                 "outputs": job["outputs"],
                 "seconds": round(LOCAL_JOB_S if seconds is None else seconds, 1),
                 "unestimated": rule in keys and seconds is None,
+                "gpus": int(job.get("gpus", 0)),
+                "alone": bool(job.get("alone", False)),
+                "priority": job.get("priority", 0),
             }
         )
     return out
@@ -68,24 +112,30 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--preset", required=True)
     ap.add_argument("--parallel", type=int, default=1, help="jobs that run at once")
+    ap.add_argument("--cards", type=int, default=0, help="the host's GPUs the jobs share")
     ap.add_argument("--start", type=float, default=None, help="the run's start (epoch s)")
     args = ap.parse_args(argv)
     configure("eta")
     jobs = json.loads(args.jobs.read_text())
-    est = estimates(json.loads(args.config.read_text()), args.preset, jobs)
+    est = estimates(json.loads(args.config.read_text()), args.preset, jobs, args.cards)
     start = args.start if args.start is not None else time.time()
-    eta.write(args.out, est, args.parallel, start)
-    plan_s = eta.plan_seconds({"jobs": est, "parallel": args.parallel})
+    eta.write(args.out, est, args.parallel, start, args.cards)
+    placed = schedule.place(est, args.cards, args.parallel)
+    (args.out.parent / "plan.txt").write_text(schedule.plan_text(placed, args.cards) + "\n")
+    plan_s = max((p.end for p in placed), default=0.0)
     longest = max(est, key=lambda j: j["seconds"], default={"name": "-", "seconds": 0.0})
     log.info(
-        "%d jobs to run, estimated %s with %d at once (the %s preset's budget model, "
-        "docs/budgets.md; the longest: %s, %s); the time left follows each job",
+        "%d jobs to run, estimated %s with %d at once%s (the %s preset's budget model, "
+        "docs/budgets.md; the longest: %s, %s; the plan per card: %s); the time left "
+        "follows each job",
         len(est),
         eta.minutes(plan_s),
         args.parallel,
+        f" on {args.cards} GPUs" if args.cards else "",
         args.preset,
         longest["name"],
         eta.minutes(longest["seconds"]),
+        args.out.parent / "plan.txt",
     )
 
 

@@ -23,9 +23,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from cs336_systems.planning.cores import CPU_SET_ENV, format_cpulist, usable_cores
 from cs336_systems.planning.edition import DEFAULT_EDITION
 from cs336_systems.planning.log import get_logger
 from cs336_systems.planning.machine import tag_for
+from cs336_systems.planning.neighbours import ID_ENV
 
 log = get_logger(__name__)
 
@@ -45,6 +47,8 @@ PROVENANCE_COLUMNS = [
     "cpu_cores",
     "gpu_count",
     "gpu_index",
+    "cpu_set",
+    "job_id",
     "gpu_sm_clock_max_mhz",
     "gpu_power_limit_w",
     "git_commit",
@@ -183,6 +187,10 @@ def machine_provenance() -> dict:
         "cpu_cores": available_cores(),
         "gpu_count": torch.cuda.device_count() if cuda_ok else 0,
         "gpu_index": gpu_index() if cuda_ok else ABSENT,
+        # the cores the job ran on (its claim's share, planning/cores.py) and its record's id,
+        # which names the jobs beside it (planning/neighbours.py)
+        "cpu_set": os.environ.get(CPU_SET_ENV) or format_cpulist(usable_cores()),
+        "job_id": os.environ.get(ID_ENV, ""),
         "gpu_sm_clock_max_mhz": smi.get("clocks.max.sm", ABSENT),
         "gpu_power_limit_w": smi.get("power.limit", ABSENT),
         "git_commit": commit,

@@ -50,6 +50,7 @@ from typing import Any
 
 from cs336_systems.core.device import available_cores, gpu_count
 from cs336_systems.core.harness import Stopwatch
+from cs336_systems.planning.cores import CPU_SET_ENV, rank_share, usable_cores
 from cs336_systems.planning.knobs import Knobs, add_block_argument, add_run_arguments, block_text
 from cs336_systems.planning.log import get_logger, set_rank
 
@@ -201,8 +202,9 @@ def worker_env(
     """The environment of every worker: caller's, the multicast-off settings, then `extra`."""
     env = dict(os.environ if base is None else base)
     env.update(DISTRIBUTED_ENV)
-    # CPU workers share the cores; torchrun would otherwise force 1 thread with a warning
-    cores = os.cpu_count() or 1
+    # CPU workers share the job's cores (its claim's share, planning/cores.py); torchrun would
+    # otherwise force 1 thread with a warning
+    cores = len(usable_cores())
     env.setdefault("OMP_NUM_THREADS", str(max(1, cores // topology.nproc_per_node)))
     # the workers import this package: make sure they find it even without an installed copy
     src = str(Path(__file__).resolve().parents[2])
@@ -364,6 +366,7 @@ def init_worker(backend: str, timeout_s: float = 600.0) -> WorkerContext:
     import torch.distributed as dist
 
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    pin_rank(local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     if backend == "nccl":
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
@@ -373,6 +376,18 @@ def init_worker(backend: str, timeout_s: float = 600.0) -> WorkerContext:
         dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
     set_rank(dist.get_rank())  # every log line of this worker names its rank
     return WorkerContext(dist.get_rank(), dist.get_world_size(), local_rank, backend, device)
+
+
+def pin_rank(local_rank: int, local_world: int) -> None:
+    """Give this rank its slice of the job's cores (where the job has a share of its own,
+    `CS336_CPU_SET`), so that the ranks do not contend for them."""
+    import torch
+
+    if CPU_SET_ENV not in os.environ or local_world < 2:
+        return
+    share = rank_share(usable_cores(), local_rank, local_world)
+    os.sched_setaffinity(0, share)
+    torch.set_num_threads(max(1, len(share)))
 
 
 def slowest_rank(values: Sequence[float], ctx: WorkerContext) -> list[float]:

@@ -20,19 +20,28 @@ finding too few free cards (another run on the host holds them) waits, saying so
 The cards to choose from are $CS336_GPU_POOL (nvidia-smi indices: the workflow's shell prefix
 sets the GPUs it planned with, `CUDA_VISIBLE_DEVICES` applied), else the GPUs this host shows
 (planning/machine.py). N = 0, no GPU, a SLURM job (SLURM gives each job its own GPUs) or
-CS336_GPU_CLAIM=off: COMMAND runs with the environment unchanged. Standard library only.
+CS336_GPU_CLAIM=off: COMMAND runs with the environment unchanged.
+
+A job that claims cards also gets their share of the host's CPU cores (planning/cores.py): it is
+pinned to them, its thread pools are sized to them, and `CS336_CPU_SET` names them for its
+rows. Where $CS336_JOB_RECORDS names a folder (the workflow's shell prefix does), COMMAND runs as
+a child instead, with a record of when it ran, on which cards and cores
+(planning/neighbours.py): the report names the jobs that ran beside each row's. Standard
+library only.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import signal
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cs336_systems.planning import machine
+from cs336_systems.planning import cores, machine, neighbours
 from cs336_systems.planning.log import configure, get_logger
 
 log = get_logger(__name__)
@@ -171,13 +180,61 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit("usage: python -m cs336_systems.planning.claim N COMMAND [ARGS...]")
     n, command = int(argv[0]), argv[1:]
     cards = pool() if wanted(n) else []
+    held_cards: list[int] = []
     if cards:
         configure("gpus")
         held = claim(n, cards, lock_dir())
         for _, fd in held:
             os.set_inheritable(fd, True)  # the lock lives as long as the job's process
         os.environ.update(claimed_env([c for c, _ in held]))
-    os.execvp(command[0], command)
+        held_cards = [c.index for c, _ in held]
+        pin(held_cards, [c.index for c in cards])
+    folder = os.environ.get(neighbours.FOLDER_ENV)
+    if not folder:
+        os.execvp(command[0], command)
+    sys.exit(run_recorded(command, Path(folder), held_cards))
+
+
+def run_recorded(command: list[str], folder: Path, cards: list[int]) -> int:
+    """Run `command` as a child, with a record of when it ran, on which cards and cores
+    (planning/neighbours.py); a signal to this process is passed on to it. Its exit status."""
+    job = neighbours.new_id()
+    os.environ[neighbours.ID_ENV] = job
+    record = {
+        "job": job,
+        "what": neighbours.describe(command),
+        "cards": cards,
+        "cpu_set": cores.format_cpulist(cores.usable_cores()),
+        "start": time.time(),
+    }
+    neighbours.write(folder, record)
+    child = subprocess.Popen(command)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
+    code = child.wait()
+    neighbours.write(folder, {**record, "end": time.time(), "returncode": code})
+    return code if code >= 0 else 128 - code
+
+
+def pin(held: list[int], pool_indices: list[int]) -> None:
+    """Give the job its cards' share of the host's cores (planning/cores.py) and size its
+    thread pools to it; the child processes inherit both."""
+    usable = cores.usable_cores()
+    share = cores.job_share(held, pool_indices, usable, cores.gpu_topology())
+    try:
+        os.sched_setaffinity(0, share)
+    except (AttributeError, OSError) as e:  # pragma: no cover - not Linux, or not allowed
+        log.warning("cannot pin the job to cores %s: %s", cores.format_cpulist(share), e)
+        return
+    for key, value in cores.thread_env(share).items():  # a job's own setting wins
+        os.environ[key] = value if key == cores.CPU_SET_ENV else os.environ.get(key, value)
+    log.info(
+        "GPU(s) %s: CPU cores %s (%d of %d)",
+        held,
+        cores.format_cpulist(share),
+        len(share),
+        len(usable),
+    )
 
 
 if __name__ == "__main__":

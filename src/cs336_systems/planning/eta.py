@@ -20,6 +20,7 @@ import os
 import time
 from pathlib import Path
 
+from cs336_systems.planning import schedule
 from cs336_systems.planning.log import configure, get_logger
 
 log = get_logger(__name__)
@@ -29,12 +30,16 @@ ENV = "CS336_ETA"
 SCALE_BOUNDS = (0.5, 3.0)
 
 
-def write(path: str | os.PathLike, jobs: list[dict], parallel: int, start: float) -> None:
-    """`jobs`: [{"name", "outputs", "seconds"}]."""
+def write(
+    path: str | os.PathLike, jobs: list[dict], parallel: int, start: float, cards: int = 0
+) -> None:
+    """`jobs`: [{"name", "outputs", "seconds", "gpus", "alone", "priority"}]; `parallel` jobs at
+    once on a host of `cards` GPUs."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"start": start, "parallel": parallel, "jobs": jobs}))
+    plan = {"start": start, "parallel": parallel, "cards": cards, "jobs": jobs}
+    tmp.write_text(json.dumps(plan))
     os.replace(tmp, path)
 
 
@@ -60,18 +65,21 @@ def progress(plan: dict, now: float) -> str:
     head = f"{len(finished)} of {len(jobs)} jobs done in {minutes(elapsed)}"
     if not left:
         return f"{head}; the run's estimate was {minutes(plan_seconds(plan))}"
-    est_done = sum(j["seconds"] for j in finished) / parallel
+    cards = int(plan.get("cards", 0))
+    est_done = schedule.wall_seconds(finished, cards, parallel)
     scale = 1.0
     if est_done > 0 and elapsed > 0:
         lo, hi = SCALE_BOUNDS
         scale = min(hi, max(lo, elapsed / est_done))
-    rest = scale * sum(j["seconds"] for j in left) / parallel
+    rest = scale * schedule.wall_seconds(left, cards, parallel)
     how = "the budget's estimate" + (f", x{scale:.1f} as this run goes" if scale != 1.0 else "")
     return f"{head}; about {minutes(rest)} left ({how})"
 
 
 def plan_seconds(plan: dict) -> float:
-    return sum(j["seconds"] for j in plan["jobs"]) / max(1, int(plan.get("parallel", 1)))
+    """The run's estimated wall time: its jobs placed on the host's cards and slots."""
+    cards, parallel = int(plan.get("cards", 0)), max(1, int(plan.get("parallel", 1)))
+    return schedule.wall_seconds(plan["jobs"], cards, parallel)
 
 
 def main() -> None:

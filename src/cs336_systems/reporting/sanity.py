@@ -12,7 +12,7 @@ about its memory.
 
 Checks are data. The generic ones below apply to every CSV by its columns (a std above its mean,
 a negative time, size or rate, an MFU above 100%, a forward or a backward timed alone slower than
-the forward+backward of the same row). A stage adds its own, or re-parametrizes a
+the forward+backward of the same row, a host-sensitive row measured while other jobs ran, named). A stage adds its own, or re-parametrizes a
 generic one, by declaring ``SANITY = {"<csv name>": [{"kind": ..., ...}, ...]}`` in its
 package's ``__init__.py`` (plain literals: it is read with `ast.literal_eval`, not imported, so
 that a stage's declarations hold wherever its CSV is read, also by another stage's analysis).
@@ -36,6 +36,7 @@ import pandas as pd
 
 from cs336_systems.core.costs import MODEL_PATH, PATH_LABEL, matmul_peaks
 from cs336_systems.core.results import COLUMN, PREFIX, SCOPE_COLUMN, is_suspect, text_column
+from cs336_systems.planning import neighbours
 
 # what kind of number a check doubts: a sentence about memory need not drop a row whose times
 # are noisy. A check's default scope, overridable by a declaration's "scope".
@@ -49,8 +50,11 @@ DEFAULT_SCOPE = {
     "greater_than": "all",
     "rate_above_ceiling": "rate",
     "pass_slower_than_total": "time",
+    "beside_others": "time",
 }
 STAGES_DIR = Path(__file__).resolve().parents[1] / "stages"
+# the measuring jobs' records under a results folder (planning/neighbours.py)
+RECORDS = Path("jobs") / "records"
 
 # columns that name a measured point, in the order a reader looks for them
 POINT_KEYS = [
@@ -359,6 +363,43 @@ def rate_above_ceiling(
     return out
 
 
+def _host_sensitive(row: pd.Series, busy_below: float, spread_above: float) -> str:
+    """Why a row's number depends on its host's CPU: timed on the CPU, a GPU idle for part of
+    the step (host-bound), or a wide spread; '' when none holds."""
+    if pd.to_numeric(row.get("gpu_count"), errors="coerce") == 0:
+        return "timed on the CPU"
+    busy, step = row.get("prof_gpu_busy_ms"), row.get("prof_step_ms")
+    if pd.notna(busy) and pd.notna(step) and float(step) > 0 and busy / step < busy_below:
+        return f"host-bound: its GPU busy {busy / step:.0%} of the step"
+    for std in [c for c in row.index if c.endswith("_std")]:
+        mean = row.get(std[: -len("_std")] + "_mean")
+        s, m = pd.to_numeric(row[std], errors="coerce"), pd.to_numeric(mean, errors="coerce")
+        if pd.notna(s) and pd.notna(m) and m > 0 and s / m > spread_above:
+            return f"spread: {std} {s / m:.0%} of its mean"
+    return ""
+
+
+def beside_others(
+    df: pd.DataFrame,
+    records: dict | None = None,
+    busy_below: float = 0.9,
+    spread_above: float = 0.03,
+    skip_if: dict | None = None,
+    **_,
+) -> pd.Series:
+    """A host-sensitive row (`_host_sensitive`) whose job ran while other measuring jobs did:
+    their names (the job records, planning/neighbours.py) and why the row is sensitive."""
+    out = _blank(df)
+    if not records or "job_id" not in df:
+        return out
+    for i in df.index[_checked(df) & ~_skip(df, skip_if)]:
+        near = neighbours.neighbours(records, str(df.at[i, "job_id"]))
+        why = _host_sensitive(df.loc[i], busy_below, spread_above) if near else ""
+        if why:
+            out[i] = f"measured beside {', '.join(near)} ({why})"
+    return out
+
+
 KINDS: dict[str, Callable[..., pd.Series]] = {
     "std_above_mean": std_above_mean,
     "negative_value": negative_value,
@@ -368,8 +409,10 @@ KINDS: dict[str, Callable[..., pd.Series]] = {
     "greater_than": greater_than,
     "rate_above_ceiling": rate_above_ceiling,
     "pass_slower_than_total": pass_slower_than_total,
+    "beside_others": beside_others,
 }
 GENERIC = (
+    {"kind": "beside_others"},
     {"kind": "std_above_mean"},
     {"kind": "negative_value"},
     {"kind": "mfu_above_one"},
@@ -456,6 +499,8 @@ def flag(
         scope = spec.get("scope", DEFAULT_SCOPE[spec["kind"]])
         if spec["kind"] == "rate_above_ceiling":
             params.setdefault("ceilings", ceilings)
+        if spec["kind"] == "beside_others" and results_dir is not None:
+            params.setdefault("records", neighbours.read(Path(results_dir) / RECORDS))
         found = fn(df, **params)
         for i in df.index[found != ""]:
             for why in str(found[i]).split("; "):

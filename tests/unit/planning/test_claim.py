@@ -18,6 +18,7 @@ import pytest
 from pipeline_utils import ROOT, copy_workflow, env_for, snakemake
 
 from cs336_systems.planning import claim
+from cs336_systems.planning.cores import parse_cpulist
 
 H100 = "NVIDIA H100 80GB HBM3"
 
@@ -83,6 +84,8 @@ start = time.time()
 time.sleep({seconds})
 with open({record!r}, "a") as f:
     f.write(json.dumps({{"stage": args[1], "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                         "cpu_set": os.environ.get("CS336_CPU_SET"),
+                         "affinity": sorted(os.sched_getaffinity(0)),
                          "start": start, "end": time.time()}}) + "\\n")
 for flag, value in zip(args, args[1:]):
     if flag == "--out" or flag.endswith("-out") or flag == "--junit":
@@ -117,7 +120,9 @@ def fake_machine(folder: Path, n_gpus: int, record: Path, seconds: float) -> dic
     return env
 
 
-def run_on_fake_gpus(tmp_path: Path, n_gpus: int, seconds: float) -> list[dict]:
+def run_on_fake_gpus(
+    tmp_path: Path, n_gpus: int, seconds: float, extra: tuple[str, ...] = ()
+) -> list[dict]:
     """Every GPU job of the gpu preset's ceilings, benchmark and attention stages, run under
     `--cores 8` on a fake `n_gpus`-GPU machine: [{stage, gpus, start, end}]. Snakemake's `gpu`
     resource (the default profile's count) keeps the GPU jobs at the GPUs: no job had to wait
@@ -128,10 +133,11 @@ def run_on_fake_gpus(tmp_path: Path, n_gpus: int, seconds: float) -> list[dict]:
     env["PYTHONPATH"] = f"{work / 'src'}{os.pathsep}{env['PYTHONPATH']}"
     proc = snakemake(
         work, "--cores", "8", "--config", "stages=[ceilings,benchmark,attention]",
-        "--until", "benchmark", "benchmark_warmup", "attention",
+        "--until", "benchmark", "benchmark_warmup", "attention", *extra,
         env=env, timeout=600,
     )  # fmt: skip
-    assert f'Provided resources: gpu=Resource("gpu", {n_gpus})' in proc.stderr
+    provided = next(ln for ln in proc.stderr.splitlines() if ln.startswith("Provided resources"))
+    assert f'gpu=Resource("gpu", {n_gpus})' in provided, provided
     jobs = [json.loads(line) for line in record.read_text().splitlines()]
     # the gpu preset: ceilings, 7 benchmark points, a warm-up sweep, 2 attention jobs
     assert len(jobs) == 11, jobs
@@ -163,10 +169,14 @@ def test_one_gpu_runs_one_measurement_at_a_time(tmp_path):
 
 @pytest.mark.slow
 def test_four_gpus_run_four_measurements_at_once_each_alone_on_its_card(tmp_path):
-    jobs = run_on_fake_gpus(tmp_path, 4, seconds=2.0)
+    """Each on its card and its share of the cores (this host's cores split four ways: here
+    2 cores, so `gpu_jobs=4` overrides the profile's one GPU job per 2 cores)."""
+    jobs = run_on_fake_gpus(tmp_path, 4, seconds=2.0, extra=("--resources", "gpu=4", "gpu_jobs=4"))
     assert all(j["gpus"] in {"0", "1", "2", "3"} for j in jobs), jobs
     for a, b in combinations(jobs, 2):
         assert not (overlap(a, b) and a["gpus"] == b["gpus"]), (a, b)
+    for j in jobs:  # pinned to the share its claim named
+        assert j["cpu_set"] and j["affinity"] == parse_cpulist(j["cpu_set"]), j
     peak = most_at_once(jobs)
     assert len(peak) == 4, [(j["stage"], j["gpus"]) for j in peak]
     assert sorted(j["gpus"] for j in peak) == ["0", "1", "2", "3"]
@@ -194,3 +204,26 @@ def test_the_default_profile_provides_this_machines_gpu_count(tmp_path):
         os.environ.update(old_env)
         os.chdir(old_cwd)
         claim.machine._installed.cache_clear()
+
+
+@pytest.mark.slow
+def test_jobs_timed_on_the_cpu_never_run_beside_another(tmp_path):
+    """On a host without GPUs, `--cores 2` runs no two measuring jobs at once (`timing`); with
+    `timing=2` the same two jobs do run together (the check can fail)."""
+    work = copy_workflow(tmp_path / "wf")
+    record = tmp_path / "cpu_jobs.jsonl"
+    env = fake_machine(tmp_path / "bin", 0, record, 1.0)
+    env["PYTHONPATH"] = f"{work / 'src'}{os.pathsep}{env['PYTHONPATH']}"
+    together = {}
+    for extra in ((), ("--resources", "timing=2", "--forceall")):
+        record.unlink(missing_ok=True)
+        proc = snakemake(
+            work, "--cores", "2", "--config", "preset=cpu", "stages=[ceilings,attention]",
+            "--until", "ceilings", "attention", *extra, env=env, timeout=600,
+        )  # fmt: skip
+        provided = next(ln for ln in proc.stderr.splitlines() if ln.startswith("Provided res"))
+        assert "timing=" in provided and "gpu=" not in provided, provided
+        jobs = [json.loads(line) for line in record.read_text().splitlines()]
+        assert len(jobs) == 2, jobs
+        together[extra] = overlap(*jobs)
+    assert together == {(): False, ("--resources", "timing=2", "--forceall"): True}, together

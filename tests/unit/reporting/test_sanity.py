@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 from fixture_rows import benchmark_rows, ceilings_rows, write_results
 
+from cs336_systems.planning import neighbours
 from cs336_systems.profiling.kernel_classes import gemm_unit, kernel_label, unique_labels
 from cs336_systems.reporting import report, sanity
 from cs336_systems.reporting.analysis import fmt, load, ok, ran, sig
@@ -513,3 +514,35 @@ def test_the_mfu_table_says_over_which_attentions_it_takes_the_best(tmp_path):
     assert benchmark_analysis.context(run)["mfu_over"] == "naive, sdpa"
     text = report.render(run, ["ceilings", "benchmark"])
     assert "the best over its context lengths and attention implementations (naive, sdpa)" in text
+
+
+def test_a_host_sensitive_row_measured_beside_other_jobs_names_them(tmp_path):
+    """The job records (planning/neighbours.py) say which jobs overlapped: a host-bound or
+    noisy row beside one is flagged with its neighbour's name; a GPU-bound, steady row beside
+    one, and any row of a job that ran alone, are not."""
+    records = tmp_path / "jobs" / "records"
+    for job, what, start, end in [
+        ("a", "fsdp results/m/fsdp/bf16.csv", 0.0, 100.0),
+        ("b", "benchmark results/m/benchmark/points/xl.csv", 50.0, 150.0),
+        ("c", "ddp results/m/ddp/variants.csv", 200.0, 300.0),
+    ]:
+        neighbours.write(records, {"job": job, "what": what, "start": start, "end": end})
+    df = pd.DataFrame(
+        {
+            "status": ["ok"] * 4,
+            "job_id": ["a", "a", "b", "c"],
+            "gpu_count": [4, 4, 1, 4],
+            "prof_gpu_busy_ms": [40.0, 95.0, None, 40.0],
+            "prof_step_ms": [100.0, 100.0, None, 100.0],
+            "step_ms_mean": [100.0, 100.0, 80.0, 100.0],
+            "step_ms_std": [1.0, 1.0, 6.0, 1.0],
+        }
+    )
+    flagged = sanity.flag(df, "any", results_dir=tmp_path)[sanity.COLUMN].tolist()
+    assert "measured beside benchmark results/m/benchmark/points/xl.csv" in flagged[0]
+    assert "host-bound: its GPU busy 40%" in flagged[0]
+    assert flagged[1] == ""  # GPU-bound and steady: its neighbour does not move it
+    assert "beside fsdp results/m/fsdp/bf16.csv (spread: step_ms_std 8% of its mean)" in flagged[2]
+    assert flagged[3] == ""  # host-bound, but it ran alone
+    # without records (a run before they existed), nothing is flagged for neighbours
+    assert sanity.flag(df, "any", results_dir=tmp_path / "none")[sanity.COLUMN].tolist()[0] == ""
