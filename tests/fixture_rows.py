@@ -26,6 +26,8 @@ def prov(machine: str = "fixture-cpu", device: str = "Fixture CPU", gpus: int = 
         "cpu_cores": 2,
         "gpu_count": gpus,
         "gpu_index": ",".join(map(str, range(gpus))) if gpus else "–",
+        "cpu_set": "0-1",
+        "job_id": "",
         "gpu_sm_clock_max_mhz": "1980" if gpus else "–",
         "gpu_power_limit_w": "700" if gpus else "–",
         "git_commit": "abc123def456",
