@@ -455,10 +455,10 @@ def render_active_memory(
         spans = []
     handles = _draw_phases(ax_phase, ax, spans)
     summed = bands["summarized"]
-    note = f"; {summed:,} smaller blocks summed in grey" if summed else ""
+    note = f"; {summed:,} smaller ones summed in grey" if summed else ""
     ax_phase.set_title(
-        f"{title}\nActive memory timeline (as memory_viz draws it): {len(bands['bands']):,} "
-        f"blocks stacked in allocation order{note}",
+        f"{title}\nActive memory timeline, as memory_viz draws it: {len(bands['bands']):,} "
+        f"blocks in allocation order{note}",
         fontsize=9,
     )
     bottom = 0.1

@@ -459,3 +459,22 @@ def test_measure_point_frees_the_step_it_measured():
         row, _ = measure_point(work, mode, "fp32", 1, None, 100)
         assert row["saved_activations_mb"] > 0
     assert live_bytes() == before
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_an_inference_forward_on_cuda_holds_less_than_one_with_autograd(tmp_path, precision):
+    """On CUDA: the inference forward saves nothing and peaks below the forward with autograd
+    on, by at least most of what that forward saved; its snapshot draws as memory_viz does."""
+    from cs336_systems.stages.memory.measure import measure_point
+
+    work = Workload.build("small", 512, 4, torch.device("cuda"))
+    inf, snap = measure_point(work, "inference", precision, 1, tmp_path / "i.pickle", 100_000)
+    fwd, _ = measure_point(work, "forward", precision, 1, None, 100_000)
+    assert inf["saved_activations_mb"] == 0 and fwd["saved_activations_mb"] > 0
+    gap = fwd["peak_allocated_mb"] - inf["peak_allocated_mb"]
+    assert gap > 0.5 * fwd["saved_activations_mb"], (inf, fwd)
+    tl = mem.active_timeline(snap)
+    assert "forward" in set(tl["phase"]) and "backward" not in set(tl["phase"])
+    png = snapshots.render_active_memory(snap, tmp_path / "inference.png", "small inference")
+    assert png.exists() and png.with_suffix(".pdf").exists()

@@ -229,7 +229,8 @@ def peak_parts(d: pd.DataFrame) -> pd.DataFrame:
 def parts_table(parts: pd.DataFrame) -> str:
     if parts.empty:
         return ""
-    t = parts.rename(columns={**PARTS, "peak_allocated_mb": "= peak allocated"})
+    names = {col: f"{name} (MiB)" for col, name in PARTS.items()}
+    t = parts.rename(columns={**names, "peak_allocated_mb": "= peak allocated (MiB)"})
     return md_table(t, 0)
 
 
