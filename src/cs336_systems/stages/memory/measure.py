@@ -8,11 +8,13 @@
 knob but the sweep's `sizes`, as the rule passes it).
 
 One job per model size; each (context, mode, precision) point runs warm-up steps of the benchmark
-stage's `Workload`, then one measured step during which:
+stage's `Workload` (mode `inference`: its forward under `torch.inference_mode()`, beside
+`forward`, the same forward with autograd on), then one measured step during which:
 
 - CUDA: the allocator's history is recorded (`torch.cuda.memory._record_memory_history`) and
   dumped as a snapshot `.pickle` (opens in https://pytorch.org/memory_viz); the snapshot is
-  rendered here as an "active memory over time" PNG with the phases marked, and its largest
+  rendered here as memory_viz's "Active Memory Timeline" (PNG and PDF: every live block a band
+  stacked in allocation order, the phases marked with their durations), and its largest
   allocations are listed with the top user frames of their stacks. Peak allocated/reserved
   memory, and the split into parameters, gradients, optimizer state and activations.
 - CPU: peak resident set size (VmHWM, reset per point) instead; the CUDA-only outputs are rows
