@@ -301,6 +301,17 @@ def test_profile_report_states_the_probe(tmp_path):
         ),
         (
             {
+                "memory": {
+                    "cpu": {
+                        "checkpoint": {"contexts": [64], "modes": ["inference"], "strategy": "best"}
+                    }
+                }
+            },
+            'config: memory.cpu.checkpoint.modes: ["inference"] — modes without inference: an '
+            "inference forward saves nothing to checkpoint",
+        ),
+        (
+            {
                 "profile": {
                     "cpu": {
                         "probe": {

@@ -167,7 +167,7 @@ def test_user_frames_skip_torch_and_stdlib():
 
 
 def test_render_timeline(tmp_path):
-    png = mem.render_timeline(mem.active_timeline(_snapshot()), tmp_path / "t.png", "tiny")
+    png = snapshots.render_active_memory(_snapshot(), tmp_path / "t.png", "tiny")
     assert png.exists() and png.stat().st_size > 2000
     assert png.with_suffix(".pdf").read_bytes().startswith(b"%PDF")  # for a write-up
 
@@ -208,7 +208,7 @@ def test_captured_snapshot(tmp_path):
     assert any("model.py" in f for f in top["frames"]) or any(
         "(no Python" in f for f in top["frames"]
     )
-    assert mem.render_timeline(tl, tmp_path / "real.png", "captured").exists()
+    assert snapshots.render_active_memory(snap, tmp_path / "real.png", "captured").exists()
 
 
 # --- the stage on a CPU -----------------------------------------------------------------------
@@ -221,7 +221,7 @@ def cpu_run(tmp_path_factory):
     knobs = dataclasses.replace(
         knobs,
         context_lengths=[16],
-        modes=["forward", "train_step"],
+        modes=["inference", "forward", "train_step"],
         precisions=["fp32", "bf16"],
         batch_size=2,
         warmup_steps=1,
@@ -249,7 +249,8 @@ def test_the_cli_reads_its_knobs_from_one_checked_block(capsys):
     run += ["--allocations-out", "a", "--raw-dir", "r", "--timeline-dir", "t", "--keep-raw", "no"]
     args = mem.parse_args([*run, *block("memory", "gpu", part=JOB)])
     k = args.block
-    assert k.context_lengths == [128, 2048] and k.modes == ["forward", "train_step"]
+    assert k.context_lengths == [128, 2048]
+    assert k.modes == ["inference", "forward", "train_step"]
     assert (k.batch_size, k.warmup_steps, k.max_entries, k.skip_factor) == (4, 2, 200000, 1.5)
     assert (k.checkpoint.contexts, k.checkpoint.strategy) == ([2048], "best")
     assert k.nsys_contexts == [2048] and k.nsys == "" and not args.keep_raw
@@ -262,7 +263,7 @@ def test_the_cli_reads_its_knobs_from_one_checked_block(capsys):
     lean = {k: v for k, v in json.loads(block("memory", part=JOB)[1]).items() if k in required}
     args = mem.parse_args([*run, "--block", json.dumps(lean)])
     assert (mem.entries_of(args.block), mem.skip_factor_of(args.block)) == (200000, 1.5)
-    assert [s for _, _, s in blocks.grid(args, 2048, "cuda")] == ["none"] * 4
+    assert [s for _, _, s in blocks.grid(args, 2048, "cuda")] == ["none"] * 6
     assert not args.block.nsys_contexts
     with pytest.raises(SystemExit):
         mem.parse_args([*run, *block("memory", modes=["sideways"], part=JOB)])
@@ -274,8 +275,12 @@ def test_the_cli_reads_its_knobs_from_one_checked_block(capsys):
 
 def test_memory_stage_on_cpu(cpu_run):
     rows, allocs = cpu_run
-    assert list(rows["status"]) == ["ok"] * 4
+    assert list(rows["status"]) == ["ok"] * 6
     r = rows[rows["precision"] == "fp32"].set_index("mode")
+    # an inference forward (torch.inference_mode) saves nothing; the same forward with
+    # autograd on saves what the training step's forward saves
+    assert r.loc["inference", "saved_activations_mb"] == 0
+    assert r.loc["forward", "saved_activations_mb"] == r.loc["train_step", "saved_activations_mb"]
     assert r.loc["train_step", "saved_activations_mb"] == pytest.approx(
         r.loc["train_step", "analytic_activations_mb"]
     )
@@ -286,7 +291,7 @@ def test_memory_stage_on_cpu(cpu_run):
     assert r.loc["forward", "grads_mb"] == 0 and r.loc["forward", "optimizer_state_mb"] == 0
     assert r.loc["forward", "peak_rss_mb"] > 0
     assert r.loc["forward", "timeline_png"].startswith("skipped:")
-    assert allocs["status"].str.startswith("skipped:").all() and len(allocs) == 4
+    assert allocs["status"].str.startswith("skipped:").all() and len(allocs) == 6
 
 
 def test_rss_peak_is_at_least_every_rss_read_in_the_window():
@@ -333,11 +338,14 @@ def test_memory_analysis_of_a_cuda_run(tmp_path):
 
     base = {"size": "xl", "batch_size": 4, "device": "cuda", "warmup_steps": 2}
     rows, allocs = [], []
-    for ctx in (128, 256):
-        for mode in ("forward", "train_step"):
+    for ctx in (128, 2048):
+        for mode in ("inference", "forward", "train_step"):
             for prec, scale in (("fp32", 1.0), ("bf16", 0.8)):
                 a = analytic.activation_memory_for("xl", ctx, 4, prec, "cuda")
                 train = mode == "train_step"
+                if mode == "inference":  # nothing saved; bf16 holds autocast's weight copies
+                    a = {**a, "total": 0}
+                    scale = 1.0 if prec == "fp32" else 1.1
                 name = mem.point_name("xl", ctx, mode, prec)
                 rows.append(
                     {
@@ -352,8 +360,13 @@ def test_memory_analysis_of_a_cuda_run(tmp_path):
                         "saved_activations_mb": a["total"] / mem.MiB,
                         "analytic_activations_mb": a["total"] / mem.MiB,
                         "analytic_residual_stream_mb": a["residual_stream"] / mem.MiB,
+                        "analytic_weight_casts_mb": a["weight_casts"] / mem.MiB,
                         "forward_growth_mb": 1.01 * a["total"] / mem.MiB,
-                        "peak_allocated_mb": scale * (45_000.0 if train else 15_000.0) + ctx,
+                        "peak_allocated_mb": (
+                            scale * (45_000.0 if train else 15_000.0) + ctx
+                            if mode != "inference"
+                            else 10_000.0 * scale + ctx
+                        ),
                         "peak_reserved_mb": 50_000.0,
                         "baseline_mb": 40_000.0 if train else 10_000.0,
                         "trace_peak_mb": 45_000.0,
@@ -387,13 +400,35 @@ def test_memory_analysis_of_a_cuda_run(tmp_path):
     pd.DataFrame(allocs).to_csv(results / "memory_allocations.csv", index=False)
     timelines = results / "memory" / "timelines"
     for r in rows:
-        mem.render_timeline(mem.active_timeline(_snapshot()), timelines / r["timeline_png"], "x")
+        snapshots.render_active_memory(_snapshot(), timelines / r["timeline_png"], "x")
     figs = analysis.plot(results, tmp_path / "figures")
     assert (tmp_path / "figures" / rows[0]["timeline_png"]).exists()
     assert len(figs) == 3
     s = analysis.context(results)
-    assert s["cuda"] and len(s["timelines"]) == 8
-    assert "peak allocated memory is 0.80×" in s["precision_sentence"]
+    assert s["cuda"] and len(s["timelines"]) == 12
+    # memory_profiling (a)'s images: each mode at each context the 2026 handout asks
+    shown = [t["png"] for t in s["timeline_figures"]]
+    assert shown == [
+        f"memory_timeline_xl_{c}_{m}_fp32.png"
+        for c in (128, 2048)
+        for m in ("inference", "forward", "train_step")
+    ]
+    assert "train step: bf16 autocast peak allocated memory is 0.80×" in s["precision_sentence"]
+    # the forward two ways, per context: both peaks and what autograd keeps between them
+    fp, bf = s["inference_sentences"][:2]
+    assert fp.startswith("xl, context 128, fp32: the inference forward (torch.inference_mode)")
+    assert "peaks at 10,128 MiB, the forward with autograd on peaks at 15,128 MiB" in fp
+    assert "(1.49×): the 5,000 MiB between them is what autograd keeps for backward" in fp
+    assert "4,451 MiB of saved activations by our count (89% of it)" in fp
+    assert "peaks at 11,128 MiB, the forward with autograd on peaks at 12,128 MiB" in bf
+    # bf16's inference peak against autocast's cached weight copies (6,449 MiB for xl)
+    assert "context 128: 11,128 against 10,128 MiB (1.10×, +1,000 MiB)" in s["precision_inference"]
+    assert "not within 25% of them at any context" in s["precision_inference"]
+    # (d) for the edition's model (xl, d_model 2560) by arithmetic
+    assert (
+        "context 2048: 4·2048·2560·4 = 83,886,080 bytes = 80.0 MiB"
+        in (s["handout_residual_sentence"])
+    )
     # the handout's question is about the forward pass's snapshot: its largest allocations
     assert s["alloc_point"] == "forward passes"
     assert s["alloc_sentence"].startswith("In the forward pass's snapshot of xl (fp32)")
@@ -424,3 +459,22 @@ def test_measure_point_frees_the_step_it_measured():
         row, _ = measure_point(work, mode, "fp32", 1, None, 100)
         assert row["saved_activations_mb"] > 0
     assert live_bytes() == before
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_an_inference_forward_on_cuda_holds_less_than_one_with_autograd(tmp_path, precision):
+    """On CUDA: the inference forward saves nothing and peaks below the forward with autograd
+    on, by at least most of what that forward saved; its snapshot draws as memory_viz does."""
+    from cs336_systems.stages.memory.measure import measure_point
+
+    work = Workload.build("small", 512, 4, torch.device("cuda"))
+    inf, snap = measure_point(work, "inference", precision, 1, tmp_path / "i.pickle", 100_000)
+    fwd, _ = measure_point(work, "forward", precision, 1, None, 100_000)
+    assert inf["saved_activations_mb"] == 0 and fwd["saved_activations_mb"] > 0
+    gap = fwd["peak_allocated_mb"] - inf["peak_allocated_mb"]
+    assert gap > 0.5 * fwd["saved_activations_mb"], (inf, fwd)
+    tl = mem.active_timeline(snap)
+    assert "forward" in set(tl["phase"]) and "backward" not in set(tl["phase"])
+    png = snapshots.render_active_memory(snap, tmp_path / "inference.png", "small inference")
+    assert png.exists() and png.with_suffix(".pdf").exists()

@@ -1,16 +1,14 @@
 """The memory section's accounting (stages/memory/rows.py, answers.py): a peak's parts add up
 to it, counts add up to the grid, mixed precision is compared without autocast's weight copies,
 the largest allocations come from the forward snapshot, part (f)'s gradients from the
-allocator's changes, and a timeline's phase names cannot overprint."""
+allocator's changes, and the edition's own residual stream."""
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 from pipeline_utils import ROOT
 
-from cs336_systems.profiling import memory_snapshot as mem
 from cs336_systems.stages.memory import answers, rows
 
 REF = ROOT / "report" / "reference" / "h100-80gb-hbm3" / "csv"
@@ -74,20 +72,107 @@ def test_part_f_gradients_from_the_allocator():
     assert "needs a CUDA device (this run has none)" in cpu and "snakemake" in cpu
 
 
-def test_the_timeline_names_its_phases_in_a_legend(tmp_path, monkeypatch):
-    events = pd.DataFrame(
-        {"event": range(6), "active_bytes": [1, 2, 3, 2, 2, 2],
-         "phase": ["forward", "forward", "backward", "backward", "optimizer", "optimizer_end"]}
+def _inference_point(mode: str, status: str = "ok", peak: float = 0.0, saved: float = 0.0):
+    return pd.Series(
+        {"size": "xl", "context_length": 2048, "precision": "fp32", "mode": mode,
+         "status": status, "peak_allocated_mb": peak, "saved_activations_mb": saved,
+         "rss_growth_mb": peak}
     )  # fmt: skip
-    drawn = {}
+
+
+def test_the_inference_forward_beside_an_autograd_forward_that_did_not_fit():
+    inf = _inference_point("inference", peak=20_000)
+    fwd = _inference_point("forward", status="skipped: needs 150 GiB, have 140 GiB")
+    text = answers.inference_sentence(inf, fwd, cuda=True)
+    assert text == (
+        "xl, context 2048, fp32: the inference forward (torch.inference_mode) peaks at 20,000 "
+        "MiB; the forward with autograd on: skipped: needs 150 GiB, have 140 GiB. What does "
+        "not fit is what autograd keeps for backward, not the forward's computation."
+    )
+
+
+def test_an_autograd_forward_below_the_inference_forward_is_flagged_not_explained():
+    inf = _inference_point("inference", peak=20_000)
+    fwd = _inference_point("forward", peak=19_000, saved=5_000)
+    text = answers.inference_sentence(inf, fwd, cuda=True)
+    assert "(0.95×) ⚠" in text and "no conclusion is drawn" in text
+    assert "between them is what autograd keeps" not in text
+
+
+def test_on_a_cpu_the_inference_forward_is_told_by_what_it_saves():
+    inf = _inference_point("inference", peak=30, saved=0)
+    fwd = _inference_point("forward", peak=35, saved=12)
+    text = answers.inference_sentence(inf, fwd, cuda=False)
+    assert "grows RSS by 30 MiB, the forward with autograd on grows RSS by 35 MiB" in text
+    assert (
+        "the inference forward saves 0 MiB for backward, the forward with autograd on 12 MiB"
+        in text
+    )
+
+
+@pytest.mark.parametrize(
+    ("edition", "expect"),
+    [
+        (2025, "for 2.7B (d_model 2,560) at batch 4, context 128: 4·128·2560·4 = 5,242,880 bytes"),
+        (2026, "context 2048: 4·2048·2560·4 = 83,886,080 bytes = 80.0 MiB"),
+    ],
+)
+def test_part_d_for_the_editions_own_model_without_a_run(edition, expect):
+    hr = rows.handout_residual_rows(edition)
+    assert list(hr["context_length"]) == list(rows.HANDOUT_MODEL[edition][1])
+    text = answers.handout_residual_sentence(hr, {"tiny"})
+    assert text.startswith("A residual-stream activation holds one fp32 number (4 bytes)")
+    assert expect in text
+    assert "no run needed: this run measured tiny" in text
+    assert "no run needed" not in answers.handout_residual_sentence(hr, {hr["size"].iloc[0]})
+
+
+def test_tables_name_the_unit_they_are_computed_in():
+    t = rows.unit_headers(pd.DataFrame({"peak_allocated_mb": [1.0], "analytic_need_gib": [2.0]}))
+    assert list(t.columns) == ["peak allocated (MiB)", "analytic need (GiB)"]
+    assert " MB" not in rows.md_table(pd.DataFrame({"size_mb": [1.0]}))
+
+
+def test_one_context_draws_the_peaks_as_labelled_bars(tmp_path, monkeypatch):
+    """A grid of one context (the CPU preset's, a trimmed one): bars with their values, the
+    legend outside, no two texts over each other."""
+    import itertools
+
+    import matplotlib.pyplot as plt
+
+    from cs336_systems.stages.memory import figures
+
+    df = pd.DataFrame(
+        [
+            {"size": "xl", "context_length": 128, "mode": m, "precision": p, "status": "ok",
+             "peak_allocated_mb": peak, "saved_activations_mb": 1.0,
+             "analytic_activations_mb": 1.0, "checkpoint": "none"}
+            for (m, p), peak in zip(
+                itertools.product(["inference", "forward", "train_step"], ["fp32", "bf16"]),
+                [13_000, 19_000, 17_000, 22_000, 52_000, 52_300], strict=True)
+        ]
+    )  # fmt: skip
+    drawn: dict = {}
     real = plt.Figure.savefig
 
     def keep(fig, *a, **k):
-        drawn["texts"] = [t for ax in fig.axes for t in ax.texts]
-        drawn["legend"] = [t.get_text() for ax in fig.axes for t in ax.get_legend().get_texts()]
-        return real(fig, *a, **k)
+        out = real(fig, *a, **k)
+        if "ax" not in drawn:
+            r = fig.canvas.get_renderer()
+            ax = fig.axes[0]
+            texts = [*ax.texts, *ax.get_xticklabels(), ax.title, ax.yaxis.label]
+            texts += list(fig.legends[0].get_texts()) if fig.legends else []
+            texts += list(ax.get_legend().get_texts()) if ax.get_legend() else []
+            drawn["ax"] = ax
+            drawn["boxes"] = [(t.get_text(), t.get_window_extent(r)) for t in texts if t.get_text()]
+        return out
 
     monkeypatch.setattr(plt.Figure, "savefig", keep)
-    mem.render_timeline(events, tmp_path / "t.png", "t")
-    assert drawn["texts"] == []
-    assert drawn["legend"][:4] == ["forward", "backward", "optimizer", "optimizer_end"]
+    figures._peak_figure(df, df, tmp_path / "memory_peak.png")
+    ax = drawn["ax"]
+    assert len(ax.patches) == 6 and "one context in this grid: 128" in ax.get_title()
+    values = sorted(t.get_text() for t in ax.texts)
+    assert values == sorted(f"{v / 1024:.2f}" for v in df["peak_allocated_mb"])
+    boxes = drawn["boxes"]
+    clash = [(a, b) for (a, x), (b, y) in itertools.combinations(boxes, 2) if x.overlaps(y)]
+    assert clash == []

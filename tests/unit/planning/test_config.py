@@ -145,7 +145,7 @@ CASES = {
     "preset": ({"preset": "tpu"}, "config: preset: 'tpu' — one of auto, cpu, gpu"),
     "mode": (
         {"memory": cpu(modes=["forward", "fwd"])},
-        "config: memory.cpu.modes[1]: 'fwd' — one of forward, forward_backward, train_step",
+        "config: memory.cpu.modes[1]: 'fwd' — one of inference, forward, forward_backward, train_step",
     ),
     "model size": (
         {"benchmark": cpu(sizes=["tiny", "huge"])},

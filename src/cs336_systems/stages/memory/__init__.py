@@ -14,7 +14,9 @@ QUESTIONS = {
     "memory_profiling.a": {"evidence": ["timelines"], "needs": "gpu"},
     "memory_profiling.b": {"evidence": ["peak_table"], "needs": "gpu"},
     "memory_profiling.c": {"evidence": ["precision_sentence"], "needs": "gpu"},
-    "memory_profiling.d": {"evidence": ["residual_sentence", "activation_sentence"]},
+    "memory_profiling.d": {
+        "evidence": ["handout_residual_sentence", "residual_sentence", "activation_sentence"]
+    },
     "memory_profiling.e": {"evidence": ["alloc_table", "alloc_sentence"], "needs": "gpu"},
     "memory_profiling.f": {"evidence": ["y2026.block_sentences"]},
 }

@@ -12,14 +12,13 @@ import pandas as pd
 from cs336_systems.reporting.analysis import (
     failed_points,
     load,
-    md_table,
     ok,
     plot_main,
     sort_sizes,
 )
 from cs336_systems.stages.memory import answers, rows
 from cs336_systems.stages.memory.figures import plot
-from cs336_systems.stages.memory.rows import is_cuda, load_points, peak_column, plain
+from cs336_systems.stages.memory.rows import is_cuda, load_points, md_table, peak_column, plain
 
 
 def run_facts(df: pd.DataFrame, every: pd.DataFrame) -> dict:
@@ -74,8 +73,10 @@ def block_answers(blocks: pd.DataFrame) -> dict:
     return s
 
 
-def timelines(d: pd.DataFrame, cuda: bool) -> dict:
-    """Q13: each point's timeline in words; the largest context's as the examples."""
+def timelines(d: pd.DataFrame, every: pd.DataFrame, cuda: bool) -> dict:
+    """Q13: each point's timeline in words (`d`: the plain points that ran); the images the
+    handout asks for (rows.timeline_choice over `every` point that ran, checkpointed ones
+    too), each with its sentence."""
     if not (cuda and "trace_peak_mb" in d):
         return {"timelines": [], "timeline_skipped": answers.timeline_skipped(d)}
     s: dict = {"timelines": []}
@@ -85,9 +86,10 @@ def timelines(d: pd.DataFrame, cuda: bool) -> dict:
         s["timelines"].append(
             {"png": r["timeline_png"], "sentence": answers.timeline_sentence(r), "mode": r["mode"]}
         )
-    big = d[d["context_length"] == d["context_length"].max()]
-    s["timeline_examples"] = [
-        t for t in s["timelines"] if any(str(p) == t["png"] for p in big["timeline_png"])
+    s["timeline_figures"] = [
+        {"png": r["timeline_png"], "sentence": answers.timeline_sentence(r)}
+        for r in rows.timeline_choice(ok(every))
+        if not pd.isna(r.get("trace_peak_mb", np.nan))
     ]
     return s
 
@@ -104,6 +106,7 @@ def peaks(df: pd.DataFrame, d: pd.DataFrame, every: pd.DataFrame, cuda: bool) ->
     growth_col = peak_column(df) if cuda else "saved_activations_mb"
     growth_what = "peak" if cuda else "activations saved for backward"
     s["peak_growth"] = answers.peak_growth(d, growth_col, growth_what)
+    s["inference_sentences"] = answers.inference_sentences(df, cuda)
     parts = rows.peak_parts(ok(every)) if cuda else pd.DataFrame()
     if len(parts):
         s["breakdown"] = answers.parts_sentence(parts)
@@ -119,19 +122,26 @@ def precisions(df: pd.DataFrame, d: pd.DataFrame, cuda: bool) -> dict:
     ratio_col = peak_column(df) if cuda else "saved_activations_mb"
     ratio_what = "peak allocated memory" if cuda else "activation memory saved for backward"
     pr = rows.precision_ratios(df, ratio_col)
+    if not cuda:  # saved activations: an inference forward has none to compare
+        pr = rows.saving(pr)
     if not len(pr):
         return {}
     s = {"precision_table": rows.precision_table(pr)}
     s["precision_sentence"] = answers.precision_sentence(pr, ratio_what, cuda)
     if (why := answers.precision_why(d, cuda)) is not None:
         s["precision_why"] = why
+    if inference := answers.inference_precision(d):
+        s["precision_inference"] = inference
     return s
 
 
-def activations(d: pd.DataFrame, batch_size: int) -> dict:
-    """Q16: the residual stream's size, and the activations against the analytic model."""
+def activations(d: pd.DataFrame, batch_size: int, edition: int) -> dict:
+    """Q16: the residual stream's size (the edition's own model by arithmetic, the run's
+    measured models), and the activations against the analytic model."""
     rs = rows.residual_rows(d)
     s = {"residual_table": md_table(rs, 2)}
+    hr = rows.handout_residual_rows(edition)
+    s["handout_residual_sentence"] = answers.handout_residual_sentence(hr, set(d["size"]))
     s["residual_sentence"] = answers.residual_sentence(rs, batch_size)
     cmp = rows.activation_rows(d)
     s["activation_table"] = md_table(sort_sizes(cmp, "context_length"), 2)
@@ -173,10 +183,10 @@ def context(results_dir: Path) -> dict:
     s["sizes"] = sorted(set(d["size"]))
     # 2026: the checkpointed points beside the plain ones, part (f)
     s["y2026"] = edition_2026(load(results_dir, "memory"), load(results_dir, "memory_blocks"))
-    s.update(timelines(d, s["cuda"]))
+    s.update(timelines(d, every, s["cuda"]))
     s.update(peaks(df, d, every, s["cuda"]))
     s.update(precisions(df, d, s["cuda"]))
-    s.update(activations(d, s["batch_size"]))
+    s.update(activations(d, s["batch_size"], s["edition"]))
     s.update(allocations(results_dir, allocs))
     return s
 

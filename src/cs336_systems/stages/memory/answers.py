@@ -23,6 +23,7 @@ from cs336_systems.stages.memory.rows import (
     forward_allocations_table,
     peak_mb,
     saved_by_precision,
+    saving,
 )
 
 
@@ -55,6 +56,7 @@ def precision_without_casts(d: pd.DataFrame) -> str:
     """bf16 over fp32 saved activations, with and without autocast's saved weight copies."""
     if "analytic_weight_casts_mb" not in d:
         return ""
+    d = saving(d)
     keys = ["size", "context_length", "mode"]
     a = d[d["precision"] == "fp32"].set_index(keys)["saved_activations_mb"]
     bf = d[d["precision"] == "bf16"].set_index(keys)
@@ -137,7 +139,8 @@ def grid_counts(df: pd.DataFrame) -> str:
 # ---- 2026: the checkpointed grid and part (f) ---------------------------------------------
 
 GRID_MODE_LABEL = {
-    "forward": "forward",
+    "inference": "inference forward",
+    "forward": "forward (autograd on)",
     "forward_backward": "forward+backward",
     "train_step": "training step",
 }
@@ -254,14 +257,26 @@ def grads_sentence(t: pd.Series, expect: float, verdict: str) -> str:
 def timeline_sentence(r: pd.Series) -> str:
     """Q13: one point's timeline in words, phase by phase, and where its peak falls."""
     base = r["baseline_mb"]
+    ck = str(r.get("checkpoint", "none"))
+    ck = "" if ck in ("none", "nan") else f", checkpointing {ck}"
     parts = [
         f"{r['size']} at context {r['context_length']}, {MODE_LABEL.get(r['mode'], r['mode'])}, "
-        f"{r['precision']}: {base:,.0f} MiB are held before the step"
+        f"{r['precision']}{ck}: {base:,.0f} MiB are held before the step"
     ]
-    if r["mode"] == "forward":
+    if r["mode"] == "inference":
+        rise = peak_mb(r) - base
         parts.append(
-            "the forward pass climbs while the saved activations accumulate and falls back "
-            "when the loss is dropped"
+            "under torch.inference_mode nothing is kept for backward: each layer's "
+            f"intermediates are freed once the next has read them, so memory rises only "
+            f"{rise:,.0f} MiB above that (one layer at work, the logits"
+            + (", autocast's cached bf16 weights" if r["precision"] == "bf16" else "")
+            + ")"
+        )
+    elif r["mode"] == "forward":
+        parts.append(
+            "the forward pass climbs while the saved activations accumulate "
+            f"({r['saved_activations_mb']:,.0f} MiB saved for backward) and falls back when the "
+            "loss is dropped"
         )
     else:
         fwd_end = r.get("forward_end_mb", np.nan)
@@ -319,7 +334,7 @@ def peak_growth(d: pd.DataFrame, col: str, what: str) -> list[str]:
     grow = []
     for (size, mode, prec), g in d.groupby(["size", "mode", "precision"]):
         g = g.sort_values("context_length")
-        if len(g) > 1:
+        if len(g) > 1 and g[col].iloc[0] > 0:  # an inference forward saves nothing: no ratio
             a, b = g[col].iloc[0], g[col].iloc[-1]
             grow.append(
                 f"{size} {MODE_LABEL.get(mode, mode)} {prec}: {what} {a:,.1f} → "
@@ -372,6 +387,29 @@ def precision_why(d: pd.DataFrame, cuda: bool) -> str | None:
             else "and the loss stay fp32."
         )
     )
+
+
+def handout_residual_sentence(hr: pd.DataFrame, measured: set[str]) -> str:
+    """Part (d) for the edition's own model (`hr`: rows.handout_residual_rows), with its
+    one-sentence justification; `measured`: the sizes this run measured."""
+    r0 = hr.iloc[0]
+    text = (
+        f"A residual-stream activation holds one fp32 number (4 bytes) per sequence, position "
+        f"and feature, so its size is batch × context × d_model × 4 bytes: for {r0['size']} "
+        f"(d_model {r0['d_model']:,}) at batch {r0['batch']}, "
+        + "; ".join(
+            f"context {r['context_length']}: {r['batch']}·{r['context_length']}·"
+            f"{r['d_model']}·4 = {r['bytes']:,} bytes = {sig(r['MiB'])} MiB"
+            for _, r in hr.iterrows()
+        )
+        + " (MiB = 2^20 bytes)."
+    )
+    if r0["size"] not in measured:
+        text += (
+            f" This is arithmetic, no run needed: this run measured "
+            f"{', '.join(sorted(measured))}, whose own residual stream the table below gives."
+        )
+    return text
 
 
 def residual_sentence(rs: pd.DataFrame, batch_size: int) -> str:
@@ -428,3 +466,102 @@ def allocations_skipped(allocs: pd.DataFrame) -> str:
     """Q17 without any snapshot: the statuses that say why."""
     st = sorted(set(allocs.get("status", pd.Series(dtype=str)).astype(str))) if len(allocs) else []
     return "; ".join(x.removeprefix("skipped: ") for x in st) or "no data"
+
+
+# ---- the inference forward beside the forward with autograd on (Q14, Q15) ------------------
+
+
+def _point(g: pd.DataFrame, mode: str) -> pd.Series | None:
+    m = g[g["mode"] == mode]
+    return m.iloc[0] if len(m) else None
+
+
+def inference_sentence(inf: pd.Series, fwd: pd.Series | None, cuda: bool) -> str:
+    """One (size, context, precision): the inference forward's peak beside the forward's with
+    autograd on, and their difference against what autograd saved."""
+    head = f"{inf['size']}, context {inf['context_length']}, {inf['precision']}: "
+    if inf["status"] != "ok":
+        return head + f"the inference forward (torch.inference_mode) {inf['status']}."
+    col, what = ("peak_allocated_mb", "peaks at") if cuda else ("rss_growth_mb", "grows RSS by")
+    a = float(inf[col])
+    text = head + f"the inference forward (torch.inference_mode) {what} {a:,.0f} MiB"
+    if fwd is None:
+        return text + " (no forward with autograd on ran)."
+    if fwd["status"] != "ok":
+        return (
+            text + f"; the forward with autograd on: {fwd['status']}. What does not fit is "
+            "what autograd keeps for backward, not the forward's computation."
+        )
+    b, saved = float(fwd[col]), float(fwd["saved_activations_mb"])
+    text += f", the forward with autograd on {what} {b:,.0f} MiB"
+    if not cuda:
+        return text + (
+            f" (coarse: the CPU allocator keeps freed pages); exactly, the inference forward "
+            f"saves {float(inf['saved_activations_mb']):,.0f} MiB for backward, the forward "
+            f"with autograd on {saved:,.0f} MiB."
+        )
+    gap = b - a
+    if gap <= 0:
+        return text + (
+            f" ({b / a:.2f}×) ⚠: a forward that keeps {saved:,.0f} MiB for backward cannot "
+            "peak below one that keeps nothing; these two points need checking, and no "
+            "conclusion is drawn from them."
+        )
+    share = f" ({saved / gap:.0%} of it)"
+    return text + (
+        f" ({b / a:.2f}×): the {gap:,.0f} MiB between them is what autograd keeps for "
+        f"backward, {saved:,.0f} MiB of saved activations by our count{share}, which the "
+        "inference forward frees layer by layer."
+    )
+
+
+def inference_sentences(df: pd.DataFrame, cuda: bool) -> list[str]:
+    """Q14: per (size, context, precision) with an inference point, that point beside the
+    forward with autograd on (`df`: every point without checkpointing, failed ones too)."""
+    out = []
+    keys = ["size", "context_length", "precision"]
+    for _, g in sort_sizes(df, "context_length").groupby(keys, sort=False):
+        inf = _point(g, "inference")
+        if inf is not None:
+            out.append(inference_sentence(inf, _point(g, "forward"), cuda))
+    return out
+
+
+def inference_precision(d: pd.DataFrame) -> str:
+    """Q15 for an inference forward (CUDA): bf16's peak beside fp32's at each context, against
+    autocast's cached bf16 weight copies (`d`: the points that ran)."""
+    inf = d[d["mode"] == "inference"]
+    if "peak_allocated_mb" not in inf or inf["peak_allocated_mb"].isna().all():
+        return ""
+    keys = ["size", "context_length"]
+    a = inf[inf["precision"] == "fp32"].set_index(keys)["peak_allocated_mb"]
+    bf = inf[inf["precision"] == "bf16"].set_index(keys)
+    both = pd.concat(
+        {"fp32": a, "bf16": bf["peak_allocated_mb"], "casts": bf["analytic_weight_casts_mb"]},
+        axis=1,
+    ).dropna()
+    if both.empty:
+        return ""
+    items = [
+        f"context {ctx}: {r['bf16']:,.0f} against {r['fp32']:,.0f} MiB ({r['bf16'] / r['fp32']:.2f}×, "
+        f"{r['bf16'] - r['fp32']:+,.0f} MiB)"
+        for (_, ctx), r in both.iterrows()
+    ]
+    casts = float(both["casts"].iloc[0])
+    extra = both["bf16"] - both["fp32"]
+    near = ((extra - casts).abs() <= 0.25 * casts).to_numpy()
+    if near.all():
+        verdict = (
+            "the difference is within 25% of them at every context: bf16's higher inference "
+            "peak is those copies, not the activations (which autocast halves in the matmuls)"
+        )
+    elif not near.any():
+        verdict = "the difference is not within 25% of them at any context: the copies alone do not explain it"
+    else:
+        verdict = "the difference is within 25% of them at some contexts only"
+    return (
+        "In an inference forward, bf16 autocast's peak against fp32's: "
+        + "; ".join(items)
+        + f". Autocast caches a bf16 copy of every weight it casts for the whole autocast "
+        f"region, with autograd on or off ({casts:,.0f} MiB): {verdict}."
+    )

@@ -41,7 +41,7 @@ from cs336_systems.profiling.saved_tensors import SavedTensorLog
 TOP = 5
 GiB = 2**30
 # bytes per parameter a mode holds besides activations: weights; + gradients; + AdamW's moments
-STATE_BYTES = {"forward": 4, "forward_backward": 8, "train_step": 16}
+STATE_BYTES = {"inference": 4, "forward": 4, "forward_backward": 8, "train_step": 16}
 
 log = get_logger(__name__)
 

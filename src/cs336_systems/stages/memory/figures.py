@@ -10,8 +10,14 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from cs336_systems.reporting.analysis import empty_figure, ok, on_axis, save
-from cs336_systems.stages.memory.rows import MODE_LABEL, load_points, peak_column, timeline_files
+from cs336_systems.reporting.analysis import empty_figure, load, ok, on_axis, save
+from cs336_systems.stages.memory.rows import (
+    MODE_LABEL,
+    load_points,
+    peak_column,
+    timeline_choice,
+    timeline_files,
+)
 
 
 def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
@@ -24,16 +30,25 @@ def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
     return [
         _peak_figure(df, d, paths["peak"]),
         _activations_figure(d, paths["activations"]),
-        _timelines_figure(results_dir, d, fig_dir, paths["timelines"]),
+        _timelines_figure(
+            results_dir, ok(load(results_dir, "memory")), fig_dir, paths["timelines"]
+        ),
     ]
 
 
 def _peak_figure(df: pd.DataFrame, d: pd.DataFrame, path: Path) -> Path:
-    """Peak memory against context length, one line per size, mode and precision."""
+    """Peak memory against context length, one line per size, mode and precision; a grouped
+    bar chart (each bar's value on it) where the grid has one context, where a line would be a
+    dot. The legend sits outside the axes."""
     col = peak_column(df)
-    fig, ax = plt.subplots(figsize=(6, 3.8))
-    # every context of the grid on the axis: a context whose point did not run is a gap
     contexts = sorted(set(df["context_length"]))
+    ylabel = (
+        "peak allocated" if col == "peak_allocated_mb" else "peak RSS growth in the step"
+    ) + " (GiB)"
+    if len(contexts) == 1:
+        return _peak_bars(d, col, contexts[0], ylabel, path)
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    # every context of the grid on the axis: a context whose point did not run is a gap
     for (size, mode, prec), g in d.groupby(["size", "mode", "precision"]):
         g = g.sort_values("context_length")
         ax.plot(
@@ -44,12 +59,31 @@ def _peak_figure(df: pd.DataFrame, d: pd.DataFrame, path: Path) -> Path:
             label=f"{size} {MODE_LABEL.get(mode, mode)} {prec}",
         )
     ax.set_xscale("log", base=2)
+    ax.set_xticks(contexts, [str(c) for c in contexts])
+    ax.minorticks_off()
     ax.set_xlabel("context length")
-    ax.set_ylabel(
-        ("peak allocated" if col == "peak_allocated_mb" else "peak RSS growth in the step")
-        + " (GiB)"
-    )
-    ax.legend(fontsize=7)
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return save(fig, path)
+
+
+def _peak_bars(d: pd.DataFrame, col: str, context: int, ylabel: str, path: Path) -> Path:
+    """The one context's peaks as bars: one group per mode, one bar per size and precision."""
+    modes = [m for m in MODE_LABEL if m in set(d["mode"])]
+    series = sorted({(s, p) for s, p in zip(d["size"], d["precision"], strict=True)})
+    width = 0.8 / max(len(series), 1)
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    for j, (size, prec) in enumerate(series):
+        g = d[(d["size"] == size) & (d["precision"] == prec)].set_index("mode")[col]
+        vals = [g.get(m, float("nan")) / 1024 for m in modes]
+        xs = [i + (j - (len(series) - 1) / 2) * width for i in range(len(modes))]
+        bars = ax.bar(xs, vals, width=width * 0.95, label=f"{size} {prec}")
+        ax.bar_label(bars, fmt="%.2f", fontsize=6, padding=1)
+    ax.set_xticks(range(len(modes)), [MODE_LABEL[m] for m in modes], fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"one context in this grid: {context}", fontsize=9)
+    ax.margins(y=0.12)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return save(fig, path)
 
 
@@ -57,7 +91,9 @@ def _activations_figure(d: pd.DataFrame, path: Path) -> Path:
     """Activations: the analytic model vs what autograd saved vs the allocator's growth over
     forward."""
     fig, ax = plt.subplots(figsize=(6, 3.8))
-    for (size, prec), g in d[d["mode"] != "forward"].groupby(["size", "precision"]):
+    # one curve per size and precision: a training step saves what its forward saves
+    steps = d[~d["mode"].isin(["forward", "inference"])]
+    for (size, prec), g in steps.groupby(["size", "precision"]):
         g = g.sort_values("context_length")
         line = ax.plot(
             g["context_length"], g["saved_activations_mb"], marker="o", label=f"{size} {prec} saved"
@@ -83,12 +119,13 @@ def _activations_figure(d: pd.DataFrame, path: Path) -> Path:
     ax.set_yscale("log")
     ax.set_xlabel("context length")
     ax.set_ylabel("activation memory (MiB)")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return save(fig, path)
 
 
 def _timelines_figure(results_dir: Path, d: pd.DataFrame, fig_dir: Path, path: Path) -> Path:
-    """The chosen timelines stacked (_montage_choice); every timeline copied into `fig_dir`."""
+    """The chosen timelines (rows.timeline_choice: the forward and the training step at each
+    asked context) side by side; every timeline copied into `fig_dir` (PNG and PDF)."""
     timelines = timeline_files(results_dir)
     if not timelines:
         return empty_figure(path, "memory timelines need CUDA memory snapshots")
@@ -96,24 +133,15 @@ def _timelines_figure(results_dir: Path, d: pd.DataFrame, fig_dir: Path, path: P
         for f in (t, t.with_suffix(".pdf")):
             if f.exists():
                 shutil.copy2(f, fig_dir / f.name)
-    chosen = _montage_choice(d, timelines)
-    fig, axes = plt.subplots(len(chosen), 1, figsize=(9, 3.3 * len(chosen)), squeeze=False)
-    for ax, t in zip(axes[:, 0], chosen, strict=True):
-        ax.imshow(plt.imread(t))
+    names = {f.name: f for f in timelines}
+    picked = timeline_choice(d)
+    chosen = [names.get(str(r["timeline_png"])) for r in picked]
+    chosen = [c for c in chosen if c is not None] or timelines[:2]
+    cols = min(len({r["mode"] for r in picked}) or 1, len(chosen))
+    rows_n = -(-len(chosen) // cols)
+    fig, axes = plt.subplots(rows_n, cols, figsize=(8 * cols, 5.2 * rows_n), squeeze=False)
+    for ax in axes.flat:
         ax.axis("off")
+    for ax, t in zip(axes.flat, chosen, strict=False):
+        ax.imshow(plt.imread(t))
     return save(fig, path)
-
-
-def _montage_choice(d: pd.DataFrame, files: list[Path]) -> list[Path]:
-    """The forward and training-step timelines of the largest context, fp32 (else any)."""
-    names = {f.name: f for f in files}
-    ctx = d["context_length"].max()
-    size = d["size"].iloc[0]
-    chosen = []
-    for mode in ("forward", "train_step"):
-        for prec in ("fp32", "bf16"):
-            key = f"memory_timeline_{size}_{ctx}_{mode}_{prec}.png"
-            if key in names:
-                chosen.append(names[key])
-                break
-    return chosen or files[:2]

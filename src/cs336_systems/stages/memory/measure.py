@@ -8,11 +8,13 @@
 knob but the sweep's `sizes`, as the rule passes it).
 
 One job per model size; each (context, mode, precision) point runs warm-up steps of the benchmark
-stage's `Workload`, then one measured step during which:
+stage's `Workload` (mode `inference`: its forward under `torch.inference_mode()`, beside
+`forward`, the same forward with autograd on), then one measured step during which:
 
 - CUDA: the allocator's history is recorded (`torch.cuda.memory._record_memory_history`) and
   dumped as a snapshot `.pickle` (opens in https://pytorch.org/memory_viz); the snapshot is
-  rendered here as an "active memory over time" PNG with the phases marked, and its largest
+  rendered here as memory_viz's "Active Memory Timeline" (PNG and PDF: every live block a band
+  stacked in allocation order, the phases marked with their durations), and its largest
   allocations are listed with the top user frames of their stacks. Peak allocated/reserved
   memory, and the split into parameters, gradients, optimizer state and activations.
 - CPU: peak resident set size (VmHWM, reset per point) instead; the CUDA-only outputs are rows
@@ -49,7 +51,7 @@ from cs336_systems.planning.log import configure, get_logger, point, status_leve
 from cs336_systems.profiling.memory_snapshot import (
     active_timeline,
     largest_allocations,
-    render_timeline,
+    render_active_memory,
     timeline_summary,
     write_viz_page,
 )
@@ -201,7 +203,9 @@ def _measure_point(
 ):
     device = work.device
     cuda = device.type == "cuda"
-    step, cleanup = work.step(mode, precision, False)
+    step, cleanup = work.step(WORKLOAD_MODE.get(mode, mode), precision, False)
+    if mode == "inference":
+        step = inference(step)
     try:
         for _ in range(warmup):
             step()
@@ -227,6 +231,29 @@ def _measure_point(
         return row, rec["snapshot"]
     finally:
         cleanup()
+
+
+# the memory stage's modes that the benchmark's Workload runs under another name: an inference
+# forward is the Workload's forward with autograd off (`inference`)
+WORKLOAD_MODE = {"inference": "forward"}
+MODE_TITLE = {
+    "inference": "inference forward (torch.inference_mode)",
+    "forward": "forward with autograd on",
+    "forward_backward": "forward+backward",
+    "train_step": "training step",
+}
+
+
+def inference(step):
+    """`step` run under `torch.inference_mode()`: no graph is built, nothing is saved for
+    backward, and each layer's intermediates are freed as soon as the next layer has read them
+    (the handout's "forward pass only", as an inference server runs it)."""
+
+    def run(*args, **kwargs):
+        with torch.inference_mode():
+            return step(*args, **kwargs)
+
+    return run
 
 
 def recorded_step(work: Workload, step, max_entries: int) -> dict:
@@ -315,6 +342,19 @@ def point_name(size: str, context: int, mode: str, precision: str, strategy: str
 SKIP_CUDA = "skipped: CUDA memory snapshots need a CUDA device"
 
 
+def inference_need(analytic: dict) -> float:
+    """An upper bound of what an inference forward holds above its weights (bytes): one
+    layer's intermediates (what autograd would save of it, all alive at once), the head's input
+    and norm, the logits and their log-softmax, and autocast's cached bf16 weight copies (kept
+    for the whole autocast region, with or without autograd)."""
+    return (
+        analytic["per_layer"]
+        + analytic["final_norm_and_head"]
+        + 2 * analytic["loss"]
+        + analytic["weight_casts"]
+    )
+
+
 def point_row(args, base: dict, point_key: dict, device_type: str) -> tuple[dict, float]:
     """A point's row before it runs (its analytic columns), and the bytes it needs."""
     k = args.block
@@ -336,9 +376,10 @@ def point_row(args, base: dict, point_key: dict, device_type: str) -> tuple[dict
     row["analytic_residual_stream_mb"] = analytic["residual_stream"] / MiB
     row["analytic_scores_per_layer_mb"] = analytic["attention_scores_per_layer"] / MiB
     row["analytic_weight_casts_mb"] = analytic["weight_casts"] / MiB
+    held = inference_need(analytic) if mode == "inference" else analytic["total"]
     need = blocks.step_need_bytes(
         args.size, context, k.batch_size, mode, precision, device_type,
-        strategy, analytic["total"], args.edition,
+        strategy, held, args.edition,
     )  # fmt: skip
     row["analytic_need_gib"] = need / GiB
     if strategy != "none":
@@ -356,10 +397,11 @@ def snapshot_rows(args, row: dict, alloc_key: dict, snapshot, snap_path: Path) -
     name = point_name(args.size, context, mode, precision, row["checkpoint"])
     tl = active_timeline(snapshot)
     row.update(timeline_summary(tl))
-    png = render_timeline(
-        tl,
+    ck = "" if row["checkpoint"] == "none" else f", checkpointing {row['checkpoint']}"
+    png = render_active_memory(
+        snapshot,
         Path(args.timeline_dir) / f"memory_timeline_{name}.png",
-        f"{args.size}, context {context}, {mode}, {precision}",
+        f"{args.size}, context {context}, {MODE_TITLE.get(mode, mode)}, {precision}{ck}",
     )
     row["timeline_png"] = png.name
     row["snapshot"] = str(snap_path) if args.keep_raw else "dropped"

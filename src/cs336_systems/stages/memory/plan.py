@@ -12,7 +12,9 @@ from cs336_systems.planning.edition import size_table
 from cs336_systems.planning.estimate import Costs, EtaKeys, Job
 from cs336_systems.planning.knobs import Knobs, knob
 
-Mode = Literal["forward", "forward_backward", "train_step"]
+# inference: a forward under torch.inference_mode() (no graph, nothing saved); forward: the same
+# forward with autograd on (what a training step's forward holds); the rest as the benchmark's
+Mode = Literal["inference", "forward", "forward_backward", "train_step"]
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,12 @@ class MemoryKnobs(Knobs):
     context_lengths: list[int] = knob(
         "tokens per sequence of the points", minItems=1, uniqueItems=True, items={"minimum": 1}
     )
-    modes: list[Mode] = knob("what a measured step runs", minItems=1, uniqueItems=True)
+    modes: list[Mode] = knob(
+        "what a measured step runs: inference (a forward under torch.inference_mode), forward "
+        "(autograd on), forward_backward, train_step",
+        minItems=1,
+        uniqueItems=True,
+    )
     precisions: list[Literal["fp32", "bf16"]] = knob(
         "fp32, or bf16 autocast", minItems=1, uniqueItems=True
     )
@@ -85,6 +92,15 @@ def layer_counts(edition: int) -> dict[str, int]:
 ETA_KEYS: EtaKeys = {"memory": lambda w: w["size"]}
 
 
+def _step_gib(cost: Costs, size: str, ctx: int, batch: int, mode: str, prec: str) -> float:
+    """A point's memory (GiB); an inference forward: the weights (a quarter of a training
+    step's 16 bytes a parameter) and about one layer's activations, freed as it goes."""
+    if mode != "inference":
+        return cost.step_gib(size, ctx, batch, mode, prec)
+    state, acts = cost.state_and_activations_gib(size, ctx, batch, prec)
+    return state / 4 + acts / cost.layers(size)
+
+
 def _size_s(k: MemoryKnobs, cost: Costs, size: str) -> tuple[float, int, int]:
     """(steps' seconds, points run, points skipped) of one size's job: every (context, mode,
     precision) point without checkpointing (those above skip_factor x the device's memory
@@ -95,14 +111,15 @@ def _size_s(k: MemoryKnobs, cost: Costs, size: str) -> tuple[float, int, int]:
     ck = k.checkpoint
     run, points, skipped = 0.0, 0, 0
     for ctx in k.context_lengths:
-        for mode in k.modes:
+        for named in k.modes:
+            mode = "forward" if named == "inference" else named  # the cost model's modes
             for prec in k.precisions:
                 step = (k.warmup_steps + 1) * cost.step_s(size, ctx, batch, mode, prec)
-                if cost.fits(cost.step_gib(size, ctx, batch, mode, prec), factor):
+                if cost.fits(_step_gib(cost, size, ctx, batch, named, prec), factor):
                     points, run = points + 1, run + step
                 else:
                     skipped += 1
-                if ck is not None and ctx in ck.contexts and mode in ck.modes:
+                if ck is not None and ctx in ck.contexts and named in ck.modes:
                     points += 1
                     run += step * (4 / 3 if mode != "forward" else 1.0)
         for prec in k.precisions:  # part (f)
@@ -133,6 +150,12 @@ def check(cfg: dict, at: Checker, facts: Facts) -> None:
             ("checkpoint", "contexts"), ck["contexts"], cfg["context_lengths"], "context_lengths"
         )
         at.within(("checkpoint", "modes"), ck["modes"], cfg["modes"], "modes")
+        if "inference" in ck["modes"]:
+            at.fail(
+                ("checkpoint", "modes"),
+                ck["modes"],
+                "modes without inference: an inference forward saves nothing to checkpoint",
+            )
         m = re.match(r"^every_(\d+)$", ck["strategy"])
         layers = layer_counts(facts.edition)
         for size in cfg["sizes"]:

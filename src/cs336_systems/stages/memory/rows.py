@@ -14,10 +14,12 @@ from cs336_systems.core import costs
 from cs336_systems.core.checkpoint_plans import plan_for
 from cs336_systems.model import VOCAB_SIZE
 from cs336_systems.planning.edition import size_table
-from cs336_systems.reporting.analysis import load, md_table, ok, sort_sizes
+from cs336_systems.reporting.analysis import load, ok, sort_sizes
+from cs336_systems.reporting.analysis import md_table as pipe_table
 
 MODE_LABEL = {
-    "forward": "forward",
+    "inference": "inference forward",
+    "forward": "forward (autograd on)",
     "forward_backward": "forward+backward",
     "train_step": "train step",
 }
@@ -33,6 +35,35 @@ BREAKDOWN_COLUMNS = [
     "optimizer_state_mb",
     "saved_activations_mb",
 ]
+
+
+# a forward under torch.inference_mode saves nothing for backward: left out of every comparison
+# of saved activations (they would divide by zero or read as a 100% miss of the model)
+NO_SAVED = ("inference",)
+
+
+def saving(d: pd.DataFrame) -> pd.DataFrame:
+    """The rows of modes that save activations for backward (all but an inference forward)."""
+    return d[~d["mode"].isin(NO_SAVED)] if "mode" in d else d
+
+
+def unit_headers(df: pd.DataFrame) -> pd.DataFrame:
+    """Columns named for the unit they are computed in: `x_mb` (2^20 bytes) as `x (MiB)`,
+    `x_gib` as `x (GiB)`; the CSVs keep their names."""
+
+    def name(c) -> str:
+        c = str(c)
+        for tail, unit in (("_mb", "MiB"), ("_gib", "GiB")):
+            if c.endswith(tail):
+                return f"{c.removesuffix(tail).replace('_', ' ')} ({unit})"
+        return c
+
+    return df.rename(columns=name)
+
+
+def md_table(df: pd.DataFrame, floatfmt: int = 2, numparse: bool = True) -> str:
+    """The section's tables: reporting's pipe table with unit_headers."""
+    return pipe_table(unit_headers(df) if df is not None else df, floatfmt, numparse)
 
 
 def plain(df: pd.DataFrame) -> pd.DataFrame:
@@ -68,6 +99,9 @@ def peak_table(df: pd.DataFrame) -> pd.DataFrame:
         d = d.assign(checkpoint=d["checkpoint"].fillna("none"))
         index.append("checkpoint")
     t = d.pivot_table(index=index, columns=["mode", "precision"], values=col, aggfunc="first")
+    # the modes in MODE_LABEL's order (inference, forward, training step), fp32 first
+    order = {m: i for i, m in enumerate(MODE_LABEL)}
+    t = t[sorted(t.columns, key=lambda mp: (order.get(mp[0], 99), mp[1] != "fp32", mp[1]))]
     t.columns = [f"{MODE_LABEL.get(m, m)} {p}" for m, p in t.columns]
     return sort_sizes(t.reset_index(), "context_length").reset_index(drop=True)
 
@@ -80,13 +114,43 @@ def precision_ratios(df: pd.DataFrame, col: str | None = None) -> pd.DataFrame:
     a = d[d["precision"] == "fp32"].set_index(keys)[col]
     b = d[d["precision"] == "bf16"].set_index(keys)[col]
     both = pd.concat({"fp32_mb": a, "bf16_mb": b}, axis=1).dropna()
-    both["bf16_over_fp32"] = both["bf16_mb"] / both["fp32_mb"]
+    both["bf16_over_fp32"] = both["bf16_mb"] / both["fp32_mb"].where(both["fp32_mb"] > 0)
     return both.reset_index()
 
 
 def timeline_files(results_dir: Path) -> list[Path]:
     """The timelines the measure jobs rendered (CUDA only)."""
     return sorted((Path(results_dir) / "memory" / "timelines").glob("memory_timeline_*.png"))
+
+
+# memory_profiling (a)'s images: one per mode, in this order
+TIMELINE_MODES = ("inference", "forward", "train_step")
+
+
+def timeline_choice(d: pd.DataFrame) -> list[pd.Series]:
+    """memory_profiling (a)'s images among the points that have a timeline (`d`: those that
+    ran, checkpointed ones too): at each context the edition asks (HANDOUT_MODEL; else the
+    run's smallest and largest), the inference forward, the forward with autograd on and the
+    training step, each fp32 before bf16 and without checkpointing before with."""
+    if d.empty or "timeline_png" not in d:
+        return []
+    d = d[d["timeline_png"].astype(str).str.endswith(".png")]
+    if d.empty:
+        return []
+    d = d.assign(checkpoint=d.get("checkpoint", pd.Series("none", index=d.index)).fillna("none"))
+    eds = pd.to_numeric(d.get("edition", pd.Series(dtype=float)), errors="coerce").dropna()
+    asked = HANDOUT_MODEL.get(int(eds.iloc[0]) if len(eds) else 2026, HANDOUT_MODEL[2026])[1]
+    have = sorted(set(d["context_length"]))
+    contexts = [c for c in asked if c in have] or sorted({have[0], have[-1]})
+    out = []
+    for ctx in contexts:
+        for mode in TIMELINE_MODES:
+            g = d[(d["context_length"] == ctx) & (d["mode"] == mode)]
+            if g.empty:
+                continue
+            rank = (g["precision"] != "fp32").astype(int) + 2 * (g["checkpoint"] != "none")
+            out.append(g.loc[rank.sort_values(kind="stable").index[0]])
+    return out
 
 
 def peak_mb(r: pd.Series) -> float:
@@ -140,7 +204,7 @@ def peak_parts(d: pd.DataFrame) -> pd.DataFrame:
         held = r["params_mb"] + opt + r["saved_activations_mb"]
         end = (
             r["forward_end_mb"]
-            if r["mode"] != "forward"
+            if r["mode"] not in ("forward", "inference")
             else r["baseline_mb"] + r["saved_activations_mb"]
         )
         rows.append(
@@ -165,7 +229,8 @@ def peak_parts(d: pd.DataFrame) -> pd.DataFrame:
 def parts_table(parts: pd.DataFrame) -> str:
     if parts.empty:
         return ""
-    t = parts.rename(columns={**PARTS, "peak_allocated_mb": "= peak allocated"})
+    names = {col: f"{name} (MiB)" for col, name in PARTS.items()}
+    t = parts.rename(columns={**names, "peak_allocated_mb": "= peak allocated (MiB)"})
     return md_table(t, 0)
 
 
@@ -235,15 +300,46 @@ def precision_table(pr: pd.DataFrame) -> str:
 def saved_by_precision(d: pd.DataFrame) -> pd.DataFrame:
     """The activations saved for backward (MiB) per (size, context, mode), one column per
     precision, where every precision has one."""
-    return d.pivot_table(
-        index=["size", "context_length", "mode"],
-        columns="precision",
-        values="saved_activations_mb",
-        aggfunc="first",
-    ).dropna()
+    return (
+        saving(d)
+        .pivot_table(
+            index=["size", "context_length", "mode"],
+            columns="precision",
+            values="saved_activations_mb",
+            aggfunc="first",
+        )
+        .dropna()
+    )
 
 
 # ---- Q16: the residual stream and the activations against the analytic model ---------------
+
+
+# memory_profiling (d)'s model and the contexts of the edition's memory questions (the handout's
+# own: 2025's 2.7B at 128, 256 and 512; 2026's xl at 128 and 2048), at its batch of 4
+HANDOUT_MODEL = {2025: ("2.7B", (128, 256, 512)), 2026: ("xl", (128, 2048))}
+HANDOUT_BATCH = 4
+
+
+def handout_residual_rows(edition: int) -> pd.DataFrame:
+    """Part (d)'s arithmetic for the edition's own model (no run needed): one fp32
+    residual-stream activation, batch·context·d_model·4 bytes, per asked context."""
+    name, contexts = HANDOUT_MODEL.get(int(edition), HANDOUT_MODEL[2026])
+    d_model = size_table(int(edition))[name]["d_model"]
+    rows = []
+    for n in contexts:
+        nbytes = HANDOUT_BATCH * n * d_model * 4
+        rows.append(
+            {
+                "size": name,
+                "batch": HANDOUT_BATCH,
+                "context_length": n,
+                "d_model": d_model,
+                "bytes": nbytes,
+                "MiB": nbytes / MiB,
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 def residual_rows(d: pd.DataFrame) -> pd.DataFrame:
@@ -257,6 +353,7 @@ def residual_rows(d: pd.DataFrame) -> pd.DataFrame:
 def activation_rows(d: pd.DataFrame) -> pd.DataFrame:
     """Per point: what autograd saved against the analytic model (and the allocator's growth
     over forward, where measured)."""
+    d = saving(d)
     cmp = d[
         [
             "size",
