@@ -109,17 +109,25 @@ def _comm_label(tl: Timeline) -> str:
 
 
 def _labels(ax, boxes: pd.DataFrame, y: float, t0: float, ms_per_pt: float, nvtx: bool) -> None:
-    """Names on the longest boxes, each cut to its box's width (none where under 4 chars fit)."""
+    """Names on the longest boxes, each cut to its box's width (none where under 4 chars fit)
+    and left out where it would meet a label already placed (boxes of a row overlap where
+    several threads or streams share it)."""
     dur = boxes["end_ns"] - boxes["start_ns"]
+    placed: list[tuple[float, float]] = []  # (left, right) of each label, in ms
+    char_ms = 0.62 * LABEL_PT * ms_per_pt
     for i in dur.sort_values(ascending=False).index[:LABELLED]:
         r = boxes.loc[i]
-        width_pt = (r["end_ns"] - r["start_ns"]) / 1e6 / ms_per_pt
-        fits = int(width_pt / (0.62 * LABEL_PT)) - 1
+        width_ms = (r["end_ns"] - r["start_ns"]) / 1e6
+        fits = int(width_ms / char_ms) - 1
         if fits < 4:
             continue
         name = str(r["name"]) if nvtx else short_name(r["name"])
         text = name if len(name) <= fits else name[: fits - 1] + "…"
         mid = ((r["start_ns"] + r["end_ns"]) / 2 - t0) / 1e6
+        half = (len(text) + 1) * char_ms / 2
+        if any(mid - half < b and a < mid + half for a, b in placed):
+            continue
+        placed.append((mid - half, mid + half))
         ax.text(mid, y, text, ha="center", va="center", fontsize=LABEL_PT, clip_on=True)
 
 
@@ -224,7 +232,8 @@ def draw(panels: list[Panel], path: Path, title: str) -> Path:
     spans = {id(p): _extent(p.timeline) for p in have}
     span_ms = max((b - a) / 1e6 for a, b in spans.values()) or 1.0
     heights = [0.3 * len(lanes(p.timeline)) + 1.6 if p.timeline else 0.5 for p in panels]
-    fig = plt.figure(figsize=(WIDTH_IN, sum(heights) + 0.6))
+    total = sum(heights) + 0.9  # inches: the panels, the title above, the axis label below
+    fig = plt.figure(figsize=(WIDTH_IN, total))
     outer = fig.add_gridspec(
         len(panels),
         1,
@@ -232,8 +241,8 @@ def draw(panels: list[Panel], path: Path, title: str) -> Path:
         hspace=0.35,
         left=0.1,
         right=0.98,
-        top=1 - 0.45 / (sum(heights) + 0.6),
-        bottom=0.05,
+        top=1 - 0.45 / total,
+        bottom=0.45 / total,
     )
     fig.suptitle(title, fontsize=10)
     for p, cell in zip(panels, outer, strict=True):
@@ -252,6 +261,7 @@ def draw(panels: list[Panel], path: Path, title: str) -> Path:
         ax.tick_params(labelbottom=False, labelsize=7)
         mem = fig.add_subplot(inner[1], sharex=ax)
         _draw_memory(mem, p.timeline, t0, span_ms)
+        mem.tick_params(labelsize=7)
         mem.set_xlabel("time from the window's start (ms)", fontsize=7)
     return save(fig, path, tight=False)
 
@@ -283,3 +293,37 @@ def summary(tl: Timeline) -> str:
         unit, scale = ("GiB", 2**30) if m.max() >= 2**30 else ("MiB", 2**20)
         text += f", memory {m.iloc[0] / scale:.3g} → peak {m.max() / scale:.3g} {unit}"
     return text
+
+
+def panel_from_rows(
+    results_dir: Path, stage: str, rows: pd.DataFrame, title: str, window: str | None = None
+) -> Panel:
+    """The panel of the first of `rows` whose `timeline` file exists (a stage's profiled
+    step), clipped to the ranges `window` names where given and present; else None with the
+    rows' statuses, or that no step was profiled, as the reason."""
+    from cs336_systems.profiling.nsys_timeline import clip, read, window_of
+
+    if rows.empty:
+        return Panel(title, None, "no such run in this results folder")
+    for _, r in rows.iterrows():
+        path = capture_path(results_dir, stage, r.get("timeline"))
+        if path is None:
+            continue
+        tl = read(path)
+        found = window_of(tl, window) if window else None
+        if found is not None:
+            tl = clip(tl, found)
+            tl.notes.append(f"the {window} range of the profiled step")
+        return Panel(title, tl)
+    statuses = sorted(set(rows["status"].astype(str))) if "status" in rows else []
+    bad = [s for s in statuses if s != "ok"]
+    why = "; ".join(bad) if bad else f"no profiled step kept (the {stage} block's `profile` off?)"
+    return Panel(title, None, why)
+
+
+def describe(panels: list[Panel]) -> list[str]:
+    """One line per panel for the report: its source and `summary`, or why it is missing."""
+    return [
+        f"{panel_title(p)}: {summary(p.timeline)}." if p.timeline else f"{p.title}: {p.reason}."
+        for p in panels
+    ]

@@ -313,6 +313,7 @@ def test_memory_analysis_on_cpu(cpu_run, tmp_path):
         "memory_peak.png",
         "memory_activations.png",
         "memory_timelines.png",
+        "memory_block_timeline.png",
     ]
     flags = load(tmp_path, "memory")["sanity"].fillna("")
     assert (flags == "").all(), list(flags)  # a flagged row drops out of the sentences below

@@ -160,9 +160,13 @@ def test_figure_rows_labels_and_note(tmp_path, monkeypatch):
     monkeypatch.setattr(timelines, "save", lambda fig, path, tight=True: kept.setdefault("f", fig))
     # one time scale across panels: the CPU trace (ms) would make the export's kernels (us)
     # too thin to label, so each source is a figure of its own here
+    # the CPU's ranges as long as they ran: those over a tenth of the window are labelled
+    lo, hi = cpu.window
+    wide = cpu.ranges[(cpu.ranges["end_ns"] - cpu.ranges["start_ns"]) > (hi - lo) / 10]
+    assert len(wide)
     for tl, source, must in [
         (export, "from Nsight Systems", {"gemm_kernel", "block.forward", "block.backward"}),
-        (cpu, "torch.profiler trace (no nsys capture)", {"block.forward", "block.backward"}),
+        (cpu, "torch.profiler trace (no nsys capture)", set(wide["name"])),
     ]:
         kept.clear()
         panels = [timelines.Panel("one", tl), timelines.Panel("absent", None, "nsys absent")]
@@ -185,3 +189,24 @@ def test_figure_files_and_placeholder(tmp_path):
     assert "nsys absent" in placeholder_reason(none)
     assert "2 NCCL kernels" in timelines.summary(export)
     assert "peak 150 MiB" in timelines.summary(export)
+
+
+def test_labels_of_overlapping_boxes_do_not_meet(tmp_path, monkeypatch):
+    """Collectives of two threads (or NCCL streams) overlap in one row: one label per place."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    nccl = "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+    rows = [(nccl, 0, 9e6, s) for s in (13, 14)] + [(nccl, 1e6, 8e6, 15)]
+    rows += [("void gemm_kernel<1>(int)", 0, 10e6, 7)]
+    kernels = pd.DataFrame(rows, columns=["name", "start_ns", "end_ns", "stream"])
+    kernels["launch_ns"] = kernels["start_ns"]
+    kernels["comm"] = kernels["name"].str.startswith("nccl")
+    ranges = pd.DataFrame(columns=nsys_timeline.RANGE_COLUMNS)
+    tl = nsys_timeline.Timeline(nsys_timeline.NSYS, ranges, kernels, None, "no memory track")
+    monkeypatch.setattr(timelines, "save", lambda fig, path, tight=True: fig)
+    fig = timelines.draw([timelines.Panel("overlap", tl)], tmp_path / "o.png", "t")
+    boxes = [(t, b) for t, b in _label_boxes(fig) if t.startswith("ncclDev")]
+    assert len(boxes) == 1  # three overlapping boxes, one label
+    assert any(t == "gemm_kernel" for t, _ in _label_boxes(fig))
+    plt.close(fig)
