@@ -170,7 +170,7 @@ def read_chrome_trace(path: str | os.PathLike) -> Timeline:
     launches = {
         e["args"]["correlation"]: e["ts"] * 1e3
         for e in spans
-        if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
     }
     kernels = [_trace_kernel(e, launches) for e in spans if e.get("cat") == "kernel"]
     ranges = [_trace_span(e) for e in spans if e.get("cat") == "user_annotation" and not _comm(e)]

@@ -20,7 +20,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from cs336_systems.profiling.nsys_timeline import TORCH, Timeline
-from cs336_systems.reporting.analysis import empty_figure, save
+from cs336_systems.profiling.overlap import overlap_stats
+from cs336_systems.reporting.analysis import empty_figure, pct, save
 
 WIDTH_IN = 11.0
 LABEL_PT = 6.5
@@ -278,20 +279,28 @@ def capture_path(results_dir: Path, stage: str, value) -> Path | None:
     return None
 
 
+def _spans_us(df: pd.DataFrame) -> list[tuple[float, float]]:
+    return list(zip(df["start_ns"] / 1e3, df["end_ns"] / 1e3, strict=True))
+
+
 def summary(tl: Timeline) -> str:
-    """The panel in numbers: window, kernels per row, communication time, memory range."""
+    """The panel in numbers: window, compute boxes, communication (its busy time and the share
+    of it that ran while compute ran: the overlap the figure shows), memory range."""
     lo, hi = _extent(tl)
     comm = tl.communication
-    comm_ms = (comm["end_ns"] - comm["start_ns"]).sum() / 1e6
     what = "kernels" if tl.compute_what == "CUDA kernels" else "operators"
-    text = (
-        f"{(hi - lo) / 1e6:.3g} ms window, {len(tl.compute)} compute {what}, "
-        f"{len(comm)} {tl.comm_what.split(' (')[0]} ({comm_ms:.3g} ms)"
-    )
+    text = f"{(hi - lo) / 1e6:.3g} ms window, {len(tl.compute)} compute {what}, "
+    text += f"{len(comm)} {tl.comm_what.split(' (')[0]}"
+    if len(comm):
+        st = overlap_stats(_spans_us(comm), _spans_us(tl.compute))
+        text += (
+            f" busy {st['prof_comm_kernel_ms']:.3g} ms, {pct(st['prof_overlap_share'])} of it"
+            " while compute ran"
+        )
     if tl.memory is not None and len(tl.memory):
         m = tl.memory["bytes"]
         unit, scale = ("GiB", 2**30) if m.max() >= 2**30 else ("MiB", 2**20)
-        text += f", memory {m.iloc[0] / scale:.3g} → peak {m.max() / scale:.3g} {unit}"
+        text += f"; memory {m.iloc[0] / scale:.3g} → peak {m.max() / scale:.3g} {unit}"
     return text
 
 
