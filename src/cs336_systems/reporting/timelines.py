@@ -289,9 +289,9 @@ def summary(tl: Timeline) -> str:
     lo, hi = _extent(tl)
     comm = tl.communication
     what = "kernels" if tl.compute_what == "CUDA kernels" else "operators"
-    text = f"{(hi - lo) / 1e6:.3g} ms window, {len(tl.compute)} compute {what}, "
-    text += f"{len(comm)} {tl.comm_what.split(' (')[0]}"
-    if len(comm):
+    text = f"{(hi - lo) / 1e6:.3g} ms window, {len(tl.compute)} compute {what}"
+    if len(comm):  # none: a capture without collectives (one block) says nothing of them
+        text += f", {len(comm)} {tl.comm_what.split(' (')[0]}"
         st = overlap_stats(_spans_us(comm), _spans_us(tl.compute))
         text += (
             f" busy {st['prof_comm_kernel_ms']:.3g} ms, {pct(st['prof_overlap_share'])} of it"

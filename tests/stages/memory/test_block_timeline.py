@@ -43,6 +43,7 @@ def test_without_nsys_the_block_is_profiled_by_torch(tmp_path, monkeypatch):
     sentence = analysis.block_timeline(results)
     assert "tiny block, context 16, fp32" in sentence and "torch.profiler" in sentence
     assert "CPU memory" not in sentence and "compute operators" in sentence
+    assert "collectives" not in sentence  # one block: nothing to say of communication
 
 
 def test_nsys_capture_is_trimmed_and_preferred(tmp_path, monkeypatch):
