@@ -5,6 +5,8 @@
 DDP = stage_config("ddp")
 DDP_POINTS = f"{RESULTS}/ddp/{{kind}}.csv"
 DDP_PLOTS = ["variants", "buckets", "memory"]
+# ddp_overlap (b): naive beside overlapped on a timeline (stages/ddp/figures.py)
+DDP_PLOTS += ["timeline"]
 DDP_FIGURES = figures("ddp", DDP_PLOTS)
 
 
@@ -33,11 +35,14 @@ rule ddp:
             if wc.kind == "variants" and config["keep_raw"]
             else ""
         ),
+        # the profiled steps' windows for the timeline figure, kept whatever keep_raw says
+        timelines=lambda wc, output: f"--timeline-dir {parent(output[0])}/timelines",
         common=common_args(),
     shell:
         "OMP_NUM_THREADS=1 python3 -m cs336_systems.planning.claim {resources.gpu}"
         " python3 -m cs336_systems.stages.ddp {wildcards.kind} {params.common}"
-        " --out {output} --block {params.block:q} {params.traces} 2>&1 | tee {log}"
+        " --out {output} --block {params.block:q} {params.traces} {params.timelines}"
+        " 2>&1 | tee {log}"
 
 
 rule ddp_aggregate:

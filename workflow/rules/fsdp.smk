@@ -5,6 +5,8 @@
 
 FSDP = stage_config("fsdp")
 FSDP_PLOTS = ["memory", "time"]
+# fsdp_accounting (b): the all-gathers beside the forward on a timeline (stages/fsdp/figures.py)
+FSDP_PLOTS += ["timeline"]
 FSDP_FIGURES = figures("fsdp", FSDP_PLOTS)
 
 
@@ -30,11 +32,13 @@ rule fsdp:
         traces=lambda wc, output: (
             f"--trace-dir {parent(output[0])}/raw" if config["keep_raw"] else ""
         ),
+        # the profiled steps' windows for the timeline figure, kept whatever keep_raw says
+        timelines=lambda wc, output: f"--timeline-dir {parent(output[0])}/timelines",
         common=common_args(),
     shell:
         "OMP_NUM_THREADS=1 python3 -m cs336_systems.planning.claim {resources.gpu}"
         " python3 -m cs336_systems.stages.fsdp {params.common} --out {output}"
-        " --block {params.block:q} {params.traces} 2>&1 | tee {log}"
+        " --block {params.block:q} {params.traces} {params.timelines} 2>&1 | tee {log}"
 
 
 rule fsdp_aggregate:

@@ -9,6 +9,8 @@ MEMORY_ALLOCATIONS = f"{RESULTS}/memory/{{size}}.allocations.csv"
 MEMORY_BLOCKS = f"{RESULTS}/memory/{{size}}.blocks.csv"
 MEMORY_SOURCES = code_stamp("memory", "cs336_systems.stages.memory")
 MEMORY_PLOTS = ["peak", "activations", "timelines"]
+# part (f)'s Nsight-style timeline of one block (stages/memory/figures.py, from memory_blocks)
+MEMORY_PLOTS += ["block_timeline"]
 MEMORY_FIGURES = figures("memory", MEMORY_PLOTS)
 
 
@@ -65,6 +67,8 @@ rule memory_plots:
     input:
         points=str(rules.memory_aggregate.output.points),
         allocations=str(rules.memory_aggregate.output.allocations),
+        # part (f): the block captures' rows (their timeline files sit under memory/timelines)
+        blocks=str(rules.memory_aggregate.output.blocks),
         code=code_stamp("memory_analysis", "cs336_systems.stages.memory.analysis"),
     output:
         MEMORY_FIGURES,

@@ -329,11 +329,22 @@ def events_from_sqlite(db: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFram
     return kernels, ranges
 
 
-def trim_sqlite(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
-    """Copy only what `events_from_sqlite` reads (a small test fixture from a real export)."""
+TRIMMED_TABLES = (
+    "StringIds",
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    "CUPTI_ACTIVITY_KIND_RUNTIME",
+    "NVTX_EVENTS",
+)
+
+
+def trim_sqlite(
+    src: str | os.PathLike, dst: str | os.PathLike, keep: Sequence[str] = TRIMMED_TABLES
+) -> Path:
+    """Copy only the tables `keep` (by default what `events_from_sqlite` reads: a small test
+    fixture from a real export; `nsys_timeline.TABLES` for a timeline figure)."""
     dst = Path(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
     dst.unlink(missing_ok=True)
-    keep = ("StringIds", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS")
     con = sqlite3.connect(str(dst))
     try:
         con.execute("ATTACH DATABASE ? AS src", (str(src),))

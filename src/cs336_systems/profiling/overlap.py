@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import re
 from pathlib import Path
 
 from cs336_systems.core.harness import StepClock, synchronize
@@ -19,7 +20,12 @@ STEP_RANGE = "profiled_step"
 
 
 def profile_step(
-    step, device, trace_path: Path | None, per_collective: bool = False, forward_gathers=None
+    step,
+    device,
+    trace_path: Path | None,
+    per_collective: bool = False,
+    forward_gathers=None,
+    timeline_path: Path | None = None,
 ) -> dict:
     """One profiled step: Chrome trace, and (GPU) the share of NCCL kernel time overlapped;
     with `per_collective`, `collective_overlap`'s columns too (on the CPU as well). The step's
@@ -30,7 +36,10 @@ def profile_step(
     In a process group the ranks meet at a barrier (inside the profile, before the step's
     range) so that the step starts together on every rank: a rank that reached it later (the
     last step's memory marks, the profiler's own start) would otherwise stretch the other's
-    first collectives by its lateness. Only what starts inside the step's range counts."""
+    first collectives by its lateness. Only what starts inside the step's range counts.
+
+    `timeline_path`: the step's window of the trace saved there (`nsys_timeline.save`: what
+    the stages' timeline figures read, a few hundred kB where the trace has tens of MB)."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
     from cs336_systems.profiling.timeline import gpu_kernels, split_step, step_window
@@ -43,9 +52,7 @@ def profile_step(
         with record_function(STEP_RANGE):
             step(StepClock(device))
         synchronize(device)
-    if trace_path is not None:
-        trace_path.parent.mkdir(parents=True, exist_ok=True)
-        prof.export_chrome_trace(str(trace_path))
+    keep_trace(prof, trace_path, timeline_path)
     if device.type != "cuda":
         r = _host_range(prof)
         extra = (
@@ -67,6 +74,54 @@ def profile_step(
     )
     spans, compute = _split_kernels(kernels)
     return {**overlap_stats(spans["comm"], compute), **extra}
+
+
+# the phase each of a step's marks begins (the FSDP step's marks; "stepped" ends the last)
+STEP_PHASES = {"start": "forward", "forward": "backward", "backward": "sync", "synced": "optimizer"}
+
+
+class MarkRanges:
+    """A step's marks as record_function ranges on the profiler's timeline: each mark closes
+    the open range and opens the one `phases` names for it (none: the last one closed). Marks
+    come on one thread in order, so the ranges nest nowhere and need no stack."""
+
+    def __init__(self, phases: dict[str, str] = STEP_PHASES):
+        self.phases = phases
+        self.open = None
+
+    def __call__(self, mark: str) -> None:
+        from torch.autograd.profiler import record_function
+
+        if self.open is not None:
+            self.open.__exit__(None, None, None)
+            self.open = None
+        if mark in self.phases:
+            self.open = record_function(self.phases[mark])
+            self.open.__enter__()
+
+
+def keep_trace(prof, trace_path: Path | None, timeline_path: Path | None) -> None:
+    """The Chrome trace at `trace_path`, and the step range's window of it at `timeline_path`
+    (either may be None). A timeline that cannot be written is logged, not raised: the
+    step's numbers do not depend on it."""
+    import tempfile
+
+    from cs336_systems.planning.log import get_logger
+    from cs336_systems.profiling.nsys_timeline import save_window
+
+    if trace_path is not None:
+        trace_path.parent.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(trace_path))
+    if timeline_path is None:
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = trace_path if trace_path is not None else Path(tmp) / "trace.json"
+        try:
+            if trace_path is None:
+                prof.export_chrome_trace(str(trace))
+            save_window(trace, re.escape(STEP_RANGE), timeline_path)
+        except (OSError, ValueError, KeyError) as exc:
+            get_logger(__name__).warning("no timeline %s: %s", timeline_path.name, exc)
 
 
 def _align_ranks(device) -> None:

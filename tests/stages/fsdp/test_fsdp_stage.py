@@ -10,6 +10,7 @@ from pipeline_utils import block
 
 from cs336_systems.core.costs import fsdp_saving_vs_optimizer_sharding, training_state_bytes
 from cs336_systems.core.results import provenance, write_csv
+from cs336_systems.reporting.analysis import placeholder_reason
 from cs336_systems.stages.fsdp import analysis
 from cs336_systems.stages.fsdp import answers as q33
 from cs336_systems.stages.fsdp import measure as stage
@@ -49,7 +50,9 @@ def test_too_few_gpus_gives_skipped_rows_with_the_command(tmp_path, monkeypatch)
     assert "needs 2 GPUs, found 1" in ctx["skipped"] and ctx["commands"] == [command]
     assert ctx["n_ok"] == 0
     figures = analysis.plot(tmp_path, tmp_path / "figures")
-    assert [p.name for p in figures] == ["fsdp_memory.png", "fsdp_time.png"]
+    assert [p.name for p in figures] == ["fsdp_memory.png", "fsdp_time.png", "fsdp_timeline.png"]
+    # the timeline's note names why its runs did not run
+    assert "needs 2 GPUs, found 1" in placeholder_reason(figures[-1])
 
 
 @pytest.mark.slow

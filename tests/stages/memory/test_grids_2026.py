@@ -329,7 +329,7 @@ def test_profile_report_states_the_probe(tmp_path):
     ],
 )
 def test_bad_grid_settings_are_refused_before_any_job(override, expect):
-    from test_config import problems
+    from config_checks import problems
 
     found = problems(override)
     assert len(found) == 1 and found[0].startswith(expect), found

@@ -318,6 +318,7 @@ def test_memory_analysis_on_cpu(cpu_run, tmp_path):
         "memory_peak.png",
         "memory_activations.png",
         "memory_timelines.png",
+        "memory_block_timeline.png",
     ]
     flags = load(tmp_path, "memory")["sanity"].fillna("")
     assert (flags == "").all(), list(flags)  # a flagged row drops out of the sentences below
@@ -403,7 +404,7 @@ def test_memory_analysis_of_a_cuda_run(tmp_path):
         snapshots.render_active_memory(_snapshot(), timelines / r["timeline_png"], "x")
     figs = analysis.plot(results, tmp_path / "figures")
     assert (tmp_path / "figures" / rows[0]["timeline_png"]).exists()
-    assert len(figs) == 3
+    assert [f.name for f in figs][-1] == "memory_block_timeline.png" and len(figs) == 4
     s = analysis.context(results)
     assert s["cuda"] and len(s["timelines"]) == 12
     # memory_profiling (a)'s images: each mode at each context the 2026 handout asks

@@ -24,8 +24,9 @@ import pandas as pd
 
 from cs336_systems.reporting import sanity
 from cs336_systems.reporting.analysis import failed_points, load, md_table, ok, plot_main, ran
+from cs336_systems.reporting.timelines import describe
 from cs336_systems.stages.ddp import answers
-from cs336_systems.stages.ddp.figures import draw
+from cs336_systems.stages.ddp.figures import draw, timeline_panels
 from cs336_systems.stages.ddp.rows import (
     bucket_table,
     comm_fits,
@@ -80,6 +81,8 @@ def _variants(d: pd.DataFrame, results_dir: Path) -> dict:
         ctx["q25"] = answers.q25(d, overlap, base)
     traces = sorted(set(ok(d).get("trace", pd.Series(dtype=str)).dropna().astype(str)) - {""})
     ctx["traces"] = [f"{results_dir}/ddp/raw/{t}" for t in traces]
+    # ddp_overlap (b): the timeline figure's panels in words
+    ctx["timeline_lines"] = describe(timeline_panels(results_dir))
     return ctx
 
 

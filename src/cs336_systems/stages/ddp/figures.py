@@ -12,6 +12,8 @@ import pandas as pd
 
 from cs336_systems.core.costs import MiB
 from cs336_systems.reporting.analysis import empty_figure, load, ok, ran, save, stacked_bars
+from cs336_systems.reporting.timelines import Panel, panel_from_rows
+from cs336_systems.reporting.timelines import draw as draw_timelines
 from cs336_systems.stages.ddp.rows import comm_fits, one, run_label, variant_runs
 
 PARTS = [("fwd_bwd", "forward+backward"), ("comm", "gradient sync"), ("opt", "optimizer step")]
@@ -27,6 +29,8 @@ def draw(results_dir: Path, fig_dir: Path) -> list[Path]:
         _variants(d, paths["variants"]),
         _buckets(df, d, allreduce, paths["buckets"]),
         _memory(df, paths["memory"]),
+        # ddp_overlap (b): the profiled steps on a timeline (their own files)
+        _timeline(results_dir, fig_dir / "ddp_timeline.png"),
     ]
 
 
@@ -115,3 +119,29 @@ def _memory(df: pd.DataFrame, path: Path) -> Path:
         axes[1].text(0.5, 0.5, "peak memory is measured on CUDA only", ha="center")
     axes[1].set_title("peak memory")
     return save(fig, path)
+
+
+# ---- ddp_overlap (b): naive beside overlapped, one profiled step each --------------------------
+
+TIMELINE_RUNS = (
+    ("naive", "naive DDP (every all-reduce after backward)"),
+    ("overlap", "overlapped DDP (each gradient's all-reduce launched as it is ready)"),
+)
+
+
+def timeline_panels(results_dir: Path) -> list[Panel]:
+    """The profiled steps of naive and overlapped DDP (measure.py keeps their windows)."""
+    df = load(results_dir, "ddp")
+    runs = variant_runs(df)
+    if "variant" not in runs:
+        runs = pd.DataFrame(columns=["variant"])
+    return [
+        panel_from_rows(results_dir, "ddp", runs[runs["variant"] == v], title)
+        for v, title in TIMELINE_RUNS
+    ]
+
+
+def _timeline(results_dir: Path, path: Path) -> Path:
+    return draw_timelines(
+        timeline_panels(results_dir), path, "DDP: one training step, naive beside overlapped"
+    )

@@ -179,8 +179,12 @@ def profile_variant(model, variant: str, bucket: float | None, args, ctx, x, y) 
         name = f"ddp_{variant}" + (f"_{bucket:g}mb" if bucket is not None else "")
         keep = ctx.is_main and args.trace_dir
         trace = Path(args.trace_dir) / f"{name}_rank0.json" if keep else None
-        stats = profile_step(step, ctx.device, trace)
-        return {**stats, "trace": trace.name if trace else ""}
+        # the step's window for the timeline figure (figures.py), kept whatever keep_raw says
+        tl = ctx.is_main and getattr(args, "timeline_dir", "")
+        timeline = Path(args.timeline_dir) / f"{name}_rank0.timeline.json.gz" if tl else None
+        stats = profile_step(step, ctx.device, trace, timeline_path=timeline)
+        kept = timeline.name if timeline is not None and timeline.exists() else ""
+        return {**stats, "trace": trace.name if trace else "", "timeline": kept}
     finally:
         ddp.remove_hooks()
         model.zero_grad(set_to_none=True)
@@ -445,6 +449,7 @@ def _own_arguments(ap: argparse.ArgumentParser) -> None:
     # the compute-only baseline alone (a launch on one process where DDP cannot run)
     ap.add_argument("--only-baseline", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--trace-dir", default="", help="keep the profiled steps' Chrome traces here")
+    ap.add_argument("--timeline-dir", default="", help="the profiled steps' timeline windows")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -466,6 +471,8 @@ def _launch(args, world_size: int, planned: list[dict], only_baseline: bool = Fa
         own.append("--no-baseline")
     if args.trace_dir:
         own.append(f"--trace-dir={os.path.abspath(args.trace_dir)}")
+    if getattr(args, "timeline_dir", ""):
+        own.append(f"--timeline-dir={os.path.abspath(args.timeline_dir)}")
     argv = worker_argv(args, own, profile=profiled(args) and not only_baseline)
     nnodes = k.launcher.nnodes if world_size >= k.launcher.nnodes else 1
     nproc = max(1, world_size // k.launcher.nnodes)

@@ -18,8 +18,9 @@ from pathlib import Path
 import pandas as pd
 
 from cs336_systems.reporting.analysis import failed_points, load, md_table, ok, plot_main, ran
+from cs336_systems.reporting.timelines import describe
 from cs336_systems.stages.fsdp.answers import q32, q33, setup
-from cs336_systems.stages.fsdp.figures import draw
+from cs336_systems.stages.fsdp.figures import draw, timeline_panels
 from cs336_systems.stages.fsdp.rows import WAITED, analytic, memory_table, missing, time_table
 
 
@@ -85,6 +86,8 @@ def _answers(df: pd.DataFrame, measured: bool, results_dir: Path) -> dict:
             ctx[q] = text
     traces = sorted(set(d.get("trace", pd.Series(dtype=str)).dropna().astype(str)) - {""})
     ctx["traces"] = [f"{results_dir}/fsdp/raw/{t}" for t in traces]
+    # fsdp_accounting (b): the timeline figure's panels in words
+    ctx["timeline_lines"] = describe(timeline_panels(results_dir))
     return ctx
 
 

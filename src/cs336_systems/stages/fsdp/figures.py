@@ -9,6 +9,8 @@ import numpy as np
 import pandas as pd
 
 from cs336_systems.reporting.analysis import empty_figure, load, ok, save, stacked_bars
+from cs336_systems.reporting.timelines import Panel, panel_from_rows
+from cs336_systems.reporting.timelines import draw as draw_timelines
 from cs336_systems.stages.fsdp.rows import LABELS, analytic
 
 
@@ -16,12 +18,14 @@ def draw(results_dir: Path, fig_dir: Path) -> list[Path]:
     df = load(results_dir, "fsdp")
     fig_dir = Path(fig_dir)
     paths = {n: fig_dir / f"fsdp_{n}.png" for n in ("memory", "time")}
+    # fsdp_accounting (b): the profiled steps on a timeline (their own files)
+    timeline = _timeline(results_dir, fig_dir / "fsdp_timeline.png")
     d = ok(df) if len(df) else pd.DataFrame()
     if len(d) == 0:
         why = "no successful FSDP runs" + (
             f" ({df['status'].iloc[0]})" if len(df) and "status" in df else ""
         )
-        return [empty_figure(p, why) for p in paths.values()]
+        return [empty_figure(p, why) for p in paths.values()] + [timeline]
     labels = [LABELS.get(v, v) for v in d["variant"]]
     out = []
 
@@ -83,4 +87,32 @@ def draw(results_dir: Path, fig_dir: Path) -> list[Path]:
     axes[1].set_title("weight all-gathers: hidden behind compute or not")
     axes[1].tick_params(axis="x", labelrotation=15)
     out.append(save(fig, paths["time"]))
-    return out
+    return [*out, timeline]
+
+
+# ---- fsdp_accounting (b): the all-gathers beside the forward's compute -------------------------
+
+TIMELINE_RUNS = ("fsdp", "fsdp_bf16")
+
+
+def timeline_panels(results_dir: Path) -> list[Panel]:
+    """The forward of FSDP's profiled steps, fp32 and bf16 compute (measure.py keeps each
+    step's window with its phases as ranges)."""
+    df = load(results_dir, "fsdp")
+    runs = df if len(df) and "variant" in df else pd.DataFrame(columns=["variant"])
+    return [
+        panel_from_rows(
+            results_dir,
+            "fsdp",
+            runs[runs["variant"] == v],
+            f"{LABELS.get(v, v)}: the forward of one profiled step",
+            window="forward",
+        )
+        for v in TIMELINE_RUNS
+    ]
+
+
+def _timeline(results_dir: Path, path: Path) -> Path:
+    return draw_timelines(
+        timeline_panels(results_dir), path, "FSDP: weight all-gathers beside the forward's compute"
+    )

@@ -67,7 +67,7 @@ from cs336_systems.parallel.launch import (
     worker_argv,
 )
 from cs336_systems.planning.log import get_logger, point, status_level
-from cs336_systems.profiling.overlap import profile_step
+from cs336_systems.profiling.overlap import MarkRanges, profile_step
 from cs336_systems.stages.fsdp.plan import FsdpKnobs, Variant
 
 VARIANTS = get_args(Variant)
@@ -362,14 +362,20 @@ def _profiled(training_step, variant: str, wrapper, optimizer, x, y, args, ctx) 
         return {}
     keep = ctx.is_main and args.trace_dir
     trace = Path(args.trace_dir) / f"fsdp_{variant}_rank0.json" if keep else None
+    # the step's window for the timeline figure (figures.py), kept whatever keep_raw says
+    tl = ctx.is_main and getattr(args, "timeline_dir", "")
+    timeline = Path(args.timeline_dir) / f"fsdp_{variant}_rank0.timeline.json.gz" if tl else None
     profiled = profile_step(
-        training_step(wrapper, optimizer, x, y),
+        # the step's phases as ranges: the timeline figure's forward window
+        training_step(wrapper, optimizer, x, y, MarkRanges()),
         ctx.device,
         trace,
         per_collective=True,
         forward_gathers=getattr(wrapper, "forward_gathers", None),
+        timeline_path=timeline,
     )
     profiled["trace"] = trace.name if trace else ""
+    profiled["timeline"] = timeline.name if timeline is not None and timeline.exists() else ""
     return profiled
 
 
@@ -484,6 +490,7 @@ def worker(args) -> None:
 
 def _own_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--trace-dir", default="", help="keep the profiled steps' Chrome traces here")
+    ap.add_argument("--timeline-dir", default="", help="the profiled steps' timeline windows")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -498,6 +505,8 @@ def _launch(args, planned: list[dict]) -> list[dict]:
 
     k: FsdpKnobs = args.block
     own = [f"--trace-dir={os.path.abspath(args.trace_dir)}"] if args.trace_dir else []
+    if getattr(args, "timeline_dir", ""):
+        own.append(f"--timeline-dir={os.path.abspath(args.timeline_dir)}")
     with point(k.backend, f"n={k.world_size}", k.size):
         result = launch(
             "cs336_systems.stages.fsdp.measure",

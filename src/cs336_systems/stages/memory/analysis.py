@@ -16,8 +16,10 @@ from cs336_systems.reporting.analysis import (
     plot_main,
     sort_sizes,
 )
+from cs336_systems.reporting.timelines import panel_title
+from cs336_systems.reporting.timelines import summary as timeline_summary
 from cs336_systems.stages.memory import answers, rows
-from cs336_systems.stages.memory.figures import plot
+from cs336_systems.stages.memory.figures import block_timeline_panel, plot
 from cs336_systems.stages.memory.rows import is_cuda, load_points, md_table, peak_column, plain
 
 
@@ -71,6 +73,14 @@ def block_answers(blocks: pd.DataFrame) -> dict:
     cap = blocks[blocks["part"] == "nsys_capture"]
     s["nsys_captures"] += [answers.nsys_capture_line(r) for _, r in cap.iterrows()]
     return s
+
+
+def block_timeline(results_dir: Path) -> str:
+    """Part (f)'s timeline figure in words: what it was drawn from, and its numbers."""
+    panel = block_timeline_panel(results_dir)
+    if panel.timeline is None:
+        return f"No timeline of one block: {panel.reason}."
+    return f"The timeline above ({panel_title(panel)}): {timeline_summary(panel.timeline)}."
 
 
 def timelines(d: pd.DataFrame, every: pd.DataFrame, cuda: bool) -> dict:
@@ -183,6 +193,7 @@ def context(results_dir: Path) -> dict:
     s["sizes"] = sorted(set(d["size"]))
     # 2026: the checkpointed points beside the plain ones, part (f)
     s["y2026"] = edition_2026(load(results_dir, "memory"), load(results_dir, "memory_blocks"))
+    s["y2026"]["block_timeline"] = block_timeline(results_dir)
     s.update(timelines(d, every, s["cuda"]))
     s.update(peaks(df, d, every, s["cuda"]))
     s.update(precisions(df, d, s["cuda"]))

@@ -17,7 +17,10 @@ and the bytes of one block's parameter gradients; the checkpointing choice of th
 - ``step_need_bytes``: parameters, gradients and AdamW state a mode holds plus the analytic
   saved activations: what decides a `skipped: needs X GiB, have Y GiB` row before allocating.
 - ``nsys_capture``: the `block` command above under ``nsys profile --cuda-memory-usage true``,
-  kept as a raw capture (a row `skipped: nsys absent` without nsys or CUDA).
+  kept as a raw capture (a row `skipped: nsys absent` without nsys or CUDA), its SQLite export
+  trimmed to the timeline's tables in the timeline folder (``timeline``: the figure's input).
+  Without nsys (or where it fails), the same block under torch.profiler with memory recorded,
+  its window (the ``block.forward`` and ``block.backward`` ranges) saved in its place.
 """
 
 from __future__ import annotations
@@ -32,16 +35,21 @@ from cs336_systems.core import costs
 from cs336_systems.core.checkpoint_plans import plan_for, strategy_name
 from cs336_systems.core.device import autocast
 from cs336_systems.core.harness import release_memory, run_point, synchronize
+from cs336_systems.core.phases import annotate
 from cs336_systems.core.results import provenance
 from cs336_systems.model import VOCAB_SIZE, RotaryEmbedding, TransformerBlock, size_spec
 from cs336_systems.planning.log import configure, get_logger, point
 from cs336_systems.profiling import nsys as nsys_tools
+from cs336_systems.profiling import nsys_timeline
 from cs336_systems.profiling.saved_tensors import SavedTensorLog
 
 TOP = 5
 GiB = 2**30
 # bytes per parameter a mode holds besides activations: weights; + gradients; + AdamW's moments
 STATE_BYTES = {"inference": 4, "forward": 4, "forward_backward": 8, "train_step": 16}
+# NVTX / record_function ranges around the block's forward and backward (the timeline's window)
+FORWARD_RANGE, BACKWARD_RANGE = "block.forward", "block.backward"
+BLOCK_WINDOW = r"block\.(forward|backward)"
 
 log = get_logger(__name__)
 
@@ -103,11 +111,14 @@ def block_rows(
     block = build_block(size, context, device, edition)
     x = torch.randn(batch, context, s["d_model"], device=device, requires_grad=True)
     m0 = allocated(device)
-    by_op, totals, out = block_saved_by_op(block, x, precision)
+    with annotate(FORWARD_RANGE):  # the ranges the timeline figure is drawn around
+        by_op, totals, out = block_saved_by_op(block, x, precision)
+        synchronize(device)
     m1 = allocated(device)
     params = sum(p.numel() for p in block.parameters())
-    grads = block_grad_bytes(block, out)
-    synchronize(device)
+    with annotate(BACKWARD_RANGE):
+        grads = block_grad_bytes(block, out)
+        synchronize(device)
     m2 = allocated(device)
     out_bytes = out.numel() * out.element_size()
     dx_bytes = x.grad.numel() * x.grad.element_size() if x.grad is not None else 0
@@ -256,7 +267,9 @@ def block_grid(args, device: torch.device) -> list[dict]:
             release_memory()
     for context in knobs.nsys_contexts or []:
         for precision in knobs.precisions:
-            out.append(nsys_capture(args, Path(args.raw_dir), context, precision, knobs.nsys or ""))
+            row = nsys_capture(args, Path(args.raw_dir), context, precision, knobs.nsys or "")
+            out.append({**row, **block_timeline(args, row, context, precision, device)})
+            release_memory()
     base = {**provenance(args.machine, args.preset, args.edition), "size": args.size}
     base["batch_size"] = knobs.batch_size
     return [{**base, **r} for r in out]
@@ -290,6 +303,45 @@ def nsys_capture(args, raw_dir: Path, context: int, precision: str, nsys_setting
     except (nsys_tools.NsysError, OSError) as exc:
         return {**key, "status": f"error: {str(exc)[:160]}"}
     return {**key, "status": "ok", "capture": str(rep)}
+
+
+def block_timeline(args, row: dict, context: int, precision: str, device) -> dict:
+    """The timeline figure's input for one capture (`timeline`, `timeline_source`, and
+    `timeline_status` when none could be made): the nsys capture's SQLite export trimmed to
+    what the figure reads, else one block under torch.profiler (memory recorded)."""
+    folder = Path(args.timeline_dir)
+    name = f"{args.size}_block_{context}_{precision}"
+    if row["status"] == "ok":
+        try:
+            nsys = nsys_tools.find_nsys(args.block.nsys or None)
+            db = nsys_tools.export_sqlite(nsys, row["capture"], args.nsys_timeout)
+            out = nsys_tools.trim_sqlite(db, folder / f"{name}.sqlite", nsys_timeline.TABLES)
+            return {"timeline": str(out), "timeline_source": nsys_timeline.NSYS}
+        except (nsys_tools.NsysError, OSError, TypeError) as exc:
+            log.warning("nsys export of %s failed (%s): torch.profiler instead", name, exc)
+    res = run_point(lambda: profiled_block(args, context, precision, device, folder / name))
+    if res.status != "ok":
+        return {"timeline_status": res.status}
+    return {"timeline": str(res.value), "timeline_source": nsys_timeline.TORCH}
+
+
+def profiled_block(args, context: int, precision: str, device, stem: Path) -> Path:
+    """One block's forward and backward (`block_rows`) under torch.profiler with memory
+    recorded; its window saved as `<stem>.timeline.json.gz`."""
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile
+
+    device = torch.device(device)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=acts, profile_memory=True) as prof:
+        block_rows(args.size, context, args.block.batch_size, precision, device, args.edition)
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(trace))
+        return nsys_timeline.save_window(
+            trace, BLOCK_WINDOW, stem.with_name(stem.name + ".timeline.json.gz")
+        )
 
 
 def main(argv: list[str] | None = None) -> None:

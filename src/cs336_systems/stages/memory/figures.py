@@ -10,7 +10,10 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from cs336_systems.profiling.nsys_timeline import NSYS, clip, read, window_of
 from cs336_systems.reporting.analysis import empty_figure, load, ok, on_axis, save
+from cs336_systems.reporting.timelines import Panel, capture_path
+from cs336_systems.reporting.timelines import draw as draw_timelines
 from cs336_systems.stages.memory.rows import (
     MODE_LABEL,
     load_points,
@@ -24,8 +27,10 @@ def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
     df = load_points(results_dir)
     fig_dir = Path(fig_dir)
     paths = {n: fig_dir / f"memory_{n}.png" for n in ("peak", "activations", "timelines")}
+    # part (f)'s timeline has rows of its own (memory_blocks.csv)
+    block = _block_timeline_figure(results_dir, fig_dir / "memory_block_timeline.png")
     if df.empty or ok(df).empty:
-        return [empty_figure(p, "no successful memory points") for p in paths.values()]
+        return [empty_figure(p, "no successful memory points") for p in paths.values()] + [block]
     d = ok(df)
     return [
         _peak_figure(df, d, paths["peak"]),
@@ -33,6 +38,7 @@ def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
         _timelines_figure(
             results_dir, ok(load(results_dir, "memory")), fig_dir, paths["timelines"]
         ),
+        block,
     ]
 
 
@@ -145,3 +151,54 @@ def _timelines_figure(results_dir: Path, d: pd.DataFrame, fig_dir: Path, path: P
     for ax, t in zip(axes.flat, chosen, strict=False):
         ax.imshow(plt.imread(t))
     return save(fig, path)
+
+
+# ---- part (f): one TransformerBlock's forward and backward on Nsight's timeline -----------------
+
+# the ranges memory's blocks.py puts around the block's forward and backward
+BLOCK_WINDOW = r"block\.(forward|backward)"
+
+
+def block_timeline_choice(results_dir: Path) -> tuple[pd.Series | None, str]:
+    """The part (f) capture to draw (an Nsight one first, fp32, the largest context), or None
+    with why none can be drawn."""
+    blocks = load(results_dir, "memory_blocks")
+    if blocks.empty or "part" not in blocks:
+        return None, "no part (f) rows (a 2026 question; this run has no block captures)"
+    caps = blocks[blocks["part"] == "nsys_capture"].copy()
+    if caps.empty:
+        return None, "no block capture in this run (memory.nsys_contexts is empty)"
+    caps["path"] = caps.get("timeline", pd.Series(index=caps.index, dtype=object)).map(
+        lambda v: capture_path(results_dir, "memory", v)
+    )
+    have = caps[caps["path"].notna()]
+    if have.empty:
+        why = [
+            f"nsys {r['status']}, torch.profiler {r.get('timeline_status', 'kept no file')}"
+            for _, r in caps.iterrows()
+        ]
+        return None, "; ".join(sorted(set(why)))
+    have = have.assign(
+        nsys=have["timeline_source"] == NSYS, fp32=have["precision"] == "fp32"
+    ).sort_values(["nsys", "fp32", "context_length"])
+    return have.iloc[-1], ""
+
+
+def block_timeline_panel(results_dir: Path) -> Panel:
+    r, why = block_timeline_choice(results_dir)
+    title = "one TransformerBlock, forward then backward"
+    if r is None:
+        return Panel(title, None, why)
+    tl = read(r["path"])
+    window = window_of(tl, BLOCK_WINDOW)
+    if window is None and tl.window is None:
+        return Panel(title, None, f"no block.forward/backward range in {r['path'].name}")
+    tl = clip(tl, window) if window is not None else tl
+    size = r.get("size", "")
+    return Panel(f"{size} block, context {int(r['context_length'])}, {r['precision']}", tl)
+
+
+def _block_timeline_figure(results_dir: Path, path: Path) -> Path:
+    """Part (f)'s Nsight-style timeline of one block (reporting/timelines.py)."""
+    panel = block_timeline_panel(results_dir)
+    return draw_timelines([panel], path, "Memory (f): one TransformerBlock's forward and backward")
