@@ -32,6 +32,8 @@ def test_a_capped_point_says_what_it_would_cost():
         f"about {step * (8 + TUNE_STEPS) / 1e3:.0f} s: a {step} ms forward+backward (n^2 from "
         f"30 ms at n = 32768) x {8 + TUNE_STEPS} calls with autotuning"
     )
+    on_cpu = jobs.cap_cost([{**r, "device": "cpu"} for r in done], {**row, "device": "cpu"})
+    assert on_cpu.endswith("x 8 calls")  # the interpreter has no autotuner
     pt = jobs.cap_cost([], point("flash_pytorch", 65536, None, None, None, "fp32"))
     assert pt == "its (n x n) scores hold 16.0 GiB"  # 65536^2 fp32, nothing ran to time
 

@@ -101,14 +101,14 @@ def best_block_size(df: pd.DataFrame, precision: str) -> dict | None:
     ks = list(d["block_size"])
     i = ks.index(int(best["block_size"]))
 
-    def describe(r) -> str:
-        k = int(r["block_size"])
+    def describe(r, named: bool = True) -> str:
+        k = f"k = {int(r['block_size'])}: " if named else ""
         if r["status"] != "ok":
-            return f"k = {k}: {r['status']}"
+            return f"{k}{r['status']}"
         total = r.get("peak_allocated_mb", math.nan)
         extra = f" ({mem(total)} in all)" if total == total else ""
         return (
-            f"k = {k}: peak {mem(r[col])} above the step's start{extra}, "
+            f"{k}peak {mem(r[col])} above the step's start{extra}, "
             f"{fmt(r['step_ms_mean'])} ms per step"
         )
 
@@ -119,7 +119,7 @@ def best_block_size(df: pd.DataFrame, precision: str) -> dict | None:
     return {
         "precision": precision,
         "k": int(best["block_size"]),
-        "best": describe(best),
+        "best": describe(best, named=False),
         "neighbours": [describe(r) for r in neighbours],
         "none_smaller": i == 0,
         "none_larger": i == len(d) - 1,

@@ -164,7 +164,7 @@ def cap_cost(rows: list[dict], row: dict) -> str:
     """What a point skipped by `max_seq_len` would have cost, computed: the (n x n) memory its
     implementation holds, and its seconds extrapolated as n^2 from the longest point of the same
     implementation, dtype and head dim that ran in this job (`rows`), times its timed calls
-    (and our Triton kernel's autotuning at a new length: plan.py TUNE_STEPS)."""
+    (and, on a GPU, our Triton kernel's autotuning at a new length: plan.py TUNE_STEPS)."""
     impl, n = row["impl"], int(row["seq_len"])
     parts = []
     if impl in SQUARE_COPIES:
@@ -182,11 +182,11 @@ def cap_cost(rows: list[dict], row: dict) -> str:
         last = max(done, key=lambda r: int(r["seq_len"]))
         n0, ms0 = int(last["seq_len"]), float(last["fwd_bwd_ms_median"])
         step = ms0 * (n / n0) ** 2
-        calls = TIMED_CALLS + (TUNE_STEPS if impl == "flash_triton" else 0)
+        tuned = impl == "flash_triton" and row.get("device") == "cuda"  # no autotuner on CPU
+        calls = TIMED_CALLS + (TUNE_STEPS if tuned else 0)
         parts.append(
             f"about {step * calls / 1e3:.0f} s: a {step:.0f} ms forward+backward (n^2 from "
-            f"{ms0:.3g} ms at n = {n0}) x {calls} calls"
-            + (" with autotuning" if impl == "flash_triton" else "")
+            f"{ms0:.3g} ms at n = {n0}) x {calls} calls" + (" with autotuning" if tuned else "")
         )
     return "; ".join(parts)
 
