@@ -134,3 +134,13 @@ def test_no_label_collides_in_the_figures(tmp_path, monkeypatch):
     assert len(figs) == 3
     for fig in figs:
         assert overlaps(fig) == [], fig.texts
+
+
+def test_the_latency_table_marks_the_host_bound_speedups():
+    from cs336_systems.stages.flash.rows import triton_vs_pytorch_table
+
+    rows = [point("naive_eager", 128, 0.2, 0.3, 1.0), point("flash_triton", 128, 0.05, 0.1, 0.16),
+            point("naive_eager", 4096, 10, 20, 30), point("flash_triton", 4096, 1, 2, 3)]  # fmt: skip
+    table = triton_vs_pytorch_table(pd.DataFrame(rows), "bf16")
+    assert "6.2× (host-bound)" in table  # naive at n = 128: 1.0 against 0.2 + 0.3
+    assert "| 10×" in table and "10× (host" not in table

@@ -129,7 +129,8 @@ def pair_impls(sw: pd.DataFrame) -> list[str]:
 def triton_vs_pytorch_table(df: pd.DataFrame, dtype: str, speedup: bool = True) -> str:
     """The assignment's table: forward, backward and forward+backward of our Triton kernel next
     to naive PyTorch attention (and our PyTorch FA2), per (d, n); `speedup`: with naive's time
-    over ours (not where our kernel ran in the interpreter)."""
+    over ours (not where our kernel ran in the interpreter), marked where either row is
+    host-bound (`is_host_bound`)."""
     sub = sweep(df)
     sub = sub[sub["dtype"] == dtype]
     impls = pair_impls(sub)
@@ -144,8 +145,11 @@ def triton_vs_pytorch_table(df: pd.DataFrame, dtype: str, speedup: bool = True) 
                 row[f"{PAIR_SHORT[impl]} {name}"] = cell(by[impl], prefix)
         if speedup and "naive_eager" in by and "flash_triton" in by:
             a, b = by["naive_eager"], by["flash_triton"]
-            if len(trusted(pd.DataFrame([a, b]))) == 2:
-                row["speedup f+b"] = f"{a['fwd_bwd_ms_median'] / b['fwd_bwd_ms_median']:.2g}×"
+            pair = pd.DataFrame([a, b])
+            if len(trusted(pair)) == 2:
+                host = " (host-bound)" if is_host_bound(pair).any() else ""
+                x = a["fwd_bwd_ms_median"] / b["fwd_bwd_ms_median"]
+                row["speedup f+b"] = f"{x:.2g}×{host}"
         rows.append(row)
     return md_table(pd.DataFrame(rows), floatfmt=3)
 
