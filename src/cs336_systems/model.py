@@ -217,12 +217,20 @@ class TransformerBlock(nn.Module):
         self.ffn = SwiGLU(d_model, d_ff)
         # core.checkpoint_plans: keep only the FFN half's input and recompute the half in backward
         self.checkpoint_ffn = False
+        # core.checkpoint_plans: the same for the attention half (first norm and attention)
+        self.checkpoint_attn = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x))
+        if self.checkpoint_attn:
+            x = x + checkpoint(self._attn_half, x, use_reentrant=False)
+        else:
+            x = x + self._attn_half(x)
         if self.checkpoint_ffn:
             return x + checkpoint(self._ffn_half, x, use_reentrant=False)
         return x + self._ffn_half(x)
+
+    def _attn_half(self, x: torch.Tensor) -> torch.Tensor:
+        return self.attn(self.ln1(x))
 
     def _ffn_half(self, x: torch.Tensor) -> torch.Tensor:
         return self.ffn(self.ln2(x))

@@ -11,6 +11,7 @@ against itself: when its times move, the test says which constant to revisit.
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -51,6 +52,12 @@ def as_run(config: dict, preset: str, csv_dir: Path) -> dict:
         ck["precisions"] = list(dict.fromkeys(df["precision"].dropna()))
         if df["measure_steps"].nunique() == 1:
             ck["measure_steps"] = int(df["measure_steps"].iloc[0])
+    _flash_as_run(config, preset, Path(csv_dir) / "flash.csv")
+    if ck is not None and csv.exists():  # the strategies it ran
+        names = list(pd.read_csv(csv, usecols=["strategy"])["strategy"].dropna())
+        ck["block_sizes"] = [int(n[6:]) for n in names if n.startswith("every_")]
+        ck["nested"] = [n for n in names if n in ("sqrt", "halving", "chain")]
+        ck["sub_block"] = [n for n in names if n in ("attn", "ffn", "halves")]
     profile = config.get("profile", {}).get(preset)
     csv = Path(csv_dir) / "profile.csv"
     if profile is not None and csv.exists():
@@ -58,6 +65,34 @@ def as_run(config: dict, preset: str, csv_dir: Path) -> dict:
         if "harness_measure_steps" not in cols:  # a run from before the harness's forward
             profile["harness"] = {"warmup_steps": 0, "measure_steps": 0}
     return config
+
+
+# a flash row capped by `max_seq_len` (stages/flash/jobs.py CAP_SKIP): the cap, the impl, a dtype
+_FLASH_CAP = re.compile(r"max_seq_len (\d+) for (\w+)(?: in (\w+))?")
+
+
+def _flash_as_run(config: dict, preset: str, csv: Path) -> None:
+    """The flash sweep's implementations, axes and caps, and the target's axes, as the run in
+    `csv` had them (its rows), so that a grid changed since is not set against its job log."""
+    block = config.get("flash", {}).get(preset)
+    if block is None or not csv.exists():
+        return
+    df = pd.read_csv(csv)
+    sweep = df[df["grid"] == "sweep"]
+    if len(sweep):
+        block["impls"] = list(dict.fromkeys(sweep["impl"]))
+        block["seq_lens"] = sorted(int(n) for n in sweep["seq_len"].unique())
+        block["head_dims"] = sorted(int(d) for d in sweep["d_head"].unique())
+        caps: dict = {}
+        for status in sweep["status"].astype(str).unique():
+            if m := _FLASH_CAP.search(status):
+                n, impl, dtype = int(m.group(1)), m.group(2), m.group(3)
+                caps[impl] = {**caps.get(impl, {}), dtype: n} if dtype else n
+        block["max_seq_len"] = caps
+    target = df[df["grid"] == "target"]
+    if len(target) and block.get("target"):
+        block["target"]["head_dims"] = sorted(int(d) for d in target["d_head"].unique())
+        block["target"]["seq_lens"] = sorted(int(n) for n in target["seq_len"].unique())
 
 
 def _ceilings_as_run(config: dict, preset: str, csv: Path) -> None:

@@ -24,6 +24,12 @@ Strategies (``plan_for(name, num_layers)``):
 - ``ffn``: selective, inside each block: the attention half keeps what it saves (the
   attention's inputs and output, the costliest work to redo at long context) and the FFN half
   (second norm and SwiGLU) keeps only its input and is recomputed in backward.
+- ``attn``: selective, inside each block, the other half: the attention half (first norm and
+  attention, with its (n x n) scores under naive attention) keeps only its input and is
+  recomputed in backward; the FFN half keeps what it saves.
+- ``halves``: both halves of every block, each under its own checkpoint call: a block keeps its
+  input and the FFN half's input, and backward recomputes one half at a time (a smaller unit
+  than ``every_1``, which recomputes the whole block at once).
 - ``mixed_p<P>_f<F>``: the last P blocks plain, the F blocks before them as in ``ffn``, the
   rest each checkpointed alone (``every_1``): the arrangement a memory budget picks block by
   block (engine/memory_model.py), from none (P = N) through ``ffn`` (F = N) to ``every_1``.
@@ -46,6 +52,8 @@ from torch.utils.checkpoint import checkpoint
 Plan = tuple  # items: int (a block) or Plan (a checkpointed group)
 
 NESTED = ("sqrt", "halving", "chain")
+# checkpointing inside a block: its attention half, its FFN half, or both, each on its own
+SUB_BLOCK = ("attn", "ffn", "halves")
 _EVERY = re.compile(r"^every_(\d+)$")
 _MIXED = re.compile(r"^mixed_p(\d+)_f(\d+)$")
 
@@ -71,10 +79,17 @@ def mixed_counts(name: str, num_layers: int) -> tuple[int, int] | None:
 def ffn_blocks(name: str, num_layers: int) -> list[int]:
     """The blocks whose FFN half `name` checkpoints (``ffn``, ``mixed_*``)."""
     counts = mixed_counts(name, num_layers)
+    if name == "halves":
+        return list(range(num_layers))
     if counts is None:
         return []
     plain, ffn = counts
     return list(range(num_layers - plain - ffn, num_layers - plain))
+
+
+def attn_blocks(name: str, num_layers: int) -> list[int]:
+    """The blocks whose attention half `name` checkpoints (``attn``, ``halves``)."""
+    return list(range(num_layers)) if name in ("attn", "halves") else []
 
 
 def block_size_of(name: str) -> int | None:
@@ -125,6 +140,8 @@ def plan_for(name: str, num_layers: int) -> Plan:
         return (_halving(0, mid), _halving(mid, n))
     if name == "chain":
         return (0,) if n == 1 else (_chain(n - 1), n - 1)
+    if name in ("attn", "halves"):  # inside the blocks: the stack runs as it is
+        return tuple(range(n))
     if (counts := mixed_counts(name, n)) is not None:
         plain, ffn = counts
         if plain + ffn > n:
@@ -132,8 +149,8 @@ def plan_for(name: str, num_layers: int) -> Plan:
         full = n - plain - ffn
         return tuple((i,) for i in range(full)) + tuple(range(full, n))
     raise ValueError(
-        f"unknown strategy {name!r}; known: none, every_<k>, {', '.join(NESTED)}, ffn, "
-        "mixed_p<P>_f<F>"
+        f"unknown strategy {name!r}; known: none, every_<k>, {', '.join(NESTED)}, "
+        f"{', '.join(SUB_BLOCK)}, mixed_p<P>_f<F>"
     )
 
 
@@ -163,8 +180,10 @@ def apply(model: Any, strategy: str) -> Any:
     if blocks_of(plan) != list(range(len(model.layers))):  # pragma: no cover - a builder bug
         raise AssertionError(f"plan {plan} does not run every block once")
     ffn = set(ffn_blocks(strategy, len(model.layers)))
+    attn = set(attn_blocks(strategy, len(model.layers)))
     for i, block in enumerate(model.layers):
         block.checkpoint_ffn = i in ffn
+        block.checkpoint_attn = i in attn
     plain = all(isinstance(item, int) for item in plan)
     model.run_blocks = run_in_order if plain else functools.partial(run_plan, plan)
     return model

@@ -252,7 +252,7 @@ def test_the_cli_reads_its_knobs_from_one_checked_block(capsys):
     run = ["--machine", "m", "--preset", "cpu", "--out", "x"]
     args = measure.parse_args(["strategies", "--precision", "fp32", *run, *block("checkpointing")])
     k = args.block
-    assert ckpt_plan.strategies(k) == STRATEGIES and k.num_layers == 8
+    assert ckpt_plan.strategies(k) == [*STRATEGIES, *ck.SUB_BLOCK] and k.num_layers == 8
     assert measure.vocab_of(k) == 256 and args.precision == "fp32"
     assert (k.warmup_steps, k.measure_steps, k.skip_factor) == (1, 2, 1.5)
     # the accounting job reads its own part of the block, and only that
@@ -315,3 +315,52 @@ def test_the_peak_is_reconciled_with_the_memory_grid():
     (line,) = ck.reconcile(here, memory)
     assert "not explained by that" in line
     assert ck.reconcile(here, memory.iloc[:0]) == []
+
+
+# ---- inside a block: the attention half, the FFN half, both -----------------------------------
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_sub_block_strategies_give_the_gradients_of_no_checkpointing(precision):
+    model = tiny_lm(layers=2)
+    tokens = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(1))
+
+    def grads(strategy):
+        ck.apply(model, strategy)
+        model.zero_grad(set_to_none=True)
+        with autocast(precision, torch.device("cpu")):
+            F.cross_entropy(model(tokens).flatten(0, 1).float(), tokens.flatten()).backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    ref = grads("none")
+    for name in ck.SUB_BLOCK:
+        got = grads(name)
+        assert [b.checkpoint_attn for b in model.layers] == [name != "ffn"] * 2
+        assert [b.checkpoint_ffn for b in model.layers] == [name != "attn"] * 2
+        for n in ref:
+            torch.testing.assert_close(got[n], ref[n], rtol=0, atol=0, msg=f"{name}: {n}")
+    ck.apply(model, "every_1")  # a whole-block strategy clears the halves' flags
+    assert not any(b.checkpoint_attn or b.checkpoint_ffn for b in model.layers)
+
+
+def test_sub_block_model_against_measured_bytes():
+    """What the forward leaves saved is the model's forward term exactly, and the peak the
+    model's plus less than one block (backward's own buffers), for each half and both."""
+    from cs336_systems.stages.checkpointing.sub_block import step_shape, sub_block_memory
+
+    b, n, d, h, f, vocab, layers = 2, 16, 32, 4, 128, 64, 8
+    model = tiny_lm(layers, vocab, n, d, f)
+    tokens = torch.randint(0, vocab, (b, n), generator=torch.Generator().manual_seed(2))
+    blk = costs.block_saved_bytes(b, n, d, h, f, "fp32", "cpu")
+    head = costs.head_saved_bytes(b, n, d, vocab, "fp32")
+    spec = {"d_model": d, "d_ff": f, "num_layers": layers, "num_heads": h}
+    shape = step_shape(spec, b, n, vocab, "fp32", "cpu")
+    measured = measured_peaks(model, tokens, ["every_1", *ck.SUB_BLOCK])
+    for name in ck.SUB_BLOCK:
+        peak, forward_saved = measured[name]
+        m = sub_block_memory(name, blk, head, shape)
+        assert forward_saved == m["forward_bytes"], name
+        assert 0 <= peak - m["peak_bytes"] < blk["total"], (name, peak - m["peak_bytes"])
+    # both halves apart keep two residual-stream tensors a block where every_1 keeps one
+    halves, every = measured["halves"][1], measured["every_1"][1]
+    assert halves - every == layers * blk["input"]

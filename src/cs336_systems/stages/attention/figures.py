@@ -9,7 +9,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from cs336_systems.reporting.analysis import empty_figure, load, save
+from cs336_systems.reporting.analysis import empty_figure, load, save, status_counts
 from cs336_systems.stages.attention.rows import points, speedups
 
 NAMES = ["time", "memory", "compile"]
@@ -22,6 +22,7 @@ def _log2_x(ax, values) -> None:
     ticks = sorted({int(v) for v in values})
     ax.set_xscale("log", base=2)
     ax.set_xticks(ticks, [str(t) for t in ticks])
+    ax.set_xlim(ticks[0] / 1.3, ticks[-1] * 1.3)
     ax.xaxis.set_minor_formatter(NullFormatter())
 
 
@@ -31,31 +32,41 @@ def _per_d_colors(ds):
     return {d: cmap(i / max(len(ds) - 1, 1)) for i, d in enumerate(ds)}
 
 
+def _no_time_note(ax, df: pd.DataFrame) -> None:
+    """In place of lines: no point has this pass's time, with the rows' statuses counted."""
+    counts = status_counts(df)
+    text = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+    ax.text(0.5, 0.5, f"no point timed\n({text})", ha="center", va="center",
+            transform=ax.transAxes, fontsize=9, color="0.4")  # fmt: skip
+
+
 def _time_figure(df: pd.DataFrame, colors: dict, path: Path) -> Path:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for ax, col, title in zip(
         axes, ["fwd_ms_mean", "bwd_ms_mean"], ["forward", "backward"], strict=True
     ):
+        timed = df[df[col].notna()] if col in df else df.iloc[:0]
+        if timed.empty:
+            _no_time_note(ax, df)
         for (impl, d), g in df.groupby(["impl", "d_head"]):
+            good = timed[(timed["impl"] == impl) & (timed["d_head"] == d)]
+            if good.empty:
+                continue
             style = "-" if impl == "naive_eager" else "--"
-            good = g[g[col].notna()] if col in g else g.iloc[:0]
-            ax.plot(
-                good["seq_len"],
-                good[col],
-                style,
-                marker="o",
-                color=colors[d],
-                label=f"{impl.removeprefix('naive_')} d={d}",
-            )
+            ax.plot(good["seq_len"], good[col], style, marker="o", color=colors[d],
+                    label=f"{impl.removeprefix('naive_')} d={d}")  # fmt: skip
             oom = g[g["status"] == "oom"]
-            if len(oom) and len(good):
+            if len(oom):
                 ax.scatter(
                     oom["seq_len"], [good[col].max()] * len(oom), marker="x", s=80, color=colors[d]
                 )
-        ax.set(yscale="log", xlabel="sequence length n", title=f"{title} (x: OOM)")
+        ax.set(xlabel="sequence length n", title=f"{title} (x: OOM)")
+        if not timed.empty:
+            ax.set_yscale("log")
         _log2_x(ax, df["seq_len"])
     axes[0].set_ylabel("ms per pass (mean)")
-    axes[1].legend(fontsize=7, ncol=2)
+    if axes[1].get_legend_handles_labels()[1]:
+        axes[1].legend(fontsize=7, ncol=2)
     return save(fig, path)
 
 

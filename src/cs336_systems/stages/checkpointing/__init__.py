@@ -3,7 +3,8 @@
 `python -m cs336_systems.stages.checkpointing` measures (see measure.py): `accounting` lists the
 tensors one RMSNorm and one TransformerBlock save, eager and compiled; `strategies` measures the
 peak memory and step time of a training step under each checkpointing strategy
-(core/checkpoint_plans.py) beside the analytic model (core/costs.py). analysis.py turns the CSVs
+(core/checkpoint_plans.py: whole blocks, nested, and the halves of a block) beside the analytic
+model (core/costs.py; sub_block.py for the halves). analysis.py turns the CSVs
 into figures and the report's sentences; plan.py checks the config for the workflow. Keep this
 file free of heavy imports: the workflow reads it while planning.
 """

@@ -101,14 +101,14 @@ def best_block_size(df: pd.DataFrame, precision: str) -> dict | None:
     ks = list(d["block_size"])
     i = ks.index(int(best["block_size"]))
 
-    def describe(r) -> str:
-        k = int(r["block_size"])
+    def describe(r, named: bool = True) -> str:
+        k = f"k = {int(r['block_size'])}: " if named else ""
         if r["status"] != "ok":
-            return f"k = {k}: {r['status']}"
+            return f"{k}{r['status']}"
         total = r.get("peak_allocated_mb", math.nan)
         extra = f" ({mem(total)} in all)" if total == total else ""
         return (
-            f"k = {k}: peak {mem(r[col])} above the step's start{extra}, "
+            f"{k}peak {mem(r[col])} above the step's start{extra}, "
             f"{fmt(r['step_ms_mean'])} ms per step"
         )
 
@@ -119,10 +119,11 @@ def best_block_size(df: pd.DataFrame, precision: str) -> dict | None:
     return {
         "precision": precision,
         "k": int(best["block_size"]),
-        "best": describe(best),
+        "best": describe(best, named=False),
         "neighbours": [describe(r) for r in neighbours],
         "none_smaller": i == 0,
         "none_larger": i == len(d) - 1,
+        "smaller": smaller_units(df, precision),
         "k_star": math.sqrt(n_layers * a / B),
         "model_k": int(d.loc[d["model_peak_mb"].idxmin(), "block_size"]),
         "boundary_mb": a,
@@ -132,6 +133,53 @@ def best_block_size(df: pd.DataFrame, precision: str) -> dict | None:
             times, int(best["recomputed_blocks"]), int(best.get("measure_steps", 1))
         ),
     }
+
+
+# the sub-block strategies as a sentence names them
+SUB_LABEL = {
+    "attn": "the attention half alone",
+    "ffn": "the FFN half alone",
+    "halves": "both halves, each on its own",
+}
+
+
+def _unit(name: str) -> str:
+    return SUB_LABEL.get(name) or label(name)
+
+
+def smaller_units(df: pd.DataFrame, precision: str) -> str:
+    """Q31 below a block: each sub-block strategy's measured peak (core/checkpoint_plans.py
+    ``attn``, ``ffn``, ``halves``) against checkpointing every block, and which of them all is
+    lowest; or why none was measured."""
+    col = peak_column(df)
+    d = df[df["precision"] == precision].set_index("strategy")
+    subs = [s for s in checkpoint_plans.SUB_BLOCK if s in d.index]
+    if not subs:
+        return (
+            "No unit smaller than a block was measured in this run (`checkpointing.sub_block` "
+            "is empty), so whether one beats k = 1 is not answered here."
+        )
+    whole = d.loc["every_1"] if "every_1" in d.index else None
+    base = whole[col] if whole is not None and whole["status"] == "ok" else math.nan
+    parts = []
+    for s in subs:
+        r = d.loc[s]
+        if r["status"] != "ok":
+            parts.append(f"{_unit(s)}: {r['status']}")
+            continue
+        than = "" if base != base else f", {r[col] / base:.2f}× k = 1's"
+        parts.append(f"{_unit(s)}: peak {mem(r[col])}{than}, {fmt(r['step_ms_mean'])} ms per step")
+    text = "Units smaller than a block (checkpoints inside every block): "
+    text += "; ".join(parts) + "."
+    ran = d[(d["status"] == "ok") & (d.index.isin(subs) | d["block_size"].notna())]
+    if len(ran) and ran[col].notna().any():
+        best = ran[col].idxmin()
+        kind = "a unit smaller than a block" if best in subs else "whole blocks"
+        text += (
+            f" The lowest measured peak of these and every block size: {_unit(best)} "
+            f"({mem(ran.loc[best, col])}), {kind}."
+        )
+    return text
 
 
 def time_spread(times: pd.Series, recomputed: int, steps: int = 1) -> str:

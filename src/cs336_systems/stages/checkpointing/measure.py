@@ -6,7 +6,8 @@
         --preset P --block JSON --out S.csv
 
 `--block`: the stage's preset block as JSON (plan.py: `CheckpointingKnobs`, as the rule passes
-it); the strategies run are none, every_<k> of `block_sizes` and the `nested` ones.
+it); the strategies run are none, every_<k> of `block_sizes`, the `nested` ones and the
+`sub_block` ones (a block's attention half, FFN half, or both halves apart).
 
 `accounting`: one RMSNorm and one TransformerBlock of the size's dimensions on (batch, context,
 d_model), eager and torch.compile'd, under ``profiling.saved_tensors.SavedTensorLog``: one row per
@@ -22,7 +23,7 @@ state): one step under ``LiveTensorBytes`` (peak bytes of tensors the step creat
 the allocator's peak above the memory before it), `measure_steps` timed steps, and one forward
 under the saved-tensor log (what the forward leaves saved). Beside each:
 ``core.costs.checkpoint_memory``, the analytic peak of saved activations for the strategy's
-plan. A point the model says cannot fit (more than `skip_factor` times the GPU's memory) is a
+plan (sub_block.py for the halves of a block). A point the model says cannot fit (more than `skip_factor` times the GPU's memory) is a
 `skipped: needs X GiB, have Y GiB` row, decided before allocating; nearer the limit it runs and
 an out-of-memory error is an `oom` row.
 """
@@ -59,6 +60,7 @@ from cs336_systems.planning.log import configure, get_logger, point, status_leve
 from cs336_systems.profiling.saved_tensors import LiveTensorBytes, SavedTensorLog, compile_backend
 from cs336_systems.stages.checkpointing import plan as stage_plan
 from cs336_systems.stages.checkpointing.plan import ACCOUNTING_KNOBS, CheckpointingKnobs
+from cs336_systems.stages.checkpointing.sub_block import step_shape, sub_block_memory
 
 MiB = 2**20
 GiB = 2**30
@@ -170,11 +172,16 @@ def analytic(k: CheckpointingKnobs, precision: str, spec: dict, device_type: str
     head = costs.head_saved_bytes(
         k.batch_size, k.context_length, spec["d_model"], vocab_of(k), precision
     )
-    return {"block": blk, "head": head}
+    step = step_shape(spec, k.batch_size, k.context_length, vocab_of(k), precision, device_type)
+    return {"block": blk, "head": head, "shape": step}
 
 
-def model_for(plan: tuple, inputs: dict) -> dict[str, float]:
+def model_for(name: str, plan: tuple, inputs: dict) -> dict[str, float]:
+    """The analytic peak of strategy `name` (its `plan`): whole blocks by checkpoint_memory,
+    the halves of a block by sub_block.py."""
     blk = inputs["block"]
+    if name in checkpoint_plans.SUB_BLOCK:
+        return sub_block_memory(name, blk, inputs["head"], inputs["shape"])
     return costs.checkpoint_memory(
         plan, blk["total"], blk["input"], inputs["head"], blk["weight_casts"]
     )
@@ -272,7 +279,7 @@ def strategies(args) -> list[dict]:
     rows = []
     for name in stage_plan.strategies(k):
         plan = checkpoint_plans.plan_for(name, spec["num_layers"])
-        model = model_for(plan, inputs)
+        model = model_for(name, plan, inputs)
         row = {
             **base,
             "strategy": name,

@@ -8,6 +8,7 @@ is refused while planning, before any job, in the run's one-line form (planning/
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -55,6 +56,11 @@ class CheckpointingKnobs(Knobs):
     nested: list[Literal["sqrt", "halving", "chain"]] = knob(
         "the nested strategies run", uniqueItems=True
     )
+    sub_block: list[Literal["attn", "ffn", "halves"]] = knob(
+        "checkpointing inside every block, beside whole blocks: its attention half (attn), its "
+        "FFN half (ffn), or both halves each under its own checkpoint call (halves)",
+        uniqueItems=True,
+    )
     warmup_steps: int = knob("steps run before the measured ones", minimum=1)
     measure_steps: int = knob("steps timed per strategy", minimum=1)
     skip_factor: float = knob(
@@ -90,8 +96,16 @@ def divisors(n: int) -> list[int]:
 
 
 def strategies(k: CheckpointingKnobs) -> list[str]:
-    """Every strategy the block runs, in the report's order: none, every_<k>, the nested ones."""
-    return ["none", *(f"every_{b}" for b in k.block_sizes), *k.nested]
+    """Every strategy the block runs, in the report's order: none, every_<k>, the nested ones,
+    the sub-block ones."""
+    return ["none", *(f"every_{b}" for b in k.block_sizes), *k.nested, *k.sub_block]
+
+
+# what a sub-block strategy keeps of the blocks' saved activations, by the eager count of
+# core/costs.py at xl (fp32, batch 4, 2048; stages/checkpointing/sub_block.py): the attention
+# half (with its scores) 61%, the FFN half 35%, the two halves' inputs 4%; backward adds one
+# block's half at a time on top
+SUB_BLOCK_KEEPS = {"attn": 0.39, "ffn": 0.65, "halves": 0.04}
 
 
 def problems(cfg: dict, edition: int = DEFAULT_EDITION) -> list[tuple[tuple, object, str]]:
@@ -147,9 +161,11 @@ def _accounting_job(k: CheckpointingKnobs, cost: Costs) -> Job:
 
 
 def _precision_job(k: CheckpointingKnobs, cost: Costs, prec: str) -> Job:
-    """No checkpointing and every block size k (saving about k/N of the activations): those
-    whose state and activations fit skip_factor x the device's memory run; nested strategies
-    hold about one block's activations at a time. A checkpointed step recomputes: 4/3 of one."""
+    """No checkpointing and every block size k (saving about k/N of the activations), the
+    sub-block strategies (SUB_BLOCK_KEEPS): those whose state and activations fit the device
+    run their steps, those that fit only skip_factor x its memory one step (their out-of-memory
+    attempt), the others none; the nested strategies likewise by what they hold at a time.
+    A checkpointed step recomputes: 4/3 of one."""
     size, ctx, batch = k.size, k.context_length, k.batch_size
     full = cost.layers(size)
     layers = k.num_layers if k.num_layers is not None else full
@@ -157,12 +173,23 @@ def _precision_job(k: CheckpointingKnobs, cost: Costs, prec: str) -> Job:
     steps = k.warmup_steps + k.measure_steps
     state, acts = cost.state_and_activations_gib(size, ctx, batch, prec)
     state, acts = scale * state, scale * acts
+
+    def steps_at(gib: float) -> int:
+        return steps if cost.fits(gib) else (1 if cost.fits(gib, k.skip_factor) else 0)
+
     sizes = [layers] + [b for b in k.block_sizes if b < layers]
-    runs = sum(cost.fits(state + acts * min(b, layers) / layers, k.skip_factor) for b in sizes)
-    runs += len(k.nested)
-    t = runs * steps * 4 / 3 * scale * cost.step_s(size, ctx, batch, "train_step", prec)
+    taken = [steps_at(state + acts * min(b, layers) / layers) for b in sizes]
+    # nested: sqrt holds about one segment of ceil(N / round(sqrt N)) blocks at a time, the
+    # others about one block (and the inputs of its levels)
+    segment = math.ceil(layers / max(1, round(math.sqrt(layers))))
+    taken += [steps_at(state + acts * (segment if s == "sqrt" else 2) / layers) for s in k.nested]
+    taken += [steps_at(state + acts * (SUB_BLOCK_KEEPS[s] + 1 / layers)) for s in k.sub_block]
+    t = sum(taken) * 4 / 3 * scale * cost.step_s(size, ctx, batch, "train_step", prec)
     build = cost.build_s(size) * scale  # once per precision
-    how = f"{runs} of {len(sizes) + len(k.nested)} strategies run, {steps} steps each"
+    runs, tried = sum(n == steps for n in taken), sum(0 < n < steps for n in taken)
+    how = f"{runs} of {len(taken)} strategies run, {steps} steps each" + (
+        f"; {tried} out of memory after a step" if tried else ""
+    )
     return Job("checkpointing", prec, cost.dev.job_start_s + build + t, how)
 
 

@@ -19,6 +19,9 @@ STRATEGY_LABEL = {
     "sqrt": "one level, ~sqrt(N) segments",
     "halving": "nested: recursive halving",
     "chain": "nested: prefixes (chain)",
+    "attn": "in each block: its attention half",
+    "ffn": "in each block: its FFN half",
+    "halves": "in each block: both halves apart",
 }
 
 

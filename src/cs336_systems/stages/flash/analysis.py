@@ -26,6 +26,7 @@ from cs336_systems.stages.flash.rows import (
     leaderboard_ms,
     leaderboard_table,
     pair_impls,
+    skipped_table,
     sweep,
     target_points,
     target_table,
@@ -133,6 +134,7 @@ def _benchmarking(df: pd.DataFrame, sw: pd.DataFrame, dtypes: list, interpreter:
         "speedups": [] if interpreter else speedup_sentences(df),
         "ooms": oom_sentences(df),
         "errors": errors_table(sw),
+        "skipped": skipped_table(sw),
     }
 
 
@@ -142,6 +144,13 @@ def context(results_dir: Path) -> dict:
         return {"available": False}
     sw = sweep(df)
     setting = _setting(df, sw)
+    setting["deviation"] = (
+        answers.grid_deviation(
+            setting["seq_lens"], setting["head_dims"], setting["dtypes"], setting["preset"]
+        )
+        if len(sw)
+        else ""
+    )
     statuses = status_counts(df)
     gate = _gate(df)
     coverage = answers.coverage(

@@ -14,8 +14,13 @@ import pandas as pd
 from cs336_systems.reporting import sanity
 from cs336_systems.reporting.analysis import faster_or_slower, fmt, plural, sig
 from cs336_systems.stages.flash.rows import (
+    HANDOUT_DTYPES,
+    HANDOUT_HEAD_DIMS,
+    HANDOUT_SEQ_LENS,
+    HOST_RATIO,
     IMPL_LABELS,
     PAIR_SHORT,
+    host_ratio,
     label,
     leaderboard_ms,
     ratio,
@@ -23,7 +28,6 @@ from cs336_systems.stages.flash.rows import (
     sweep,
 )
 
-HOST_RATIO = 1.25
 # the most host time one forward+backward call of ours took on our H100 hosts (0.30-0.58 ms,
 # docs/notes/flash-attention-notes.md, the fixed host cost rounds): a GPU point whose one call exceeds
 # its passes timed apart by more than this is not explained by the host's work alone
@@ -46,8 +50,7 @@ def host_bound(d: pd.DataFrame) -> pd.DataFrame:
     need = {"fwd_ms_median", "bwd_ms_median", "fwd_bwd_ms_median"}
     if d.empty or not need <= set(d):
         return d.iloc[:0]
-    r = d["fwd_bwd_ms_median"] / (d["fwd_ms_median"] + d["bwd_ms_median"])
-    return d.assign(host_ratio=r)
+    return d.assign(host_ratio=host_ratio(d))
 
 
 def host_note(d: pd.DataFrame, ours: str = "flash_triton") -> str:
@@ -108,28 +111,52 @@ def _gap_note(hit: pd.DataFrame) -> str:
 
 
 def speedup_sentences(df: pd.DataFrame) -> list[str]:
+    """Per dtype and implementation: our kernel's speed-up over the points where neither row is
+    host-bound (the one rule, rows.py HOST_RATIO), how many points that is, and what was left
+    out (the host-bound points, by whose row)."""
     sp = speedups(df)
     out = []
-    for (dt, impl), g in sp.groupby(["dtype", "impl"]):
+    for (dt, impl), all_ in sp.groupby(["dtype", "impl"]):
+        left = all_[all_["ours_host"] | all_["theirs_host"]]
+        g = all_.drop(left.index)
+        head = f"{dt}: our Triton kernel against {label(impl)} on forward+backward"
+        if g.empty:
+            out.append(f"{head}: no point of {len(all_)} is free of host overhead" + _left(left))
+            continue
         med, lo, hi = g["speedup"].median(), g["speedup"].min(), g["speedup"].max()
-        summary = f"{faster_or_slower(med)} than"
         loses = g[g["speedup"] < 1]
         tail = ""
         if 0 < len(loses) < len(g):
             worst = loses.loc[loses["speedup"].idxmin()]
             tail = (
-                f"; slower at {len(loses)} of {len(g)} points, most at d={int(worst['d_head'])}, "
+                f"; slower at {len(loses)} of {len(g)}, most at d={int(worst['d_head'])}, "
                 f"n={int(worst['seq_len'])}"
             )
-        out.append(
-            f"{dt}: our Triton kernel is {summary} {label(impl)} on forward+backward "
-            + (
-                f"(median over {len(g)} points; their time / ours from {lo:.3g} to {hi:.3g}){tail}."
-                if len(g) > 1
-                else f"(one point: d={int(g['d_head'].iloc[0])}, n={int(g['seq_len'].iloc[0])})."
-            )
+        what = (
+            f"median over {len(g)} of {len(all_)} points, n = {int(g['seq_len'].min()):,}–"
+            f"{int(g['seq_len'].max()):,}; their time / ours from {lo:.3g} to {hi:.3g}"
+            if len(g) > 1
+            else f"one point of {len(all_)}: d={int(g['d_head'].iloc[0])}, "
+            f"n={int(g['seq_len'].iloc[0])}"
         )
+        out.append(f"{head}: {faster_or_slower(med)} ({what}{tail})" + _left(left))
     return out
+
+
+def _left(left: pd.DataFrame) -> str:
+    """The speed-up points left out as host-bound, by whose row, with their lengths."""
+    if left.empty:
+        return "."
+    whose = []
+    for col, who in (("ours_host", "ours"), ("theirs_host", "theirs")):
+        hit = left[left[col]]
+        if len(hit):
+            ns = sorted(int(n) for n in hit["seq_len"].unique())
+            whose.append(f"{who} at {len(hit)} (n = {', '.join(f'{n:,}' for n in ns)})")
+    return (
+        f"; left out: {plural(len(left), 'host-bound point')} (forward+backward above "
+        f"{HOST_RATIO:g}× forward plus backward: {'; '.join(whose)})."
+    )
 
 
 def oom_sentences(df: pd.DataFrame) -> list[str]:
@@ -162,6 +189,37 @@ def gate_verdicts(df: pd.DataFrame) -> dict[str, str]:
             "`snakemake --cores 1 report`)"
         )
     return verdicts
+
+
+def _listed(values: list, unit: str = "") -> str:
+    return ", ".join(f"{v:,}" if isinstance(v, int) else str(v) for v in values) + unit
+
+
+def grid_deviation(
+    seq_lens: list[int], head_dims: list[int], dtypes: list[str], preset: str = "cpu"
+) -> str:
+    """Where the sweep's axes differ from the handout's grid (rows.py HANDOUT_*), in words; ''
+    where it covers the whole grid. The cpu preset's small grid points to the gpu preset."""
+    gaps = []
+    for name, ran, asked in (
+        ("n", seq_lens, HANDOUT_SEQ_LENS),
+        ("d", head_dims, HANDOUT_HEAD_DIMS),
+        ("dtype", dtypes, HANDOUT_DTYPES),
+    ):
+        missing = [v for v in asked if v not in ran]
+        extra = [v for v in ran if v not in asked]
+        if missing:
+            gaps.append(f"{name} = {_listed(missing)} not run")
+        if extra:
+            gaps.append(f"{name} = {_listed(extra)} added")
+    if not gaps:
+        return ""
+    return (
+        "This run deviates from the handout's grid (n = 128 to 65,536, every power of two; "
+        f"d = {_listed(HANDOUT_HEAD_DIMS)}; {' and '.join(HANDOUT_DTYPES)}): "
+        + "; ".join(gaps)
+        + (". The gpu and full presets run the whole grid." if preset == "cpu" else ".")
+    )
 
 
 GPU_RUN = "`snakemake --cores 1 report` on a CUDA GPU (the gpu preset)"

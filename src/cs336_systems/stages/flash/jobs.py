@@ -15,8 +15,10 @@ import torch
 
 from cs336_systems.core.harness import device_time, timer_name
 from cs336_systems.core.results import verdicts
-from cs336_systems.stages.flash.plan import SWEEP_HEADS, seq_cap
+from cs336_systems.stages.flash.plan import SWEEP_HEADS, TUNE_STEPS, seq_cap
 
+# the start of a point's status where `max_seq_len` caps it (the cap and what it names follow)
+CAP_SKIP = "skipped: n above this preset's max_seq_len"
 # implementation -> the kernel (as the kernel_tests stage names it) whose tests gate it
 GATED_BY = {"flash_pytorch": "flash_pytorch", "flash_triton": "flash_triton"}
 
@@ -144,10 +146,49 @@ def skip_reason(
         return f"skipped: kernel tests did not check {GATED_BY[impl]} ({why.get(verdict)})"
     if n > (cap := seq_cap(max_seq_len, impl, dtype_name)):
         per = f"{impl} in {dtype_name}" if isinstance(max_seq_len.get(impl), dict) else impl
-        return f"skipped: n above this preset's max_seq_len {cap} for {per}"
+        return f"{CAP_SKIP} {cap} for {per}"
     if impl == "flash_triton" and device.type == "cpu" and dtype_name == "bf16":
         return "skipped: Triton's interpreter computes bf16 wrongly"
     return ""
+
+
+# the timed calls of a point besides autotuning: the check, three do_bench windows' estimates
+TIMED_CALLS = 8
+# what a capped implementation holds of size n x n (its backward's scores; naive: the scores,
+# the softmax and their gradients): fp32 elements per (batch x head)
+SQUARE_COPIES = {"flash_pytorch": 1, "naive_eager": 4, "naive_compiled": 4}
+GiB = 2**30
+
+
+def cap_cost(rows: list[dict], row: dict) -> str:
+    """What a point skipped by `max_seq_len` would have cost, computed: the (n x n) memory its
+    implementation holds, and its seconds extrapolated as n^2 from the longest point of the same
+    implementation, dtype and head dim that ran in this job (`rows`), times its timed calls
+    (and, on a GPU, our Triton kernel's autotuning at a new length: plan.py TUNE_STEPS)."""
+    impl, n = row["impl"], int(row["seq_len"])
+    parts = []
+    if impl in SQUARE_COPIES:
+        gib = SQUARE_COPIES[impl] * 4 * row["batch_size"] * row["heads"] * n * n / GiB
+        parts.append(f"its (n x n) scores hold {gib:.1f} GiB")
+    done = [
+        r
+        for r in rows
+        if r.get("status") == "ok"
+        and (r["impl"], r["dtype"], r["d_head"]) == (impl, row["dtype"], row["d_head"])
+        and int(r["seq_len"]) < n
+        and r.get("fwd_bwd_ms_median") == r.get("fwd_bwd_ms_median")
+    ]
+    if done:
+        last = max(done, key=lambda r: int(r["seq_len"]))
+        n0, ms0 = int(last["seq_len"]), float(last["fwd_bwd_ms_median"])
+        step = ms0 * (n / n0) ** 2
+        tuned = impl == "flash_triton" and row.get("device") == "cuda"  # no autotuner on CPU
+        calls = TIMED_CALLS + (TUNE_STEPS if tuned else 0)
+        parts.append(
+            f"about {step * calls / 1e3:.0f} s: a {step:.0f} ms forward+backward (n^2 from "
+            f"{ms0:.3g} ms at n = {n0}) x {calls} calls" + (" with autotuning" if tuned else "")
+        )
+    return "; ".join(parts)
 
 
 # what makes a finished row reusable by a resumed job: the point, how it was timed, what gated

@@ -38,8 +38,10 @@ from cs336_systems.core.results import provenance, write_csv
 from cs336_systems.planning.knobs import add_block_argument, add_run_arguments
 from cs336_systems.planning.log import configure, get_logger, point, status_level
 from cs336_systems.stages.flash.jobs import (
+    CAP_SKIP,
     Job,
     Timer,
+    cap_cost,
     finished_rows,
     gate_passed,
     gate_verdict,
@@ -368,6 +370,8 @@ class Points:
                 self.rows.append(self.done[resume_key(row)])
                 log.info("ok (kept from %s)", self.partial)
                 return
+            if reason.startswith(CAP_SKIP) and (cost := cap_cost(self.rows, row)):
+                reason += f" ({cost})"
             if reason:
                 row["status"] = reason
             else:

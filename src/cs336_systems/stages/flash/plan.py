@@ -200,13 +200,20 @@ LEADERBOARD_CHECK_S = 4.5
 NAIVE_REPS = 25
 # loading our Triton kernels' variants from the run's cache (results/<machine>/.cache/triton)
 CACHED_PRECOMPILE_S = 5.0
+# our Triton kernel in fp32 at `highest` precision (no TF32) runs on the CUDA cores: 6.6 TFLOP/s
+# against the 42 of TF32 matmuls on the H100 (d = 128, n = 16384: 36 ms, reference run of 80334dd)
+FP32_KERNEL_SHARE = 0.16
+# a new length's autotuning times each candidate tile a few times: about 70 forward+backward
+# steps a point (the four fp32 points at n = 65536: 75 s for 1.1 s of steps, run of 80334dd)
+TUNE_STEPS = 70
 
 
 def _sweep_point_s(k: FlashKnobs, cost: Costs, impl: str, dtype: str, d: int, n: int) -> float:
     """A sweep point's seconds beside the per-point overhead: cuDNN's fp32 is an `error` row at
     once; naive attention's (n x n) scores an `oom` row above about 5 copies of them, else a
     forward+backward about 30 passes over them; the flash kernels fwd, bwd and fwd+bwd a few
-    times each, and the check."""
+    times each, and the check; our Triton kernel also its autotuning at each new length (at
+    the CUDA cores' rate in fp32 without TF32)."""
     if impl == "sdpa_cudnn" and dtype == "fp32":
         return 0.0
     if impl.startswith("naive"):
@@ -215,6 +222,9 @@ def _sweep_point_s(k: FlashKnobs, cost: Costs, impl: str, dtype: str, d: int, n:
             return 0.0
         return NAIVE_REPS * 30 * scores / (cost.dev.hbm_tbps * 1e12)
     flops = 3.5 * 4.0 * k.batch_size * n * n * d / 2
+    if impl == "flash_triton":
+        share = FP32_KERNEL_SHARE if (dtype, k.fp32_matmul_precision) == ("fp32", "highest") else 1
+        return (8 + TUNE_STEPS) * flops / (share * cost.rate(dtype))
     slow = 10.0 if impl == "flash_pytorch" else 1.0
     return 8 * slow * flops / cost.rate(dtype)
 

@@ -31,6 +31,11 @@ IMPL_LABELS = {
     "sdpa_cudnn": "SDPA cuDNN",
     "sdpa_efficient": "SDPA efficient",
 }
+# the handout's grid (flash_benchmarking (a)): every power of two from 128 to 65536, d = 16 to
+# 128, bf16 and fp32
+HANDOUT_SEQ_LENS = [2**i for i in range(7, 17)]
+HANDOUT_HEAD_DIMS = [16, 32, 64, 128]
+HANDOUT_DTYPES = ["bf16", "fp32"]
 PASSES = {"fwd": "forward", "bwd": "backward", "fwd_bwd": "forward+backward"}
 # the latency table's implementations and their short names
 PAIR_SHORT = {"naive_eager": "naive", "flash_pytorch": "FA2-pt", "flash_triton": "FA2-triton"}
@@ -61,27 +66,50 @@ def grid_rows(df: pd.DataFrame, grid: str) -> pd.DataFrame:
     return df[df["grid"] == grid] if "grid" in df else df.iloc[:0]
 
 
+# the one host-bound rule, from a row's own numbers: its forward+backward timed as one call
+# takes more than HOST_RATIO times its forward plus its backward timed apart (the one call pays
+# autograd's and the launches' host work while the device idles; the passes timed apart hide it)
+HOST_RATIO = 1.25
+
+
+def host_ratio(df: pd.DataFrame) -> pd.Series:
+    """Each row's forward+backward / (forward + backward); NaN where a pass has no time."""
+    return ms(df, "fwd_bwd") / (ms(df, "fwd") + ms(df, "bwd"))
+
+
+def is_host_bound(df: pd.DataFrame) -> pd.Series:
+    """The rows the one host-bound rule (HOST_RATIO) marks."""
+    return host_ratio(df) > HOST_RATIO
+
+
+SPEEDUP_COLUMNS = ["dtype", "d_head", "seq_len", "impl", "speedup", "ours_host", "theirs_host"]
+
+
 def speedups(df: pd.DataFrame, ours: str = "flash_triton", prefix: str = "fwd_bwd") -> pd.DataFrame:
-    """other implementation's time / ours, per (dtype, d, n) where both ran."""
+    """other implementation's time / ours, per (dtype, d, n) where both ran, and whether our
+    row or theirs is host-bound by its own numbers (`ours_host`, `theirs_host`)."""
     ok = sweep(df)
-    ok = trusted(ok).assign(ms=lambda x: ms(x, prefix))
+    ok = trusted(ok)
+    ok = ok.assign(ms=ms(ok, prefix), host=is_host_bound(ok))
     keys = ["dtype", "d_head", "seq_len"]
-    mine = ok[ok["impl"] == ours].set_index(keys)["ms"]
+    mine = ok[ok["impl"] == ours].set_index(keys)
     rows = []
     for impl in impls_of(ok):
         if impl == ours:
             continue
-        other = ok[ok["impl"] == impl].set_index(keys)["ms"]
-        both = mine.index.intersection(other.index)
-        for key in both:
+        other = ok[ok["impl"] == impl].set_index(keys)
+        for key in mine.index.intersection(other.index):
+            a, b = other.loc[key], mine.loc[key]
             rows.append(
                 {
                     **dict(zip(keys, key, strict=True)),
                     "impl": impl,
-                    "speedup": other.loc[key] / mine.loc[key],
+                    "speedup": a["ms"] / b["ms"],
+                    "ours_host": bool(b["host"]),
+                    "theirs_host": bool(a["host"]),
                 }
             )
-    return pd.DataFrame(rows, columns=[*keys, "impl", "speedup"])
+    return pd.DataFrame(rows, columns=SPEEDUP_COLUMNS)
 
 
 def cell(row, prefix: str) -> str:
@@ -101,7 +129,8 @@ def pair_impls(sw: pd.DataFrame) -> list[str]:
 def triton_vs_pytorch_table(df: pd.DataFrame, dtype: str, speedup: bool = True) -> str:
     """The assignment's table: forward, backward and forward+backward of our Triton kernel next
     to naive PyTorch attention (and our PyTorch FA2), per (d, n); `speedup`: with naive's time
-    over ours (not where our kernel ran in the interpreter)."""
+    over ours (not where our kernel ran in the interpreter), marked where either row is
+    host-bound (`is_host_bound`)."""
     sub = sweep(df)
     sub = sub[sub["dtype"] == dtype]
     impls = pair_impls(sub)
@@ -116,8 +145,11 @@ def triton_vs_pytorch_table(df: pd.DataFrame, dtype: str, speedup: bool = True) 
                 row[f"{PAIR_SHORT[impl]} {name}"] = cell(by[impl], prefix)
         if speedup and "naive_eager" in by and "flash_triton" in by:
             a, b = by["naive_eager"], by["flash_triton"]
-            if len(trusted(pd.DataFrame([a, b]))) == 2:
-                row["speedup f+b"] = f"{a['fwd_bwd_ms_median'] / b['fwd_bwd_ms_median']:.2g}×"
+            pair = pd.DataFrame([a, b])
+            if len(trusted(pair)) == 2:
+                host = " (host-bound)" if is_host_bound(pair).any() else ""
+                x = a["fwd_bwd_ms_median"] / b["fwd_bwd_ms_median"]
+                row["speedup f+b"] = f"{x:.2g}×{host}"
         rows.append(row)
     return md_table(pd.DataFrame(rows), floatfmt=3)
 
@@ -204,6 +236,26 @@ def errors_table(sw: pd.DataFrame) -> str:
         .groupby(["impl", "dtype", "status"], as_index=False)
         .agg(points=("seq_len", "size"))
     )
+
+
+def skipped_table(sw: pd.DataFrame) -> str:
+    """The sweep's points not run for a reason of this preset (a `max_seq_len` cap, the
+    interpreter), each with its computed reason; those the kernel tests gated are said apart."""
+    status = sw["status"].astype(str)
+    skipped = sw[status.str.startswith("skipped") & ~status.str.startswith("skipped: kernel")]
+    if not len(skipped):
+        return ""
+    rows = [
+        {
+            "implementation": label(r["impl"]),
+            "dtype": r["dtype"],
+            "d": int(r["d_head"]),
+            "n": int(r["seq_len"]),
+            "why": str(r["status"]).removeprefix("skipped: "),
+        }
+        for _, r in skipped.sort_values(["impl", "dtype", "d_head", "seq_len"]).iterrows()
+    ]
+    return md_table(pd.DataFrame(rows), numparse=False)
 
 
 def ratio(x: float) -> str:
