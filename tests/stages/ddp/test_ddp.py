@@ -824,7 +824,8 @@ def test_flat_equal_to_naive_is_explained_from_calls_bytes_and_the_fit():
     small = {**fit, "o": 1e-6}
     assert "bound by its bytes, not its calls" in answers.flat_vs_naive(naive, flat, small)
     flagged = answers.flat_vs_naive(naive, flat, {**fit, "problem": "a poor fit"})
-    assert "Flagged: no all-reduce fit that can be quoted" in flagged and "(a poor fit)" in flagged
+    assert "Flagged: the per-call and bandwidth terms cannot be told apart" in flagged
+    assert flagged.endswith("(its fit is rejected: a poor fit).")
     assert "Flagged" in answers.flat_vs_naive(naive, flat, None)
 
 

@@ -156,10 +156,10 @@ def flat_vs_naive(naive: pd.Series, flat: pd.Series, fit: dict | None) -> str:
         f"flat in one plus a copy into and out of one buffer."
     )
     if fit is None or fit.get("problem"):
-        why = f" ({fit['problem']})" if fit else ""
+        why = f" (its fit is rejected: {fit['problem']})" if fit else ""
         return head + (
-            f" Flagged: no all-reduce fit that can be quoted at this backend and world size{why}, "
-            "so the per-call and bandwidth terms cannot be told apart here."
+            " Flagged: the per-call and bandwidth terms cannot be told apart here, for want of "
+            f"an all-reduce fit that can be quoted at this backend and world size{why}."
         )
     saved_ms = (calls - 1) * fit["o"] * 1e3
     band_ms = mib * MiB / fit["w"] * 1e3
