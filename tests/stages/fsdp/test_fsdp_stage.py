@@ -461,15 +461,21 @@ def test_q32_and_q33_answer_at_the_handouts_length_with_the_details_after(tmp_pa
     assert "Optimizer-state sharding splits only" in ctx["q32_details"]
 
 
-def test_the_fsdp_figures_labels_do_not_collide(tmp_path, monkeypatch):
-    import shutil
-
+@pytest.mark.parametrize("runs", [1, 7, 13])
+def test_the_fsdp_figures_labels_do_not_collide(tmp_path, monkeypatch, runs):
+    """The four-GPU reference's runs (7), and as few or as many runs as a preset has (the gpu
+    preset's 13 variants: the reference rows repeated under every label)."""
+    import pandas as pd
     from figure_utils import drawn_figures
     from pipeline_utils import ROOT
 
     from cs336_systems.stages.fsdp import figures
+    from cs336_systems.stages.fsdp.rows import LABELS
 
-    shutil.copy(ROOT / "tests" / "fixtures" / "h200-x4-82f9c7d" / "fsdp.csv", tmp_path)
+    df = pd.read_csv(ROOT / "tests" / "fixtures" / "h200-x4-82f9c7d" / "fsdp.csv")
+    if runs != len(df):
+        df = pd.concat([df] * 2, ignore_index=True).iloc[:runs].assign(variant=list(LABELS)[:runs])
+    df.to_csv(tmp_path / "fsdp.csv", index=False)
     with drawn_figures(monkeypatch, figures) as caught:
         figures.draw(tmp_path, tmp_path / "figures")
     assert [p.name for p, _ in caught] == ["fsdp_memory.png", "fsdp_time.png"]

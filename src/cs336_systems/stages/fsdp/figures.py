@@ -26,19 +26,19 @@ def draw(results_dir: Path, fig_dir: Path) -> list[Path]:
     return [_memory(df, d, labels, paths["memory"]), _time(d, labels, paths["time"])]
 
 
-# a legend under its panel, clear of the bars
-BELOW = {"loc": "upper center", "bbox_to_anchor": (0.5, -0.14), "ncol": 3}
+# a legend right of its panel, clear of the bars and of every label whatever the panel's height
+BESIDE = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0)}
 
 
 def _height(n: int) -> float:
     """A figure's height for `n` runs as horizontal bars: their labels never collide."""
-    return 2.2 + 0.38 * n
+    return 2.4 + 0.38 * n
 
 
 def _memory(df: pd.DataFrame, d: pd.DataFrame, labels: list[str], path: Path) -> Path:
     """The tensors each rank holds (against the analytic count) and the allocator's peak by
     phase, one row per run."""
-    fig, axes = plt.subplots(1, 2, figsize=(13, _height(len(d))))
+    fig, axes = plt.subplots(1, 2, figsize=(15, _height(len(d))))
     held = (
         ("params_mb", "parameters"),
         ("grads_mb", "gradients"),
@@ -51,7 +51,7 @@ def _memory(df: pd.DataFrame, d: pd.DataFrame, labels: list[str], path: Path) ->
         axes[0].plot(a["analytic (MiB)"], list(a["run"]), "k|", ms=14, mew=2, label="analytic")
     axes[0].set_xlabel("MiB per rank (max over ranks)")
     axes[0].set_title("tensors each rank holds")
-    axes[0].legend(fontsize=7, **BELOW)
+    axes[0].legend(fontsize=7, **BESIDE)
     peaks = [
         ("mem_init_peak_mb", "construction"),
         ("mem_forward_peak_mb", "forward"),
@@ -66,7 +66,7 @@ def _memory(df: pd.DataFrame, d: pd.DataFrame, labels: list[str], path: Path) ->
         axes[1].set_yticks(y + 0.4 - height / 2, [""] * len(d))
         axes[1].invert_yaxis()
         axes[1].set_xlabel("peak allocated MiB (max over ranks)")
-        axes[1].legend(fontsize=7, **BELOW)
+        axes[1].legend(fontsize=7, **BESIDE)
     else:
         axes[1].axis("off")
         axes[1].text(0.5, 0.5, "allocator peaks need a GPU (the CUDA allocator's)", ha="center")
@@ -78,7 +78,7 @@ def _memory(df: pd.DataFrame, d: pd.DataFrame, labels: list[str], path: Path) ->
 def _time(d: pd.DataFrame, labels: list[str], path: Path) -> Path:
     """Where a step's time goes per run, and the weight all-gathers hidden behind compute or
     not (one profiled step)."""
-    fig, axes = plt.subplots(1, 2, figsize=(13, _height(len(d))), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(15, _height(len(d))), sharey=True)
     phases = (
         ("fwd_ms_mean", "forward"),
         ("bwd_ms_mean", "backward"),
@@ -89,14 +89,14 @@ def _time(d: pd.DataFrame, labels: list[str], path: Path) -> Path:
     axes[0].errorbar(d["step_ms_mean"], labels, xerr=d["step_ms_std"], fmt="k.", label="step")
     axes[0].set_xlabel("ms per step (slowest rank)")
     axes[0].set_title("time per training step")
-    axes[0].legend(fontsize=7, **BELOW)
+    axes[0].legend(fontsize=7, **BESIDE)
     if "prof_all_gather_ms" in d:
         hidden = d["prof_all_gather_overlapped_ms"].fillna(0).to_numpy()
         total = d["prof_all_gather_ms"].fillna(0).to_numpy()
         axes[1].barh(labels, hidden, label="during compute")
         axes[1].barh(labels, total - hidden, left=hidden, label="exposed")
         axes[1].set_xlabel("all-gather ms in the profiled step")
-        axes[1].legend(fontsize=7, **BELOW)
+        axes[1].legend(fontsize=7, **BESIDE)
     axes[1].set_title("weight all-gathers: hidden behind compute or not")
     fig.tight_layout(w_pad=4)  # the panels' end tick labels apart
     return save(fig, path, tight=False)
