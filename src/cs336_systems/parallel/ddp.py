@@ -284,7 +284,7 @@ def overhead_model(s_bytes: float, w_bps: float, o_s: float, n_b: float) -> floa
 
 
 def optimal_bucket(s_bytes: float, w_bps: float, o_s: float) -> dict:
-    """The minimum of `overhead_model`: n_b* = sqrt(s / (w o)), bucket size sqrt(s w o) (MB),
+    """The minimum of `overhead_model`: n_b* = sqrt(s / (w o)), bucket size sqrt(s w o) (MiB),
     overhead 2 sqrt(s o / w) (ms)."""
     if o_s <= 0 or w_bps <= 0:
         return {"n_b": math.nan, "bucket_mb": math.nan, "overhead_ms": math.nan}

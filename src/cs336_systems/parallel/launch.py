@@ -428,8 +428,12 @@ def finalize_worker() -> None:
         dist.destroy_process_group()
 
 
-def feasibility(backend: str, world_size: int, nnodes: int = 1) -> str | None:
-    """None when this machine can run `world_size` processes of `backend`, else the reason."""
+def feasibility(
+    backend: str, world_size: int, nnodes: int = 1, oversubscribe: bool = False
+) -> str | None:
+    """None when this machine can run `world_size` processes of `backend`, else the reason.
+    `oversubscribe`: gloo runs more processes than cores (they take turns on them: a caller
+    that times them says so, `oversubscribed`)."""
     per_node = math.ceil(world_size / nnodes)
     if backend == "nccl":
         found = gpu_count()
@@ -438,11 +442,16 @@ def feasibility(backend: str, world_size: int, nnodes: int = 1) -> str | None:
             return f"skipped: needs {need} GPUs, found {found * nnodes}"
     elif backend == "gloo":
         cores = available_cores()
-        if cores < per_node:
+        if cores < per_node and not oversubscribe:
             return f"skipped: needs {world_size} CPU cores, found {cores * nnodes}"
     else:
         return f"skipped: unknown backend {backend}"
     return None
+
+
+def oversubscribed(backend: str, world_size: int, nnodes: int = 1) -> bool:
+    """More gloo processes on a node than it has cores for: they take turns on the cores."""
+    return backend == "gloo" and math.ceil(world_size / nnodes) > available_cores()
 
 
 def slowest_steps(times: dict[str, list[float]], ctx) -> dict[str, list[float]]:

@@ -204,15 +204,23 @@ def save(fig, path: Path, tight: bool = True, metadata: dict | None = None) -> P
     return path
 
 
-def stacked_bars(ax, labels, frame: pd.DataFrame, parts, fill: float | None = None) -> None:
+def stacked_bars(
+    ax, labels, frame: pd.DataFrame, parts, fill: float | None = None, horizontal: bool = False
+) -> None:
     """One bar per label, `frame`'s columns stacked in the order of `parts` ((column, legend
-    label) pairs); with `fill`, a missing value counts as it."""
+    label) pairs); with `fill`, a missing value counts as it. `horizontal`: bars along x, the
+    labels down the y axis, first at the top (long labels stay readable side by side)."""
     bottom = np.zeros(len(frame))
     for col, name in parts:
         vals = frame[col] if fill is None else frame[col].fillna(fill)
         vals = vals.to_numpy()
-        ax.bar(labels, vals, bottom=bottom, label=name)
+        if horizontal:
+            ax.barh(labels, vals, left=bottom, label=name)
+        else:
+            ax.bar(labels, vals, bottom=bottom, label=name)
         bottom += vals
+    if horizontal and not ax.yaxis_inverted():
+        ax.invert_yaxis()
 
 
 # a placeholder PNG says so in its metadata: the report names the reason instead of showing it
@@ -320,17 +328,65 @@ def fit_latency_bandwidth(df: pd.DataFrame) -> pd.DataFrame:
         b = g["bytes"].to_numpy(dtype=float)
         a = np.stack([1 / t, b / t], axis=1)
         (o, inv_w), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
-        if o < 0 or inv_w <= 0:
+        clipped = bool(o < 0 or inv_w <= 0)
+        if clipped:
             o, inv_w = 0.0, float(np.mean(t / b))
         pred = o + b * inv_w
-        rows.append(
-            {
-                **dict(zip(ALLREDUCE_GROUP, key, strict=True)),
-                "latency_us": o * 1e6,
-                "bandwidth_gbps": 1 / inv_w / 1e9,
-                "max_rel_residual": float(np.max(np.abs(pred - t) / t)),
-                "points": len(g),
-                "suspect": int(n_out.get(key, 0)),
-            }
+        row = {
+            **dict(zip(ALLREDUCE_GROUP, key, strict=True)),
+            "latency_us": o * 1e6,
+            "bandwidth_gbps": 1 / inv_w / 1e9,
+            "max_rel_residual": float(np.max(np.abs(pred - t) / t)),
+            "points": len(g),
+            "suspect": int(n_out.get(key, 0)),
+            "clipped": clipped,
+            "min_time_us": float(t.min() * 1e6),
+        }
+        row["problem"] = fit_problem(
+            row["latency_us"],
+            row["bandwidth_gbps"],
+            row["max_rel_residual"],
+            row["min_time_us"],
+            clipped,
         )
+        rows.append(row)
     return pd.DataFrame(rows)
+
+
+# no collective call costs less than this (µs): a GPU kernel launch alone takes a few, a gloo
+# call tens; a fitted per-call cost below it is an artefact of the fit, not a cost
+MIN_CALL_US = 1.0
+# a latency-bandwidth fit with a point further off than this (relative) does not describe its
+# curve
+MAX_FIT_RESIDUAL = 0.5
+
+
+def fit_problem(
+    latency_us: float,
+    bandwidth_gbps: float,
+    max_rel_residual: float = float("nan"),
+    min_time_us: float = float("nan"),
+    clipped: bool = False,
+) -> str:
+    """Why a latency-bandwidth fit (t = o + bytes / w) cannot be quoted as a finding, or '' when
+    its parameters are physical: a negative per-call cost (clipped to 0), a per-call cost below
+    `MIN_CALL_US`, or above the fastest measured call of the curve (`min_time_us`: one call
+    cannot cost more than a whole call took), no positive bandwidth, or a poor fit (a point off
+    by more than `MAX_FIT_RESIDUAL`)."""
+    if clipped or latency_us < 0:
+        return "the least-squares per-call cost is negative (clipped to 0)"
+    if not np.isfinite(bandwidth_gbps) or bandwidth_gbps <= 0:
+        return "no positive bandwidth"
+    if latency_us < MIN_CALL_US:
+        return (
+            f"a per-call cost of {fmt(latency_us)} µs is below {MIN_CALL_US:g} µs, less than "
+            f"launching one kernel"
+        )
+    if np.isfinite(min_time_us) and latency_us > min_time_us:
+        return (
+            f"a per-call cost of {fmt(latency_us)} µs is above the fastest measured call "
+            f"({fmt(min_time_us)} µs)"
+        )
+    if np.isfinite(max_rel_residual) and max_rel_residual > MAX_FIT_RESIDUAL:
+        return f"a poor fit: a point is off by {max_rel_residual:.0%}"
+    return ""

@@ -48,6 +48,10 @@ def test_feasibility(monkeypatch):
     assert launch.feasibility("nccl", 2) == "skipped: needs 2 GPUs, found 1"
     assert launch.feasibility("gloo", 2) is None
     assert launch.feasibility("gloo", 6) == "skipped: needs 6 CPU cores, found 2"
+    # the all-reduce stage runs gloo at any world size, the processes taking turns on the cores
+    assert launch.feasibility("gloo", 6, oversubscribe=True) is None
+    assert launch.oversubscribed("gloo", 6) and not launch.oversubscribed("gloo", 2)
+    assert not launch.oversubscribed("nccl", 6)
     monkeypatch.setattr(launch, "gpu_count", lambda: 2)
     assert launch.feasibility("nccl", 2) is None
     assert launch.feasibility("nccl", 4) == "skipped: needs 4 GPUs, found 2"
@@ -87,19 +91,23 @@ def test_fill_missing_keeps_order_and_reason():
 
 @pytest.mark.slow
 def test_gloo_allreduce_end_to_end(monkeypatch):
-    """Two gloo processes through torchrun: checked sums, sane bandwidths; ws 4 skipped."""
-    monkeypatch.setattr(launch, "available_cores", lambda: 2)
+    """Two gloo processes through torchrun: checked sums, sane bandwidths; on one core they
+    still run, marked oversubscribed."""
+    import cs336_systems.core.device as device
+
+    monkeypatch.setattr(launch, "available_cores", lambda: 1)
+    monkeypatch.setattr(device, "available_cores", lambda: 1)
     knobs = block(
-        "allreduce", world_sizes=[2, 4], sizes_mb={"gloo": [0.0625, 0.5], "nccl": [1]},
+        "allreduce", world_sizes=[2], sizes_mb={"gloo": [0.0625, 0.5], "nccl": [1]},
         warmup=2, repeats=5, min_repeats=2, max_seconds_per_size=0.5, timeout_s=240,
     )  # fmt: skip
     args = ar.parse_args(
         ["--backend", "gloo", "--machine", "m", "--preset", "cpu", *knobs, "--out", "unused.csv"]
     )
     rows = [r for n in args.block.world_sizes for r in ar.run_world_size(args, n)]
-    by_ws = {n: [r for r in rows if r["world_size"] == n] for n in (2, 4)}
+    by_ws = {2: rows}
     assert [r["status"] for r in by_ws[2]] == ["ok", "ok"], by_ws[2]
-    assert all(r["status"] == "skipped: needs 4 CPU cores, found 2" for r in by_ws[4])
+    assert all(r["oversubscribed"] and r["cpu_cores"] == 1 and not r["command"] for r in rows)
     for r in by_ws[2]:
         assert r["max_rel_err"] < 1e-6
         assert r["bytes"] == int(r["size_mb"] * 2**20)
@@ -278,7 +286,7 @@ def test_the_allreduce_section_counts_each_kind_once_and_labels_binary_units(tmp
     assert "nccl, 2 processes: bus bandwidth rises from 197 GB/s at 10 MiB" in section
     assert "(1 suspect point excluded: see Suspect numbers)" in section
     fit_row = [x for x in section.splitlines() if x.startswith("| nccl      | default")][-1]
-    assert [c.strip() for c in fit_row.split("|")[-3:-1]] == ["3", "1"]
+    assert [c.strip() for c in fit_row.split("|")[-4:-1]] == ["3", "1", "kept"]
     # sizes are MiB and GiB (2**20, 2**30 bytes); rates GB/s (10**9 bytes/s), as labelled
     assert "1 GiB" in section and "MiB = 2^20 bytes" in section and "GB = 10^9 bytes" in section
     assert not re.search(r"\d MB\b|\d GB\b(?!/s)", section)
@@ -330,3 +338,102 @@ def test_the_section_names_only_the_backends_that_ran(tmp_path):
     section = section.split('<a id="allreduce"></a>', 1)[1]
     assert "NCCL with one process per GPU, started through `torchrun`" in section
     assert "gloo between CPU processes" not in section
+
+
+def test_a_fit_with_unphysical_parameters_is_rejected_with_its_reason():
+    from cs336_systems.reporting.analysis import fit_problem
+
+    assert fit_problem(33.0, 300.0, 0.06, 40.0) == ""
+    assert "negative" in fit_problem(0.0, 300.0, clipped=True)
+    assert "0.070 µs is below 1 µs" in fit_problem(0.07, 300.0)
+    assert "50.00 µs is above the fastest measured call (40.00 µs)" in fit_problem(
+        50.0, 300.0, 0.1, 40.0
+    )
+    assert "off by 80%" in fit_problem(33.0, 300.0, 0.8, 40.0)
+    assert fit_problem(33.0, -1.0) == "no positive bandwidth"
+
+
+def test_a_curve_whose_fit_is_negative_is_marked_and_listed_as_rejected(tmp_path):
+    """gloo times that grow faster than the size: the least-squares latency is negative,
+    clipped to 0; the fit table marks it rejected and the section lists why."""
+    import pandas as pd
+    from fixture_rows import prov
+
+    from cs336_systems.stages.allreduce import analysis
+
+    rows = [
+        {**prov(), "backend": "gloo", "buffers": "default", "world_size": 2, "size_mb": s,
+         "bytes": int(s * 2**20), "status": "ok", "time_ms_median": t, "time_ms_mean": t,
+         "time_ms_std": 0.01 * t, "busbw_gbps": s * 2**20 / t / 1e6, "max_rel_err": 0.0,
+         "warmup": 3, "repeats": 5}
+        for s, t in ((1, 0.5), (10, 10.0), (100, 150.0))
+    ]  # fmt: skip
+    pd.DataFrame(rows).to_csv(tmp_path / "allreduce.csv", index=False)
+    ctx = analysis.context(tmp_path)
+    assert ctx["rejected_fits"] == [
+        "gloo (default buffers), n = 2: the least-squares per-call cost is negative (clipped to 0)"
+    ]
+    assert "rejected: the least-squares per-call cost is negative" in ctx["fit_table"]
+    assert "⚠" in ctx["fit_table"]
+
+
+def test_six_gpu_rows_are_skipped_with_the_command_that_runs_them(monkeypatch):
+    """NCCL at 6 processes on a 2-GPU host: every point a skipped row carrying the command that
+    measures them there (this stage's CLI, the same block at that one world size)."""
+    import shlex
+
+    monkeypatch.setattr(launch, "gpu_count", lambda: 2)
+    knobs = block("allreduce", "gpu", edition=2025)
+    args = ar.parse_args(
+        ["--backend", "nccl", "--machine", "m", "--preset", "gpu", "--edition", "2025", *knobs,
+         "--out", "results/m/allreduce/nccl.csv"]
+    )  # fmt: skip
+    rows = ar.run_world_size(args, 6)
+    assert {r["status"] for r in rows} == {"skipped: needs 6 GPUs, found 2"}
+    command = rows[0]["command"]
+    assert all(r["command"] == command for r in rows)
+    argv = shlex.split(command)
+    assert argv[:3] == ["python3", "-m", "cs336_systems.stages.allreduce"]
+    again = ar.parse_args(argv[3:])
+    assert again.block.world_sizes == [6] and again.backend == "nccl" and again.edition == 2025
+    assert again.block.sizes_mb == args.block.sizes_mb
+    assert str(again.out) == "results/m/allreduce/nccl_n6.csv"
+
+
+def test_the_2025_grid_is_the_handouts_and_the_report_says_what_ran(tmp_path):
+    """2025: gloo on CPU processes and NCCL on GPUs, 1 MiB to 1 GiB, 2/4/6 processes, in the gpu
+    and full presets (the cpu preset a reduced gloo grid); 2026: NCCL only on a GPU. The
+    section counts the asked points this run measured and names the rest with their reason."""
+    import pandas as pd
+
+    from cs336_systems import budget
+    from cs336_systems.stages.allreduce import analysis
+
+    for preset in ("gpu", "full"):
+        g = budget.run_config(edition=2025)["allreduce"][preset]
+        assert g["backends"] == ["gloo", "nccl"] and g["world_sizes"] == [2, 4, 6]
+        assert g["sizes_mb"] == {"gloo": [1, 10, 100, 1024], "nccl": [1, 10, 100, 1024]}
+    assert budget.run_config(edition=2026)["allreduce"]["gpu"]["backends"] == ["nccl"]
+    assert budget.run_config(edition=2025)["allreduce"]["cpu"]["world_sizes"] == [2, 4, 6]
+    df = pd.read_csv(H200_CSV / "allreduce.csv").assign(edition=2025)
+    df.to_csv(tmp_path / "allreduce.csv", index=False)
+    grid = analysis.context(tmp_path)["grid"]
+    ran = ((df["status"] == "ok") & (df["buffers"] == "default")).sum()
+    assert grid[0] == (
+        "The 2025 handout asks for gloo on CPU processes and nccl on GPUs, 1 MiB–1 GiB at 2, 4, 6 "
+        f"processes: 24 points; this run measured {ran} of them:"
+    )
+    assert "gloo on CPU processes, 2 processes: not in this preset's grid (1 MiB–1 GiB)" in grid
+    assert "nccl on GPUs, 6 processes: skipped: needs 6 GPUs, found 2 (1 MiB–1 GiB)" in grid
+
+
+def test_the_allreduce_figures_labels_do_not_collide(tmp_path, monkeypatch):
+    from figure_utils import drawn_figures
+
+    from cs336_systems.stages.allreduce import figures
+
+    results = _h200_results(tmp_path)
+    with drawn_figures(monkeypatch, figures) as caught:
+        figures.draw(results, tmp_path / "figures")
+    assert len(caught) == 2
+    assert all(hits == [] for _, hits in caught), caught

@@ -539,8 +539,11 @@ def test_report_shows_suspect_ddp_runs_marked_and_keeps_them_out_of_sentences(tm
     assert "Runs that did not succeed" not in section and "_(no rows)_" not in section
     assert "marked ⚠ where a table lists it" in section
     # a CPU/gloo run: no GPU wording, no conclusion about peaks it did not measure
-    assert "Peak memory is not measured without CUDA" in section
-    assert "CUDA allocator's maximum" not in section and "does not change" not in section
+    assert (
+        "(after model init, just before the optimizer\nstep, just after it) needs a GPU" in section
+    )
+    assert "counter\nis reset at each point" not in section and "does not change" not in section
+    assert "peak of the optimizer step" not in section  # no allocator rows without CUDA
     assert "communication kernels" not in section
 
 
@@ -606,7 +609,7 @@ def test_bucketed_against_overlap_is_stated_from_the_numbers():
     assert lines[3].startswith(
         "With 1 MiB buckets each bucket holds one gradient tensor (435 buckets for 435 "
         "tensors), the same 435 all-reduces overlap sends, yet 10.25 ms are left after backward "
-        "against 0.44 ms: 9.81 ms more, 22.55 us per bucket"
+        "against 0.44 ms: 9.81 ms more, 22.55 µs per bucket"
     )
     # faster, within the noise, or a single bucket size: said as the numbers say it
     d = _bucket_rows((1025.0, 3.0, 0.44), [(1000.0, 8, 1023.5, 2.0, 0.3)])
@@ -649,7 +652,7 @@ def test_the_committed_h200_run_reads_as_its_numbers(tmp_path):
         "8.49 ms, against 0.43 ms for overlap.",
         "With 1 and 10 MiB buckets each bucket holds one gradient tensor (291 buckets for 291 "
         "tensors), the same 291 all-reduces overlap sends, yet 10.23 and 10.25 ms are left "
-        "after backward against 0.43 ms: 9.80 and 9.82 ms more, 33.68 and 33.75 us per bucket, "
+        "after backward against 0.43 ms: 9.80 and 9.82 ms more, 33.68 and 33.75 µs per bucket, "
         "spent after backward on what the bucketed wrapper does there per bucket (it waits for "
         "the bucket's all-reduce and copies the result back into the gradients; overlap only "
         "waits).",
@@ -758,3 +761,188 @@ def test_the_peer_is_set_beside_our_fastest_run():
     )
     assert peer_sentence(d[d["variant"] != "torch_ddp"]) == ""
     assert peer_sentence(d[d["variant"] == "torch_ddp"]) == ""
+
+
+H200 = ROOT / "tests" / "fixtures" / "h200-x2"
+
+
+def _naive_flat(naive_ms: float, flat_ms: float, std: float, calls: int = 435):
+    """The two-H200 run's variants rows with naive and flat communication set as given, on the
+    2025 XL's 435 gradient tensors (the audit's 61.04 vs 61.02 ms)."""
+    import pandas as pd
+
+    df = pd.read_csv(H200 / "ddp.csv")
+    for variant, ms in (("naive", naive_ms), ("flat", flat_ms)):
+        at = df["variant"] == variant
+        df.loc[at, ["comm_ms_mean", "comm_ms_std", "num_grad_tensors"]] = (ms, std, calls)
+    return df
+
+
+def test_an_impossible_per_call_cost_is_rejected_and_never_used():
+    """naive − flat over the calls saved: 0.040 ms / 434 = 0.092 µs per call, below any
+    collective's cost and far below the all-reduce stage's 18.7 µs: rejected with its reason,
+    left out of the bucket model; a difference within the runs' std is rejected as noise."""
+    import pandas as pd
+
+    from cs336_systems.stages.ddp import answers, rows
+
+    allreduce = pd.read_csv(H200 / "allreduce.csv")
+    fits = rows.comm_fits(_naive_flat(61.04, 61.00, 0.001), allreduce)
+    pair = fits["naive vs flat DDP runs"]
+    assert pair["o"] == pytest.approx(0.04e-3 / 434)
+    assert pair["problem"].startswith("a per-call cost of 0.092 µs is below 1 µs")
+    assert list(rows.usable(fits)) == ["allreduce stage"]
+    assert fits["allreduce stage"]["o"] == pytest.approx(18.74e-6, rel=0.01)
+    lines = answers.fit_lines(fits, rows.variant_runs(_naive_flat(61.04, 61.00, 0.001)))
+    assert "⚠ rejected, not used: a per-call cost of 0.092 µs" in lines[1]
+    noisy = rows.comm_fits(_naive_flat(61.04, 61.02, 0.5), allreduce)["naive vs flat DDP runs"]
+    assert noisy["problem"] == (
+        "naive and flat communication differ by 0.020 ms, within their std (0.50 ms)"
+    )
+
+
+def test_flat_equal_to_naive_is_explained_from_calls_bytes_and_the_fit():
+    """Flat = naive: the 434 calls saved at the all-reduce stage's o against the bandwidth term
+    s/w of the same bytes; where the fit cannot be quoted, flagged instead."""
+    import pandas as pd
+
+    from cs336_systems.core.costs import MiB
+    from cs336_systems.stages.ddp import answers, rows
+
+    df = _naive_flat(61.04, 61.02, 0.5)
+    fit = rows.comm_fits(df, pd.read_csv(H200 / "allreduce.csv"))["allreduce stage"]
+    d = rows.variant_runs(df)
+    naive, flat = rows.one(d, "naive"), rows.one(d, "flat")
+    text = answers.flat_vs_naive(naive, flat, fit)
+    saved = 434 * fit["o"] * 1e3
+    band = naive.grad_mb * MiB / fit["w"] * 1e3
+    assert "naive in 435 calls and flat in one" in text
+    assert f"(n − 1)·o = {saved:.2f} ms, against a bandwidth term s/w = {band:.2f} ms" in text
+    assert "naive communicates 0.020 ms longer (std up to 0.50 ms)" in text
+    assert "of the predicted saving does not show" in text  # 8 ms predicted, 0.02 ms seen
+    # a fit saved costs within the noise: bound by bytes
+    small = {**fit, "o": 1e-6}
+    assert "bound by its bytes, not its calls" in answers.flat_vs_naive(naive, flat, small)
+    flagged = answers.flat_vs_naive(naive, flat, {**fit, "problem": "a poor fit"})
+    assert "Flagged: the per-call and bandwidth terms cannot be told apart" in flagged
+    assert flagged.endswith("(its fit is rejected: a poor fit).")
+    assert "Flagged" in answers.flat_vs_naive(naive, flat, None)
+
+
+def test_the_sharding_step_resets_the_peak_counter_between_its_points(monkeypatch):
+    """The recorded step reads the memory before the optimizer step, resets the peak counter,
+    then steps: the peak after the step is the optimizer step's own, not the backward's."""
+    from cs336_systems.core.harness import StepClock
+    from cs336_systems.stages.ddp import measure
+
+    events: list[str] = []
+    monkeypatch.setattr(measure, "_reset_peak", lambda device: events.append("reset"))
+    monkeypatch.setattr(measure, "_allocated", lambda device: events.append("read") or (1.0, 2.0))
+    model = nn.Linear(4, 5)
+
+    class Wrapper:
+        def __call__(self, x):
+            events.append("forward")
+            return model(x)
+
+        def finish_gradient_synchronization(self):
+            events.append("sync")
+
+    class Optimizer:
+        def step(self):
+            events.append("step")
+
+        def zero_grad(self, set_to_none=True):
+            model.zero_grad(set_to_none=set_to_none)
+
+    x, y = torch.randn(2, 3, 4), torch.randint(0, 5, (2, 3))
+    memory: dict = {}
+    step = measure._memory_step(Wrapper(), model, Optimizer(), x, y, torch.device("cpu"), memory)
+    step(StepClock(torch.device("cpu")))
+    assert events == ["forward", "sync", "step"]  # a timed step reads nothing
+    events.clear()
+    step(StepClock(torch.device("cpu")), record=True)
+    assert events == ["reset", "forward", "sync", "read", "reset", "step", "read"]
+    assert memory["grads_mb"] == pytest.approx(
+        sum(p.numel() * 4 for p in model.parameters()) / 2**20
+    )
+
+
+def _sharding_rows(reset: bool):
+    import pandas as pd
+
+    df = pd.read_csv(H200 / "ddp.csv")
+    df = df[df["kind"] == "sharding"].copy()
+    if reset:  # as a run with the counter reset at each point reads: the step's peak apart
+        df["mem_after_step_peak_mb"] = df["mem_after_step_allocated_mb"] + 25_000.0
+        df["mem_peaks_reset"] = True
+    return df
+
+
+def test_the_three_memory_points_are_read_apart_only_where_the_counter_was_reset():
+    from cs336_systems.stages.ddp import answers, rows
+
+    old = _sharding_rows(reset=False)
+    u, s = (old[old["variant"] == v].iloc[0] for v in ("unsharded", "sharded"))
+    text = answers.sharding(u, s, True, rows.peaks_reset(old))["peaks"]
+    assert "the peaks before and after the step are one number and are not compared" in text
+    assert "peak up to just after the optimizer step" in rows.memory_table(old)
+    new = _sharding_rows(reset=True)
+    u, s = (new[new["variant"] == v].iloc[0] for v in ("unsharded", "sharded"))
+    text = answers.sharding(u, s, True, rows.peaks_reset(new))["peaks"]
+    assert "Peaks, the counter reset at each point: forward+backward 60,431 vs 47,434 MiB" in text
+    assert "the optimizer step itself 77,256 vs 64,259 MiB" in text
+    table = rows.memory_table(new)
+    assert "peak of the optimizer step (reset right before it)" in table
+    assert "allocated just before the optimizer step" in table
+
+
+def test_the_2025_edition_trains_its_own_xl_and_says_so():
+    """`xl` under --edition 2025 is 2025's XL (1600/6400/48/25: 435 gradient tensors), not
+    2026's; the setup names the edition and the shape; a small preset model names the one the
+    handout asks for."""
+    import pandas as pd
+
+    from cs336_systems.core.costs import param_count
+    from cs336_systems.stages.ddp import answers
+    from cs336_systems.stages.ddp import measure as stage
+
+    args = stage.parse_args(
+        ["variants", "--machine", "m", "--preset", "gpu", "--edition", "2025", "--out", "x.csv",
+         *block("ddp", "gpu", edition=2025)]
+    )  # fmt: skip
+    cols = stage._job_columns(args)
+    assert (cols["size"], cols["d_model"], cols["d_ff"], cols["num_layers"]) == (
+        "xl",
+        1600,
+        6400,
+        48,
+    )
+    assert cols["num_heads"] == 25 and cols["params"] == param_count(10_000, 1600, 48, 6400)
+    assert "--edition=2025" in stage.worker_argv(args, ["variants"])
+    row = pd.Series({**cols, "edition": 2025, "preset": "gpu", "backend": "nccl"})
+    assert answers.edition_model(row) == (
+        "the 2025 edition's `xl` (d_model 1600, d_ff 6400, 48 layers, 25 heads; 1,998 M parameters)"
+    )
+    assert answers.handout_model(row) == ""
+    tiny = pd.Series({**row.to_dict(), "size": "tiny", "preset": "cpu"})
+    assert answers.handout_model(tiny) == (
+        "`tiny` is the cpu preset's model, not the one the 2025 handout asks for, its `xl` "
+        "(d_model 1600, d_ff 6400, 48 layers, 25 heads), which the gpu and full presets run: "
+        "no number below is that model's."
+    )
+
+
+def test_the_ddp_figures_labels_do_not_collide(tmp_path, monkeypatch):
+    import shutil
+
+    from figure_utils import drawn_figures
+
+    from cs336_systems.stages.ddp import figures
+
+    for name in ("ddp.csv", "allreduce.csv"):
+        shutil.copy(H200 / name, tmp_path / name)
+    with drawn_figures(monkeypatch, figures) as caught:
+        figures.draw(tmp_path, tmp_path / "figures")
+    assert [p.name for p, _ in caught] == ["ddp_variants.png", "ddp_buckets.png", "ddp_memory.png"]
+    assert all(hits == [] for _, hits in caught), caught

@@ -96,7 +96,7 @@ def test_stage_runs_and_answers_both_questions(tmp_path):
     assert (tmp_path / "raw" / "fsdp_fsdp_rank0.json").exists()
     write_csv(df, tmp_path / "fsdp.csv")
     ctx = analysis.context(tmp_path)
-    assert "expected saving" in ctx["q32"] and "By phase: forward" in ctx["q33"]
+    assert "expected saving" in ctx["q32_details"] and "By phase: forward" in ctx["q33_details"]
     assert "not counted" in next(x for x in ctx["time_table"].splitlines() if "FSDP2" in x)
     assert ctx["analytic_table"] and ctx["memory_table"] and ctx["time_table"]
 
@@ -179,8 +179,8 @@ def test_report_shows_the_suspect_run_marked_and_keeps_it_out_of_sentences(tmp_p
     assert "DDP ⚠ suspect" in ctx["memory_table"].splitlines()[0]
     assert "| DDP ⚠ suspect" in ctx["analytic_table"]
     # Q33 compares FSDP with DDP only on a DDP run that passed the checks, and says so
-    assert "Against DDP" not in ctx["q33"]
-    assert ctx["q33"].endswith(
+    assert "Against DDP" not in ctx["q33_details"]
+    assert ctx["q33_details"].endswith(
         "Left out of this answer: DDP (1 suspect point excluded: see Suspect numbers)."
     )
     section = report.render(results, ["fsdp"]).split('<a id="fsdp"></a>', 1)[1]
@@ -272,17 +272,19 @@ def test_the_four_gpu_reference_answers_from_its_numbers(tmp_path):
     df = pd.read_csv(tmp_path / "fsdp.csv").set_index("variant")
     so, fs = df.loc["sharded_optimizer"], df.loc["fsdp"]
     got = so.mem_backward_peak_mb - fs.mem_backward_peak_mb
-    assert f"a saving of **{got:,.0f} MiB**" in ctx["q32"]
+    assert f"a saving of **{got:,.0f} MiB**" in ctx["q32_details"]
     # the peak shows the parameter half less the gathered weights; the gradient half shows
     # before the optimizer step
     params = 4 * fs.sharded_params / 2 / 2**20
     expect = params - fs.gathered_peak_mb
     assert abs(got - expect) < 0.01 * got
-    assert f": {expect:,.0f} MiB, {abs(got - expect):.2f} MiB from the measured" in ctx["q32"]
+    assert (
+        f": {expect:,.0f} MiB, {abs(got - expect):.2f} MiB from the measured" in ctx["q32_details"]
+    )
     done = so.mem_before_step_allocated_mb - fs.mem_before_step_allocated_mb
-    assert f"{done:,.0f} MiB saved" in ctx["q32"]
-    assert "unexplained" not in ctx["q32"]
-    assert "MB" not in ctx["q32"].replace("MiB", "")
+    assert f"{done:,.0f} MiB saved" in ctx["q32_details"]
+    assert "unexplained" not in ctx["q32_details"]
+    assert "MB" not in ctx["q32_details"].replace("MiB", "")
     calls = lambda r: int(  # noqa: E731
         r.all_gather_into_tensor_calls + r.reduce_scatter_tensor_calls + r.all_reduce_calls
     )
@@ -290,7 +292,7 @@ def test_the_four_gpu_reference_answers_from_its_numbers(tmp_path):
         f"units of a block make {calls(df.loc['fsdp_bf16'])} collective calls a step against "
         f"{calls(df.loc['fsdp_bf16_layer'])} with a unit per layer"
     )
-    assert text in ctx["q33"]
+    assert text in ctx["q33_details"]
     assert "GPU busy in the profiled step" in ctx["time_table"]
     assert ctx["optimizer"] == "fused kernels"
 
@@ -418,7 +420,7 @@ def test_exposed_forward_gathers_are_costed_against_the_same_precision_ddp_forwa
     assert (
         f"the {exposed:.2f} ms of forward gathers outside compute cost the forward at most "
         f"{extra:.2f} ms; the rest ran in time the compute stream had no kernel to run anyway"
-    ) in ctx["q33"]
+    ) in ctx["q33_details"]
 
 
 def test_a_slower_bf16_step_is_called_slower():
@@ -439,3 +441,45 @@ def test_a_slower_bf16_step_is_called_slower():
     assert "goes from 115 to 368 ms (3.20× slower)" in text and "faster" not in text
     df["step_ms_mean"] = [368.0, 115.0]
     assert "(3.20× faster)" in q33._precision_sentence(df)
+
+
+def test_q32_and_q33_answer_at_the_handouts_length_with_the_details_after(tmp_path):
+    """The four-GPU reference: Q33 in 2-3 sentences (one per FSDP run with units of a block,
+    each with its verdict), Q32 in 1-2; the long accounts are the details."""
+    import re
+    import shutil
+
+    from pipeline_utils import ROOT
+
+    shutil.copy(ROOT / "tests" / "fixtures" / "h200-x4-82f9c7d" / "fsdp.csv", tmp_path)
+    ctx = analysis.context(tmp_path)
+    sentences = [x for x in re.split(r"(?<=\.) (?=[A-Z])", ctx["q33"]) if x]
+    assert 2 <= len(sentences) <= 3 and len(ctx["q33"]) < 600, ctx["q33"]
+    assert sentences[0].startswith("FSDP (fp32): the weight all-gathers take 71.58 ms")
+    assert sentences[0].endswith("so they finish in time: compute hides nearly all of their time.")
+    assert "FSDP (bf16 compute)" in sentences[1] and "finish in time only in part" in sentences[1]
+    assert len(ctx["q33_details"]) > 3 * len(ctx["q33"])
+    assert ctx["q33_details"].startswith("FSDP (fp32): the all-gathers")
+    assert len(re.split(r"(?<=\.) (?=[A-Z])", ctx["q32"])) <= 2 and "**12,996 MiB**" in ctx["q32"]
+    assert "Optimizer-state sharding splits only" in ctx["q32_details"]
+
+
+@pytest.mark.parametrize("runs", [1, 7, 13])
+def test_the_fsdp_figures_labels_do_not_collide(tmp_path, monkeypatch, runs):
+    """The four-GPU reference's runs (7), and as few or as many runs as a preset has (the gpu
+    preset's 13 variants: the reference rows repeated under every label)."""
+    import pandas as pd
+    from figure_utils import drawn_figures
+    from pipeline_utils import ROOT
+
+    from cs336_systems.stages.fsdp import figures
+    from cs336_systems.stages.fsdp.rows import LABELS
+
+    df = pd.read_csv(ROOT / "tests" / "fixtures" / "h200-x4-82f9c7d" / "fsdp.csv")
+    if runs != len(df):
+        df = pd.concat([df] * 2, ignore_index=True).iloc[:runs].assign(variant=list(LABELS)[:runs])
+    df.to_csv(tmp_path / "fsdp.csv", index=False)
+    with drawn_figures(monkeypatch, figures) as caught:
+        figures.draw(tmp_path, tmp_path / "figures")
+    assert [p.name for p, _ in caught] == ["fsdp_memory.png", "fsdp_time.png"]
+    assert all(hits == [] for _, hits in caught), caught

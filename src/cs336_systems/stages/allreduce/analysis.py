@@ -16,6 +16,7 @@ from cs336_systems.stages.allreduce.rows import (
     fit_table,
     not_run_table,
     pivot,
+    rejected_fits,
     with_defaults,
 )
 
@@ -58,7 +59,19 @@ def _q22(df: pd.DataFrame, d: pd.DataFrame, shown: pd.DataFrame) -> dict:
         "compare": answers.compare(d),
         "best": answers.best(d),
         "nccl_note": answers.nccl_note(df, d),
+        "grid": answers.grid(df),
+        "oversubscribed": answers.oversubscribed(shown),
+        "commands": _commands(df),
+        "rejected_fits": rejected_fits(df),
     }
+
+
+def _commands(df: pd.DataFrame) -> list[str]:
+    """The commands that measure the skipped points on a host that can run them."""
+    if "command" not in df:
+        return []
+    skipped = df[df["status"].astype(str).str.startswith("skipped")]
+    return sorted(set(skipped["command"].dropna().astype(str)) - {""})
 
 
 def context(results_dir: Path) -> dict:

@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import pandas as pd
 
+from cs336_systems.planning.edition import DEFAULT_EDITION
 from cs336_systems.reporting import sanity
 from cs336_systems.reporting.analysis import fmt
+from cs336_systems.stages.allreduce.plan import HANDOUT_GRID
 from cs336_systems.stages.allreduce.rows import size_label
+
+WHERE = {"gloo": "CPU processes", "nccl": "GPUs"}
 
 
 def size_sentence(label: str, n: int, h: pd.DataFrame, backend: str) -> str:
@@ -71,23 +75,34 @@ def sentences(d: pd.DataFrame, shown: pd.DataFrame) -> list[str]:
 
 
 def compare(d: pd.DataFrame) -> str:
-    """gloo against NCCL at the largest message both measured, per common world size."""
+    """gloo against NCCL at the smallest and the largest message both measured, per common
+    world size (default buffers)."""
+    d = d[d["buffers"] == "default"]
     common = d.groupby("size_mb")["backend"].nunique()
-    both = [s for s, k in common.items() if k > 1]
+    both = sorted(s for s, k in common.items() if k > 1)
     if not both:
         return ""
-    s = max(both)
-    at = d[(d["size_mb"] == s) & (d["buffers"] == "default")]
-    g = at[at["backend"] == "gloo"].set_index("world_size")["time_ms_median"]
-    n = at[at["backend"] == "nccl"].set_index("world_size")["time_ms_median"]
-    ws = sorted(set(g.index) & set(n.index))
-    if not ws:
+    out = []
+    for s in sorted({both[0], both[-1]}):
+        at = d[d["size_mb"] == s]
+        g = at[at["backend"] == "gloo"].set_index("world_size")["time_ms_median"]
+        n = at[at["backend"] == "nccl"].set_index("world_size")["time_ms_median"]
+        ws = sorted(set(g.index) & set(n.index))
+        if ws:
+            text = "; ".join(
+                f"n = {w}: gloo {fmt(g[w], 3)} ms vs NCCL {fmt(n[w], 3)} ms ({fmt(g[w] / n[w], 0)}×)"
+                for w in ws
+            )
+            out.append(f"At {size_label(s)}, {text}.")
+    if not out:
         return ""
-    text = "; ".join(
-        f"n = {w}: gloo {fmt(g[w], 3)} ms vs NCCL {fmt(n[w], 3)} ms ({fmt(g[w] / n[w], 0)}×)"
-        for w in ws
-    )
-    return f"At {size_label(s)}, {text}."
+    at = d[d["size_mb"] == both[-1]].groupby("backend")["time_ms_median"].min()
+    if at["gloo"] > at["nccl"]:
+        out.append(
+            "NCCL moves the data over the GPUs' links and reduces it in GPU kernels; gloo copies "
+            "it through host memory and adds it on the CPU."
+        )
+    return " ".join(out)
 
 
 def best(d: pd.DataFrame) -> dict[str, str]:
@@ -127,4 +142,69 @@ def iterations(shown: pd.DataFrame) -> str:
         f"Per point {_span(shown['warmup'])} warm-up all-reduces, then "
         f"{_span(shown['repeats'])} "
         f"timed samples (fewer for large messages, within a time budget per point)"
+    )
+
+
+def _sizes_text(sizes) -> str:
+    sizes = sorted(sizes)
+    return (
+        size_label(sizes[0])
+        if len(sizes) == 1
+        else f"{size_label(sizes[0])}–{size_label(sizes[-1])}"
+    )
+
+
+def _edition(df: pd.DataFrame) -> int:
+    eds = df["edition"].dropna() if "edition" in df else pd.Series(dtype=float)
+    return int(eds.iloc[0]) if len(eds) else DEFAULT_EDITION
+
+
+def grid(df: pd.DataFrame) -> list[str]:
+    """The handout's grid against this run's (default buffers): per asked backend and world
+    size, the sizes measured, skipped (with why) or not in this preset's grid."""
+    edition = _edition(df)
+    asked = HANDOUT_GRID.get(edition, HANDOUT_GRID[DEFAULT_EDITION])
+    d = df[df["buffers"] == "default"]
+    total = len(asked["backends"]) * len(asked["sizes_mb"]) * len(asked["world_sizes"])
+    n_ok = 0
+    lines = []
+    for backend in asked["backends"]:
+        for n in asked["world_sizes"]:
+            g = d[(d["backend"] == backend) & (d["world_size"] == n)]
+            good = set(g[g["status"] == "ok"]["size_mb"]) & set(asked["sizes_mb"])
+            n_ok += len(good)
+            missing = [x for x in asked["sizes_mb"] if x not in good]
+            if not missing:
+                continue
+            statuses = sorted(set(g[g["size_mb"].isin(missing)]["status"].astype(str)))
+            planned = set(g["size_mb"])
+            absent = [x for x in missing if x not in planned]
+            parts = (
+                [f"{'; '.join(statuses)} ({_sizes_text([x for x in missing if x in planned])})"]
+                if statuses
+                else []
+            )
+            if absent:
+                parts.append(f"not in this preset's grid ({_sizes_text(absent)})")
+            lines.append(f"{backend} on {WHERE[backend]}, {n} processes: {', '.join(parts)}")
+    head = (
+        f"The {edition} handout asks for {' and '.join(f'{b} on {WHERE[b]}' for b in asked['backends'])}, "
+        f"{_sizes_text(asked['sizes_mb'])} at {', '.join(map(str, asked['world_sizes']))} "
+        f"processes: {total} points; this run measured {n_ok} of them"
+    )
+    return [head + (":" if lines else "."), *lines]
+
+
+def oversubscribed(d: pd.DataFrame) -> str:
+    """The gloo world sizes that ran more processes than the host has cores."""
+    if "oversubscribed" not in d:
+        return ""
+    over = d[d["oversubscribed"].fillna(False).astype(bool)]
+    if not len(over):
+        return ""
+    sizes = ", ".join(str(n) for n in sorted(set(over["world_size"])))
+    cores = int(over["cpu_cores"].max())
+    return (
+        f"gloo at n = {sizes} ran more processes than the host's {cores} cores: they take turns "
+        "on the cores, so those times include waiting for a core, not only the collective."
     )

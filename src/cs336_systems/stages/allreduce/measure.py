@@ -5,7 +5,7 @@ machine can run it (gloo: one CPU core per process; NCCL: one GPU per process), 
 workers through torchrun with a timeout, and adds a row per message size to one tidy CSV. A world
 size the machine cannot run gives rows with status `skipped: <reason>`.
 
-Each worker, per message size (float32, MB = 2**20 bytes):
+Each worker, per message size (float32, MiB = 2**20 bytes; the knob `sizes_mb` holds MiB):
 1. correctness: rank r contributes `base * (r + 1)` (`base` uniform random, the same on every
    rank), the sum must be `base * n (n + 1) / 2`; a wrong sum is an `error:` row, never timed;
 2. warm-up all-reduces, then `repeats` samples, each `inner` back-to-back all-reduces after a
@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+from pathlib import Path
 
 from cs336_systems.core.costs import MiB, ring_all_reduce_time
 from cs336_systems.core.harness import StepClock, summarize, synchronize
@@ -182,7 +183,7 @@ def worker(args) -> None:
     ctx = init_worker(args.backend, timeout_s=k.timeout_s)
     rows = []
     for buffers, size_mb in [(b, s) for b in buffers_of(args) for s in sizes_of(args)]:
-        with point(args.backend, f"n={ctx.world_size}", buffers, f"{size_mb:g} MB"):
+        with point(args.backend, f"n={ctx.world_size}", buffers, f"{size_mb:g} MiB"):
             result = run_point(lambda s=size_mb, b=buffers: _measure_size(ctx, s, k, b))
             row = {"buffers": buffers, "size_mb": size_mb, "status": result.status}
             row.update(result.value or {})
@@ -226,7 +227,7 @@ def memory_shortfall(backend: str, world_size: int, nnodes: int, size_mb: float)
     if free is None or need <= free:
         return None
     return (
-        f"skipped: {size_mb:g} MB x 3 buffers x {ranks} ranks needs {need:,.0f} MiB;"
+        f"skipped: {size_mb:g} MiB x 3 buffers x {ranks} ranks needs {need:,.0f} MiB;"
         f" {free:,.0f} MiB on {where}"
     )
 
@@ -249,14 +250,37 @@ def _launch(args: argparse.Namespace, world_size: int, fitting: list[float]):
     return result
 
 
+def rerun_command(args: argparse.Namespace, world_size: int) -> str:
+    """The command that measures this job's points at `world_size` alone (on a host that can
+    run it): this stage's CLI with the same run, backend and block, one world size."""
+    from cs336_systems.parallel.launch import stage_command
+    from cs336_systems.planning.knobs import block_text
+
+    block = dataclasses.replace(args.block, world_sizes=[world_size])
+    out = Path(args.out or "allreduce.csv")
+    argv = [
+        f"--machine={args.machine}",
+        f"--preset={args.preset}",
+        f"--edition={args.edition}",
+        f"--backend={args.backend}",
+        f"--out={out.with_name(f'{out.stem}_n{world_size}{out.suffix}')}",
+        "--block",
+        block_text(block.as_block()),
+    ]
+    return stage_command("allreduce", argv)
+
+
 def run_world_size(args: argparse.Namespace, world_size: int) -> list[dict]:
-    """Measure (or skip) every size at one world size; rows without provenance."""
-    from cs336_systems.parallel.launch import fill_missing
+    """Measure (or skip) every size at one world size; rows without provenance. gloo runs at
+    any world size (processes beyond the cores take turns: `oversubscribed`); a row skipped for
+    want of GPUs carries the command that measures it where they exist."""
+    from cs336_systems.core.device import available_cores
+    from cs336_systems.parallel.launch import fill_missing, oversubscribed
 
     k: AllreduceKnobs = args.block
     backend, nnodes, sizes = args.backend, k.launcher.nnodes, sizes_of(args)
     planned = [{"buffers": b, "size_mb": s} for b in buffers_of(args) for s in sizes]
-    reason = feasibility(backend, world_size, nnodes)
+    reason = feasibility(backend, world_size, nnodes, oversubscribe=True)
     if reason is None and world_size % nnodes:
         reason = f"skipped: world size {world_size} not divisible by {nnodes} nodes"
     # sizes that cannot fit are rows before anything is launched
@@ -275,6 +299,7 @@ def run_world_size(args: argparse.Namespace, world_size: int) -> list[dict]:
         rows = fill_missing(runs, result.rows, POINT_KEYS, failure)
         rows += [{**p, "status": too_big[p["size_mb"]]} for p in planned if p not in runs]
     env_text = ";".join(f"{key}={v}" for key, v in sorted(k.env.items()))
+    command = rerun_command(args, world_size) if reason else ""
     for row in rows:
         row.update(
             {
@@ -284,8 +309,13 @@ def run_world_size(args: argparse.Namespace, world_size: int) -> list[dict]:
                 "nnodes": nnodes,
                 "bytes": message_numel(row["size_mb"]) * 4,
                 "env": env_text,
+                "cpu_cores": available_cores() if backend == "gloo" else None,
+                "oversubscribed": oversubscribed(backend, world_size, nnodes),
+                "command": command,
             }
         )
+    if reason:
+        log.warning("%s; the command that runs it: %s", reason, command)
     return rows
 
 

@@ -14,11 +14,17 @@ from cs336_systems.planning.knobs import Env, Knobs, Launcher, knob
 
 # every rank holds the reference, its contribution and the buffer it all-reduces
 BUFFERS_PER_RANK = 3
+# the grid each handout's distributed_communication_single_node asks for: its backends, float32
+# messages of 1 MB to 1 GB (MiB to GiB here) and 2, 4 and 6 processes
+HANDOUT_GRID = {
+    2025: {"backends": ("gloo", "nccl"), "sizes_mb": (1, 10, 100, 1024), "world_sizes": (2, 4, 6)},
+    2026: {"backends": ("nccl",), "sizes_mb": (1, 10, 100, 1024), "world_sizes": (2, 4, 6)},
+}
 
 
 def _sizes(backend: str):
     return knob(
-        f"{backend}'s float32 message sizes (MB = 2**20 bytes)",
+        f"{backend}'s float32 message sizes in MiB (2**20 bytes)",
         minItems=1,
         uniqueItems=True,
         items={"exclusiveMinimum": 0},

@@ -54,15 +54,23 @@ def pivot(df: pd.DataFrame, backend: str, buffers: str = "default") -> str:
 
 
 def fit_table(df: pd.DataFrame) -> str:
-    """The latency-bandwidth fit of each curve (suspect points left out, and counted)."""
+    """The latency-bandwidth fit of each curve (suspect points left out, and counted), and
+    whether its parameters are physical (`reporting/analysis.py:fit_problem`): a rejected fit's
+    values are marked and it is quoted nowhere."""
     fits = fit_latency_bandwidth(df)
     if not len(fits):
         return ""
     columns = [*GROUP, "latency_us", "bandwidth_gbps", "max_rel_residual", "points", "suspect"]
+    t = fits[columns].copy()
+    rejected = fits["problem"].astype(bool)
+    t["latency_us"] = [
+        mark_suspect(fmt(v), bool(r)) for v, r in zip(t["latency_us"], rejected, strict=True)
+    ]
+    t["fit"] = ["rejected: " + p if p else "kept" for p in fits["problem"]]
     return md_table(
-        fits[columns].rename(
+        t.rename(
             columns={
-                "latency_us": "latency o (us)",
+                "latency_us": "latency o (µs)",
                 "bandwidth_gbps": "bandwidth w (GB/s)",
                 "max_rel_residual": "max rel. residual",
                 "points": "points fitted",
@@ -70,6 +78,18 @@ def fit_table(df: pd.DataFrame) -> str:
             }
         )
     )
+
+
+def rejected_fits(df: pd.DataFrame) -> list[str]:
+    """One line per curve whose fit is rejected, with the reason."""
+    fits = fit_latency_bandwidth(df)
+    if not len(fits):
+        return []
+    bad = fits[fits["problem"].astype(bool)]
+    return [
+        f"{r.backend} ({r.buffers} buffers), n = {r.world_size}: {r.problem}"
+        for r in bad.itertuples()
+    ]
 
 
 def not_run_table(df: pd.DataFrame) -> str:

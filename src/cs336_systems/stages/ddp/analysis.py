@@ -33,8 +33,10 @@ from cs336_systems.stages.ddp.rows import (
     is_suspect_run,
     memory_table,
     one,
+    peaks_reset,
     sharding_runs,
     shown_buckets,
+    usable,
     variant_runs,
     variant_table,
 )
@@ -46,6 +48,7 @@ def _overview(df: pd.DataFrame, d: pd.DataFrame) -> dict:
     return {
         "available": True,
         "setup": answers.setup(df),
+        "setup_model": answers.handout_model(df.iloc[0]),
         "n_points": len(df),
         "n_ok": len(ran(df)),
         "failed_table": md_table(
@@ -63,9 +66,9 @@ def _overview(df: pd.DataFrame, d: pd.DataFrame) -> dict:
     }
 
 
-def _variants(d: pd.DataFrame, results_dir: Path) -> dict:
-    """The variants table, the compute-only step, Q23-Q25 where their runs passed the checks,
-    and the profiled steps' traces."""
+def _variants(d: pd.DataFrame, results_dir: Path, fits: dict[str, dict]) -> dict:
+    """The variants table, the compute-only step, Q23-Q25 where their runs passed the checks
+    (Q24 read against the all-reduce stage's fit in `fits`), and the profiled steps' traces."""
     base = one(d, "baseline")
     base_ms = float(base.step_ms_mean) if base is not None else math.nan
     ctx = {
@@ -77,6 +80,7 @@ def _variants(d: pd.DataFrame, results_dir: Path) -> dict:
         ctx["q23"] = answers.q23(naive, base, base_ms)
     if naive is not None and flat is not None:
         ctx["q24"] = answers.q24(naive, flat)
+        ctx["q24_why"] = answers.flat_vs_naive(naive, flat, fits.get("allreduce stage"))
     if overlap is not None:
         ctx["q25"] = answers.q25(d, overlap, base)
     traces = sorted(set(ok(d).get("trace", pd.Series(dtype=str)).dropna().astype(str)) - {""})
@@ -90,7 +94,7 @@ def _q26(df: pd.DataFrame, d: pd.DataFrame, allreduce: pd.DataFrame) -> dict:
     """Bucket sizes against the overhead model (the fits, the table, the fastest size, the
     model's optimum and error) and against per-parameter overlap and the peer."""
     fits = comm_fits(df, allreduce)
-    fit_name = next(iter(fits), None)
+    fit_name = next(iter(usable(fits)), None)
     fit = fits.get(fit_name) if fit_name else None
     bt = bucket_table(df, fit)
     ctx: dict = {
@@ -134,7 +138,7 @@ def _q27(df: pd.DataFrame) -> dict:
     if {"unsharded", "sharded"} <= set(m["variant"]):
         u = m[m["variant"] == "unsharded"].iloc[0]
         s = m[m["variant"] == "sharded"].iloc[0]
-        out.update(answers.sharding(u, s, out["measured_peaks"]))
+        out.update(answers.sharding(u, s, out["measured_peaks"], peaks_reset(shown)))
     return out
 
 
@@ -144,8 +148,9 @@ def context(results_dir: Path) -> dict:
         return {"available": False}
     d = variant_runs(df)
     ctx = _overview(df, d)
-    ctx.update(_variants(d, results_dir))
-    ctx.update(_q26(df, d, load(results_dir, "allreduce")))
+    allreduce = load(results_dir, "allreduce")
+    ctx.update(_variants(d, results_dir, comm_fits(df, allreduce)))
+    ctx.update(_q26(df, d, allreduce))
     ctx.update(_q27(df))
     return ctx
 

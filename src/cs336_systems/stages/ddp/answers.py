@@ -12,9 +12,11 @@ import pandas as pd
 
 from cs336_systems.core.costs import MiB
 from cs336_systems.parallel.ddp import optimal_bucket
+from cs336_systems.planning.edition import DEFAULT_EDITION, size_table
 from cs336_systems.reporting import sanity
 from cs336_systems.reporting.analysis import fmt, ok, pct
 from cs336_systems.stages.ddp.peer import BUCKET_MB
+from cs336_systems.stages.ddp.plan import HANDOUT_SIZE
 from cs336_systems.stages.ddp.rows import is_suspect_run, one, optimizer_names
 
 
@@ -40,11 +42,53 @@ def optimizers(df: pd.DataFrame) -> str:
     return "AdamW (" + ", ".join(f"`{n}`" for n in names) + ": each run's in the table)"
 
 
+def model_text(spec: dict) -> str:
+    return (
+        f"d_model {int(spec['d_model'])}, d_ff {int(spec['d_ff'])}, {int(spec['num_layers'])} "
+        f"layers, {int(spec['num_heads'])} heads"
+    )
+
+
+def _edition(first: pd.Series) -> int:
+    value = first.get("edition", DEFAULT_EDITION)
+    return DEFAULT_EDITION if pd.isna(value) else int(value)
+
+
+def edition_model(first: pd.Series) -> str:
+    """The model the runs trained, named in its edition's table (its shape from the row, or
+    from the table for rows older than the shape columns)."""
+    edition = _edition(first)
+    size = str(first["size"])
+    spec = {k: first[k] for k in ("d_model", "d_ff", "num_layers", "num_heads") if k in first}
+    if len(spec) < 4 or pd.isna(spec["d_model"]):
+        spec = size_table(edition).get(size)
+    text = f"the {edition} edition's `{size}`"
+    if spec:
+        text += f" ({model_text(spec)}; {fmt(first['params'] / 1e6, 1)} M parameters)"
+    return text
+
+
+def handout_model(first: pd.Series) -> str:
+    """Where the runs' model is not the one the edition's handout asks for (a preset's small
+    model), which one it asks for; '' where it is."""
+    edition, size = _edition(first), str(first["size"])
+    if size == HANDOUT_SIZE:
+        return ""
+    spec = model_text(size_table(edition)[HANDOUT_SIZE])
+    return (
+        f"`{size}` is the {first.get('preset', 'this')} preset's model, not the one the "
+        f"{edition} handout asks for, its `{HANDOUT_SIZE}` ({spec}), which the gpu and full "
+        "presets run: no number below is that model's."
+    )
+
+
 def setup(df: pd.DataFrame) -> str:
     """The model, batch, backend, optimizer and step counts the runs share (the first row's)."""
     first = df.iloc[0]
+    tensors = df.get("num_grad_tensors", pd.Series(dtype=float)).dropna()
+    per_step = f", {int(tensors.iloc[0])} gradient tensors" if len(tensors) else ""
     return (
-        f"model `{first['size']}` ({fmt(first['params'] / 1e6, 1)} M parameters), context "
+        f"model {edition_model(first)}{per_step}, context "
         f"{int(first['context_length'])}, batch {int(first['batch_per_rank'])} per rank, "
         f"{first['backend']} with {int(first['world_size'])} processes"
         f"{' (one per GPU)' if first['backend'] == 'nccl' else ' on the CPU'}, "
@@ -83,26 +127,64 @@ def q23(naive: pd.Series, base: pd.Series | None, base_ms: float) -> str:
 
 
 def q24(naive: pd.Series, flat: pd.Series) -> str:
-    """One all-reduce of the flattened gradients against one per tensor."""
+    """One all-reduce of the flattened gradients against one per tensor: the measured times
+    (the why, from the calls and bytes per step, is `flat_vs_naive`)."""
     ratio = naive.comm_ms_mean / flat.comm_ms_mean
-    calls = int(naive.num_grad_tensors)
-    if ratio > 1:
-        verdict = (
-            f"{fmt(ratio)}× less communication time): one call pays the per-call cost once "
-            f"instead of {calls} times, at the price of copying the gradients into and out "
-            "of one buffer."
-        )
+    noise = float(max(naive.comm_ms_std, flat.comm_ms_std))
+    gap = float(naive.comm_ms_mean - flat.comm_ms_mean)
+    if abs(gap) <= noise:
+        verdict = f"the same within the runs' std of {fmt(noise)} ms"
+    elif ratio > 1:
+        verdict = f"{fmt(ratio)}× less communication time"
     else:
-        verdict = (
-            f"{fmt(1 / ratio)}× more communication time): here the {calls} per-call costs "
-            "saved weigh less than copying the gradients into and out of one buffer and "
-            "reducing it in one piece."
-        )
+        verdict = f"{fmt(1 / ratio)}× more communication time"
     return (
         f"One all-reduce of the flattened gradients: {fmt(flat.step_ms_mean)} ms per step and "
         f"{fmt(flat.comm_ms_mean)} ms communicating, against {fmt(naive.step_ms_mean)} ms and "
-        f"{fmt(naive.comm_ms_mean)} ms naive ({verdict}"
+        f"{fmt(naive.comm_ms_mean)} ms naive ({verdict})."
     )
+
+
+def flat_vs_naive(naive: pd.Series, flat: pd.Series, fit: dict | None) -> str:
+    """Why flat is (or is not) faster than naive, from the calls and bytes of a step and the
+    all-reduce stage's fit at the same backend and world size: the per-call costs flat saves,
+    (calls − 1)·o, against the bandwidth term s/w both pay; flagged where there is no fit that
+    can be quoted."""
+    calls, mib = int(naive.num_grad_tensors), float(naive.grad_mb)
+    head = (
+        f"Per step both move the same {fmt(mib)} MiB of gradients, naive in {calls} calls and "
+        f"flat in one plus a copy into and out of one buffer."
+    )
+    if fit is None or fit.get("problem"):
+        why = f" (its fit is rejected: {fit['problem']})" if fit else ""
+        return head + (
+            " Flagged: the per-call and bandwidth terms cannot be told apart here, for want of "
+            f"an all-reduce fit that can be quoted at this backend and world size{why}."
+        )
+    saved_ms = (calls - 1) * fit["o"] * 1e3
+    band_ms = mib * MiB / fit["w"] * 1e3
+    gap = float(naive.comm_ms_mean - flat.comm_ms_mean)
+    noise = float(max(naive.comm_ms_std, flat.comm_ms_std))
+    text = head + (
+        f" With the all-reduce stage's fit (o = {fmt(fit['o'] * 1e6)} µs per call, w = "
+        f"{fmt(fit['w'] / 1e9)} GB/s), the {calls - 1} calls flat saves cost (n − 1)·o = "
+        f"{fmt(saved_ms)} ms, against a bandwidth term s/w = {fmt(band_ms)} ms both pay "
+        f"({pct(saved_ms / (saved_ms + band_ms))} of naive's predicted time); measured, "
+        f"{'naive' if gap >= 0 else 'flat'} communicates {fmt(abs(gap))} ms longer (std up to "
+        f"{fmt(noise)} ms)."
+    )
+    if saved_ms <= max(noise, 0.1 * band_ms):
+        return text + (
+            " The communication is bound by its bytes, not its calls: what flat saves is within "
+            "the noise, so flat equals naive."
+        )
+    if gap < saved_ms - noise:
+        return text + (
+            f" {fmt(saved_ms - gap)} ms of the predicted saving does not show: flat spends it "
+            "copying the gradients into the flat buffer and back, which the fit leaves out (and "
+            "large messages reach the fit's bandwidth per call, whatever their number)."
+        )
+    return text + " The measured saving matches the per-call costs flat no longer pays."
 
 
 def q25(d: pd.DataFrame, overlap: pd.Series, base: pd.Series | None) -> str:
@@ -141,8 +223,9 @@ def fit_lines(fits: dict[str, dict], d: pd.DataFrame) -> list[str]:
     """One line per latency-bandwidth fit; the naive-flat pair's absence where a run of it is
     suspect."""
     lines = [
-        f"{name}: o = {fmt(f['o'] * 1e6, 1)} us per call, w = {fmt(f['w'] / 1e9)} GB/s"
+        f"{name}: o = {fmt(f['o'] * 1e6, 1)} µs per call, w = {fmt(f['w'] / 1e9)} GB/s"
         + sanity.excluded(f.get("suspect", 0))
+        + (f" ⚠ rejected, not used: {f['problem']}" if f.get("problem") else "")
         for name, f in fits.items()
     ]
     n_pair = sum(is_suspect_run(d, v) for v in ("naive", "flat"))
@@ -296,7 +379,7 @@ def bucket_vs_overlap(d: pd.DataFrame) -> list[str]:
         if (extra > 0).all():
             text += (
                 f": {_and(fmt(x) for x in extra)} ms more, "
-                f"{_and(fmt(x / n * 1e3) for x in extra)} us per bucket, spent after backward "
+                f"{_and(fmt(x / n * 1e3) for x in extra)} µs per bucket, spent after backward "
                 "on what the bucketed wrapper does there per bucket (it waits for the bucket's "
                 "all-reduce and copies the result back into the gradients; overlap only waits)"
             )
@@ -304,9 +387,43 @@ def bucket_vs_overlap(d: pd.DataFrame) -> list[str]:
     return out
 
 
-def sharding(u: pd.Series, s: pd.Series, measured_peaks: bool) -> dict[str, str]:
+def _peaks(u: pd.Series, s: pd.Series, reset: bool) -> str:
+    """The three memory points, unsharded against sharded: after init, just before and just
+    after the optimizer step; with `reset`, each peak counts from the previous point."""
+    saved = u.mem_before_step_allocated_mb - s.mem_before_step_allocated_mb
+    text = (
+        f"Allocated after model and optimizer init: {fmt(u.mem_init_allocated_mb)} MiB "
+        f"unsharded vs {fmt(s.mem_init_allocated_mb)} MiB sharded (AdamW allocates its state at "
+        f"its first step, so init costs the same); just before the optimizer step "
+        f"{fmt(u.mem_before_step_allocated_mb)} vs {fmt(s.mem_before_step_allocated_mb)} MiB "
+        f"({fmt(saved)} MiB saved, the optimizer state one rank no longer holds); just after it "
+        f"{fmt(u.mem_after_step_allocated_mb)} vs {fmt(s.mem_after_step_allocated_mb)} MiB."
+    )
+    if not reset:
+        return text + (
+            f" Peaks: {fmt(u.mem_after_step_peak_mb)} vs {fmt(s.mem_after_step_peak_mb)} MiB, "
+            "counted from the job's start by one counter (these rows predate its reset between "
+            "the points), so the peaks before and after the step are one number and are not "
+            "compared."
+        )
+    fb, step = u.mem_before_step_peak_mb, u.mem_after_step_peak_mb
+    why = (
+        "the optimizer step's temporaries on top of the whole state outweigh the activations"
+        if step > fb
+        else "the activations outweigh what the optimizer step adds"
+    )
+    return text + (
+        f" Peaks, the counter reset at each point: forward+backward {fmt(fb)} vs "
+        f"{fmt(s.mem_before_step_peak_mb)} MiB, the optimizer step itself {fmt(step)} vs "
+        f"{fmt(s.mem_after_step_peak_mb)} MiB; unsharded, the optimizer step's peak is "
+        f"{'above' if step > fb else 'below'} forward+backward's ({why})."
+    )
+
+
+def sharding(u: pd.Series, s: pd.Series, measured_peaks: bool, reset: bool) -> dict[str, str]:
     """The unsharded (`u`) against the sharded (`s`) run: the optimizer state each rank holds
-    (`state`), the peaks where measured (`peaks`) and the time per step (`time`)."""
+    (`state`), the three memory points where measured (`peaks`; `reset`: each peak counts from
+    the previous point) and the time per step (`time`)."""
     n = int(s.world_size)
     out = {
         "state": (
@@ -317,15 +434,7 @@ def sharding(u: pd.Series, s: pd.Series, measured_peaks: bool) -> dict[str, str]
         )
     }
     if measured_peaks:
-        saved = u.mem_after_step_peak_mb - s.mem_after_step_peak_mb
-        out["peaks"] = (
-            f"Peak memory after the optimizer step: {fmt(u.mem_after_step_peak_mb)} MiB "
-            f"unsharded vs {fmt(s.mem_after_step_peak_mb)} MiB sharded ({fmt(saved)} MiB saved, "
-            f"{pct(saved / u.mem_after_step_peak_mb)}); before the step "
-            f"{fmt(u.mem_before_step_peak_mb)} vs {fmt(s.mem_before_step_peak_mb)} MiB; after "
-            f"construction {fmt(u.mem_init_peak_mb)} vs {fmt(s.mem_init_peak_mb)} MiB (AdamW "
-            f"allocates its state at the first step, so construction costs the same)."
-        )
+        out["peaks"] = _peaks(u, s, reset)
     out["time"] = (
         f"Time per step: {fmt(u.step_ms_mean)} ms unsharded vs {fmt(s.step_ms_mean)} ms "
         f"sharded; the optimizer step itself {fmt(u.opt_ms_mean)} vs {fmt(s.opt_ms_mean)} ms "

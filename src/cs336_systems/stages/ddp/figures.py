@@ -14,7 +14,14 @@ from cs336_systems.core.costs import MiB
 from cs336_systems.reporting.analysis import empty_figure, load, ok, ran, save, stacked_bars
 from cs336_systems.reporting.timelines import Panel, panel_from_rows
 from cs336_systems.reporting.timelines import draw as draw_timelines
-from cs336_systems.stages.ddp.rows import comm_fits, one, run_label, variant_runs
+from cs336_systems.stages.ddp.rows import (
+    comm_fits,
+    one,
+    peaks_reset,
+    run_label,
+    usable,
+    variant_runs,
+)
 
 PARTS = [("fwd_bwd", "forward+backward"), ("comm", "gradient sync"), ("opt", "optimizer step")]
 
@@ -42,13 +49,14 @@ def _variants(d: pd.DataFrame, path: Path) -> Path:
         run_label(r.variant, r.bucket_size_mb if r.variant == "bucketed" else None)
         for r in d.itertuples()
     ]
-    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(d)), 4))
-    stacked_bars(ax, labels, d, [(f"{col}_ms_mean", name) for col, name in PARTS])
-    ax.errorbar(labels, d["step_ms_mean"], yerr=d["step_ms_std"], fmt="k.", label="step (total)")
-    ax.set_ylabel("ms per training step (slowest rank)")
+    # horizontal bars: the runs' labels, read side by side, never collide
+    fig, ax = plt.subplots(figsize=(7.5, 1.2 + 0.4 * len(d)))
+    parts = [(f"{col}_ms_mean", name) for col, name in PARTS]
+    stacked_bars(ax, labels, d, parts, horizontal=True)
+    ax.errorbar(d["step_ms_mean"], labels, xerr=d["step_ms_std"], fmt="k.", label="step (total)")
+    ax.set_xlabel("ms per training step (slowest rank)")
     ax.set_title("DDP variants: where a step's time goes")
-    ax.tick_params(axis="x", rotation=30)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return save(fig, path)
 
 
@@ -64,7 +72,7 @@ def _buckets(df: pd.DataFrame, d: pd.DataFrame, allreduce: pd.DataFrame, path: P
         b["bucket_size_mb"], b["step_ms_mean"], yerr=b["step_ms_std"], marker="o", label="measured"
     )
     base = one(d, "baseline")
-    fits = comm_fits(df, allreduce)
+    fits = usable(comm_fits(df, allreduce))
     if base is not None:
         ax.axhline(base.step_ms_mean, color="gray", ls=":", label="compute only")
         s = float(b["grad_mb"].iloc[0]) * MiB
@@ -102,10 +110,11 @@ def _memory(df: pd.DataFrame, path: Path) -> Path:
     axes[0].set_ylabel("MiB per rank")
     axes[0].set_title("tensors held per rank")
     axes[0].legend(fontsize=8)
+    # each peak since the previous point (measure.py resets the counter at each)
     peaks = [
-        ("mem_init_peak_mb", "after construction"),
-        ("mem_before_step_peak_mb", "before optimizer step"),
-        ("mem_after_step_peak_mb", "after optimizer step"),
+        ("mem_init_peak_mb", "up to\nmodel init"),
+        ("mem_before_step_peak_mb", "forward+\nbackward"),
+        ("mem_after_step_peak_mb", "optimizer\nstep"),
     ]
     if m["mem_after_step_peak_mb"].notna().any():
         x = np.arange(len(peaks))
@@ -116,8 +125,10 @@ def _memory(df: pd.DataFrame, path: Path) -> Path:
         axes[1].legend(fontsize=8)
     else:
         axes[1].axis("off")
-        axes[1].text(0.5, 0.5, "peak memory is measured on CUDA only", ha="center")
-    axes[1].set_title("peak memory")
+        axes[1].text(0.5, 0.5, "peak memory needs a GPU (the CUDA allocator's)", ha="center")
+    axes[1].set_title(
+        "peak memory, reset at each point" if peaks_reset(m) else "peak memory since the start"
+    )
     return save(fig, path)
 
 

@@ -191,7 +191,7 @@ def profile_variant(model, variant: str, bucket: float | None, args, ctx, x, y) 
 
 
 def _bucket_text(bucket: float | None) -> str:
-    return f"bucket {bucket:g} MB" if bucket is not None else ""
+    return f"bucket {bucket:g} MiB" if bucket is not None else ""
 
 
 def _baseline(model, args, ctx, x, y) -> dict:
@@ -284,17 +284,26 @@ def _allocated(device) -> tuple[float, float]:
     return _mb(torch.cuda.memory_allocated(device)), _mb(torch.cuda.max_memory_allocated(device))
 
 
-def _memory_step(ddp, model, optimizer, x, y, device, memory: dict):
-    """The sharding job's training step; with `record`, the memory just before and after the
-    optimizer step and the gradients' bytes go into `memory`."""
+def _reset_peak(device) -> None:
+    """Restart the CUDA allocator's peak counter (nothing to restart elsewhere): each of the
+    sharding job's three points reads the peak since the previous one, not since the start."""
     import torch
+
+    if device.type == "cuda":
+        synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def _memory_step(ddp, model, optimizer, x, y, device, memory: dict):
+    """The sharding job's training step; with `record`, into `memory`: the allocated bytes and
+    the peak of forward+backward just before the optimizer step (the peak counter reset at the
+    step's start), the same just after the optimizer step (the counter reset right before it,
+    so that peak is the optimizer step's own), and the gradients' bytes."""
     import torch.nn.functional as F
 
-    cuda = device.type == "cuda"
-
     def step(clock: StepClock, record: bool = False) -> None:
-        if record and cuda:
-            torch.cuda.reset_peak_memory_stats(device)
+        if record:
+            _reset_peak(device)
         clock.mark("start")
         logits = ddp(x)
         F.cross_entropy(logits.flatten(0, 1), y.flatten()).backward()
@@ -306,6 +315,7 @@ def _memory_step(ddp, model, optimizer, x, y, device, memory: dict):
             memory["before_alloc"], memory["before_peak"] = _allocated(device)
             grads = [p.grad for p in model.parameters() if p.grad is not None]
             memory["grads_mb"] = _mb(sum(g.numel() * g.element_size() for g in grads))
+            _reset_peak(device)
         optimizer.step()
         if record:
             synchronize(device)
@@ -325,7 +335,10 @@ def _state_mb(optimizer) -> float:
     return _mb(sum(v.numel() * v.element_size() for v in state))
 
 
-# the memory columns of a sharding row, each the max over ranks
+# the memory columns of a sharding row, each the max over ranks. The three points: after
+# building the model and optimizer (peak since the job's start), just before the optimizer step
+# of a measured step (peak of its forward+backward: the counter reset at the step's start) and
+# just after it (peak of the optimizer step alone: the counter reset right before it)
 MEMORY_COLUMNS = (
     "mem_start_mb",
     "mem_init_allocated_mb",
@@ -348,8 +361,7 @@ def _memory_point(args, ctx, sharded: bool) -> dict:
 
     k: DdpKnobs = args.block
     device = ctx.device
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+    _reset_peak(device)
     start_alloc, _ = _allocated(device)
     model = build(args, device)
     ddp = DDPOverlapIndividual(model)
@@ -375,6 +387,8 @@ def _memory_point(args, ctx, sharded: bool) -> dict:
             "grads_mb": memory["grads_mb"],
             "num_params": sum(p.numel() for p in model.parameters()),
             "optimizer": optimizer_impl(optimizer),
+            # each peak counts from the previous point (the report reads older rows apart)
+            "mem_peaks_reset": device.type == "cuda",
         }
     )
     ddp.remove_hooks()
@@ -403,7 +417,7 @@ def run_sharding(args, ctx) -> list[dict]:
             with point(variant):
                 log.log(
                     status_level(r["status"]),
-                    "%s step %.2f ms, peak after step %.0f MB, optimizer state %.0f MB",
+                    "%s step %.2f ms, peak in the optimizer step %.0f MiB, optimizer state %.0f MiB",
                     r["status"],
                     r.get("step_ms_mean", math.nan),
                     r.get("mem_after_step_peak_mb", math.nan),
@@ -502,6 +516,8 @@ def _job_columns(args) -> dict:
         "world_size": k.world_size,
         "nnodes": k.launcher.nnodes,
         "size": k.size,
+        # the model the size names in this run's edition (2025's xl is not 2026's)
+        **{key: spec[key] for key in ("d_model", "d_ff", "num_layers", "num_heads")},
         "params": param_count(VOCAB_SIZE, spec["d_model"], spec["num_layers"], spec["d_ff"]),
         "context_length": k.context_length,
         "batch_per_rank": k.batch_per_rank,

@@ -11,6 +11,9 @@ from cs336_systems.planning.estimate import Costs, EtaKeys, Job, world_jobs
 from cs336_systems.planning.knobs import Env, Knobs, Launcher, knob
 
 Variant = Literal["naive", "flat", "overlap", "bucketed", "torch_ddp"]
+# the model both handouts' DDP and sharding parts ask for, by its name in the edition's own
+# table: 2026's xl (2560/10240/32 layers/32 heads), 2025's XL (1600/6400/48/25)
+HANDOUT_SIZE = "xl"
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from cs336_systems.parallel.ddp import overhead_model
 from cs336_systems.reporting import sanity
 from cs336_systems.reporting.analysis import (
     fit_latency_bandwidth,
+    fit_problem,
     fmt,
     mark_suspect,
     md_table,
@@ -60,34 +61,77 @@ def optimizer_names(df: pd.DataFrame) -> list[str]:
     return sorted(set(r["optimizer"].dropna())) if "optimizer" in r else []
 
 
+def _stage_fit(allreduce: pd.DataFrame, backend: str, n: int) -> dict | None:
+    """The all-reduce stage's fit at this backend and world size (default buffers)."""
+    if not len(allreduce):
+        return None
+    f = fit_latency_bandwidth(allreduce)
+    if len(f):
+        f = f[(f["backend"] == backend) & (f["world_size"] == n) & (f["buffers"] == "default")]
+    if not len(f):
+        return None
+    r = f.iloc[0]
+    return {
+        "o": r.latency_us * 1e-6,
+        "w": r.bandwidth_gbps * 1e9,
+        "suspect": int(r.suspect),
+        "problem": str(r.problem),
+        "min_time_us": float(r.min_time_us),
+    }
+
+
+def _pair_fit(naive: pd.Series, flat: pd.Series, stage: dict | None) -> dict:
+    """Per-call cost and bandwidth from the naive and flat runs: naive makes one call per
+    gradient tensor, flat one, over the same bytes, so o = (naive − flat) / (calls − 1). Its
+    `problem` says why it cannot be quoted: a negative or unphysical cost, a difference within
+    the runs' std, or a cost far below the all-reduce stage's own per-call cost."""
+    calls = int(naive.num_grad_tensors)
+    diff_ms = float(naive.comm_ms_mean - flat.comm_ms_mean)
+    o = diff_ms * 1e-3 / (calls - 1)
+    rest = flat.comm_ms_mean * 1e-3 - o
+    w = naive.grad_mb * MiB / rest if rest > 0 else math.nan
+    noise = float(max(naive.comm_ms_std, flat.comm_ms_std))
+    if o < 0:
+        problem = (
+            f"flat communicates {fmt(-diff_ms)} ms longer than naive: a negative per-call cost"
+        )
+    elif abs(diff_ms) <= noise:
+        problem = (
+            f"naive and flat communication differ by {fmt(diff_ms)} ms, within their std "
+            f"({fmt(noise)} ms)"
+        )
+    else:
+        problem = fit_problem(o * 1e6, w / 1e9)
+    if not problem and stage and not stage["problem"] and o < stage["o"] / 10:
+        problem = (
+            f"{fmt(o * 1e6)} µs per call is below a tenth of the all-reduce stage's measured "
+            f"{fmt(stage['o'] * 1e6)} µs"
+        )
+    return {"o": o, "w": w, "problem": problem}
+
+
 def comm_fits(df: pd.DataFrame, allreduce: pd.DataFrame) -> dict[str, dict]:
     """Latency o (s) and bandwidth w (B/s) from the all-reduce stage (same backend, world size,
     default buffers; its suspect points left out, `suspect` counts them) and from this stage's
-    naive and flat runs (per-call cost from their difference: naive makes one call per gradient
-    tensor, flat one)."""
+    naive and flat runs. Each fit's `problem` is '' where its parameters are physical
+    (`reporting/analysis.py:fit_problem`); a fit with a problem is listed, never used
+    (`usable`)."""
     fits: dict[str, dict] = {}
     d = variant_runs(df)
     if len(d) == 0:
         return fits
-    backend, n = d["backend"].iloc[0], int(d["world_size"].iloc[0])
-    if len(allreduce):
-        f = fit_latency_bandwidth(allreduce)
-        if len(f):
-            f = f[(f["backend"] == backend) & (f["world_size"] == n) & (f["buffers"] == "default")]
-        if len(f):
-            r = f.iloc[0]
-            fits["allreduce stage"] = {
-                "o": r.latency_us * 1e-6,
-                "w": r.bandwidth_gbps * 1e9,
-                "suspect": int(r.suspect),
-            }
+    stage = _stage_fit(allreduce, d["backend"].iloc[0], int(d["world_size"].iloc[0]))
+    if stage is not None:
+        fits["allreduce stage"] = stage
     naive, flat = one(d, "naive"), one(d, "flat")
     if naive is not None and flat is not None and naive.num_grad_tensors > 1:
-        s = naive.grad_mb * MiB
-        o = (naive.comm_ms_mean - flat.comm_ms_mean) * 1e-3 / (naive.num_grad_tensors - 1)
-        if o > 0 and flat.comm_ms_mean * 1e-3 > o:
-            fits["naive vs flat DDP runs"] = {"o": o, "w": s / (flat.comm_ms_mean * 1e-3 - o)}
+        fits["naive vs flat DDP runs"] = _pair_fit(naive, flat, stage)
     return fits
+
+
+def usable(fits: dict[str, dict]) -> dict[str, dict]:
+    """The fits whose parameters are physical: the only ones a model or sentence uses."""
+    return {name: f for name, f in fits.items() if not f.get("problem")}
 
 
 def bucket_table(df: pd.DataFrame, fit: dict | None) -> pd.DataFrame:
@@ -154,22 +198,42 @@ def sharding_runs(df: pd.DataFrame) -> pd.DataFrame:
     return ran(df[df["kind"] == "sharding"])
 
 
-# the memory table's rows: column, label
+# the memory table's rows: column, label. The three points of the handout: after building the
+# model and optimizer, just before the optimizer step, just after it; each peak counts from the
+# previous point (measure.py resets the counter), so the step's two peaks differ
 MEMORY_ROWS = {
     "params_mb": "parameters",
     "grads_mb": "gradients",
     "optimizer_state_mb": "optimizer state (this rank)",
-    "mem_init_peak_mb": "peak after construction",
-    "mem_before_step_peak_mb": "peak before optimizer step",
-    "mem_after_step_peak_mb": "peak after optimizer step",
+    "mem_init_allocated_mb": "allocated after model and optimizer init",
+    "mem_init_peak_mb": "peak up to init",
+    "mem_before_step_allocated_mb": "allocated just before the optimizer step",
+    "mem_before_step_peak_mb": "peak of forward+backward (reset at the step's start)",
+    "mem_after_step_allocated_mb": "allocated just after the optimizer step",
+    "mem_after_step_peak_mb": "peak of the optimizer step (reset right before it)",
     "step_ms_mean": "step (ms)",
     "opt_ms_mean": "optimizer step (ms)",
 }
+# what a CPU run cannot measure: the CUDA allocator's counters
+ALLOCATOR_ROWS = tuple(c for c in MEMORY_ROWS if c.startswith("mem_"))
+
+
+def peaks_reset(shown: pd.DataFrame) -> bool:
+    """Whether the runs' peaks count from the previous point (rows before `mem_peaks_reset`
+    existed kept one counter from the start: their before- and after-step peaks are one)."""
+    return "mem_peaks_reset" in shown and bool(shown["mem_peaks_reset"].fillna(False).all())
 
 
 def memory_table(shown: pd.DataFrame) -> str:
-    """The sharding runs that ran (`shown`), one column each (a suspect run's name marked)."""
-    t = shown.set_index("variant")[list(MEMORY_ROWS)].rename(columns=MEMORY_ROWS).T
+    """The sharding runs that ran (`shown`), one column each (a suspect run's name marked); the
+    allocator's rows only where they were measured (CUDA)."""
+    rows = dict(MEMORY_ROWS)
+    if not shown["mem_after_step_peak_mb"].notna().any():
+        rows = {c: v for c, v in rows.items() if c not in ALLOCATOR_ROWS}
+    elif not peaks_reset(shown):
+        rows["mem_before_step_peak_mb"] = "peak up to just before the optimizer step"
+        rows["mem_after_step_peak_mb"] = "peak up to just after the optimizer step"
+    t = shown.set_index("variant")[list(rows)].rename(columns=rows).T
     flags = dict(zip(shown["variant"], sanity.is_suspect(shown), strict=True))
     t = t.rename(columns={v: mark_suspect(v, bool(f)) for v, f in flags.items()})
     t = t.reset_index().rename(columns={"index": "MiB per rank (max over ranks)"})

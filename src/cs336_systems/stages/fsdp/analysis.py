@@ -19,7 +19,7 @@ import pandas as pd
 
 from cs336_systems.reporting.analysis import failed_points, load, md_table, ok, plot_main, ran
 from cs336_systems.reporting.timelines import describe
-from cs336_systems.stages.fsdp.answers import q32, q33, setup
+from cs336_systems.stages.fsdp.answers import q32, q32_short, q33, q33_short, setup
 from cs336_systems.stages.fsdp.figures import draw, timeline_panels
 from cs336_systems.stages.fsdp.rows import WAITED, analytic, memory_table, missing, time_table
 
@@ -81,7 +81,13 @@ def _answers(df: pd.DataFrame, measured: bool, results_dir: Path) -> dict:
     """Q32 and Q33 where their runs passed the checks, and the profiled steps' traces."""
     d = ok(df)
     ctx = {}
-    for q, text in (("q32", q32(df, measured)), ("q33", q33(df) if len(d) else "")):
+    answers = (
+        ("q32", q32_short(df, measured)),
+        ("q32_details", q32(df, measured)),
+        ("q33", q33_short(df) if len(d) else ""),
+        ("q33_details", q33(df) if len(d) else ""),
+    )
+    for q, text in answers:
         if text:
             ctx[q] = text
     traces = sorted(set(d.get("trace", pd.Series(dtype=str)).dropna().astype(str)) - {""})

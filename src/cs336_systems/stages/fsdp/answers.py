@@ -92,6 +92,58 @@ def _wait_sentence(r: pd.Series, explained: bool = False) -> str:
     )
 
 
+def gather_verdict(r: pd.Series) -> str:
+    """Whether a run's weight all-gathers finish in time: from the time compute waited for them
+    where measured (the GPU's timeline), else from the share of their time during compute."""
+    t_ag, share = number(r, "prof_all_gather_ms"), number(r, "prof_all_gather_overlap_share")
+    waited = number(r, "prof_all_gather_waited_ms")
+    if math.isnan(waited):
+        return (
+            "they finish in time: compute hides nearly all of their time"
+            if share >= IN_TIME_SHARE
+            else "they do not finish in time: most of their time is exposed"
+            if share < 0.5
+            else "they finish in time only in part"
+        )
+    in_time = 1 - waited / t_ag if t_ag else math.nan
+    return (
+        "they finish in time"
+        if in_time >= IN_TIME_SHARE
+        else "they do not finish in time"
+        if in_time < 0.5
+        else "they finish in time only in part"
+    )
+
+
+def _short_run(r: pd.Series, label: str) -> str:
+    """One sentence: a run's gathers, their time during compute, the wait, the verdict."""
+    t_ag, share = number(r, "prof_all_gather_ms"), number(r, "prof_all_gather_overlap_share")
+    if math.isnan(t_ag):
+        return f"{label}: no profiled step."
+    waited = number(r, "prof_all_gather_waited_ms")
+    wait = "" if math.isnan(waited) else f" and compute waited {fmt(waited)} ms for them"
+    return (
+        f"{label}: the weight all-gathers take {fmt(t_ag)} ms of the profiled "
+        f"{fmt(number(r, 'prof_step_ms'), 0)} ms step, {pct(share)} of it while compute ran"
+        f"{wait}, so {gather_verdict(r)}."
+    )
+
+
+def q33_short(df: pd.DataFrame) -> str:
+    """Q33 at the handout's length (2-3 sentences): the fp32 and the bf16 FSDP run with units
+    of a block, each one sentence with its verdict; `q33` holds the details."""
+    runs = [(v, one(df, v)) for v in ("fsdp", "fsdp_bf16")]
+    parts = [_short_run(r, LABELS[v]) for v, r in runs if r is not None]
+    if not parts:
+        return ""
+    first = ok(df).iloc[0]
+    if first["backend"] == "gloo":
+        parts.append(
+            "On the CPU gloo's threads share the cores with compute, so overlap there is not free."
+        )
+    return " ".join(parts)
+
+
 def _gather_sentence(r: pd.Series, label: str, explained: bool = False) -> str:
     t_ag, share = number(r, "prof_all_gather_ms"), number(r, "prof_all_gather_overlap_share")
     hidden, waited = (
@@ -105,24 +157,11 @@ def _gather_sentence(r: pd.Series, label: str, explained: bool = False) -> str:
         f"{int(number(r, 'all_gather_into_tensor_calls'))} calls) take {fmt(t_ag)} ms on the "
         f"timeline, {fmt(hidden)} ms ({pct(share)}) of it while compute ran; "
     )
+    verdict = gather_verdict(r)
     if math.isnan(waited):  # the CPU (gloo threads), or a run before the waits were measured
-        verdict = (
-            "they finish in time: compute hides nearly all of their time"
-            if share >= IN_TIME_SHARE
-            else "they do not finish in time: most of their time is exposed"
-            if share < 0.5
-            else "they finish in time only in part"
-        )
         text += f"{verdict}."
     else:
         in_time = 1 - waited / t_ag if t_ag else math.nan
-        verdict = (
-            "they finish in time"
-            if in_time >= IN_TIME_SHARE
-            else "they do not finish in time"
-            if in_time < 0.5
-            else "they finish in time only in part"
-        )
         text += (
             f"compute waited for them {fmt(waited)} ms ({pct(1 - in_time)} of their time): "
             f"{verdict}."
@@ -398,8 +437,10 @@ def _precision_sentence(df: pd.DataFrame) -> str:
 
 
 def setup(first: pd.Series) -> str:
+    edition = first.get("edition")
+    named = f"the {int(edition)} edition's " if edition is not None and edition == edition else ""
     return (
-        f"model `{first['size']}` ({fmt(first['params'] / 1e6, 1)} M parameters: d_model "
+        f"model {named}`{first['size']}` ({fmt(first['params'] / 1e6, 1)} M parameters: d_model "
         f"{int(first['d_model'])}, d_ff {int(first['d_ff'])}, {int(first['num_layers'])} layers), "
         f"context {int(first['context_length'])}, batch {int(first['batch_per_rank'])} per rank, "
         f"{first['backend']} with {int(first['world_size'])} processes"
@@ -444,6 +485,31 @@ def _peak_gap(so: pd.Series, fs: pd.Series, s: int, w: int, saving: float, got: 
             f" The gradient half shows once backward has produced every gradient: allocated "
             f"before the optimizer step, {fmt(before[0])} MiB against {fmt(before[1])} MiB, "
             f"{fmt(done)} MiB saved ({pct(done / saving)} of the expected saving)."
+        )
+    return text
+
+
+def q32_short(df: pd.DataFrame, measured: bool) -> str:
+    """Q32 at the handout's length (1-2 sentences): the expected saving and, where measured,
+    the peak-to-peak one; `q32` holds the details."""
+    so, fs = one(df, "sharded_optimizer"), one(df, "fsdp")
+    if fs is None:
+        return ""
+    s, rep, w = int(fs.sharded_params), int(fs.replicated_params), int(fs.world_size)
+    saving = fsdp_saving_vs_optimizer_sharding(s, rep, w) / MiB
+    text = (
+        f"Beyond optimizer-state sharding, FSDP also shards the fp32 parameters and gradients, "
+        f"so each rank should hold (4 + 4) B × {s:,} × (1 − 1/{w}) less, minus the replicated "
+        f"norms' optimizer state: **{fmt(saving)} MiB** per rank (all-gather buffers ignored)."
+    )
+    peak_so, peak_fs = number(so, "mem_backward_peak_mb"), number(fs, "mem_backward_peak_mb")
+    if measured and not math.isnan(peak_so) and not math.isnan(peak_fs):
+        got = peak_so - peak_fs
+        text += (
+            f" Measured, the backward peak falls by {fmt(got)} MiB ({pct(got / saving)} of that; "
+            f"the details below say where the rest is)."
+            if got < 0.95 * saving
+            else f" Measured, the backward peak falls by {fmt(got)} MiB ({pct(got / saving)})."
         )
     return text
 

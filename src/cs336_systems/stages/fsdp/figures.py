@@ -27,23 +27,35 @@ def draw(results_dir: Path, fig_dir: Path) -> list[Path]:
         )
         return [empty_figure(p, why) for p in paths.values()] + [timeline]
     labels = [LABELS.get(v, v) for v in d["variant"]]
-    out = []
+    return [_memory(df, d, labels, paths["memory"]), _time(d, labels, paths["time"]), timeline]
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+
+# a legend right of its panel, clear of the bars and of every label whatever the panel's height
+BESIDE = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0)}
+
+
+def _height(n: int) -> float:
+    """A figure's height for `n` runs as horizontal bars: their labels never collide."""
+    return 2.4 + 0.38 * n
+
+
+def _memory(df: pd.DataFrame, d: pd.DataFrame, labels: list[str], path: Path) -> Path:
+    """The tensors each rank holds (against the analytic count) and the allocator's peak by
+    phase, one row per run."""
+    fig, axes = plt.subplots(1, 2, figsize=(15, _height(len(d))))
     held = (
         ("params_mb", "parameters"),
         ("grads_mb", "gradients"),
         ("optimizer_state_mb", "optimizer state"),
         ("gathered_peak_mb", "gathered weights (peak)"),
     )
-    stacked_bars(axes[0], labels, d, held, fill=0)
+    stacked_bars(axes[0], labels, d, held, fill=0, horizontal=True)
     a = analytic(df)
     if len(a):
-        axes[0].plot(list(a["run"]), a["analytic (MiB)"], "k_", ms=30, mew=2, label="analytic")
-    axes[0].set_ylabel("MiB per rank (max over ranks)")
+        axes[0].plot(a["analytic (MiB)"], list(a["run"]), "k|", ms=14, mew=2, label="analytic")
+    axes[0].set_xlabel("MiB per rank (max over ranks)")
     axes[0].set_title("tensors each rank holds")
-    axes[0].tick_params(axis="x", labelrotation=15)
-    axes[0].legend(fontsize=7)
+    axes[0].legend(fontsize=7, **BESIDE)
     peaks = [
         ("mem_init_peak_mb", "construction"),
         ("mem_forward_peak_mb", "forward"),
@@ -51,43 +63,47 @@ def draw(results_dir: Path, fig_dir: Path) -> list[Path]:
         ("mem_step_peak_mb", "optimizer step"),
     ]
     if d["mem_step_peak_mb"].notna().any():
-        x = np.arange(len(peaks))
-        width = 0.8 / len(d)
-        for i, r in enumerate(d.itertuples()):
-            axes[1].bar(x + width * i, [getattr(r, c) for c, _ in peaks], width, label=labels[i])
-        axes[1].set_xticks(x + 0.4 - width / 2, [name for _, name in peaks])
-        axes[1].set_ylabel("peak allocated MiB (max over ranks)")
-        axes[1].legend(fontsize=7)
+        y = np.arange(len(d))
+        height = 0.8 / len(peaks)
+        for i, (column, name) in enumerate(peaks):
+            axes[1].barh(y + height * i, d[column], height, label=name)
+        axes[1].set_yticks(y + 0.4 - height / 2, [""] * len(d))
+        axes[1].invert_yaxis()
+        axes[1].set_xlabel("peak allocated MiB (max over ranks)")
+        axes[1].legend(fontsize=7, **BESIDE)
     else:
         axes[1].axis("off")
-        axes[1].text(0.5, 0.5, "allocator peaks are measured on CUDA only", ha="center")
-    axes[1].set_title("peak memory by phase")
-    out.append(save(fig, paths["memory"]))
+        axes[1].text(0.5, 0.5, "allocator peaks need a GPU (the CUDA allocator's)", ha="center")
+    axes[1].set_title("peak memory by phase (runs as on the left)")
+    fig.tight_layout(w_pad=4)  # the panels' end tick labels apart
+    return save(fig, path, tight=False)
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+
+def _time(d: pd.DataFrame, labels: list[str], path: Path) -> Path:
+    """Where a step's time goes per run, and the weight all-gathers hidden behind compute or
+    not (one profiled step)."""
+    fig, axes = plt.subplots(1, 2, figsize=(15, _height(len(d))), sharey=True)
     phases = (
         ("fwd_ms_mean", "forward"),
         ("bwd_ms_mean", "backward"),
         ("comm_ms_mean", "sync after backward"),
         ("opt_ms_mean", "optimizer step"),
     )
-    stacked_bars(axes[0], labels, d, phases)
-    axes[0].errorbar(labels, d["step_ms_mean"], yerr=d["step_ms_std"], fmt="k.", label="step")
-    axes[0].set_ylabel("ms per step (slowest rank)")
+    stacked_bars(axes[0], labels, d, phases, horizontal=True)
+    axes[0].errorbar(d["step_ms_mean"], labels, xerr=d["step_ms_std"], fmt="k.", label="step")
+    axes[0].set_xlabel("ms per step (slowest rank)")
     axes[0].set_title("time per training step")
-    axes[0].tick_params(axis="x", labelrotation=15)
-    axes[0].legend(fontsize=7)
+    axes[0].legend(fontsize=7, **BESIDE)
     if "prof_all_gather_ms" in d:
         hidden = d["prof_all_gather_overlapped_ms"].fillna(0).to_numpy()
         total = d["prof_all_gather_ms"].fillna(0).to_numpy()
-        axes[1].bar(labels, hidden, label="during compute")
-        axes[1].bar(labels, total - hidden, bottom=hidden, label="exposed")
-        axes[1].set_ylabel("all-gather ms in the profiled step")
-        axes[1].legend(fontsize=7)
+        axes[1].barh(labels, hidden, label="during compute")
+        axes[1].barh(labels, total - hidden, left=hidden, label="exposed")
+        axes[1].set_xlabel("all-gather ms in the profiled step")
+        axes[1].legend(fontsize=7, **BESIDE)
     axes[1].set_title("weight all-gathers: hidden behind compute or not")
-    axes[1].tick_params(axis="x", labelrotation=15)
-    out.append(save(fig, paths["time"]))
-    return [*out, timeline]
+    fig.tight_layout(w_pad=4)  # the panels' end tick labels apart
+    return save(fig, path, tight=False)
 
 
 # ---- fsdp_accounting (b): the all-gathers beside the forward's compute -------------------------

@@ -475,7 +475,7 @@ def worker(args) -> None:
                 r = rows[-1]
                 log.log(
                     status_level(r["status"]),
-                    "%s, step %.2f ms, held %.1f MB per rank (%.1f s)",
+                    "%s, step %.2f ms, held %.1f MiB per rank (%.1f s)",
                     r["status"],
                     r.get("step_ms_mean", math.nan),
                     r.get("held_mb", math.nan),
