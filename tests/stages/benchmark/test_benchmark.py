@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pandas as pd
 import pytest
@@ -318,3 +319,20 @@ def test_forward_backward_steps_write_fresh_gradients():
         assert torch.allclose(p.grad, g)
     cleanup()
     assert all(p.grad is None for p in work.model.parameters())
+
+
+def test_each_warmup_count_runs_in_a_process_of_its_own(tmp_path):
+    """The warm-up sweep starts one process per count: no count inherits what an earlier one
+    warmed (libraries, kernels, the allocator's pool), and a row names its process."""
+    sweep = {"sizes": ["tiny"], "context_length": 16, "warmups": [0, 2], "measure_steps": 1,
+             "mode": "forward", "precision": "fp32"}  # fmt: skip
+    out = tmp_path / "w.csv"
+    bench.main([
+        "warmup", "--size", "tiny", "--machine", "m", "--preset", "cpu", "--out", str(out),
+        "--block", json.dumps({"batch_size": 1, "warmup_sweep": sweep}),
+    ])  # fmt: skip
+    rows = pd.read_csv(out)
+    assert list(rows["warmup_steps"]) == [0, 2] and set(rows["status"]) == {"ok"}
+    pids = set(rows["process_id"])
+    assert len(pids) == 2 and os.getpid() not in pids
+    assert [len(json.loads(w)) for w in rows["warmup_times_ms"]] == [0, 2]

@@ -102,8 +102,22 @@ def backward_over_forward(df: pd.DataFrame, d: pd.DataFrame, hb: pd.DataFrame) -
     return s
 
 
-def warmup(w: pd.DataFrame) -> list[dict]:
-    """Q2: per size of the warm-up sweep, its table, the first steps and why they cost more."""
+def q1_point(df: pd.DataFrame, w: pd.DataFrame, size: str) -> pd.Series | None:
+    """Q1's row at the sweep's point of `size` (context, mode, precision, batch; eager, naive
+    attention), where it ran and passed the checks."""
+    sweep = w[w["size"] == size].iloc[0]
+    d = eager_naive(ok(df)) if len(df) else df
+    if not len(d):
+        return None
+    keys = ("size", "context_length", "mode", "precision", "batch_size")
+    hit = d[[all(r[k] == sweep[k] for k in keys) for _, r in d.iterrows()]]
+    return hit.iloc[0] if len(hit) else None
+
+
+def warmup(w: pd.DataFrame, df: pd.DataFrame | None = None) -> list[dict]:
+    """Q2: per size of the warm-up sweep (each count in a process of its own), its table, the
+    first steps and why they cost more, 1-2 warm-ups against the longest, and the sweep against
+    Q1's same point (`df`: the benchmark's rows)."""
     ws = warmup_summary(w) if len(w) else pd.DataFrame()
     out = []
     for size, g in ws.groupby("size") if len(ws) else []:
@@ -111,6 +125,15 @@ def warmup(w: pd.DataFrame) -> list[dict]:
         entry = {"size": size, "table": tables.warmup_table(g), **answers.first_steps(size, g)}
         entry["why"] = answers.why_first_step(w)
         entry["few"] = answers.warmup_after(g, device_of(w))
+        q1 = q1_point(df, w, size) if df is not None else None
+        entry["q1"] = answers.warmup_vs_q1(g, q1)
+        pids = w.loc[w["size"] == size].get("process_id", pd.Series(dtype=float)).dropna()
+        entry["processes"] = (
+            f"each warm-up count ran in a process of its own ({pids.nunique()} processes)"
+            if len(pids) and pids.nunique() == len(pids)
+            else "the warm-up counts ran one after another in one process (rows written before "
+            "the sweep started a process per count): a later count found the libraries warm"
+        )
         out.append(entry)
     return out
 
@@ -188,7 +211,7 @@ def context(results_dir: Path) -> dict:
     s["pass_times"] = answers.pass_times(d)
     s["variability"] = answers.variability(d, s["measure_steps"], device_of(df))
     s.update(backward_over_forward(df, d, hb))
-    s["warmup"] = warmup(w)
+    s["warmup"] = warmup(w, df)
     s.update(bf16_and_compile(df, d))
     s.update(mfu(results_dir, df, d))
     return s

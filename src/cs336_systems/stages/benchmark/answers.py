@@ -110,36 +110,102 @@ def host_bound_note(hb: pd.DataFrame) -> str:
     )
 
 
+def _se(r: pd.Series) -> float:
+    """The standard error of a summary row's mean (`std_ms` over its `n_measured` steps)."""
+    return float(r["std_ms"]) / max(int(r.get("n_measured", 1)), 1) ** 0.5
+
+
+def _versus(a: pd.Series, b: pd.Series) -> tuple[float, float, str]:
+    """(a's mean minus b's, twice their combined standard error, 'slower'/'faster'/'the same')."""
+    diff = float(a["mean_ms"] - b["mean_ms"])
+    noise = 2 * (_se(a) ** 2 + _se(b) ** 2) ** 0.5
+    verdict = "the same" if abs(diff) <= noise else "slower" if diff > 0 else "faster"
+    return diff, noise, verdict
+
+
 def warmup_after(g: pd.DataFrame, device: str = "cuda") -> str:
-    """benchmarking_script (c): why 1 or 2 warm-up steps may still differ from 5, from the
-    first measured step and the mean after each warm-up count against the longest one's."""
+    """benchmarking_script (c): the mean after 1 and 2 warm-up steps against the longest
+    warm-up's, each count from a process of its own, and what follows from the difference: one
+    or two steps too few (slower beyond twice the combined standard error), enough here (within
+    it), or the longer warm-up slower, which no warm-up effect explains (a slow step fell in its
+    measured window: its first step and std say where)."""
     if g.index.max() <= 2 or not any(k in g.index for k in (1, 2)):
         return ""
-    ref = g.loc[g.index.max()]
-    noise = ref["std_ms"] / max(int(ref.get("n_measured", 1)), 1) ** 0.5
-    parts = []
+    top = int(g.index.max())
+    ref = g.loc[top]
+    parts, verdicts = [], {}
     for k in (1, 2):
         if k not in g.index:
             continue
-        r = g.loc[k]
+        diff, noise, verdicts[k] = _versus(g.loc[k], ref)
         parts.append(
-            f"after {k} warm-up step{'s' if k > 1 else ''} the first measured step is "
-            f"{r['first_measured_ms'] / ref['median_ms']:.2f}× the median after "
-            f"{int(g.index.max())} and the mean {r['mean_ms'] / ref['mean_ms']:.2f}× its mean"
+            f"after {k} warm-up step{'s' if k > 1 else ''} the mean is {fmt(g.loc[k, 'mean_ms'])} "
+            f"ms against {fmt(ref['mean_ms'])} after {top} ({diff:+.2f} ms; twice the combined "
+            f"standard error {fmt(noise)} ms: {verdicts[k]})"
         )
-    slower = any(g.loc[k, "mean_ms"] - ref["mean_ms"] > 2 * noise for k in (1, 2) if k in g.index)
-    return (
-        "; ".join(parts).capitalize()
-        + (
-            f" (beyond twice the standard error of the {int(g.index.max())}-warm-up mean, "
-            f"{fmt(noise)} ms). "
-            if slower
-            else f" (within twice the standard error of the mean, {fmt(noise)} ms). "
+    text = "; ".join(parts)
+    text = text[0].upper() + text[1:] + ". "
+    seen = set(verdicts.values())
+    if "slower" in seen:
+        text += WHY_FEW.get(device, WHY_FEW["cpu"]) + "."
+    elif "faster" in seen:
+        text += (
+            f"The {top}-warm-up run is the slower one, which more warm-up cannot cause: it is a "
+            "slow step inside its measured window, not a one-time cost left unpaid"
+            + ("." if ref["first_measured_ms"] / ref["median_ms"] > 1.5 else
+               f" (its median, {fmt(ref['median_ms'])} ms, is what the counts share).")
+        )  # fmt: skip
+    else:
+        text += (
+            "So on this machine one or two warm-up steps already pay the one-time costs. They "
+            "can still fall short elsewhere: "
+            + WHY_FEW.get(device, WHY_FEW["cpu"])[0].lower()
+            + WHY_FEW.get(device, WHY_FEW["cpu"])[1:]
+            + "."
         )
-        + WHY_FEW.get(device, WHY_FEW["cpu"])
-        + "; with few measured steps, one slow step also moves the mean by its excess over the "
-        "count." + _late_slow_step(ref, int(g.index.max()))
+    return text + _late_slow_step(ref, top)
+
+
+def warmup_vs_q1(g: pd.DataFrame, q1: pd.Series | None) -> str:
+    """The sweep's point at Q1's warm-up count against Q1's same point (size, context, mode,
+    precision, eager, naive attention), which ran in a process that had measured the point's
+    other modes first: by how much they differ, and whether beyond twice the combined standard
+    error; where they do, whether the medians agree (a few slow steps in one window) or not."""
+    if q1 is None:
+        return ""
+    k = int(q1["warmup_steps"])
+    if k not in g.index:
+        return (
+            f"Q1 measured this point after {k} warm-up steps, a count the sweep does not run, so "
+            "the two are not compared."
+        )
+    mine = g.loc[k]
+    other = pd.Series({"mean_ms": q1["step_ms_mean"], "std_ms": q1["step_ms_std"],
+                       "n_measured": q1["measure_steps"]})  # fmt: skip
+    diff, noise, verdict = _versus(mine, other)
+    text = (
+        f"Q1's same point (also {k} warm-up steps, in the process that had just measured the "
+        f"point's other modes) took {fmt(q1['step_ms_mean'])} ms; the sweep's {k}-warm-up "
+        f"process {fmt(mine['mean_ms'])} ms, {diff:+.2f} ms ({diff / q1['step_ms_mean']:+.1%})"
     )
+    if verdict == "the same":
+        return (
+            text
+            + f", within twice the combined standard error ({fmt(noise)} ms): they agree within the noise."
+        )
+    med = float(mine["median_ms"] - q1["step_ms_median"])
+    if abs(med) <= noise:
+        why = (
+            f"their medians differ by only {med:+.2f} ms, so a few slow steps in one measured "
+            "window make the difference, not the warm-up"
+        )
+    else:
+        why = (
+            f"their medians differ too ({med:+.2f} ms): the fresh process runs at another speed "
+            "throughout, which the warm-up steps alone do not explain (unmeasured here: clocks, "
+            "what the other job on the machine did)"
+        )
+    return text + f", beyond twice the combined standard error ({fmt(noise)} ms): {why}."
 
 
 def _late_slow_step(ref: pd.Series, k: int) -> str:
