@@ -85,7 +85,8 @@ def test_host_bound_points_are_named_and_left_out_of_the_ratios(tmp_path):
                      | {("tiny", m, "bf16"): t for m, t in
                         (("forward", 2.0), ("forward_backward", 6.0), ("train_step", 7.0))})  # fmt: skip
     s = analysis.context(results)
-    assert "Host-bound points: `small` forward eager" in s["host_bound"]
+    assert "`small` forward eager, naive attention (bf16" in s["host_bound"]
+    assert s["host_bound"].startswith("Host-bound (one rule for every mode and every phase")
     assert "`tiny`" not in s["host_bound"]
     assert "1 point left out" in s["bwd"]["bf16"]
 

@@ -30,6 +30,7 @@ from cs336_systems.stages.benchmark.rows import (
     host_bound_points,
     load_all_engines,
     load_benchmark,
+    phase_host_bound,
     speedups,
     warmup_summary,
     without_points,
@@ -204,11 +205,14 @@ def context(results_dir: Path) -> dict:
     s.update(run_facts(df, load_all_engines(results_dir)))
     s["latency_fp32"] = tables.latency_table(df, "fp32")
     s["latency_bf16"] = tables.latency_table(df, "bf16")
+    # one rule (rows.host_bound) on every mode and on every phase of the training step
     pairs = host_bound(d) if "peak_tflops" in d else pd.DataFrame()
-    s["host_bound"] = answers.host_bound_note(pairs)
-    hb = host_bound_points(ran(df), pairs)  # every pass and precision of those points
+    phases = phase_host_bound(d) if "peak_tflops" in d else pd.DataFrame()
+    s["host_bound"] = answers.host_bound_note(pd.concat([pairs, phases], ignore_index=True))
+    every = pd.concat([pairs, phases], ignore_index=True)
+    hb = host_bound_points(ran(df), every)  # every pass, phase and precision of those points
     s["phases"] = phase_summary(df, d, hb)
-    s["pass_times"] = answers.pass_times(d)
+    s["pass_times"] = answers.pass_times(d, ran(df))
     s["variability"] = answers.variability(d, s["measure_steps"], device_of(df))
     s.update(backward_over_forward(df, d, hb))
     s["warmup"] = warmup(w, df)

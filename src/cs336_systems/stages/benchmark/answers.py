@@ -24,7 +24,14 @@ from cs336_systems.reporting.analysis import (
     sig,
     sort_sizes,
 )
-from cs336_systems.stages.benchmark.rows import MODE_LABEL, backward_ratios, eager_naive
+from cs336_systems.stages.benchmark.rows import (
+    HOST_PEAK_RATIO,
+    HOST_SPEEDUP,
+    MODE_LABEL,
+    backward_ratios,
+    eager_naive,
+    parts_vs_whole,
+)
 
 # a step varies little when its std is below this share of its mean
 SMALL_CV = 0.05
@@ -36,17 +43,30 @@ def _span(g: pd.DataFrame, col: str) -> str:
     return text + (f" to {fmt(last[col])} ms (`{last['size']}`)" if len(g) > 1 else "")
 
 
-def pass_times(d: pd.DataFrame) -> list[str]:
+def pass_times(d: pd.DataFrame, every: pd.DataFrame | None = None) -> list[str]:
     """benchmarking_script (b): forward and backward (forward+backward minus forward) per size,
-    eager, naive attention, per precision and context."""
+    eager, naive attention, per precision and context. The forward range covers every forward
+    that passed the checks (`d`), also where its forward+backward did not (so no backward);
+    forwards that ran but are suspect (`every`: the rows that ran) are counted as left out."""
+    fwd_all = eager_naive(d[d["mode"] == "forward"])
     r = backward_ratios(eager_naive(d))
+    ran_fwd = eager_naive(every[every["mode"] == "forward"]) if every is not None else fwd_all
     out = []
-    for (prec, ctx), g in r.groupby(["precision", "context_length"]):
-        g = sort_sizes(g)
-        out.append(
-            f"{prec}, context {ctx}: a forward pass takes {_span(g, 'forward_ms')}, a backward "
-            f"pass (forward+backward minus forward) {_span(g, 'backward_ms')}"
+    for (prec, ctx), f in fwd_all.groupby(["precision", "context_length"]):
+        f = sort_sizes(f.rename(columns={"step_ms_mean": "forward_ms"}))
+        g = sort_sizes(r[(r["precision"] == prec) & (r["context_length"] == ctx)])
+        n_ran = int(((ran_fwd["precision"] == prec) & (ran_fwd["context_length"] == ctx)).sum())
+        left = n_ran - len(f)
+        text = (
+            f"{prec}, context {ctx}: a forward pass takes {_span(f, 'forward_ms')} "
+            f"({plural(len(f), 'size')}" + (f"; {left} suspect left out" if left > 0 else "") + ")"
         )
+        if len(g):
+            text += (
+                f", a backward pass (forward+backward minus forward) {_span(g, 'backward_ms')} "
+                f"({plural(len(g), 'size')} with both passes)"
+            )
+        out.append(text)
     return out
 
 
@@ -94,19 +114,34 @@ def variability(d: pd.DataFrame, n_steps: int, device: str = "cuda") -> str:
     )
 
 
+PHASE_NAME = {"fwd": "forward phase", "bwd": "backward phase", "opt": "optimizer phase"}
+
+
 def host_bound_note(hb: pd.DataFrame) -> str:
+    """The host-bound points (rows.host_bound on every mode and every phase of the training
+    step: one rule), each with what fired it."""
     if not len(hb):
         return ""
+    has_phase = "phase" in hb
     items = ", ".join(
-        f"{_point(r, False)} (bf16 {faster_or_slower(r['speedup'])} for a {r['peak_ratio']:.1f}× "
-        "faster matmul)"
-        for _, r in sort_sizes(hb).head(6).iterrows()
+        _point(r, False)
+        + (
+            f" ({PHASE_NAME[r['phase']]} of the train step)"
+            if has_phase and isinstance(r.get("phase"), str)
+            else ""
+        )
+        + f" (bf16 {faster_or_slower(r['speedup'])} for a {r['peak_ratio']:.1f}× faster matmul)"
+        for _, r in sort_sizes(hb).head(8).iterrows()
     )
+    more = f" and {len(hb) - 8} more" if len(hb) > 8 else ""
     return (
-        f"Host-bound points: {items}. bf16 barely changes their step time though its matmuls "
-        "run several times faster, so the host (kernel launches, the Python between them) sets "
-        "their time, in every pass of the point; ratios there describe the host, not the GPU, "
-        "and the backward/forward sentences leave them out."
+        f"Host-bound (one rule for every mode and every phase of the training step: bf16 "
+        f"shortens the time by less than {HOST_SPEEDUP}× though it shrinks the matmuls' time "
+        f"{HOST_PEAK_RATIO:.0f}× or more; the optimizer's work, fp32 in both, is not shrunk, so "
+        f"the rule leaves it to its point): {items}{more}. The host (kernel launches, the "
+        "Python between them) sets their time, in every pass and phase of the point and in "
+        "both precisions: ratios there describe the host, not the GPU, and the backward/forward "
+        "and phase sentences leave those points out alike."
     )
 
 
@@ -288,41 +323,91 @@ def range_sentence(values: pd.Series, what: str) -> str:
 PASSES_DISAGREE = 0.2
 
 
+def _sum_clause(g: pd.DataFrame, host: set) -> str:
+    """What the three phases add up to (`parts_vs_whole`), the host-bound sizes left out, and
+    every size whose parts exceed its step flagged with the gap."""
+    pw = parts_vs_whole(g)
+    kept = pw.drop(index=[x for x in pw.index if x in host])
+    text = (
+        f"the three phases add up to {_spread(kept['share'], pct)} of the whole step "
+        f"({pw.attrs['stat']}s; the rest is zeroing the gradients and the synchronization "
+        "around the step)"
+        if len(kept)
+        else "the phases' sum is not summarized (every size host-bound)"
+    )
+    over = pw[pw["over"]]
+    if len(over):
+        text += (
+            "; **suspect**: at "
+            + ", ".join(
+                f"`{x}` the parts exceed the step by {fmt(-r.gap_ms)} ms ({pct(r.share)})"
+                for x, r in over.iterrows()
+            )
+            + ", which cannot be: each phase lies inside the step"
+        )
+    return text
+
+
+def backward_shorter(g: pd.DataFrame, host: set) -> str:
+    """Each size of `g` whose backward phase is shorter than its forward (it has twice the
+    forward's matmul FLOPs): explained where the size is host-bound (its forward is the host's
+    launch time, which backward, launched by autograd's C++ engine, pays less of), else
+    flagged as suspect."""
+    short = g[g["bwd_ms_median"] < g["fwd_ms_median"]]
+    out = []
+    for x, r in short.iterrows():
+        head = f"`{x}`'s backward ({fmt(r.bwd_ms_median)} ms) is shorter than its forward ({fmt(r.fwd_ms_median)} ms)"
+        if x in host:
+            out.append(
+                head + ", though it has twice its matmul FLOPs: the size is host-bound, so "
+                "the forward's time is the host launching its kernels one by one from Python, "
+                "which backward (launched by autograd's C++ engine) pays less of"
+            )
+        else:
+            out.append(
+                head + ", though it has twice its matmul FLOPs and the size is not host-bound: "
+                "**suspect**, the marks between the phases may be misplaced"
+            )
+    return "; ".join(out)
+
+
 def phase_sentence(
     d: pd.DataFrame, g: pd.DataFrame, prec: str, ctx: int, hb: pd.DataFrame | None
 ) -> str:
     """One precision's phases (`g`: its eager naive training steps at `ctx`, by size): the
-    optimizer's share, backward over forward (host-bound sizes of `hb` and those where Q1
-    disagrees left out) and what the three phases add up to."""
-    share = g["opt_ms_median"] / g["step_ms_median"]
+    optimizer's share, backward over forward and what the three phases add up to. A host-bound
+    size (`hb`: every mode, phase and precision of a point where the rule fired) is left out of
+    all three alike; sizes where Q1 disagrees leave the ratio; a backward shorter than its
+    forward is explained or flagged."""
     host = set()
     if hb is not None and len(hb):
         at = hb[(hb["context_length"] == ctx) & (hb["precision"] == prec)]
         host = set(at[(at["compile"] == "eager") & (at["attention"] == "naive")]["size"])
         host &= set(g.index)
     kept = g.drop(index=[x for x in g.index if x in host])
+    share = kept["opt_ms_median"] / kept["step_ms_median"]
     ratio = kept["bwd_ms_median"] / kept["fwd_ms_median"]
     left = (
-        f" ({', '.join(f'`{x}`' for x in sorted(host))} left out: host-bound, see below)"
+        f" ({', '.join(f'`{x}`' for x in sorted(host))} left out of each of these: host-bound, "
+        "see below)"
         if host
         else ""
     )
-    parts = g["fwd_ms_median"] + g["bwd_ms_median"] + g["opt_ms_median"]
     off, clause = _passes_disagree(d, prec, ctx, ratio)
-    ratio, left = ratio.drop(index=off), left + clause
-    return (
-        f"{prec}: the optimizer step takes {_spread(share, pct)} of the training step, "
-        ""
+    ratio = ratio.drop(index=off)
+    text = (
+        f"{prec}{left}: the optimizer step takes "
+        + (f"{_spread(share, pct)} of the training step, " if len(share) else "– of the step, ")
         + (
-            f"backward {_spread(ratio, lambda v: f'{v:.2f}×')} the forward time{left}, "
+            f"backward {_spread(ratio, lambda v: f'{v:.2f}×')} the forward time{clause}, "
             if len(ratio)
-            else f"backward/forward not given{left}, "
+            else f"backward/forward not given{clause}, "
         )
-        + "and the "
-        f"three phases add up to {_spread(parts / g['step_ms_median'], pct)} of the "
-        "whole step (medians; the rest is zeroing the gradients and the synchronization "
-        "around the step)"
+        + "and "
+        + _sum_clause(g, host)
     )
+    short = backward_shorter(g, host)
+    return text + (f". {short[0].upper()}{short[1:]}" if short else "")
 
 
 def _passes_disagree(d: pd.DataFrame, prec: str, ctx: int, ratio: pd.Series):

@@ -17,7 +17,7 @@ from cs336_systems.reporting.analysis import (
     size_key,
     sort_sizes,
 )
-from cs336_systems.stages.benchmark.rows import MODE_LABEL, eager_naive
+from cs336_systems.stages.benchmark.rows import MODE_LABEL, eager_naive, parts_vs_whole
 
 PIPELINED = ("pipelined_ms", "pipelined_mfu")
 
@@ -55,9 +55,12 @@ def phase_table(
     g = t[t["precision"] == prec].set_index("size")
     every = t_all[(t_all["precision"] == prec) & (t_all["context_length"] == ctx)]
     every = every.set_index("size")
+    pw = parts_vs_whole(g) if len(g) else None
     for size in ordered_sizes([n for n in names if n != "tiny" or n in ran_sizes]):
         if size in g.index:
-            r = g.loc[size]
+            r, w = g.loc[size], pw.loc[size]
+            # the parts against the whole (means: they add); over it, flagged with the gap
+            whole = pct(w.share) + (f" ⚠ {fmt(-w.gap_ms)} ms over the step" if w.over else "")
             rows.append(
                 {
                     "size": size,
@@ -66,6 +69,7 @@ def phase_table(
                     "optimizer (ms)": fmt(r.opt_ms_median, 2),
                     "step (ms)": fmt(r.step_ms_median, 2),
                     "optimizer share": pct(r.opt_ms_median / r.step_ms_median),
+                    f"phases / step ({pw.attrs['stat']}s)": whole,
                 }
             )
         else:
