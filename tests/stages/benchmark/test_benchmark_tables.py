@@ -192,3 +192,42 @@ def test_the_forward_range_covers_every_forward_that_ran():
     line = next(x for x in answers.pass_times(d, df) if x.startswith("fp32"))
     assert "forward pass takes 10.00 ms (`tiny`) to 12.00 ms (`medium`) (3 sizes)" in line
     assert "(2 sizes with both passes)" in line
+
+
+def test_q1_names_a_backward_shorter_than_its_forward():
+    from cs336_systems.stages.benchmark import answers
+
+    r = pd.DataFrame({"size": ["tiny", "small"], "context_length": 32, "precision": "bf16",
+                      "forward_ms": [10.0, 10.0], "backward_ms": [20.0, 7.0],
+                      "ratio": [2.0, 0.7]})  # fmt: skip
+    text = answers.q1_backward_shorter(r)
+    assert text.startswith("**Suspect**: backward shorter than forward at `small` context 32")
+    assert "`tiny`" not in text
+    assert answers.q1_backward_shorter(r[r["size"] == "tiny"]) == ""
+
+
+def test_mfu_is_given_against_the_measured_ceiling_and_the_datasheet():
+    """Each MFU has its datasheet twin (the vendor's dense peak of the row's device and
+    precision): the table shows both, the best point's sentence both, and a device the table
+    does not list says so instead of a number."""
+    from fixture_rows import ceilings_rows
+
+    from cs336_systems.core.costs import datasheet_peak
+    from cs336_systems.stages.benchmark import answers, tables
+    from cs336_systems.stages.benchmark.mfu import add_mfu
+
+    assert datasheet_peak("NVIDIA H100 80GB HBM3", "bf16") == 989.5
+    assert datasheet_peak("NVIDIA H100 NVL", "fp32") == 60.0  # not the SXM's 67
+    assert pd.isna(datasheet_peak("AMD EPYC 7R13", "fp32"))
+    df = _phased().assign(device_name="NVIDIA H100 80GB HBM3")
+    df["tflops"] = df["precision"].map({"fp32": 33.5, "bf16": 494.75})
+    d = add_mfu(df, ceilings_rows(fp32=50.0, bf16=700.0, autocast=600.0))
+    t = d[d["mode"] == "train_step"]
+    assert set(t["mfu_datasheet"].round(3)) == {0.5}
+    table = tables.mfu_table(t)
+    assert "67.0 / 50.0" in table and "82.5 / 50.0" in table
+    best = answers.mfu_best(d)
+    assert "50.0% of the datasheet's 990 TFLOP/s (dense bf16, NVIDIA H100 80GB HBM3)" in best
+    assert answers.datasheet_peaks(d).startswith("bf16 990, fp32 67.0 TFLOP/s")
+    cpu = add_mfu(df.assign(device_name="AMD EPYC"), ceilings_rows())
+    assert "not in core/costs.py DATASHEET_TFLOPS" in answers.mfu_best(cpu)

@@ -98,6 +98,7 @@ def backward_over_forward(df: pd.DataFrame, d: pd.DataFrame, hb: pd.DataFrame) -
     r = without_points(backward_ratios(eager_naive(d)), hb)
     dropped = backward_ratios(eager_naive(ran(df)))
     s: dict = {"bwd": answers.backward_sentences(r, dropped)}
+    s["bwd_short"] = answers.q1_backward_shorter(r)
     if len(r) > 1:
         s["bwd_extremes"] = answers.backward_extremes(r)
     return s
@@ -179,6 +180,7 @@ def mfu(results_dir: Path, df: pd.DataFrame, d: pd.DataFrame) -> dict:
     """Q4: MFU, from points that passed the checks, against the ceiling of the model's path."""
     r = ran(df)
     s: dict = {"mfu_missing": answers.mfu_missing(r), "mfu_paths": answers.mfu_paths(r)}
+    s["datasheet"] = answers.datasheet_peaks(r)
     n_mfu_suspect = int((sanity.is_suspect(r) & r["tflops"].notna()).sum())
     if "mfu" in d and d["mfu"].notna().any():
         s["mfu_best"] = answers.mfu_best(d) + sanity.excluded(n_mfu_suspect)

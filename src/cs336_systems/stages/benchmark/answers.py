@@ -470,6 +470,24 @@ def backward_sentences(r: pd.DataFrame, dropped: pd.DataFrame) -> dict[str, str]
     return out
 
 
+def q1_backward_shorter(r: pd.DataFrame) -> str:
+    """Q1's points (`r`: not host-bound, not suspect) whose backward (forward+backward minus
+    forward) is shorter than their forward though it has twice its matmul FLOPs: suspect."""
+    short = sort_sizes(r[r["ratio"] < 1])
+    if not len(short):
+        return ""
+    items = ", ".join(
+        f"`{x['size']}` context {x['context_length']} {x['precision']} ({fmt(x['backward_ms'])} "
+        f"against {fmt(x['forward_ms'])} ms)"
+        for _, x in short.iterrows()
+    )
+    return (
+        f"**Suspect**: backward shorter than forward at {items}, though backward has twice the "
+        "forward's matmul FLOPs and these points are not host-bound: the difference of two "
+        "separately timed modes, each with its own step-to-step spread, does not hold there."
+    )
+
+
 def backward_extremes(r: pd.DataFrame) -> str:
     """The largest and the smallest backward/forward ratio, with their points."""
     hi = r.loc[r["ratio"].idxmax()]
@@ -592,16 +610,42 @@ def mfu_paths(r: pd.DataFrame) -> list[str]:
     )
 
 
+def against_datasheet(r: pd.Series) -> str:
+    """', X% of the datasheet's Y TFLOP/s (dense <precision>, <device>)' or why there is none."""
+    sheet = r.get("mfu_datasheet")
+    if sheet is None or pd.isna(sheet):
+        return (
+            f"; no datasheet MFU (`{r.get('device_name', '?')}` is not in core/costs.py "
+            "DATASHEET_TFLOPS)"
+        )
+    return (
+        f"; {pct(sheet)} of the datasheet's {sig(r['datasheet_tflops'])} TFLOP/s (dense "
+        f"{r['precision']}, {r.get('device_name', '?')})"
+    )
+
+
 def mfu_best(d: pd.DataFrame) -> str:
-    """The point with the highest MFU, with its TFLOP/s and the ceiling it is held to."""
+    """The point with the highest MFU, with its TFLOP/s, the ceiling it is held to and its MFU
+    against the datasheet's peak."""
     best = d.loc[d["mfu"].idxmax()]
     return (
         f"{pct(best.mfu)} MFU ({sig(best.tflops)} TFLOP/s of a measured "
         f"{sig(best.peak_tflops)} TFLOP/s through "
-        f"{PATH_LABEL.get(best.peak_path, best.peak_path)}) "
+        f"{PATH_LABEL.get(best.peak_path, best.peak_path)}{against_datasheet(best)}) "
         f"for `{best['size']}` at context {best.context_length}, {MODE_LABEL[best['mode']]}, "
         f"{best.precision}, {best['compile']}"
     )
+
+
+def datasheet_peaks(d: pd.DataFrame) -> str:
+    """'fp32 67, bf16 989.5 TFLOP/s (NVIDIA H100 80GB HBM3)': the datasheet peaks the rows are
+    held to, or why there are none."""
+    if "datasheet_tflops" not in d or d["datasheet_tflops"].isna().all():
+        names = sorted({str(x) for x in d.get("device_name", pd.Series(["?"])).dropna()})
+        return f"none: {', '.join(names) or 'the device'} is not in core/costs.py DATASHEET_TFLOPS"
+    g = d.dropna(subset=["datasheet_tflops"]).groupby("precision")["datasheet_tflops"].first()
+    dev = ", ".join(sorted({str(x) for x in d.get("device_name", pd.Series(dtype=str)).dropna()}))
+    return ", ".join(f"{p} {sig(v)}" for p, v in g.items()) + f" TFLOP/s ({dev})"
 
 
 # ---- the speed goal's point -------------------------------------------------------------
@@ -641,7 +685,7 @@ def goal_breakdown(d: pd.DataFrame, ceilings: pd.DataFrame) -> list[str]:
             f"attention `{attention}`: {row.step_ms_mean:.1f} ms per step, {sig(row.tflops)} "
             + (
                 f"TFLOP/s, **{pct(row.mfu)} MFU** against the measured bf16 peak of the model's "
-                f"path ({sig(row.peak_tflops)} TFLOP/s)"
+                f"path ({sig(row.peak_tflops)} TFLOP/s){against_datasheet(row)}"
                 if row.mfu == row.mfu
                 else "TFLOP/s (no MFU: this run has no bf16 ceiling through the model's path)"
             )

@@ -99,11 +99,22 @@ def speedup_table(sp: pd.DataFrame) -> str:
 
 
 def mfu_table(t: pd.DataFrame) -> str:
-    """The training steps' best MFU (%) per size (rows) and precision x compile (columns)."""
-    m = t.pivot_table(index="size", columns=["precision", "compile"], values="mfu", aggfunc="max")
+    """The training steps' best MFU (%) per size (rows) and precision x compile (columns),
+    each cell against the measured ceiling and, after a slash, against the datasheet's peak
+    (the same point's)."""
+    best = t.loc[t.groupby(["size", "precision", "compile"])["mfu"].idxmax()]
+    sheet = best.get("mfu_datasheet", pd.Series(float("nan"), index=best.index))
+    best = best.assign(
+        cell=[
+            f"{100 * m:.1f} / " + ("–" if pd.isna(s) else f"{100 * s:.1f}")
+            for m, s in zip(best["mfu"], sheet, strict=True)
+        ]
+    )
+    m = best.pivot_table(index="size", columns=["precision", "compile"], values="cell",
+                         aggfunc="first")  # fmt: skip
     m = m.reindex(ordered_sizes(m.index))
     m.columns = [f"{p} {c}" for p, c in m.columns]
-    m = m.map(lambda v: "–" if pd.isna(v) else f"{100 * v:.1f}")
+    m = m.fillna("–")
     return md_table(m.reset_index())
 
 
@@ -135,6 +146,10 @@ def engines_table(df: pd.DataFrame) -> pd.DataFrame:
             if ok_ and pd.notna(pipe):  # back to back (a training loop's rate), its MFU
                 flag = " (suspect)" if str(r.get("sanity", "") or "").strip() else ""
                 row[f"{engine} pipelined (ms)"] = fmt(pipe)
-                row[f"{engine} pipelined MFU"] = f"{mfu:.1%}{flag}" if pd.notna(mfu) else "–"
+                # against the measured ceiling / against the datasheet's peak
+                sheet = pd.to_numeric(r.get("pipelined_mfu_datasheet"), errors="coerce")
+                cell = f"{mfu:.1%}" if pd.notna(mfu) else "–"
+                cell += f" / {sheet:.1%}" if pd.notna(sheet) else " / –"
+                row[f"{engine} pipelined MFU"] = cell + flag
         out.append(row)
     return sort_sizes(pd.DataFrame(out))
