@@ -506,3 +506,36 @@ def test_choose_profiler(tmp_path, monkeypatch):
     assert prof.choose_profiler("auto", str(fake), cuda=True) == (prof.PROFILER_NSYS, str(fake))
     assert prof.choose_profiler("torch", str(fake), cuda=True)[0] == prof.PROFILER_TORCH_CUDA
     assert os.access(fake, os.X_OK)
+
+
+SOFTMAX = "void softmax_warp_forward<float, float, float, {}, 0, 0>(float*, float const*, int)"
+
+
+def test_q7_groups_a_kernels_variants_by_operation_before_its_share():
+    """The H100 reference's Q7: softmax ran as `softmax_warp_forward<…, 9|10|11, …>` and
+    `cunn_SoftMaxForwardReg`, one variant per context, so each variant's median share over the
+    points read 0.0%. Grouped by operation, softmax's share is counted at every point."""
+    from cs336_systems.profiling.kernel_classes import kernel_operation
+    from cs336_systems.stages.profile import answers
+    from cs336_systems.stages.profile import rows as prow
+
+    variants = {128: SOFTMAX.format(9), 256: SOFTMAX.format(10), 512: SOFTMAX.format(11),
+                1024: "void cunn_SoftMaxForwardReg<float, float, float>(float*, float const*)"}  # fmt: skip
+    assert {kernel_operation(v) for v in variants.values()} == {"softmax"}
+    assert kernel_operation("aten::_softmax") == "softmax"
+    gemm = "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_ffma_kernel"
+    rows = []
+    for ctx, soft in variants.items():
+        for kernel, cls, ms in ((gemm, "gemm", 9.0), (soft, "reduction", 1.0)):
+            rows.append({"size": "small", "context_length": ctx, "mode": "forward",
+                         "phase": "forward", "kernel": kernel, "kernel_class": cls,
+                         "calls_per_step": 12, "ms_per_step": ms, "share": ms / 10.0})  # fmt: skip
+    k = pd.DataFrame(rows)
+    k = k.assign(kernel_short=k["kernel"].map(prow.unique_labels(k["kernel"])))
+    nt = prow.nontrivial_non_gemm(k)
+    assert list(nt["operation"]) == ["softmax"]
+    r = nt.iloc[0]
+    assert (r["median_share"], r["points_at_or_above"], r["kernels"]) == (0.1, 4, 4)
+    text = answers.nontrivial_sentence(nt, 0.1, "kernel", "2.0%", "GPU kernel time")
+    assert "The largest is `softmax` (reduction, run by 4 kernels, median 10.0%" in text
+    assert "softmax" in prow.nontrivial_table(nt, "2.0%")

@@ -186,16 +186,20 @@ def top_sentence(
 def nontrivial_sentence(
     nt: pd.DataFrame, share_non_gemm: float, kernel_word: str, threshold: str, unit: str
 ) -> str:
-    """Q7: how many non-GEMM kernels reach `threshold` of forward time, their share together
-    and the largest."""
+    """Q7: how many non-GEMM operations (kernels grouped by what they run) reach `threshold` of
+    forward time, their share together and the largest."""
+    top = nt.iloc[0]
+    variants = (
+        f", run by {int(top['kernels'])} {kernel_word}s" if int(top.get("kernels", 1)) > 1 else ""
+    )
     return (
-        f"{len(nt)} distinct non-GEMM {kernel_word}s reach {threshold} "
-        f"of forward time in at least one of the {int(nt['of_points'].iloc[0])} points; "
+        f"{len(nt)} non-GEMM operations (their {kernel_word}s grouped by what they run, each "
+        f"variant counted with its operation) reach {threshold} "
+        f"of forward time in at least one of the {int(top['of_points'])} points; "
         f"together non-GEMM work is {pct(share_non_gemm)} of forward "
-        f"{unit} (median over points). The largest is `{nt.iloc[0]['kernel']}` "
-        f"({nt.iloc[0]['class']}, median {pct(nt.iloc[0]['median_share'])}, at or above "
-        f"{threshold} in {nt.iloc[0]['points_at_or_above']} of "
-        f"{nt.iloc[0]['of_points']} points)."
+        f"{unit} (median over points). The largest is `{top['operation']}` "
+        f"({top['class']}{variants}, median {pct(top['median_share'])}, at or above "
+        f"{threshold} in {top['points_at_or_above']} of {top['of_points']} points)."
     )
 
 
