@@ -24,9 +24,8 @@ from cs336_systems.reporting.analysis import (
     sig,
     sort_sizes,
 )
+from cs336_systems.reporting.host_bound import HOST_PEAK_RATIO, HOST_SPEEDUP
 from cs336_systems.stages.benchmark.rows import (
-    HOST_PEAK_RATIO,
-    HOST_SPEEDUP,
     MODE_LABEL,
     backward_ratios,
     eager_naive,

@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from cs336_systems.reporting.analysis import load, ok, ran
+from cs336_systems.reporting.host_bound import host_bound
 from cs336_systems.stages.benchmark.mfu import add_mfu
 
 KEYS = ["size", "context_length", "precision", "compile", "attention"]
@@ -62,37 +63,10 @@ def speedups(df: pd.DataFrame, axis: str, base: str, fast: str) -> pd.DataFrame:
     return both.reset_index()
 
 
-# bf16 autocast no faster than this over fp32, where the bf16 matmul ceiling is at least
-# HOST_PEAK_RATIO times the fp32 one: the step's time is not the GPU's matmul time
-HOST_SPEEDUP = 1.25
-HOST_PEAK_RATIO = 3.0
-
-
 # what bf16 autocast does to each phase's device work: the matmuls run at the bf16 ceiling in
 # forward and backward; AdamW updates the fp32 master weights in both precisions, so bf16 does
 # not shrink the optimizer's work and the rule cannot call it host-bound (`work_ratio` 1)
 PHASE_WORK = {"fwd": "peak", "bwd": "peak", "opt": "same"}
-
-
-def host_bound(d: pd.DataFrame, value: str = "step_ms_mean", work: str = "peak") -> pd.DataFrame:
-    """The one host-bound rule, for a mode (`value` its step time) or a phase of the training
-    step (`value` that phase's time): a time that bf16 autocast shortens by less than
-    HOST_SPEEDUP although it shrinks the time's device work by HOST_PEAK_RATIO or more (the
-    bf16 matmul ceiling over the fp32 one; `work="same"`: bf16 leaves the work as it is, a
-    ratio of 1, and the rule never fires) is the host's (kernel launches, Python), not the
-    GPU's. Both rows' keys, with the speedup and the work's ratio."""
-    keys = [k for k in [*KEYS, "mode"] if k != "precision"]
-    d = d[d[value].notna()] if value in d else d.iloc[:0]
-    a = d[d["precision"] == "fp32"].set_index(keys)
-    b = d[d["precision"] == "bf16"].set_index(keys)
-    cols = [value, "peak_tflops"]
-    both = a[cols].add_suffix("_fp32").join(b[cols].add_suffix("_bf16"), how="inner")
-    both["speedup"] = both[f"{value}_fp32"] / both[f"{value}_bf16"]
-    both["peak_ratio"] = (
-        both["peak_tflops_bf16"] / both["peak_tflops_fp32"] if work == "peak" else 1.0
-    )
-    hb = both[(both["speedup"] < HOST_SPEEDUP) & (both["peak_ratio"] >= HOST_PEAK_RATIO)]
-    return hb.reset_index()
 
 
 def phase_host_bound(d: pd.DataFrame) -> pd.DataFrame:

@@ -102,6 +102,71 @@ def harness_sentence(h: pd.DataFrame, kernel_word: str) -> tuple[str, dict]:
     return sentence, cov
 
 
+def _q1_why(r: pd.Series, kernel_word: str) -> str:
+    """Why one profiled forward differs from Q1's same point, from its numbers."""
+    k, q, prof = r["kernel_ms"], r["q1_ms"], r["profiled_step_ms"]
+    head = (
+        f"`{r['size']}` at {int(r['context_length'])}: {prof:.2f} ms profiled against Q1's "
+        f"{q:.2f} ms ({prof / q:.2f}×)"
+    )
+    if k > q * (1 + MATCH):
+        return head + (
+            f", **suspect**: its {kernel_word}s alone take {k:.2f} ms, more than Q1's whole "
+            "step, so the two runs did not do the same device work"
+        )
+    if prof < q:
+        return head + (
+            f", faster under the profiler, which only adds work: unexplained, Q1's step "
+            f"varied by {r['q1_std_ms']:.2f} ms (std)"
+        )
+    text = head + (
+        f": its {kernel_word}s take {k:.2f} ms, which fit in Q1's step, so the "
+        f"{prof - q:.2f} ms more is host time (the GPU idles {pct(1 - k / prof)} of the "
+        f"profiled step against {pct(max(0.0, 1 - k / q))} of Q1's)"
+    )
+    if r.get("host_bound") == "yes":
+        text += "; the point is host-bound by the rule, so slower launches lengthen it"
+    own = r.get("harness_ms")
+    if r.get("harness_from") == "this job" and pd.notna(own) and abs(own / prof - 1) <= MATCH:
+        text += (
+            f"; the profile job's own timing before its capture took {own:.2f} ms too, so its "
+            "process (nsys attached, the annotated attention's ranges) launches slower, not "
+            "the capture"
+        )
+    return text
+
+
+def q1_sentence(h: pd.DataFrame, kernel_word: str) -> str:
+    """nsys_profile (a) against Q1: each profiled forward beside the benchmark's harness time of
+    the same point (with_q1), how many agree within ±MATCH, and each that does not, explained
+    from its numbers or flagged; the host-bound rule's verdict on the points it can test."""
+    hh = h.dropna(subset=["q1_ms"]) if "q1_ms" in h else h.iloc[:0]
+    if not len(hh):
+        return (
+            "Q1 (the benchmark stage) did not time these forward points (other contexts or "
+            "sizes), so they are compared with the profile job's own harness timing only."
+        )
+    r = hh["profiled_over_q1"]
+    close = (r - 1).abs() <= MATCH
+    text = (
+        f"Against Q1's harness time of the same point ({len(hh)} of the {len(h)} profiled "
+        f"forwards), the profiled forward takes {r.median():.2f}× it (median; "
+        f"{r.min():.2f}–{r.max():.2f}×), within ±{MATCH:.0%} at {int(close.sum())}"
+    )
+    # beyond ±MATCH, or whose kernels alone outlast Q1's whole step (a check at every point)
+    off = hh[~close | (hh["kernel_ms"] > hh["q1_ms"] * (1 + MATCH))]
+    if len(off):
+        text += ". Apart: " + "; ".join(_q1_why(x, kernel_word) for _, x in off.iterrows())
+    tested_ = hh[hh["host_bound"] != "untested"]
+    if len(tested_):
+        n = int((tested_["host_bound"] == "yes").sum())
+        text += (
+            f". The host-bound rule (the benchmark's fp32/bf16 pair of the point) fires at {n} "
+            f"of the {len(tested_)} points it can test"
+        )
+    return text + "."
+
+
 def other_kernels(kernels: pd.DataFrame, unit: str) -> str:
     """Each kernel class but GEMM: its median share of a forward pass's and of a training
     step's time (the whole step's kernels), and which way it moves."""

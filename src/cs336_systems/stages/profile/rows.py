@@ -18,6 +18,7 @@ from cs336_systems.profiling.kernel_classes import (
     unique_labels,
 )
 from cs336_systems.reporting.analysis import load, md_table, ok, pct, sort_sizes
+from cs336_systems.reporting.host_bound import host_bound, tested
 
 # a non-GEMM kernel is "non-trivial" in forward from this share of forward GPU time on
 NONTRIVIAL_SHARE = 0.02
@@ -213,6 +214,38 @@ def harness_comparison(points: pd.DataFrame, bench: pd.DataFrame) -> pd.DataFram
     return sort_sizes(out, "context_length").reset_index(drop=True)
 
 
+def with_q1(h: pd.DataFrame, points: pd.DataFrame, bench: pd.DataFrame) -> pd.DataFrame:
+    """`h` (harness_comparison) with Q1's number for each profiled forward (`q1_ms`,
+    `q1_std_ms`: the benchmark stage's eager, naive-attention forward of the same size,
+    context, precision and batch), `profiled_over_q1`, and `host_bound` from the one rule
+    (reporting/host_bound.py) on the benchmark's fp32/bf16 pair of that point: `yes`, `no`, or
+    `untested` where the benchmark has no such pair."""
+    h = h.copy()
+    h["q1_ms"], h["q1_std_ms"], h["host_bound"] = np.nan, np.nan, "untested"
+    if not (len(h) and len(bench)):
+        h["profiled_over_q1"] = np.nan
+        return h
+    b = ok(bench)
+    b = b[(b["mode"] == "forward") & (b.get("compile", "eager") == "eager")
+          & (b.get("attention", "naive") == "naive")]  # fmt: skip
+    if "engine" in b:
+        b = b[b["engine"].fillna("plain") == "plain"]
+    p = ok(points)
+    batch, prec = p["batch_size"].iloc[0], str(p["precision"].iloc[0])
+    b = b[b.get("batch_size", batch) == batch]
+    mine = b[b["precision"] == prec].set_index(["size", "context_length"])
+    at = list(zip(h["size"], h["context_length"], strict=True))
+    h["q1_ms"] = [mine["step_ms_mean"].get(k, np.nan) for k in at]
+    h["q1_std_ms"] = [mine["step_ms_std"].get(k, np.nan) if "step_ms_std" in mine else np.nan
+                      for k in at]  # fmt: skip
+    if "peak_tflops" in b:
+        fired = {(r["size"], r["context_length"]) for _, r in host_bound(b).iterrows()}
+        both = {(r["size"], r["context_length"]) for _, r in tested(b).iterrows()}
+        h["host_bound"] = ["yes" if k in fired else "no" if k in both else "untested" for k in at]
+    h["profiled_over_q1"] = h["profiled_step_ms"] / h["q1_ms"]
+    return h
+
+
 # ---- Q9: attention's parts ---------------------------------------------------------------
 
 # the parts of attention the Q9 table shows: the annotated ranges, with the 1/sqrt(d) scaling
@@ -319,6 +352,10 @@ def harness_table(h: pd.DataFrame, kernel_word: str) -> str:
                 "profiled_over_harness": "profiled / harness",
                 "kernel_over_harness": f"{kernel_word}s / harness",
                 "harness_from": "harness measured by",
+                "q1_ms": "Q1 (ms)",
+                "q1_std_ms": "Q1 std (ms)",
+                "profiled_over_q1": "profiled / Q1",
+                "host_bound": "host-bound (rule)",
             }
         )
     )
