@@ -231,3 +231,25 @@ def test_mfu_is_given_against_the_measured_ceiling_and_the_datasheet():
     assert answers.datasheet_peaks(d).startswith("bf16 990, fp32 67.0 TFLOP/s")
     cpu = add_mfu(df.assign(device_name="AMD EPYC"), ceilings_rows())
     assert "not in core/costs.py DATASHEET_TFLOPS" in answers.mfu_best(cpu)
+
+
+def test_torch_compile_b_is_a_table_of_every_compiled_mode():
+    """The 2025 reference compiled `small` bf16 in three modes, two of whose eager twins were
+    suspect: the speedup table kept one cell. The compile table shows all three modes with
+    both times and the speedup, the suspect ones marked."""
+    from cs336_systems.stages.benchmark import tables
+
+    df = _phased(("small",))
+    comp = df[df["precision"] == "bf16"].assign(compile="compiled")
+    comp["step_ms_mean"] = comp["step_ms_mean"] / 2
+    df = pd.concat([df, comp], ignore_index=True)
+    bad = (df["compile"] == "eager") & (df["precision"] == "bf16") & (df["mode"] != "forward")
+    df["sanity"] = ""
+    df.loc[bad, "sanity"] = "suspect: forward+backward slower than the full training step"
+    t = tables.compile_table(df)
+    lines = [x for x in t.splitlines() if x.startswith("| small")]
+    assert [x.split("|")[4].strip() for x in lines] == [
+        "forward", "forward+backward", "train step"]  # fmt: skip
+    assert "2.00×" in lines[0] and "⚠" not in lines[0]
+    assert "⚠" in lines[1] and "⚠" in lines[2]
+    assert tables.compile_table(df[df["compile"] == "eager"]) == ""

@@ -173,6 +173,10 @@ def bf16_and_compile(df: pd.DataFrame, d: pd.DataFrame) -> dict:
         cp, "torch.compile over eager (naive attention, each point against itself)",
         len(cp_all) - len(cp),
     )  # fmt: skip
+    # torch_compile (b): the table of every compiled mode beside eager, suspect ones marked
+    whole = tables.compile_table(df)
+    if whole:
+        s["compile"]["table"] = whole
     return s
 
 

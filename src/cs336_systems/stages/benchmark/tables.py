@@ -98,6 +98,43 @@ def speedup_table(sp: pd.DataFrame) -> str:
     return md_table(t.reset_index())
 
 
+def compile_table(df: pd.DataFrame) -> str:
+    """torch_compile (b): every compiled point that ran beside its eager twin (naive attention,
+    the plain model): one row per size, context, precision and mode (forward, forward+backward,
+    training step), the two times and the speedup; a suspect time is marked, not dropped, so
+    the table has every mode the run compiled."""
+    d = ran(df)
+    d = d[d["attention"] == "naive"]
+    if "engine" in d:
+        d = d[d["engine"].fillna("plain") == "plain"]
+    keys = ["size", "context_length", "precision", "mode"]
+    flags = sanity.is_suspect(d)
+    d = d.assign(_flag=flags.to_numpy())
+    e = d[d["compile"] == "eager"].set_index(keys)
+    c = d[d["compile"] == "compiled"].set_index(keys)
+    rows = []
+    for k in c.index:
+        if k not in e.index:
+            continue
+        a, b = e.loc[k], c.loc[k]
+        rows.append(
+            {
+                **dict(zip(keys, k, strict=True)),
+                "eager (ms)": mark_suspect(fmt(a.step_ms_mean), bool(a._flag)),
+                "compiled (ms)": mark_suspect(fmt(b.step_ms_mean), bool(b._flag)),
+                "speedup": f"{a.step_ms_mean / b.step_ms_mean:.2f}×"
+                + (" ⚠" if a._flag or b._flag else ""),
+            }
+        )
+    if not rows:
+        return ""
+    t = pd.DataFrame(rows)
+    t["_m"] = t["mode"].map(list(MODE_LABEL).index)
+    t = sort_sizes(t, "context_length", "precision", "_m").drop(columns="_m")
+    t["mode"] = t["mode"].map(MODE_LABEL)
+    return md_table(t.reset_index(drop=True))
+
+
 def mfu_table(t: pd.DataFrame) -> str:
     """The training steps' best MFU (%) per size (rows) and precision x compile (columns),
     each cell against the measured ceiling and, after a slash, against the datasheet's peak
