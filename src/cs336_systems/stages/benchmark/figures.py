@@ -9,6 +9,12 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import (
+    FormatStrFormatter,
+    LogLocator,
+    MaxNLocator,
+    NullFormatter,
+)
 
 from cs336_systems.reporting.analysis import (
     empty_figure,
@@ -121,6 +127,13 @@ def _warmup_figure(w, path: Path) -> Path:
         a1.plot(x, times, marker=".", label=f"{r_.size}, {r_.warmup_steps} warm-up")
         a1.axvline(r_.warmup_steps + 0.5, color=a1.lines[-1].get_color(), lw=0.6, ls=":")
     a1.set_yscale("log")
+    # whole steps from the first; the log axis labelled at 1, 2 and 5 of each decade in plain
+    # numbers (its minor labels, "4×10^1", met the step ticks)
+    a1.set_xlim(left=0.5)
+    a1.xaxis.set_major_locator(MaxNLocator(integer=True))
+    a1.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    a1.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+    a1.yaxis.set_minor_formatter(NullFormatter())
     a1.set_xlabel("step (dotted: first measured step)")
     a1.set_ylabel("ms")
     a1.legend(fontsize=7)
