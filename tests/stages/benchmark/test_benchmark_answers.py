@@ -89,6 +89,9 @@ def test_host_bound_points_are_named_and_left_out_of_the_ratios(tmp_path):
     assert s["host_bound"].startswith("Host-bound (one rule for every mode and every phase")
     assert "`tiny`" not in s["host_bound"]
     assert "1 point left out" in s["bwd"]["bf16"]
+    # Q3's bf16 speedup names the same pairs and gives its median without them
+    assert s["bf16"]["host"].startswith("3 pairs of these are host-bound")
+    assert "without them 5.00×" in s["bf16"]["host"]
 
 
 def test_warmup_and_speedup_sentences():

@@ -165,6 +165,9 @@ def bf16_and_compile(df: pd.DataFrame, d: pd.DataFrame) -> dict:
         len(bf_all) - len(bf),
     )  # fmt: skip
     s["bf16"]["trend"] = answers.speedup_trend(bf)
+    s["bf16"]["host"] = answers.without_host_bound(
+        bf, host_bound(naive) if "peak_tflops" in d else None
+    )
     other = d[(d["compile"] == "eager") & (d["attention"] != "naive")]
     s["bf16"]["others"] = answers.other_attentions(speedups(other, "precision", "fp32", "bf16"))
     cp = speedups(naive, "compile", "eager", "compiled")

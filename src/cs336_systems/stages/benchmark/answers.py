@@ -556,6 +556,28 @@ def speedup_sentence(sp: pd.DataFrame, what: str, n_excluded: int = 0) -> str:
     )
 
 
+def without_host_bound(sp: pd.DataFrame, hb: pd.DataFrame | None) -> str:
+    """The bf16 speedup's pairs the host-bound rule fires on (rows.host_bound: the host sets
+    their time), and the median and range without them."""
+    if hb is None or not len(hb) or not len(sp):
+        return ""
+    keys = ["size", "context_length", "compile", "attention", "mode"]
+    hit = sp.merge(hb[keys].drop_duplicates(), on=keys, how="left", indicator=True)
+    mask = (hit["_merge"] == "both").to_numpy()
+    if not mask.any():
+        return ""
+    kept = sp[~mask]
+    rest = (
+        f"without them {range_sentence(kept['speedup'], 'point')}"
+        if len(kept)
+        else "no pair is left without them"
+    )
+    return (
+        f"{plural(int(mask.sum()), 'pair')} of these are host-bound (the rule in Q1's note: "
+        f"bf16 barely shortens them), so the speedup there is the host's; {rest}."
+    )
+
+
 def losers(sp: pd.DataFrame) -> str:
     """The points where the speedup is below 1, or that it pays everywhere."""
     lose = sp[sp["speedup"] < 1.0]
