@@ -133,7 +133,7 @@ def test_warmup_and_speedup_sentences():
                     "step_ms_median": 56.3, "measure_steps": 10})  # fmt: skip
     g.loc[5, ["mean_ms", "std_ms", "median_ms"]] = [63.5, 8.0, 56.4]
     text = answers.warmup_vs_q1(g, q1)
-    assert "63.50 ms, +7.20 ms (+12.8%)" in text and "beyond twice" in text
+    assert "run 63.50 ms, +7.20 ms (+12.8%)" in text and "beyond twice" in text
     assert "a few slow steps" in text
     g.loc[5, ["mean_ms", "std_ms", "median_ms"]] = [56.5, 0.5, 56.4]
     assert "they agree" in answers.warmup_vs_q1(g, q1)

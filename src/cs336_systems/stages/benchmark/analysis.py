@@ -85,7 +85,8 @@ def phase_summary(df: pd.DataFrame, d: pd.DataFrame, hb: pd.DataFrame | None = N
     out["clock"] = "CUDA events on the device" if cuda else "the host clock"
     out["sentences"] = []
     for prec in [p for p in ("fp32", "bf16") if p in set(t_all["precision"])]:
-        out["tables"][prec] = tables.phase_table(t, t_all, prec, ctx, names, set(df["size"]))
+        host = answers.host_sizes(hb, prec, ctx)
+        out["tables"][prec] = tables.phase_table(t, t_all, prec, ctx, names, set(df["size"]), host)
         g = t[t["precision"] == prec].set_index("size")
         if len(g):
             out["sentences"].append(answers.phase_sentence(d, g, prec, ctx, hb))

@@ -190,12 +190,10 @@ def warmup_after(g: pd.DataFrame, device: str = "cuda") -> str:
                f" (its median, {fmt(ref['median_ms'])} ms, is what the counts share).")
         )  # fmt: skip
     else:
+        reasons = WHY_FEW.get(device, WHY_FEW["cpu"]).split(": ", 1)[-1]
         text += (
-            "So on this machine one or two warm-up steps already pay the one-time costs. They "
-            "can still fall short elsewhere: "
-            + WHY_FEW.get(device, WHY_FEW["cpu"])[0].lower()
-            + WHY_FEW.get(device, WHY_FEW["cpu"])[1:]
-            + "."
+            "So on this machine one or two warm-up steps already pay the one-time costs. "
+            f"Elsewhere (a larger model, a device idle before the run) they may not: {reasons}."
         )
     return text + _late_slow_step(ref, top)
 
@@ -220,7 +218,7 @@ def warmup_vs_q1(g: pd.DataFrame, q1: pd.Series | None) -> str:
     text = (
         f"Q1's same point (also {k} warm-up steps, in the process that had just measured the "
         f"point's other modes) took {fmt(q1['step_ms_mean'])} ms; the sweep's {k}-warm-up "
-        f"process {fmt(mine['mean_ms'])} ms, {diff:+.2f} ms ({diff / q1['step_ms_mean']:+.1%})"
+        f"run {fmt(mine['mean_ms'])} ms, {diff:+.2f} ms ({diff / q1['step_ms_mean']:+.1%})"
     )
     if verdict == "the same":
         return (
@@ -370,6 +368,15 @@ def backward_shorter(g: pd.DataFrame, host: set) -> str:
     return "; ".join(out)
 
 
+def host_sizes(hb: pd.DataFrame | None, prec: str, ctx: int) -> set:
+    """The sizes at `ctx` whose eager naive point the host-bound rule fired on (`hb`:
+    rows.host_bound_points), in `prec`."""
+    if hb is None or not len(hb):
+        return set()
+    at = hb[(hb["context_length"] == ctx) & (hb["precision"] == prec)]
+    return set(at[(at["compile"] == "eager") & (at["attention"] == "naive")]["size"])
+
+
 def phase_sentence(
     d: pd.DataFrame, g: pd.DataFrame, prec: str, ctx: int, hb: pd.DataFrame | None
 ) -> str:
@@ -378,11 +385,7 @@ def phase_sentence(
     size (`hb`: every mode, phase and precision of a point where the rule fired) is left out of
     all three alike; sizes where Q1 disagrees leave the ratio; a backward shorter than its
     forward is explained or flagged."""
-    host = set()
-    if hb is not None and len(hb):
-        at = hb[(hb["context_length"] == ctx) & (hb["precision"] == prec)]
-        host = set(at[(at["compile"] == "eager") & (at["attention"] == "naive")]["size"])
-        host &= set(g.index)
+    host = host_sizes(hb, prec, ctx) & set(g.index)
     kept = g.drop(index=[x for x in g.index if x in host])
     share = kept["opt_ms_median"] / kept["step_ms_median"]
     ratio = kept["bwd_ms_median"] / kept["fwd_ms_median"]

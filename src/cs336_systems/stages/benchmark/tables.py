@@ -46,8 +46,9 @@ def latency_table(df: pd.DataFrame, precision: str) -> str:
 
 
 def phase_table(
-    t: pd.DataFrame, t_all: pd.DataFrame, prec: str, ctx: int, names: list[str], ran_sizes: set
-) -> str:
+    t: pd.DataFrame, t_all: pd.DataFrame, prec: str, ctx: int, names: list[str], ran_sizes: set,
+    host: set | None = None,
+) -> str:  # fmt: skip
     """One precision's training step at `ctx` split into its phases, one row per size of
     `names` (`tiny` where it ran): the medians of the points that passed the checks (`t`),
     else why the size has none (its row among every point, `t_all`)."""
@@ -70,6 +71,7 @@ def phase_table(
                     "step (ms)": fmt(r.step_ms_median, 2),
                     "optimizer share": pct(r.opt_ms_median / r.step_ms_median),
                     f"phases / step ({pw.attrs['stat']}s)": whole,
+                    "host-bound (rule)": "yes: left out" if size in (host or set()) else "no",
                 }
             )
         else:

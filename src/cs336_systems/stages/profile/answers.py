@@ -150,8 +150,9 @@ def q1_sentence(h: pd.DataFrame, kernel_word: str) -> str:
     close = (r - 1).abs() <= MATCH
     text = (
         f"Against Q1's harness time of the same point ({len(hh)} of the {len(h)} profiled "
-        f"forwards), the profiled forward takes {r.median():.2f}× it (median; "
-        f"{r.min():.2f}–{r.max():.2f}×), within ±{MATCH:.0%} at {int(close.sum())}"
+        f"forwards), the profiled forward takes {r.median():.2f}× it"
+        + (f" (median; {r.min():.2f}–{r.max():.2f}×)" if len(r) > 1 else "")
+        + f", within ±{MATCH:.0%} at {int(close.sum())}"
     )
     # beyond ±MATCH, or whose kernels alone outlast Q1's whole step (a check at every point)
     off = hh[~close | (hh["kernel_ms"] > hh["q1_ms"] * (1 + MATCH))]
