@@ -151,12 +151,18 @@ def _mfu_figure(d, all_sizes, path: Path) -> Path:
         return empty_figure(path, "no training step with an MFU that passed the checks")
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for (prec, comp), g in t.groupby(["precision", "compile"]):
-        g = g.groupby("size", as_index=False)["mfu"].max()
-        _line(ax, g.assign(mfu=100 * g["mfu"]), all_sizes, "mfu", marker="o",
+        best = g.loc[g.groupby("size")["mfu"].idxmax()]
+        _line(ax, best.assign(mfu=100 * best["mfu"]), all_sizes, "mfu", marker="o",
               label=f"{prec} {comp}")  # fmt: skip
+        if "mfu_datasheet" in best and best["mfu_datasheet"].notna().any():
+            # the same points against the datasheet's peak: dashed, in the same colour
+            sheet = best.assign(mfu_datasheet=100 * best["mfu_datasheet"])
+            _line(ax, sheet, all_sizes, "mfu_datasheet", marker="x", ls="--",
+                  color=ax.lines[-1].get_color(), label=f"{prec} {comp} (datasheet)")  # fmt: skip
     ax.legend(fontsize=7)
     _size_axis(ax, all_sizes)
     ax.set_ylabel("train-step MFU (%, best context)")
+    ax.set_title("solid: against the measured ceiling; dashed: against the datasheet", fontsize=8)
     ax.set_xlabel("model size")
     return save(fig, path)
 
