@@ -270,6 +270,10 @@ def test_goal_breakdown_splits_the_step_by_its_own_marks_and_flags_the_impossibl
     assert "130.0 ms per step" in text and "timed between marks" in text
     assert "backward 60.0 ms and the optimizer 40.0 ms" in text
     assert f"floor of {floor_ms:.1f} ms" in text and "suspect" not in text
+    assert "-10.0 ms" not in text  # 30 + 60 + 40 = the 130 ms step: nothing left, nothing over
+    # the parts must add to the step: 30 + 60 + 45 ms of a 130 ms step is flagged with the gap
+    (text,) = goal_breakdown(_goal_rows(45.0), ceilings)
+    assert "**suspect**: the three exceed the step by 5.0 ms" in text
     (text,) = goal_breakdown(_goal_rows(None), ceilings)
     assert "differences of the forward" in text and "optimizer 20.0 ms" in text
     assert "**suspect**" in text

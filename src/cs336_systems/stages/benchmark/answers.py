@@ -27,6 +27,7 @@ from cs336_systems.reporting.analysis import (
 from cs336_systems.reporting.host_bound import HOST_PEAK_RATIO, HOST_SPEEDUP
 from cs336_systems.stages.benchmark.rows import (
     MODE_LABEL,
+    PARTS_SLACK,
     backward_ratios,
     eager_naive,
     parts_vs_whole,
@@ -730,6 +731,13 @@ def goal_breakdown(d: pd.DataFrame, ceilings: pd.DataFrame) -> list[str]:
             f". Of the step ({how}), forward takes {fwd:.1f} ms, backward {bwd:.1f} ms and the "
             f"optimizer {opt:.1f} ms ({100 * opt / row.step_ms_mean:.0f}% of the step, which "
             "adds no counted FLOPs)"
+        )
+        gap = row.step_ms_mean - (fwd + bwd + opt)
+        text += (
+            f", {gap:.1f} ms of the step outside the three (zeroing the gradients, the "
+            "synchronization)"
+            if gap >= -PARTS_SLACK * row.step_ms_mean
+            else f"; **suspect**: the three exceed the step by {-gap:.1f} ms, which cannot be"
         )
         fb_rows = g[g["mode"] == "forward_backward"]
         if len(fb_rows) and fb_rows.iloc[0].mfu == fb_rows.iloc[0].mfu:
