@@ -539,6 +539,12 @@ def test_q7_groups_a_kernels_variants_by_operation_before_its_share():
     text = answers.nontrivial_sentence(nt, 0.1, "kernel", "2.0%", "GPU kernel time")
     assert "The largest is `softmax` (reduction, run by 4 kernels, median 10.0%" in text
     assert "softmax" in prow.nontrivial_table(nt, "2.0%")
+    # Q9 states softmax's share the same way: all four variants, one operation
+    share = prow.operation_share(k, "softmax")
+    assert (share["median"], share["points"], share["kernels"]) == (0.1, 4, 4)
+    assert "softmax takes a median 10.0% of forward time (10.0%–10.0% over 4 points)" in (
+        answers.softmax_share_sentence(share, "kernel")
+    )
 
 
 def test_q5_sets_the_profiled_forward_beside_q1_and_explains_the_gap():

@@ -120,6 +120,10 @@ def attention(points: pd.DataFrame, kernels: pd.DataFrame, cpu: bool) -> dict:
     s["attention_scale_note"] = answers.attention_scale_note(cols)
     s["matmul_units"] = attention_matmul_units(kernels)
     s["attention_sentence"] = answers.attention_sentence(a, s["matmul_units"], cpu)
+    word = "operator" if cpu else "kernel"
+    s["softmax_share"] = answers.softmax_share_sentence(
+        rows.operation_share(kernels, "softmax"), word
+    )
     return s
 
 

@@ -279,6 +279,19 @@ def gemm_sentence(both: pd.DataFrame, unit: str) -> str:
     )
 
 
+def softmax_share_sentence(share: dict, kernel_word: str) -> str:
+    """Softmax's share of forward time with its variants counted as one operation (Q7's
+    grouping), beside Q9's ranges."""
+    if not share:
+        return ""
+    return (
+        f"Counted as one operation ({share['kernels']} {kernel_word} variant"
+        f"{'s' if share['kernels'] > 1 else ''}, grouped before the share is taken), softmax "
+        f"takes a median {pct(share['median'])} of forward time ({pct(share['min'])}–"
+        f"{pct(share['max'])} over {share['points']} points)."
+    )
+
+
 def attention_scale_note(cols: list[str]) -> str:
     """Q9: where the 1/sqrt(d) scaling is counted, when the table shows it."""
     return (

@@ -145,6 +145,22 @@ def nontrivial_non_gemm(kernels: pd.DataFrame, threshold: float = NONTRIVIAL_SHA
     return g.sort_values(["median_share", "max_share"], ascending=False).reset_index(drop=True)
 
 
+def operation_share(kernels: pd.DataFrame, operation: str) -> dict:
+    """One operation's share of forward time per forward point, its kernels (every variant,
+    kernel_classes.kernel_operation) summed first: {median, min, max, points, kernels}; empty
+    where no forward point ran it."""
+    k = kernels[(kernels["mode"] == "forward") & (kernels["phase"] == "forward")]
+    if k.empty:
+        return {}
+    op = k["kernel"].map(kernel_operation) == operation
+    per = k[op].groupby(["size", "context_length"])["share"].sum()
+    per = per.reindex(k.groupby(["size", "context_length"]).size().index, fill_value=0.0)
+    if not op.any():
+        return {}
+    return {"median": float(per.median()), "min": float(per.min()), "max": float(per.max()),
+            "points": len(per), "kernels": int(k.loc[op, "kernel"].nunique())}  # fmt: skip
+
+
 def gemm_shares(points: pd.DataFrame) -> pd.DataFrame:
     """Q8: GEMM share of GPU time, forward-only points vs training-step points."""
     p = ok(points)
