@@ -84,6 +84,31 @@ PATH_LABEL = {
 }
 
 
+# the vendors' datasheet peaks, TFLOP/s per GPU, dense (half the "with sparsity" figure), at
+# the boost clock, by a part of the device name torch reports (the first that matches, most
+# specific first). fp32 is the CUDA cores' rate: the model's fp32 matmuls run without TF32
+# (kernel names `*ffma*`); bf16 the tensor cores'. A device not listed has no datasheet MFU.
+DATASHEET_TFLOPS = {
+    "H100 80GB HBM3": {"fp32": 67.0, "bf16": 989.5},  # H100 SXM5
+    "H100 SXM": {"fp32": 67.0, "bf16": 989.5},
+    "H100 NVL": {"fp32": 60.0, "bf16": 835.5},
+    "H100 PCIe": {"fp32": 51.0, "bf16": 756.5},
+    "H200 NVL": {"fp32": 60.0, "bf16": 835.5},
+    "H200": {"fp32": 67.0, "bf16": 989.5},  # H200 SXM
+    "A100": {"fp32": 19.5, "bf16": 312.0},
+}
+
+
+def datasheet_peak(device_name, precision: str) -> float:
+    """The datasheet's dense TFLOP/s of `precision` on the device named `device_name` (a
+    provenance column), NaN where the device or the precision is not listed."""
+    name = str(device_name or "")
+    for part, peaks in DATASHEET_TFLOPS.items():
+        if part in name:
+            return float(peaks.get(str(precision), float("nan")))
+    return float("nan")
+
+
 def matmul_peaks(ceilings: pd.DataFrame | None, path: str = "matmul") -> dict[str, float]:
     """Measured matmul TFLOP/s per dtype through `path` (old CSVs: every row is a plain matmul)."""
     if ceilings is None or len(ceilings) == 0 or "kind" not in ceilings:

@@ -197,3 +197,45 @@ def gemm_unit(name: str) -> str:
     if _TENSOR_CORE.search(low):
         return "tensor cores"
     return "unknown"
+
+
+# ---- the operation a kernel runs, over its variants ------------------------------------------
+
+# kernels that run one operation under many names (a template per row length, a register or
+# shared-memory variant, a CPU operator): the operation, by a pattern on the lower-cased name
+_OPERATION_RULES: list[tuple[str, re.Pattern[str]]] = [
+    ("softmax", re.compile(r"softmax")),
+    ("norm", re.compile(r"layer_?norm|rms_?norm|batch_?norm|group_?norm|welford")),
+    ("cross-entropy", re.compile(r"nll_loss|cross_entropy|logsumexp|log_softmax")),
+    ("masked_fill", re.compile(r"masked_fill")),
+    ("copy", re.compile(r"direct_copy|copy_kernel|\bcopy_|_to_copy|catarray|cat_")),
+]
+_FUNCTOR_OP = re.compile(r"(?:functor_)?(\w+?)(?:functor|ops|_kernel)?$")
+
+
+def kernel_operation(name: str) -> str:
+    """The operation a kernel runs, the same for its variants: `softmax` for
+    `softmax_warp_forward<float, float, float, 9, 0, 0>`, `<…, 10, …>` and
+    `cunn_SoftMaxForwardReg<…>`; `matmul` for every GEMM; `mul` for the pointwise templates
+    that multiply (`vectorized_elementwise_kernel[BUnaryFunctor/MulFunctor]`,
+    `elementwise_kernel[BinaryFunctor/MulFunctor]`); `mean` for `reduce_kernel[MeanOps]`; a
+    CPU operator its name without `aten::`; any other kernel its name without template
+    arguments. A share taken per kernel splits an operation over its variants (each below a
+    threshold the operation passes): take it per operation."""
+    cls = classify_kernel(name)
+    if cls == "gemm":
+        return "matmul"
+    if cls in ("attention", "optimizer"):
+        return {"attention": "fused attention", "optimizer": "optimizer update"}[cls]
+    low = str(name).lower()
+    for op, pattern in _OPERATION_RULES:
+        if pattern.search(low):
+            return op
+    if low.startswith("aten::"):
+        return low.removeprefix("aten::").strip("_")
+    label = kernel_label(name)
+    if "[" in label and label.endswith("]"):  # a pointwise or reduction template: its op
+        inner = label[label.index("[") + 1 : -1].split("/")[-1].lower()
+        m = _FUNCTOR_OP.match(inner.removeprefix("cudafunctor_"))
+        return (m.group(1) if m else inner) or inner
+    return label.split("<", 1)[0]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pandas as pd
 import pytest
@@ -269,6 +270,10 @@ def test_goal_breakdown_splits_the_step_by_its_own_marks_and_flags_the_impossibl
     assert "130.0 ms per step" in text and "timed between marks" in text
     assert "backward 60.0 ms and the optimizer 40.0 ms" in text
     assert f"floor of {floor_ms:.1f} ms" in text and "suspect" not in text
+    assert "-10.0 ms" not in text  # 30 + 60 + 40 = the 130 ms step: nothing left, nothing over
+    # the parts must add to the step: 30 + 60 + 45 ms of a 130 ms step is flagged with the gap
+    (text,) = goal_breakdown(_goal_rows(45.0), ceilings)
+    assert "**suspect**: the three exceed the step by 5.0 ms" in text
     (text,) = goal_breakdown(_goal_rows(None), ceilings)
     assert "differences of the forward" in text and "optimizer 20.0 ms" in text
     assert "**suspect**" in text
@@ -318,3 +323,20 @@ def test_forward_backward_steps_write_fresh_gradients():
         assert torch.allclose(p.grad, g)
     cleanup()
     assert all(p.grad is None for p in work.model.parameters())
+
+
+def test_each_warmup_count_runs_in_a_process_of_its_own(tmp_path):
+    """The warm-up sweep starts one process per count: no count inherits what an earlier one
+    warmed (libraries, kernels, the allocator's pool), and a row names its process."""
+    sweep = {"sizes": ["tiny"], "context_length": 16, "warmups": [0, 2], "measure_steps": 1,
+             "mode": "forward", "precision": "fp32"}  # fmt: skip
+    out = tmp_path / "w.csv"
+    bench.main([
+        "warmup", "--size", "tiny", "--machine", "m", "--preset", "cpu", "--out", str(out),
+        "--block", json.dumps({"batch_size": 1, "warmup_sweep": sweep}),
+    ])  # fmt: skip
+    rows = pd.read_csv(out)
+    assert list(rows["warmup_steps"]) == [0, 2] and set(rows["status"]) == {"ok"}
+    pids = set(rows["process_id"])
+    assert len(pids) == 2 and os.getpid() not in pids
+    assert [len(json.loads(w)) for w in rows["warmup_times_ms"]] == [0, 2]

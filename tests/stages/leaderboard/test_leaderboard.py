@@ -192,6 +192,13 @@ def test_mfu_is_against_the_peak_of_each_variants_matmul_path(tmp_path):
     assert list(out["matmul_path"]) == ["matmul", "autocast_linear", "autocast_linear", "matmul"]
     assert list(out["mfu"]) == [0.5, 0.5, 0.6 / 1200, 0.5]
     assert list(out["peak_tflops"]) == [800.0, 600.0, 1200.0, 1600.0]
+    # beside the measured ceiling, the datasheet's dense bf16 peak of the device (989.5 on an
+    # H100 SXM), every rank's; a device the table does not list has none
+    rows["device_name"] = ["NVIDIA H100 80GB HBM3"] * 2 + ["AMD EPYC"] + ["NVIDIA H200"]
+    out = with_path_mfu(rows, ceilings)
+    assert out["mfu_datasheet"].iloc[0] == 400.0 / 989.5
+    assert out["mfu_datasheet"].iloc[3] == 800.0 / (2 * 989.5)
+    assert pd.isna(out["mfu_datasheet"].iloc[2])
 
 
 def test_a_cpu_step_splits_into_parts_that_add_up_and_finds_the_loss():

@@ -133,3 +133,24 @@ def test_the_cli_reads_its_devices_from_the_block(tmp_path):
     with pytest.raises(SystemExit):
         prec.main([*run[:5], *block("precision", devices=["tpu"]), "--out", "x",
                    "--dtypes-out", "y", "--layernorm-out", "z"])  # fmt: skip
+
+
+def test_bf16_speed_leaves_host_bound_pairs_out_by_the_one_rule():
+    """small's forward: bf16 0.62x of fp32 for a 12.7x faster matmul is host-bound (the rule
+    of reporting/host_bound.py, the benchmark's): named, and out of the median."""
+    import pandas as pd
+
+    from cs336_systems.stages.precision import answers as pans
+    from cs336_systems.stages.precision import rows as prows
+
+    bench = pd.DataFrame([
+        {"size": s, "context_length": 512, "mode": "forward", "precision": p, "compile": "eager",
+         "attention": "naive", "status": "ok", "step_ms_mean": t, "peak_tflops": peak}
+        for s, p, t, peak in (("small", "fp32", 20.95, 54.0), ("small", "bf16", 33.91, 685.0),
+                              ("xl", "fp32", 326.0, 54.0), ("xl", "bf16", 67.32, 685.0))
+    ])  # fmt: skip
+    sp = prows.speedups(bench)
+    assert list(sp["host_bound"]) == [True, False]
+    text = pans.speed_sentence(sp)
+    assert "median speedup 4.84× over 1 points" in text
+    assert "left out, host-bound by the benchmark's rule: `small` ctx 512 forward (0.62×)" in text

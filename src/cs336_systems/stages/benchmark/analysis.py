@@ -30,6 +30,7 @@ from cs336_systems.stages.benchmark.rows import (
     host_bound_points,
     load_all_engines,
     load_benchmark,
+    phase_host_bound,
     speedups,
     warmup_summary,
     without_points,
@@ -84,7 +85,8 @@ def phase_summary(df: pd.DataFrame, d: pd.DataFrame, hb: pd.DataFrame | None = N
     out["clock"] = "CUDA events on the device" if cuda else "the host clock"
     out["sentences"] = []
     for prec in [p for p in ("fp32", "bf16") if p in set(t_all["precision"])]:
-        out["tables"][prec] = tables.phase_table(t, t_all, prec, ctx, names, set(df["size"]))
+        host = answers.host_sizes(hb, prec, ctx)
+        out["tables"][prec] = tables.phase_table(t, t_all, prec, ctx, names, set(df["size"]), host)
         g = t[t["precision"] == prec].set_index("size")
         if len(g):
             out["sentences"].append(answers.phase_sentence(d, g, prec, ctx, hb))
@@ -97,13 +99,28 @@ def backward_over_forward(df: pd.DataFrame, d: pd.DataFrame, hb: pd.DataFrame) -
     r = without_points(backward_ratios(eager_naive(d)), hb)
     dropped = backward_ratios(eager_naive(ran(df)))
     s: dict = {"bwd": answers.backward_sentences(r, dropped)}
+    s["bwd_short"] = answers.q1_backward_shorter(r)
     if len(r) > 1:
         s["bwd_extremes"] = answers.backward_extremes(r)
     return s
 
 
-def warmup(w: pd.DataFrame) -> list[dict]:
-    """Q2: per size of the warm-up sweep, its table, the first steps and why they cost more."""
+def q1_point(df: pd.DataFrame, w: pd.DataFrame, size: str) -> pd.Series | None:
+    """Q1's row at the sweep's point of `size` (context, mode, precision, batch; eager, naive
+    attention), where it ran and passed the checks."""
+    sweep = w[w["size"] == size].iloc[0]
+    d = eager_naive(ok(df)) if len(df) else df
+    if not len(d):
+        return None
+    keys = ("size", "context_length", "mode", "precision", "batch_size")
+    hit = d[[all(r[k] == sweep[k] for k in keys) for _, r in d.iterrows()]]
+    return hit.iloc[0] if len(hit) else None
+
+
+def warmup(w: pd.DataFrame, df: pd.DataFrame | None = None) -> list[dict]:
+    """Q2: per size of the warm-up sweep (each count in a process of its own), its table, the
+    first steps and why they cost more, 1-2 warm-ups against the longest, and the sweep against
+    Q1's same point (`df`: the benchmark's rows)."""
     ws = warmup_summary(w) if len(w) else pd.DataFrame()
     out = []
     for size, g in ws.groupby("size") if len(ws) else []:
@@ -111,6 +128,15 @@ def warmup(w: pd.DataFrame) -> list[dict]:
         entry = {"size": size, "table": tables.warmup_table(g), **answers.first_steps(size, g)}
         entry["why"] = answers.why_first_step(w)
         entry["few"] = answers.warmup_after(g, device_of(w))
+        q1 = q1_point(df, w, size) if df is not None else None
+        entry["q1"] = answers.warmup_vs_q1(g, q1)
+        pids = w.loc[w["size"] == size].get("process_id", pd.Series(dtype=float)).dropna()
+        entry["processes"] = (
+            f"each warm-up count ran in a process of its own ({pids.nunique()} processes)"
+            if len(pids) and pids.nunique() == len(pids)
+            else "the warm-up counts ran one after another in one process (rows written before "
+            "the sweep started a process per count): a later count found the libraries warm"
+        )
         out.append(entry)
     return out
 
@@ -140,6 +166,9 @@ def bf16_and_compile(df: pd.DataFrame, d: pd.DataFrame) -> dict:
         len(bf_all) - len(bf),
     )  # fmt: skip
     s["bf16"]["trend"] = answers.speedup_trend(bf)
+    s["bf16"]["host"] = answers.without_host_bound(
+        bf, host_bound(naive) if "peak_tflops" in d else None
+    )
     other = d[(d["compile"] == "eager") & (d["attention"] != "naive")]
     s["bf16"]["others"] = answers.other_attentions(speedups(other, "precision", "fp32", "bf16"))
     cp = speedups(naive, "compile", "eager", "compiled")
@@ -148,6 +177,10 @@ def bf16_and_compile(df: pd.DataFrame, d: pd.DataFrame) -> dict:
         cp, "torch.compile over eager (naive attention, each point against itself)",
         len(cp_all) - len(cp),
     )  # fmt: skip
+    # torch_compile (b): the table of every compiled mode beside eager, suspect ones marked
+    whole = tables.compile_table(df)
+    if whole:
+        s["compile"]["table"] = whole
     return s
 
 
@@ -155,6 +188,7 @@ def mfu(results_dir: Path, df: pd.DataFrame, d: pd.DataFrame) -> dict:
     """Q4: MFU, from points that passed the checks, against the ceiling of the model's path."""
     r = ran(df)
     s: dict = {"mfu_missing": answers.mfu_missing(r), "mfu_paths": answers.mfu_paths(r)}
+    s["datasheet"] = answers.datasheet_peaks(r)
     n_mfu_suspect = int((sanity.is_suspect(r) & r["tflops"].notna()).sum())
     if "mfu" in d and d["mfu"].notna().any():
         s["mfu_best"] = answers.mfu_best(d) + sanity.excluded(n_mfu_suspect)
@@ -181,14 +215,17 @@ def context(results_dir: Path) -> dict:
     s.update(run_facts(df, load_all_engines(results_dir)))
     s["latency_fp32"] = tables.latency_table(df, "fp32")
     s["latency_bf16"] = tables.latency_table(df, "bf16")
+    # one rule (rows.host_bound) on every mode and on every phase of the training step
     pairs = host_bound(d) if "peak_tflops" in d else pd.DataFrame()
-    s["host_bound"] = answers.host_bound_note(pairs)
-    hb = host_bound_points(ran(df), pairs)  # every pass and precision of those points
+    phases = phase_host_bound(d) if "peak_tflops" in d else pd.DataFrame()
+    s["host_bound"] = answers.host_bound_note(pd.concat([pairs, phases], ignore_index=True))
+    every = pd.concat([pairs, phases], ignore_index=True)
+    hb = host_bound_points(ran(df), every)  # every pass, phase and precision of those points
     s["phases"] = phase_summary(df, d, hb)
-    s["pass_times"] = answers.pass_times(d)
+    s["pass_times"] = answers.pass_times(d, ran(df))
     s["variability"] = answers.variability(d, s["measure_steps"], device_of(df))
     s.update(backward_over_forward(df, d, hb))
-    s["warmup"] = warmup(w)
+    s["warmup"] = warmup(w, df)
     s.update(bf16_and_compile(df, d))
     s.update(mfu(results_dir, df, d))
     return s

@@ -24,7 +24,14 @@ from cs336_systems.reporting.analysis import (
     sig,
     sort_sizes,
 )
-from cs336_systems.stages.benchmark.rows import MODE_LABEL, backward_ratios, eager_naive
+from cs336_systems.reporting.host_bound import HOST_PEAK_RATIO, HOST_SPEEDUP
+from cs336_systems.stages.benchmark.rows import (
+    MODE_LABEL,
+    PARTS_SLACK,
+    backward_ratios,
+    eager_naive,
+    parts_vs_whole,
+)
 
 # a step varies little when its std is below this share of its mean
 SMALL_CV = 0.05
@@ -36,17 +43,30 @@ def _span(g: pd.DataFrame, col: str) -> str:
     return text + (f" to {fmt(last[col])} ms (`{last['size']}`)" if len(g) > 1 else "")
 
 
-def pass_times(d: pd.DataFrame) -> list[str]:
+def pass_times(d: pd.DataFrame, every: pd.DataFrame | None = None) -> list[str]:
     """benchmarking_script (b): forward and backward (forward+backward minus forward) per size,
-    eager, naive attention, per precision and context."""
+    eager, naive attention, per precision and context. The forward range covers every forward
+    that passed the checks (`d`), also where its forward+backward did not (so no backward);
+    forwards that ran but are suspect (`every`: the rows that ran) are counted as left out."""
+    fwd_all = eager_naive(d[d["mode"] == "forward"])
     r = backward_ratios(eager_naive(d))
+    ran_fwd = eager_naive(every[every["mode"] == "forward"]) if every is not None else fwd_all
     out = []
-    for (prec, ctx), g in r.groupby(["precision", "context_length"]):
-        g = sort_sizes(g)
-        out.append(
-            f"{prec}, context {ctx}: a forward pass takes {_span(g, 'forward_ms')}, a backward "
-            f"pass (forward+backward minus forward) {_span(g, 'backward_ms')}"
+    for (prec, ctx), f in fwd_all.groupby(["precision", "context_length"]):
+        f = sort_sizes(f.rename(columns={"step_ms_mean": "forward_ms"}))
+        g = sort_sizes(r[(r["precision"] == prec) & (r["context_length"] == ctx)])
+        n_ran = int(((ran_fwd["precision"] == prec) & (ran_fwd["context_length"] == ctx)).sum())
+        left = n_ran - len(f)
+        text = (
+            f"{prec}, context {ctx}: a forward pass takes {_span(f, 'forward_ms')} "
+            f"({plural(len(f), 'size')}" + (f"; {left} suspect left out" if left > 0 else "") + ")"
         )
+        if len(g):
+            text += (
+                f", a backward pass (forward+backward minus forward) {_span(g, 'backward_ms')} "
+                f"({plural(len(g), 'size')} with both passes)"
+            )
+        out.append(text)
     return out
 
 
@@ -94,52 +114,131 @@ def variability(d: pd.DataFrame, n_steps: int, device: str = "cuda") -> str:
     )
 
 
+PHASE_NAME = {"fwd": "forward phase", "bwd": "backward phase", "opt": "optimizer phase"}
+
+
 def host_bound_note(hb: pd.DataFrame) -> str:
+    """The host-bound points (rows.host_bound on every mode and every phase of the training
+    step: one rule), each with what fired it."""
     if not len(hb):
         return ""
+    has_phase = "phase" in hb
     items = ", ".join(
-        f"{_point(r, False)} (bf16 {faster_or_slower(r['speedup'])} for a {r['peak_ratio']:.1f}× "
-        "faster matmul)"
-        for _, r in sort_sizes(hb).head(6).iterrows()
+        _point(r, False)
+        + (
+            f" ({PHASE_NAME[r['phase']]} of the train step)"
+            if has_phase and isinstance(r.get("phase"), str)
+            else ""
+        )
+        + f" (bf16 {faster_or_slower(r['speedup'])} for a {r['peak_ratio']:.1f}× faster matmul)"
+        for _, r in sort_sizes(hb).head(8).iterrows()
     )
+    more = f" and {len(hb) - 8} more" if len(hb) > 8 else ""
     return (
-        f"Host-bound points: {items}. bf16 barely changes their step time though its matmuls "
-        "run several times faster, so the host (kernel launches, the Python between them) sets "
-        "their time, in every pass of the point; ratios there describe the host, not the GPU, "
-        "and the backward/forward sentences leave them out."
+        f"Host-bound (one rule for every mode and every phase of the training step: bf16 "
+        f"shortens the time by less than {HOST_SPEEDUP}× though it shrinks the matmuls' time "
+        f"{HOST_PEAK_RATIO:.0f}× or more; the optimizer's work, fp32 in both, is not shrunk, so "
+        f"the rule leaves it to its point): {items}{more}. The host (kernel launches, the "
+        "Python between them) sets their time, in every pass and phase of the point and in "
+        "both precisions: ratios there describe the host, not the GPU, and the backward/forward "
+        "and phase sentences leave those points out alike."
     )
+
+
+def _se(r: pd.Series) -> float:
+    """The standard error of a summary row's mean (`std_ms` over its `n_measured` steps)."""
+    return float(r["std_ms"]) / max(int(r.get("n_measured", 1)), 1) ** 0.5
+
+
+def _versus(a: pd.Series, b: pd.Series) -> tuple[float, float, str]:
+    """(a's mean minus b's, twice their combined standard error, 'slower'/'faster'/'the same')."""
+    diff = float(a["mean_ms"] - b["mean_ms"])
+    noise = 2 * (_se(a) ** 2 + _se(b) ** 2) ** 0.5
+    verdict = "the same" if abs(diff) <= noise else "slower" if diff > 0 else "faster"
+    return diff, noise, verdict
 
 
 def warmup_after(g: pd.DataFrame, device: str = "cuda") -> str:
-    """benchmarking_script (c): why 1 or 2 warm-up steps may still differ from 5, from the
-    first measured step and the mean after each warm-up count against the longest one's."""
+    """benchmarking_script (c): the mean after 1 and 2 warm-up steps against the longest
+    warm-up's, each count from a process of its own, and what follows from the difference: one
+    or two steps too few (slower beyond twice the combined standard error), enough here (within
+    it), or the longer warm-up slower, which no warm-up effect explains (a slow step fell in its
+    measured window: its first step and std say where)."""
     if g.index.max() <= 2 or not any(k in g.index for k in (1, 2)):
         return ""
-    ref = g.loc[g.index.max()]
-    noise = ref["std_ms"] / max(int(ref.get("n_measured", 1)), 1) ** 0.5
-    parts = []
+    top = int(g.index.max())
+    ref = g.loc[top]
+    parts, verdicts = [], {}
     for k in (1, 2):
         if k not in g.index:
             continue
-        r = g.loc[k]
+        diff, noise, verdicts[k] = _versus(g.loc[k], ref)
         parts.append(
-            f"after {k} warm-up step{'s' if k > 1 else ''} the first measured step is "
-            f"{r['first_measured_ms'] / ref['median_ms']:.2f}× the median after "
-            f"{int(g.index.max())} and the mean {r['mean_ms'] / ref['mean_ms']:.2f}× its mean"
+            f"after {k} warm-up step{'s' if k > 1 else ''} the mean is {fmt(g.loc[k, 'mean_ms'])} "
+            f"ms against {fmt(ref['mean_ms'])} after {top} ({diff:+.2f} ms; twice the combined "
+            f"standard error {fmt(noise)} ms: {verdicts[k]})"
         )
-    slower = any(g.loc[k, "mean_ms"] - ref["mean_ms"] > 2 * noise for k in (1, 2) if k in g.index)
-    return (
-        "; ".join(parts).capitalize()
-        + (
-            f" (beyond twice the standard error of the {int(g.index.max())}-warm-up mean, "
-            f"{fmt(noise)} ms). "
-            if slower
-            else f" (within twice the standard error of the mean, {fmt(noise)} ms). "
+    text = "; ".join(parts)
+    text = text[0].upper() + text[1:] + ". "
+    seen = set(verdicts.values())
+    if "slower" in seen:
+        text += WHY_FEW.get(device, WHY_FEW["cpu"]) + "."
+    elif "faster" in seen:
+        text += (
+            f"The {top}-warm-up run is the slower one, which more warm-up cannot cause: it is a "
+            "slow step inside its measured window, not a one-time cost left unpaid"
+            + ("." if ref["first_measured_ms"] / ref["median_ms"] > 1.5 else
+               f" (its median, {fmt(ref['median_ms'])} ms, is what the counts share).")
+        )  # fmt: skip
+    else:
+        reasons = WHY_FEW.get(device, WHY_FEW["cpu"]).split(": ", 1)[-1]
+        text += (
+            "So on this machine one or two warm-up steps already pay the one-time costs. "
+            f"Elsewhere (a larger model, a device idle before the run) they may not: {reasons}."
         )
-        + WHY_FEW.get(device, WHY_FEW["cpu"])
-        + "; with few measured steps, one slow step also moves the mean by its excess over the "
-        "count." + _late_slow_step(ref, int(g.index.max()))
+    return text + _late_slow_step(ref, top)
+
+
+def warmup_vs_q1(g: pd.DataFrame, q1: pd.Series | None) -> str:
+    """The sweep's point at Q1's warm-up count against Q1's same point (size, context, mode,
+    precision, eager, naive attention), which ran in a process that had measured the point's
+    other modes first: by how much they differ, and whether beyond twice the combined standard
+    error; where they do, whether the medians agree (a few slow steps in one window) or not."""
+    if q1 is None:
+        return ""
+    k = int(q1["warmup_steps"])
+    if k not in g.index:
+        return (
+            f"Q1 measured this point after {k} warm-up steps, a count the sweep does not run, so "
+            "the two are not compared."
+        )
+    mine = g.loc[k]
+    other = pd.Series({"mean_ms": q1["step_ms_mean"], "std_ms": q1["step_ms_std"],
+                       "n_measured": q1["measure_steps"]})  # fmt: skip
+    diff, noise, verdict = _versus(mine, other)
+    text = (
+        f"Q1's same point (also {k} warm-up steps, in the process that had just measured the "
+        f"point's other modes) took {fmt(q1['step_ms_mean'])} ms; the sweep's {k}-warm-up "
+        f"run {fmt(mine['mean_ms'])} ms, {diff:+.2f} ms ({diff / q1['step_ms_mean']:+.1%})"
     )
+    if verdict == "the same":
+        return (
+            text
+            + f", within twice the combined standard error ({fmt(noise)} ms): they agree within the noise."
+        )
+    med = float(mine["median_ms"] - q1["step_ms_median"])
+    if abs(med) <= noise:
+        why = (
+            f"their medians differ by only {med:+.2f} ms, so a few slow steps in one measured "
+            "window make the difference, not the warm-up"
+        )
+    else:
+        why = (
+            f"their medians differ too ({med:+.2f} ms): the fresh process runs at another speed "
+            "throughout, which the warm-up steps alone do not explain (unmeasured here: clocks, "
+            "what the other job on the machine did)"
+        )
+    return text + f", beyond twice the combined standard error ({fmt(noise)} ms): {why}."
 
 
 def _late_slow_step(ref: pd.Series, k: int) -> str:
@@ -222,41 +321,96 @@ def range_sentence(values: pd.Series, what: str) -> str:
 PASSES_DISAGREE = 0.2
 
 
+def _sum_clause(g: pd.DataFrame, host: set) -> str:
+    """What the three phases add up to (`parts_vs_whole`), the host-bound sizes left out, and
+    every size whose parts exceed its step flagged with the gap."""
+    pw = parts_vs_whole(g)
+    kept = pw.drop(index=[x for x in pw.index if x in host])
+    text = (
+        f"the three phases add up to {_spread(kept['share'], pct)} of the whole step "
+        f"({pw.attrs['stat']}s; the rest is zeroing the gradients and the synchronization "
+        "around the step)"
+        if len(kept)
+        else "the phases' sum is not summarized (every size host-bound)"
+    )
+    over = pw[pw["over"]]
+    if len(over):
+        text += (
+            "; **suspect**: at "
+            + ", ".join(
+                f"`{x}` the parts exceed the step by {fmt(-r.gap_ms)} ms ({pct(r.share)})"
+                for x, r in over.iterrows()
+            )
+            + ", which cannot be: each phase lies inside the step"
+        )
+    return text
+
+
+def backward_shorter(g: pd.DataFrame, host: set) -> str:
+    """Each size of `g` whose backward phase is shorter than its forward (it has twice the
+    forward's matmul FLOPs): explained where the size is host-bound (its forward is the host's
+    launch time, which backward, launched by autograd's C++ engine, pays less of), else
+    flagged as suspect."""
+    short = g[g["bwd_ms_median"] < g["fwd_ms_median"]]
+    out = []
+    for x, r in short.iterrows():
+        head = f"`{x}`'s backward ({fmt(r.bwd_ms_median)} ms) is shorter than its forward ({fmt(r.fwd_ms_median)} ms)"
+        if x in host:
+            out.append(
+                head + ", though it has twice its matmul FLOPs: the size is host-bound, so "
+                "the forward's time is the host launching its kernels one by one from Python, "
+                "which backward (launched by autograd's C++ engine) pays less of"
+            )
+        else:
+            out.append(
+                head + ", though it has twice its matmul FLOPs and the size is not host-bound: "
+                "**suspect**, the marks between the phases may be misplaced"
+            )
+    return "; ".join(out)
+
+
+def host_sizes(hb: pd.DataFrame | None, prec: str, ctx: int) -> set:
+    """The sizes at `ctx` whose eager naive point the host-bound rule fired on (`hb`:
+    rows.host_bound_points), in `prec`."""
+    if hb is None or not len(hb):
+        return set()
+    at = hb[(hb["context_length"] == ctx) & (hb["precision"] == prec)]
+    return set(at[(at["compile"] == "eager") & (at["attention"] == "naive")]["size"])
+
+
 def phase_sentence(
     d: pd.DataFrame, g: pd.DataFrame, prec: str, ctx: int, hb: pd.DataFrame | None
 ) -> str:
     """One precision's phases (`g`: its eager naive training steps at `ctx`, by size): the
-    optimizer's share, backward over forward (host-bound sizes of `hb` and those where Q1
-    disagrees left out) and what the three phases add up to."""
-    share = g["opt_ms_median"] / g["step_ms_median"]
-    host = set()
-    if hb is not None and len(hb):
-        at = hb[(hb["context_length"] == ctx) & (hb["precision"] == prec)]
-        host = set(at[(at["compile"] == "eager") & (at["attention"] == "naive")]["size"])
-        host &= set(g.index)
+    optimizer's share, backward over forward and what the three phases add up to. A host-bound
+    size (`hb`: every mode, phase and precision of a point where the rule fired) is left out of
+    all three alike; sizes where Q1 disagrees leave the ratio; a backward shorter than its
+    forward is explained or flagged."""
+    host = host_sizes(hb, prec, ctx) & set(g.index)
     kept = g.drop(index=[x for x in g.index if x in host])
+    share = kept["opt_ms_median"] / kept["step_ms_median"]
     ratio = kept["bwd_ms_median"] / kept["fwd_ms_median"]
     left = (
-        f" ({', '.join(f'`{x}`' for x in sorted(host))} left out: host-bound, see below)"
+        f" ({', '.join(f'`{x}`' for x in sorted(host))} left out of each of these: host-bound, "
+        "see below)"
         if host
         else ""
     )
-    parts = g["fwd_ms_median"] + g["bwd_ms_median"] + g["opt_ms_median"]
     off, clause = _passes_disagree(d, prec, ctx, ratio)
-    ratio, left = ratio.drop(index=off), left + clause
-    return (
-        f"{prec}: the optimizer step takes {_spread(share, pct)} of the training step, "
-        ""
+    ratio = ratio.drop(index=off)
+    text = (
+        f"{prec}{left}: the optimizer step takes "
+        + (f"{_spread(share, pct)} of the training step, " if len(share) else "– of the step, ")
         + (
-            f"backward {_spread(ratio, lambda v: f'{v:.2f}×')} the forward time{left}, "
+            f"backward {_spread(ratio, lambda v: f'{v:.2f}×')} the forward time{clause}, "
             if len(ratio)
-            else f"backward/forward not given{left}, "
+            else f"backward/forward not given{clause}, "
         )
-        + "and the "
-        f"three phases add up to {_spread(parts / g['step_ms_median'], pct)} of the "
-        "whole step (medians; the rest is zeroing the gradients and the synchronization "
-        "around the step)"
+        + "and "
+        + _sum_clause(g, host)
     )
+    short = backward_shorter(g, host)
+    return text + (f". {short[0].upper()}{short[1:]}" if short else "")
 
 
 def _passes_disagree(d: pd.DataFrame, prec: str, ctx: int, ratio: pd.Series):
@@ -317,6 +471,24 @@ def backward_sentences(r: pd.DataFrame, dropped: pd.DataFrame) -> dict[str, str]
             f" ({plural(n_out, 'point')} left out: suspect or host-bound)" if n_out else ""
         )
     return out
+
+
+def q1_backward_shorter(r: pd.DataFrame) -> str:
+    """Q1's points (`r`: not host-bound, not suspect) whose backward (forward+backward minus
+    forward) is shorter than their forward though it has twice its matmul FLOPs: suspect."""
+    short = sort_sizes(r[r["ratio"] < 1])
+    if not len(short):
+        return ""
+    items = ", ".join(
+        f"`{x['size']}` context {x['context_length']} {x['precision']} ({fmt(x['backward_ms'])} "
+        f"against {fmt(x['forward_ms'])} ms)"
+        for _, x in short.iterrows()
+    )
+    return (
+        f"**Suspect**: backward shorter than forward at {items}, though backward has twice the "
+        "forward's matmul FLOPs and these points are not host-bound: the difference of two "
+        "separately timed modes, each with its own step-to-step spread, does not hold there."
+    )
 
 
 def backward_extremes(r: pd.DataFrame) -> str:
@@ -388,6 +560,28 @@ def speedup_sentence(sp: pd.DataFrame, what: str, n_excluded: int = 0) -> str:
     )
 
 
+def without_host_bound(sp: pd.DataFrame, hb: pd.DataFrame | None) -> str:
+    """The bf16 speedup's pairs the host-bound rule fires on (rows.host_bound: the host sets
+    their time), and the median and range without them."""
+    if hb is None or not len(hb) or not len(sp):
+        return ""
+    keys = ["size", "context_length", "compile", "attention", "mode"]
+    hit = sp.merge(hb[keys].drop_duplicates(), on=keys, how="left", indicator=True)
+    mask = (hit["_merge"] == "both").to_numpy()
+    if not mask.any():
+        return ""
+    kept = sp[~mask]
+    rest = (
+        f"without them {range_sentence(kept['speedup'], 'point')}"
+        if len(kept)
+        else "no pair is left without them"
+    )
+    return (
+        f"{plural(int(mask.sum()), 'pair')} of these are host-bound (the rule in Q1's note: "
+        f"bf16 barely shortens them), so the speedup there is the host's; {rest}."
+    )
+
+
 def losers(sp: pd.DataFrame) -> str:
     """The points where the speedup is below 1, or that it pays everywhere."""
     lose = sp[sp["speedup"] < 1.0]
@@ -441,16 +635,42 @@ def mfu_paths(r: pd.DataFrame) -> list[str]:
     )
 
 
+def against_datasheet(r: pd.Series) -> str:
+    """', X% of the datasheet's Y TFLOP/s (dense <precision>, <device>)' or why there is none."""
+    sheet = r.get("mfu_datasheet")
+    if sheet is None or pd.isna(sheet):
+        return (
+            f"; no datasheet MFU (`{r.get('device_name', '?')}` is not in core/costs.py "
+            "DATASHEET_TFLOPS)"
+        )
+    return (
+        f"; {pct(sheet)} of the datasheet's {sig(r['datasheet_tflops'])} TFLOP/s (dense "
+        f"{r['precision']}, {r.get('device_name', '?')})"
+    )
+
+
 def mfu_best(d: pd.DataFrame) -> str:
-    """The point with the highest MFU, with its TFLOP/s and the ceiling it is held to."""
+    """The point with the highest MFU, with its TFLOP/s, the ceiling it is held to and its MFU
+    against the datasheet's peak."""
     best = d.loc[d["mfu"].idxmax()]
     return (
         f"{pct(best.mfu)} MFU ({sig(best.tflops)} TFLOP/s of a measured "
         f"{sig(best.peak_tflops)} TFLOP/s through "
-        f"{PATH_LABEL.get(best.peak_path, best.peak_path)}) "
+        f"{PATH_LABEL.get(best.peak_path, best.peak_path)}{against_datasheet(best)}) "
         f"for `{best['size']}` at context {best.context_length}, {MODE_LABEL[best['mode']]}, "
         f"{best.precision}, {best['compile']}"
     )
+
+
+def datasheet_peaks(d: pd.DataFrame) -> str:
+    """'fp32 67, bf16 989.5 TFLOP/s (NVIDIA H100 80GB HBM3)': the datasheet peaks the rows are
+    held to, or why there are none."""
+    if "datasheet_tflops" not in d or d["datasheet_tflops"].isna().all():
+        names = sorted({str(x) for x in d.get("device_name", pd.Series(["?"])).dropna()})
+        return f"none: {', '.join(names) or 'the device'} is not in core/costs.py DATASHEET_TFLOPS"
+    g = d.dropna(subset=["datasheet_tflops"]).groupby("precision")["datasheet_tflops"].first()
+    dev = ", ".join(sorted({str(x) for x in d.get("device_name", pd.Series(dtype=str)).dropna()}))
+    return ", ".join(f"{p} {sig(v)}" for p, v in g.items()) + f" TFLOP/s ({dev})"
 
 
 # ---- the speed goal's point -------------------------------------------------------------
@@ -490,7 +710,7 @@ def goal_breakdown(d: pd.DataFrame, ceilings: pd.DataFrame) -> list[str]:
             f"attention `{attention}`: {row.step_ms_mean:.1f} ms per step, {sig(row.tflops)} "
             + (
                 f"TFLOP/s, **{pct(row.mfu)} MFU** against the measured bf16 peak of the model's "
-                f"path ({sig(row.peak_tflops)} TFLOP/s)"
+                f"path ({sig(row.peak_tflops)} TFLOP/s){against_datasheet(row)}"
                 if row.mfu == row.mfu
                 else "TFLOP/s (no MFU: this run has no bf16 ceiling through the model's path)"
             )
@@ -511,6 +731,13 @@ def goal_breakdown(d: pd.DataFrame, ceilings: pd.DataFrame) -> list[str]:
             f". Of the step ({how}), forward takes {fwd:.1f} ms, backward {bwd:.1f} ms and the "
             f"optimizer {opt:.1f} ms ({100 * opt / row.step_ms_mean:.0f}% of the step, which "
             "adds no counted FLOPs)"
+        )
+        gap = row.step_ms_mean - (fwd + bwd + opt)
+        text += (
+            f", {gap:.1f} ms of the step outside the three (zeroing the gradients, the "
+            "synchronization)"
+            if gap >= -PARTS_SLACK * row.step_ms_mean
+            else f"; **suspect**: the three exceed the step by {-gap:.1f} ms, which cannot be"
         )
         fb_rows = g[g["mode"] == "forward_backward"]
         if len(fb_rows) and fb_rows.iloc[0].mfu == fb_rows.iloc[0].mfu:

@@ -9,6 +9,12 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import (
+    FormatStrFormatter,
+    LogLocator,
+    MaxNLocator,
+    NullFormatter,
+)
 
 from cs336_systems.reporting.analysis import (
     empty_figure,
@@ -121,6 +127,13 @@ def _warmup_figure(w, path: Path) -> Path:
         a1.plot(x, times, marker=".", label=f"{r_.size}, {r_.warmup_steps} warm-up")
         a1.axvline(r_.warmup_steps + 0.5, color=a1.lines[-1].get_color(), lw=0.6, ls=":")
     a1.set_yscale("log")
+    # whole steps from the first; the log axis labelled at 1, 2 and 5 of each decade in plain
+    # numbers (its minor labels, "4×10^1", met the step ticks)
+    a1.set_xlim(left=0.5)
+    a1.xaxis.set_major_locator(MaxNLocator(integer=True))
+    a1.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    a1.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+    a1.yaxis.set_minor_formatter(NullFormatter())
     a1.set_xlabel("step (dotted: first measured step)")
     a1.set_ylabel("ms")
     a1.legend(fontsize=7)
@@ -138,12 +151,18 @@ def _mfu_figure(d, all_sizes, path: Path) -> Path:
         return empty_figure(path, "no training step with an MFU that passed the checks")
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for (prec, comp), g in t.groupby(["precision", "compile"]):
-        g = g.groupby("size", as_index=False)["mfu"].max()
-        _line(ax, g.assign(mfu=100 * g["mfu"]), all_sizes, "mfu", marker="o",
+        best = g.loc[g.groupby("size")["mfu"].idxmax()]
+        _line(ax, best.assign(mfu=100 * best["mfu"]), all_sizes, "mfu", marker="o",
               label=f"{prec} {comp}")  # fmt: skip
+        if "mfu_datasheet" in best and best["mfu_datasheet"].notna().any():
+            # the same points against the datasheet's peak: dashed, in the same colour
+            sheet = best.assign(mfu_datasheet=100 * best["mfu_datasheet"])
+            _line(ax, sheet, all_sizes, "mfu_datasheet", marker="x", ls="--",
+                  color=ax.lines[-1].get_color(), label=f"{prec} {comp} (datasheet)")  # fmt: skip
     ax.legend(fontsize=7)
     _size_axis(ax, all_sizes)
     ax.set_ylabel("train-step MFU (%, best context)")
+    ax.set_title("solid: against the measured ceiling; dashed: against the datasheet", fontsize=8)
     ax.set_xlabel("model size")
     return save(fig, path)
 

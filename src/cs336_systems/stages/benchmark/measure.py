@@ -20,6 +20,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import pandas as pd
 import torch
@@ -298,8 +303,9 @@ def run_warmup_sweep(
     base: dict,
     edition=None,
 ) -> list[dict]:
-    """The same point measured after 0, 1, 2, ... warm-up steps, each on a freshly built model,
-    so the first steps' costs (allocator growth, kernel selection, caches) show again each time."""
+    """The same point measured after each warm-up count of `warmups`, each on a freshly built
+    model in this process (`warmup_rows` runs one count per process: a later count in the same
+    process would find the libraries warm). `process_id` names the process that measured it."""
     rows = []
     for w in warmups:
 
@@ -318,6 +324,7 @@ def run_warmup_sweep(
             "compile": "eager",
             "warmup_steps": w,
             "measure_steps": steps,
+            "process_id": os.getpid(),
             "status": res.status,
         }
         if res.status == "ok":
@@ -326,6 +333,37 @@ def run_warmup_sweep(
         with point(f"warmup={w}"):
             log.log(status_level(res.status), "%s", res.status)
     return rows
+
+
+def fresh_process_rows(argv: list[str], warmup: int, fixed: dict) -> list[dict]:
+    """One warm-up count measured in a process of its own: this CLI again (`argv`: the job's
+    own arguments) with `--only-warmup`, its rows read back; a process that fails is a row with
+    its status and the end of its output."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "rows.csv"
+        cmd = [sys.executable, "-m", "cs336_systems.stages.benchmark", *_without_out(argv)]
+        cmd += ["--out", str(out), "--only-warmup", str(warmup)]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        sys.stderr.write(done.stderr)
+        if done.returncode == 0 and out.exists():
+            return pd.read_csv(out).to_dict("records")
+    tail = " ".join((done.stderr or done.stdout).strip().splitlines()[-1:])[:300]
+    return [{**fixed, "warmup_steps": warmup, "status": f"error: exit {done.returncode}: {tail}"}]
+
+
+def _without_out(argv: list[str]) -> list[str]:
+    """`argv` without its `--out` (and `--only-warmup`) and their values."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a in ("--out", "--only-warmup"):
+            skip = True
+            continue
+        if not a.startswith(("--out=", "--only-warmup=")):
+            out.append(a)
+    return out
 
 
 def _csv_list(text: str) -> list[str]:
@@ -350,6 +388,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.add_argument("--size", required=True, help="the job's model size")
         add_run_arguments(p)
         add_block_argument(p, knobs)
+    sub.choices["warmup"].add_argument(
+        "--only-warmup",
+        type=int,
+        default=None,
+        help="measure this one warm-up count (the process the sweep starts per count)",
+    )
     run = sub.choices["run"]
     run.add_argument("--context-length", type=int, required=True, help="the job's context")
     run.add_argument("--attention", required=True, help="the job's attention")
@@ -359,6 +403,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--ceilings", default="", help="the ceilings CSV: measured matmul rates per precision"
     )
     args = ap.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     if args.out is None:
         ap.error("--out is required")
     return args
@@ -439,13 +484,24 @@ def engines_rows(args: argparse.Namespace, device: torch.device, base: dict) -> 
 
 
 def warmup_rows(args: argparse.Namespace, device: torch.device, base: dict) -> list[dict]:
-    """The warm-up sweep's job (plan.py: `WARMUP_KNOBS`)."""
+    """The warm-up sweep's job (plan.py: `WARMUP_KNOBS`): each warm-up count in a fresh process
+    (`fresh_process_rows`), so that no count inherits the libraries, kernels and allocator pool
+    an earlier count warmed; `--only-warmup` is that process, measuring its one count."""
     k = args.block
     ws = k.warmup_sweep
+    counts = list(ws.warmups) if args.only_warmup is None else [args.only_warmup]
+    if args.only_warmup is None:
+        fixed = {**base, **model_row(args.size, ws.context_length, k.batch_size, args.edition)}
+        fixed.update(mode=ws.mode, precision=ws.precision, compile="eager", attention="naive")
+        rows = []
+        for w in counts:
+            with point(f"warmup={w} (a process of its own)"):
+                rows += fresh_process_rows(args.argv, w, fixed)
+        return rows
     return run_warmup_sweep(
         args.size,
         ws.context_length,
-        list(ws.warmups),
+        counts,
         ws.measure_steps,
         ws.mode,
         ws.precision,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from cs336_systems.core.costs import MODEL_PATH, PATH_LABEL, matmul_peaks
+from cs336_systems.core.costs import MODEL_PATH, PATH_LABEL, datasheet_peak, matmul_peaks
 
 
 def model_rates(ceilings: pd.DataFrame | None) -> dict[str, tuple[float, str]]:
@@ -49,7 +49,9 @@ def add_mfu(df: pd.DataFrame, ceilings: pd.DataFrame | None) -> pd.DataFrame:
     """MFU = achieved TFLOP/s over the measured matmul peak of the path the point's precision
     takes in the model (fp32: a plain fp32 matmul; bf16: autocast F.linear on fp32 weights and
     inputs), `peak_path` naming it. Without that ceiling the MFU is left empty and `peak_path`
-    says why: a plain bf16 matmul is not the model's path, and dividing by it misleads."""
+    says why: a plain bf16 matmul is not the model's path, and dividing by it misleads. Beside
+    it, `mfu_datasheet` against the vendor's dense peak of the row's device (core/costs.py
+    DATASHEET_TFLOPS), NaN for a device the table does not list."""
     df = df.copy()
     if "tflops" not in df:
         df["tflops"] = float("nan")
@@ -77,9 +79,15 @@ def add_mfu(df: pd.DataFrame, ceilings: pd.DataFrame | None) -> pd.DataFrame:
     df["peak_tflops"] = peaks
     df["peak_path"] = paths
     df["mfu"] = df["tflops"] / df["peak_tflops"].astype(float)
+    # and against the vendor's datasheet peak of the row's device and precision
+    names = df["device_name"] if "device_name" in df else pd.Series("", index=df.index)
+    precs = df.get("precision", pd.Series("", index=df.index))
+    df["datasheet_tflops"] = [datasheet_peak(n, p) for n, p in zip(names, precs, strict=True)]
+    df["mfu_datasheet"] = df["tflops"] / df["datasheet_tflops"]
     if "pipelined_ms" in df and "step_ms_mean" in df:
         # the same FLOPs at the back-to-back rate (harness.pipelined_ms)
         per_step = df["tflops"] * pd.to_numeric(df["step_ms_mean"], errors="coerce")
         df["pipelined_tflops"] = per_step / pd.to_numeric(df["pipelined_ms"], errors="coerce")
         df["pipelined_mfu"] = df["pipelined_tflops"] / df["peak_tflops"].astype(float)
+        df["pipelined_mfu_datasheet"] = df["pipelined_tflops"] / df["datasheet_tflops"]
     return df

@@ -45,7 +45,7 @@ class AttentionOnly(Knobs):
 
 @dataclass(frozen=True)
 class WarmupSweep(Knobs):
-    """One point measured after each number of warm-up steps, on a fresh model each time."""
+    """One point measured after each number of warm-up steps, in a fresh process each time."""
 
     sizes: list[str] = knob("model sizes, one job each", **SIZES)
     context_length: int = knob("tokens per sequence", minimum=1)
@@ -246,16 +246,18 @@ def _point_job(k: BenchmarkKnobs, cost: Costs, p: dict) -> Job:
 
 def estimate(k: BenchmarkKnobs, cost: Costs) -> list[Job]:
     """One job per point: its plain grid, a compile per compiled precision, and in the first
-    attention's job the engines; then one job per size of the warm-up sweep (a fresh model per
-    warm-up count)."""
+    attention's job the engines; then one job per size of the warm-up sweep (a fresh process
+    per warm-up count)."""
     jobs = [_point_job(k, cost, p) for p in points(k)]
     w = k.warmup_sweep
     for size in w.sizes if w is not None else []:
         n = sum(x + w.measure_steps for x in w.warmups)
         t = n * cost.step_s(size, w.context_length, k.batch_size, w.mode, w.precision)
-        build = cost.build_s(size, len(w.warmups))
-        build += cost.dev.first_train_step_s if w.mode == "train_step" else 0.0
-        how = f"{len(w.warmups)} fresh models, {n} steps"
+        # a process of its own per count (measure.py: fresh_process_rows): its start, its
+        # model and, for a train step, its first step's one-time costs, each time
+        build = cost.build_s(size, len(w.warmups)) + len(w.warmups) * cost.dev.job_start_s
+        build += len(w.warmups) * cost.dev.first_train_step_s if w.mode == "train_step" else 0.0
+        how = f"{len(w.warmups)} fresh processes, {n} steps"
         jobs.append(
             Job("benchmark", f"warm-up sweep {size}", cost.dev.job_start_s + build + t, how)
         )

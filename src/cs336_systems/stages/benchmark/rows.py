@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from cs336_systems.reporting.analysis import load, ok, ran
+from cs336_systems.reporting.host_bound import host_bound
 from cs336_systems.stages.benchmark.mfu import add_mfu
 
 KEYS = ["size", "context_length", "precision", "compile", "attention"]
@@ -62,26 +63,23 @@ def speedups(df: pd.DataFrame, axis: str, base: str, fast: str) -> pd.DataFrame:
     return both.reset_index()
 
 
-# bf16 autocast no faster than this over fp32, where the bf16 matmul ceiling is at least
-# HOST_PEAK_RATIO times the fp32 one: the step's time is not the GPU's matmul time
-HOST_SPEEDUP = 1.25
-HOST_PEAK_RATIO = 3.0
+# what bf16 autocast does to each phase's device work: the matmuls run at the bf16 ceiling in
+# forward and backward; AdamW updates the fp32 master weights in both precisions, so bf16 does
+# not shrink the optimizer's work and the rule cannot call it host-bound (`work_ratio` 1)
+PHASE_WORK = {"fwd": "peak", "bwd": "peak", "opt": "same"}
 
 
-def host_bound(d: pd.DataFrame) -> pd.DataFrame:
-    """Points whose bf16 autocast step takes about its fp32 time (speedup below HOST_SPEEDUP)
-    although the bf16 matmul ceiling is HOST_PEAK_RATIO times the fp32 one or more: their time
-    is the host's (kernel launches, Python), not the GPU's matmuls. Both rows' keys, with the
-    speedup and the ceilings' ratio."""
-    keys = [k for k in [*KEYS, "mode"] if k != "precision"]
-    a = d[d["precision"] == "fp32"].set_index(keys)
-    b = d[d["precision"] == "bf16"].set_index(keys)
-    cols = ["step_ms_mean", "peak_tflops"]
-    both = a[cols].add_suffix("_fp32").join(b[cols].add_suffix("_bf16"), how="inner")
-    both["speedup"] = both["step_ms_mean_fp32"] / both["step_ms_mean_bf16"]
-    both["peak_ratio"] = both["peak_tflops_bf16"] / both["peak_tflops_fp32"]
-    hb = both[(both["speedup"] < HOST_SPEEDUP) & (both["peak_ratio"] >= HOST_PEAK_RATIO)]
-    return hb.reset_index()
+def phase_host_bound(d: pd.DataFrame) -> pd.DataFrame:
+    """The same rule (`host_bound`) on each phase of the training steps (forward, backward,
+    optimizer step: their median times inside the step), `phase` naming it."""
+    t = d[d["mode"] == "train_step"]
+    out = [
+        host_bound(t, f"{ph}_ms_median", work).assign(phase=ph)
+        for ph, work in PHASE_WORK.items()
+        if f"{ph}_ms_median" in t
+    ]
+    out = [x for x in out if len(x)]
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
 
 
 def host_bound_points(d: pd.DataFrame, hb: pd.DataFrame) -> pd.DataFrame:
@@ -104,6 +102,26 @@ def without_points(r: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
     keys = ["size", "context_length", "precision", "compile", "attention"]
     hit = r.merge(points[keys].drop_duplicates(), on=keys, how="left", indicator=True)
     return r[(hit["_merge"] != "both").to_numpy()]
+
+
+# the phases' means may exceed the step's by this share before a row is flagged (CUDA events
+# inside the step against the host clock around it: the parts cannot exceed the whole)
+PARTS_SLACK = 0.001
+
+
+def parts_vs_whole(g: pd.DataFrame) -> pd.DataFrame:
+    """Per size of `g` (train-step rows by size): the three phases' sum against the step, on
+    means (a mean of sums is the sum of means: the parts add to what they divide; medians do
+    not), `gap_ms` the step minus the parts, `over` where the parts exceed the step."""
+    cols = ("fwd", "bwd", "opt")
+    stat = "mean" if all(f"{c}_ms_mean" in g for c in cols) else "median"
+    parts = sum(g[f"{c}_ms_{stat}"] for c in cols)
+    step = g[f"step_ms_{stat}"]
+    out = pd.DataFrame({"parts_ms": parts, "step_ms": step, "share": parts / step})
+    out["gap_ms"] = step - parts
+    out["over"] = out["share"] > 1 + PARTS_SLACK
+    out.attrs["stat"] = stat
+    return out
 
 
 def device_of(df: pd.DataFrame) -> str:

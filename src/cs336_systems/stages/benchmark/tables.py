@@ -17,7 +17,7 @@ from cs336_systems.reporting.analysis import (
     size_key,
     sort_sizes,
 )
-from cs336_systems.stages.benchmark.rows import MODE_LABEL, eager_naive
+from cs336_systems.stages.benchmark.rows import MODE_LABEL, eager_naive, parts_vs_whole
 
 PIPELINED = ("pipelined_ms", "pipelined_mfu")
 
@@ -46,8 +46,9 @@ def latency_table(df: pd.DataFrame, precision: str) -> str:
 
 
 def phase_table(
-    t: pd.DataFrame, t_all: pd.DataFrame, prec: str, ctx: int, names: list[str], ran_sizes: set
-) -> str:
+    t: pd.DataFrame, t_all: pd.DataFrame, prec: str, ctx: int, names: list[str], ran_sizes: set,
+    host: set | None = None,
+) -> str:  # fmt: skip
     """One precision's training step at `ctx` split into its phases, one row per size of
     `names` (`tiny` where it ran): the medians of the points that passed the checks (`t`),
     else why the size has none (its row among every point, `t_all`)."""
@@ -55,9 +56,12 @@ def phase_table(
     g = t[t["precision"] == prec].set_index("size")
     every = t_all[(t_all["precision"] == prec) & (t_all["context_length"] == ctx)]
     every = every.set_index("size")
+    pw = parts_vs_whole(g) if len(g) else None
     for size in ordered_sizes([n for n in names if n != "tiny" or n in ran_sizes]):
         if size in g.index:
-            r = g.loc[size]
+            r, w = g.loc[size], pw.loc[size]
+            # the parts against the whole (means: they add); over it, flagged with the gap
+            whole = pct(w.share) + (f" ⚠ {fmt(-w.gap_ms)} ms over the step" if w.over else "")
             rows.append(
                 {
                     "size": size,
@@ -66,6 +70,8 @@ def phase_table(
                     "optimizer (ms)": fmt(r.opt_ms_median, 2),
                     "step (ms)": fmt(r.step_ms_median, 2),
                     "optimizer share": pct(r.opt_ms_median / r.step_ms_median),
+                    f"phases / step ({pw.attrs['stat']}s)": whole,
+                    "host-bound (rule)": "yes: left out" if size in (host or set()) else "no",
                 }
             )
         else:
@@ -94,12 +100,60 @@ def speedup_table(sp: pd.DataFrame) -> str:
     return md_table(t.reset_index())
 
 
+def compile_table(df: pd.DataFrame) -> str:
+    """torch_compile (b): every compiled point that ran beside its eager twin (naive attention,
+    the plain model): one row per size, context, precision and mode (forward, forward+backward,
+    training step), the two times and the speedup; a suspect time is marked, not dropped, so
+    the table has every mode the run compiled."""
+    d = ran(df)
+    d = d[d["attention"] == "naive"]
+    if "engine" in d:
+        d = d[d["engine"].fillna("plain") == "plain"]
+    keys = ["size", "context_length", "precision", "mode"]
+    flags = sanity.is_suspect(d)
+    d = d.assign(_flag=flags.to_numpy())
+    e = d[d["compile"] == "eager"].set_index(keys)
+    c = d[d["compile"] == "compiled"].set_index(keys)
+    rows = []
+    for k in c.index:
+        if k not in e.index:
+            continue
+        a, b = e.loc[k], c.loc[k]
+        rows.append(
+            {
+                **dict(zip(keys, k, strict=True)),
+                "eager (ms)": mark_suspect(fmt(a.step_ms_mean), bool(a._flag)),
+                "compiled (ms)": mark_suspect(fmt(b.step_ms_mean), bool(b._flag)),
+                "speedup": f"{a.step_ms_mean / b.step_ms_mean:.2f}×"
+                + (" ⚠" if a._flag or b._flag else ""),
+            }
+        )
+    if not rows:
+        return ""
+    t = pd.DataFrame(rows)
+    t["_m"] = t["mode"].map(list(MODE_LABEL).index)
+    t = sort_sizes(t, "context_length", "precision", "_m").drop(columns="_m")
+    t["mode"] = t["mode"].map(MODE_LABEL)
+    return md_table(t.reset_index(drop=True))
+
+
 def mfu_table(t: pd.DataFrame) -> str:
-    """The training steps' best MFU (%) per size (rows) and precision x compile (columns)."""
-    m = t.pivot_table(index="size", columns=["precision", "compile"], values="mfu", aggfunc="max")
+    """The training steps' best MFU (%) per size (rows) and precision x compile (columns),
+    each cell against the measured ceiling and, after a slash, against the datasheet's peak
+    (the same point's)."""
+    best = t.loc[t.groupby(["size", "precision", "compile"])["mfu"].idxmax()]
+    sheet = best.get("mfu_datasheet", pd.Series(float("nan"), index=best.index))
+    best = best.assign(
+        cell=[
+            f"{100 * m:.1f} / " + ("–" if pd.isna(s) else f"{100 * s:.1f}")
+            for m, s in zip(best["mfu"], sheet, strict=True)
+        ]
+    )
+    m = best.pivot_table(index="size", columns=["precision", "compile"], values="cell",
+                         aggfunc="first")  # fmt: skip
     m = m.reindex(ordered_sizes(m.index))
     m.columns = [f"{p} {c}" for p, c in m.columns]
-    m = m.map(lambda v: "–" if pd.isna(v) else f"{100 * v:.1f}")
+    m = m.fillna("–")
     return md_table(m.reset_index())
 
 
@@ -131,6 +185,10 @@ def engines_table(df: pd.DataFrame) -> pd.DataFrame:
             if ok_ and pd.notna(pipe):  # back to back (a training loop's rate), its MFU
                 flag = " (suspect)" if str(r.get("sanity", "") or "").strip() else ""
                 row[f"{engine} pipelined (ms)"] = fmt(pipe)
-                row[f"{engine} pipelined MFU"] = f"{mfu:.1%}{flag}" if pd.notna(mfu) else "–"
+                # against the measured ceiling / against the datasheet's peak
+                sheet = pd.to_numeric(r.get("pipelined_mfu_datasheet"), errors="coerce")
+                cell = f"{mfu:.1%}" if pd.notna(mfu) else "–"
+                cell += f" / {sheet:.1%}" if pd.notna(sheet) else " / –"
+                row[f"{engine} pipelined MFU"] = cell + flag
         out.append(row)
     return sort_sizes(pd.DataFrame(out))

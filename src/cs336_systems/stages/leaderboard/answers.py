@@ -28,6 +28,13 @@ def q37(df: pd.DataFrame) -> str:
             f", {pct(r['mfu'])} MFU against {fmt(r['peak_tflops_per_gpu'], 0)} TFLOP/s per rank "
             f"(the measured bf16 peak of the path its matmuls take, `{r['matmul_path']}`)"
         )
+        sheet = r.get("mfu_datasheet")
+        mfu += (
+            f" and {pct(sheet)} against the datasheet's {fmt(r['datasheet_tflops_per_gpu'], 0)}"
+            " TFLOP/s per GPU (dense bf16)"
+            if sheet is not None and pd.notna(sheet)
+            else " (no datasheet MFU: the device is not in core/costs.py DATASHEET_TFLOPS)"
+        )
     if bool(is_suspect(full, "rate").iloc[0]):
         mfu = f"; its MFU is left out: {r['sanity']}"
     rule = "within" if bool(r["fits_10_min"]) else "over"

@@ -34,7 +34,8 @@ def matmul_path(variant: str, device_type: str, world_size: int) -> str:
 def with_path_mfu(df, ceilings_csv: str | Path | None):
     """`df`'s rows with `matmul_path` (inferred for rows written before it was recorded),
     `peak_tflops_per_gpu`, `peak_tflops` (every rank's) and `mfu` against the ceilings' peak of
-    that path."""
+    that path; `mfu_datasheet` against the device's datasheet bf16 peak (core/costs.py), NaN
+    for a device it does not list."""
     if "tflops" not in df or len(df) == 0:
         return df
     df = df.copy()
@@ -51,4 +52,10 @@ def with_path_mfu(df, ceilings_csv: str | Path | None):
     df["peak_tflops_per_gpu"] = df["matmul_path"].map(peaks)
     df["peak_tflops"] = df["peak_tflops_per_gpu"] * df["world_size"]
     df["mfu"] = df["tflops"] / df["peak_tflops"].where(df["peak_tflops"] > 0)
+    # and against the vendor's datasheet bf16 peak of the device, every rank's
+    from cs336_systems.core.costs import datasheet_peak
+
+    names = df["device_name"] if "device_name" in df else [""] * len(df)
+    df["datasheet_tflops_per_gpu"] = [datasheet_peak(n, "bf16") for n in names]
+    df["mfu_datasheet"] = df["tflops"] / (df["datasheet_tflops_per_gpu"] * df["world_size"])
     return df

@@ -147,13 +147,27 @@ def layernorm_sentences(d: pd.DataFrame) -> list[str]:
 
 
 def speed_sentence(sp: pd.DataFrame) -> str:
-    """bf16 autocast's speed-up over fp32 (rows.py `speedups`)."""
-    return (
-        f"bf16 autocast over fp32 (eager, naive attention, each point against itself: "
-        f"the pairs of the benchmark section's Q3): median speedup "
-        f"{sp['speedup'].median():.2f}× over {len(sp)} points (range "
-        f"{sp['speedup'].min():.2f}–{sp['speedup'].max():.2f}×)."
+    """bf16 autocast's speed-up over fp32 (rows.py `speedups`), the host-bound pairs (the one
+    rule, reporting/host_bound.py) named and left out of the median."""
+    hb = sp["host_bound"] if "host_bound" in sp else pd.Series(False, index=sp.index)
+    kept = sp[~hb.astype(bool)]
+    out = (
+        "bf16 autocast over fp32 (eager, naive attention, each point against itself: "
+        "the pairs of the benchmark section's Q3): median speedup "
     )
+    if len(kept):
+        out += (
+            f"{kept['speedup'].median():.2f}× over {len(kept)} points (range "
+            f"{kept['speedup'].min():.2f}–{kept['speedup'].max():.2f}×)"
+        )
+    else:
+        out += "not given (every pair is host-bound)"
+    if hb.any():
+        names = ", ".join(
+            f"`{i[0]}` ctx {i[1]} {i[2]} ({sp.loc[i, 'speedup']:.2f}×)" for i in sp.index[hb]
+        )
+        out += f"; left out, host-bound by the benchmark's rule: {names}"
+    return out + "."
 
 
 def memory_sentence(ratio: pd.Series, cuda: bool) -> str:

@@ -16,18 +16,21 @@ from cs336_systems.stages.precision.rows import QUANTITY_LABEL
 def _accumulation_figure(acc: pd.DataFrame, path: Path) -> Path:
     if acc.empty:
         return empty_figure(path, "no accumulation data")
-    fig, ax = plt.subplots(figsize=(7, 3.6))
     devices = sorted(acc["device"].unique())
     variants = list(dict.fromkeys(acc["variant"]))
-    width = 0.8 / len(devices)
+    # horizontal bars: the variants' names read on the y axis, none crossing another or the
+    # error axis's tick labels (slanted x labels did)
+    fig, ax = plt.subplots(figsize=(7, 0.45 * len(variants) + 1.2))
+    height = 0.8 / len(devices)
     for i, dev in enumerate(devices):
         a = acc[acc["device"] == dev].set_index("variant").reindex(variants)
         err = a["abs_error"].clip(lower=1e-16)
-        ax.bar(np.arange(len(variants)) + i * width, err, width, label=dev)
-    ax.set_xticks(np.arange(len(variants)) + width * (len(devices) - 1) / 2)
-    ax.set_xticklabels(variants, rotation=30, ha="right", fontsize=8)
-    ax.set_yscale("log")
-    ax.set_ylabel("|sum − 10|")
+        ax.barh(np.arange(len(variants)) + i * height, err, height, label=dev)
+    ax.set_yticks(np.arange(len(variants)) + height * (len(devices) - 1) / 2)
+    ax.set_yticklabels(variants, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("|sum − 10|")
     ax.set_title("0.01 added 1000 times", fontsize=10)
     ax.legend(fontsize=8)
     return save(fig, path)

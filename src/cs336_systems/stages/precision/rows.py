@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from cs336_systems.reporting.analysis import SIZE_ORDER, md_table, ok
+from cs336_systems.reporting.host_bound import host_bound
 
 TENSOR_ORDER = [
     "fc1.weight",
@@ -120,6 +121,10 @@ def speedups(bench: pd.DataFrame) -> pd.DataFrame:
     sp = pd.concat({"fp32": a, "bf16": c}, axis=1).dropna()
     if len(sp):
         sp["speedup"] = sp["fp32"] / sp["bf16"]
+        # the one host-bound rule (reporting/host_bound.py): a pair it fires on is the host's
+        hb = host_bound(b) if "peak_tflops" in b else pd.DataFrame()
+        fired = {tuple(r[k] for k in keys) for _, r in hb.iterrows()}
+        sp["host_bound"] = [k in fired for k in sp.index]
     return sp
 
 

@@ -63,8 +63,9 @@ def run_facts(results_dir: Path, points: pd.DataFrame) -> dict:
 
 def harness(points: pd.DataFrame, bench: pd.DataFrame, kernel_word: str) -> dict:
     """Q5: the forward under the profiler against the harness's time."""
-    h = harness_comparison(points, bench)
+    h = rows.with_q1(harness_comparison(points, bench), points, bench)
     s = {"harness_table": rows.harness_table(h, kernel_word)}
+    s["q1_sentence"] = answers.q1_sentence(h, kernel_word) if len(h) else ""
     s["harness_sentence"], cov = answers.harness_sentence(h, kernel_word)
     if cov:
         s["coverage"] = cov
@@ -119,6 +120,10 @@ def attention(points: pd.DataFrame, kernels: pd.DataFrame, cpu: bool) -> dict:
     s["attention_scale_note"] = answers.attention_scale_note(cols)
     s["matmul_units"] = attention_matmul_units(kernels)
     s["attention_sentence"] = answers.attention_sentence(a, s["matmul_units"], cpu)
+    word = "operator" if cpu else "kernel"
+    s["softmax_share"] = answers.softmax_share_sentence(
+        rows.operation_share(kernels, "softmax"), word
+    )
     return s
 
 

@@ -102,6 +102,72 @@ def harness_sentence(h: pd.DataFrame, kernel_word: str) -> tuple[str, dict]:
     return sentence, cov
 
 
+def _q1_why(r: pd.Series, kernel_word: str) -> str:
+    """Why one profiled forward differs from Q1's same point, from its numbers."""
+    k, q, prof = r["kernel_ms"], r["q1_ms"], r["profiled_step_ms"]
+    head = (
+        f"`{r['size']}` at {int(r['context_length'])}: {prof:.2f} ms profiled against Q1's "
+        f"{q:.2f} ms ({prof / q:.2f}×)"
+    )
+    if k > q * (1 + MATCH):
+        return head + (
+            f", **suspect**: its {kernel_word}s alone take {k:.2f} ms, more than Q1's whole "
+            "step, so the two runs did not do the same device work"
+        )
+    if prof < q:
+        return head + (
+            f", faster under the profiler, which only adds work: unexplained, Q1's step "
+            f"varied by {r['q1_std_ms']:.2f} ms (std)"
+        )
+    text = head + (
+        f": its {kernel_word}s take {k:.2f} ms, which fit in Q1's step, so the "
+        f"{prof - q:.2f} ms more is host time (the GPU idles {pct(1 - k / prof)} of the "
+        f"profiled step against {pct(max(0.0, 1 - k / q))} of Q1's)"
+    )
+    if r.get("host_bound") == "yes":
+        text += "; the point is host-bound by the rule, so slower launches lengthen it"
+    own = r.get("harness_ms")
+    if r.get("harness_from") == "this job" and pd.notna(own) and abs(own / prof - 1) <= MATCH:
+        text += (
+            f"; the profile job's own timing before its capture took {own:.2f} ms too, so its "
+            "process (nsys attached, the annotated attention's ranges) launches slower, not "
+            "the capture"
+        )
+    return text
+
+
+def q1_sentence(h: pd.DataFrame, kernel_word: str) -> str:
+    """nsys_profile (a) against Q1: each profiled forward beside the benchmark's harness time of
+    the same point (with_q1), how many agree within ±MATCH, and each that does not, explained
+    from its numbers or flagged; the host-bound rule's verdict on the points it can test."""
+    hh = h.dropna(subset=["q1_ms"]) if "q1_ms" in h else h.iloc[:0]
+    if not len(hh):
+        return (
+            "Q1 (the benchmark stage) did not time these forward points (other contexts or "
+            "sizes), so they are compared with the profile job's own harness timing only."
+        )
+    r = hh["profiled_over_q1"]
+    close = (r - 1).abs() <= MATCH
+    text = (
+        f"Against Q1's harness time of the same point ({len(hh)} of the {len(h)} profiled "
+        f"forwards), the profiled forward takes {r.median():.2f}× it"
+        + (f" (median; {r.min():.2f}–{r.max():.2f}×)" if len(r) > 1 else "")
+        + f", within ±{MATCH:.0%} at {int(close.sum())}"
+    )
+    # beyond ±MATCH, or whose kernels alone outlast Q1's whole step (a check at every point)
+    off = hh[~close | (hh["kernel_ms"] > hh["q1_ms"] * (1 + MATCH))]
+    if len(off):
+        text += ". Apart: " + "; ".join(_q1_why(x, kernel_word) for _, x in off.iterrows())
+    tested_ = hh[hh["host_bound"] != "untested"]
+    if len(tested_):
+        n = int((tested_["host_bound"] == "yes").sum())
+        text += (
+            f". The host-bound rule (the benchmark's fp32/bf16 pair of the point) fires at {n} "
+            f"of the {len(tested_)} points it can test"
+        )
+    return text + "."
+
+
 def other_kernels(kernels: pd.DataFrame, unit: str) -> str:
     """Each kernel class but GEMM: its median share of a forward pass's and of a training
     step's time (the whole step's kernels), and which way it moves."""
@@ -186,16 +252,20 @@ def top_sentence(
 def nontrivial_sentence(
     nt: pd.DataFrame, share_non_gemm: float, kernel_word: str, threshold: str, unit: str
 ) -> str:
-    """Q7: how many non-GEMM kernels reach `threshold` of forward time, their share together
-    and the largest."""
+    """Q7: how many non-GEMM operations (kernels grouped by what they run) reach `threshold` of
+    forward time, their share together and the largest."""
+    top = nt.iloc[0]
+    variants = (
+        f", run by {int(top['kernels'])} {kernel_word}s" if int(top.get("kernels", 1)) > 1 else ""
+    )
     return (
-        f"{len(nt)} distinct non-GEMM {kernel_word}s reach {threshold} "
-        f"of forward time in at least one of the {int(nt['of_points'].iloc[0])} points; "
+        f"{len(nt)} non-GEMM operations (their {kernel_word}s grouped by what they run, each "
+        f"variant counted with its operation) reach {threshold} "
+        f"of forward time in at least one of the {int(top['of_points'])} points; "
         f"together non-GEMM work is {pct(share_non_gemm)} of forward "
-        f"{unit} (median over points). The largest is `{nt.iloc[0]['kernel']}` "
-        f"({nt.iloc[0]['class']}, median {pct(nt.iloc[0]['median_share'])}, at or above "
-        f"{threshold} in {nt.iloc[0]['points_at_or_above']} of "
-        f"{nt.iloc[0]['of_points']} points)."
+        f"{unit} (median over points). The largest is `{top['operation']}` "
+        f"({top['class']}{variants}, median {pct(top['median_share'])}, at or above "
+        f"{threshold} in {top['points_at_or_above']} of {top['of_points']} points)."
     )
 
 
@@ -206,6 +276,19 @@ def gemm_sentence(both: pd.DataFrame, unit: str) -> str:
         f"forward pass and {pct(both['train_step'].median())} in a full training step "
         f"({len(both)} size/context points; forward-only above training step in "
         f"{int((both['forward'] > both['train_step']).sum())} of them)."
+    )
+
+
+def softmax_share_sentence(share: dict, kernel_word: str) -> str:
+    """Softmax's share of forward time with its variants counted as one operation (Q7's
+    grouping), beside Q9's ranges."""
+    if not share:
+        return ""
+    return (
+        f"Counted as one operation ({share['kernels']} {kernel_word} variant"
+        f"{'s' if share['kernels'] > 1 else ''}, grouped before the share is taken), softmax "
+        f"takes a median {pct(share['median'])} of forward time ({pct(share['min'])}–"
+        f"{pct(share['max'])} over {share['points']} points)."
     )
 
 

@@ -11,8 +11,14 @@ import numpy as np
 import pandas as pd
 
 from cs336_systems.core.costs import attention_flops_split
-from cs336_systems.profiling.kernel_classes import KERNEL_CLASSES, gemm_unit, unique_labels
+from cs336_systems.profiling.kernel_classes import (
+    KERNEL_CLASSES,
+    gemm_unit,
+    kernel_operation,
+    unique_labels,
+)
 from cs336_systems.reporting.analysis import load, md_table, ok, pct, sort_sizes
+from cs336_systems.reporting.host_bound import host_bound, tested
 
 # a non-GEMM kernel is "non-trivial" in forward from this share of forward GPU time on
 NONTRIVIAL_SHARE = 0.02
@@ -99,31 +105,37 @@ def top_kernels_forward_backward(kernels: pd.DataFrame) -> tuple[pd.DataFrame, s
 
 
 def nontrivial_non_gemm(kernels: pd.DataFrame, threshold: float = NONTRIVIAL_SHARE) -> pd.DataFrame:
-    """Q7: non-GEMM kernels at or above `threshold` of forward GPU time, over the points."""
+    """Q7: non-GEMM operations at or above `threshold` of forward GPU time, over the points.
+    Kernels are grouped by the operation they run (kernel_classes.kernel_operation) before the
+    share is taken: softmax runs as a template per row length (`softmax_warp_forward<…, 9, …>`,
+    `<…, 10, …>`) or `cunn_SoftMaxForward*`, each at only some contexts, so per kernel its
+    median share over the points reads 0 where the operation takes several percent everywhere."""
     k = kernels[(kernels["mode"] == "forward") & (kernels["phase"] == "forward")]
     if k.empty:
         return pd.DataFrame()
     point = ["size", "context_length"]
     n_points = k.groupby(point).ngroups
     k = k[k["kernel_class"] != "gemm"]
-    # one row per kernel (its full name) and point, then over the points; a point where the
-    # kernel did not run counts as a share of 0
-    per_point = k.groupby(["kernel", "kernel_short", "kernel_class", *point], as_index=False)[
-        ["share", "calls_per_step"]
-    ].sum()
+    k = k.assign(operation=k["kernel"].map(kernel_operation))
+    # one row per operation and point (its kernels' shares summed), then over the points; a
+    # point where the operation did not run counts as a share of 0
+    per_point = k.groupby(["operation", *point], as_index=False)[["share", "calls_per_step"]].sum()
     rows = []
-    for (kernel, short, cls), g in per_point.groupby(["kernel", "kernel_short", "kernel_class"]):
+    for op, g in per_point.groupby("operation"):
+        mine = k[k["operation"] == op]
         shares = np.concatenate([g["share"].to_numpy(), np.zeros(n_points - len(g))])
+        top = mine.groupby("kernel_short")["ms_per_step"].sum().sort_values(ascending=False)
         rows.append(
             {
-                "kernel": short,
-                "class": cls,
+                "operation": op,
+                "class": mine["kernel_class"].mode().iloc[0],
                 "median_share": float(np.median(shares)),
                 "max_share": float(shares.max()),
                 "points_at_or_above": int((g["share"] >= threshold).sum()),
                 "of_points": n_points,
                 "calls_per_step": float(g["calls_per_step"].median()),
-                "_full": kernel,
+                "kernels": len(top),
+                "largest_kernel": top.index[0],
             }
         )
     g = pd.DataFrame(rows)
@@ -131,6 +143,22 @@ def nontrivial_non_gemm(kernels: pd.DataFrame, threshold: float = NONTRIVIAL_SHA
         return g
     g = g[g["points_at_or_above"] > 0]
     return g.sort_values(["median_share", "max_share"], ascending=False).reset_index(drop=True)
+
+
+def operation_share(kernels: pd.DataFrame, operation: str) -> dict:
+    """One operation's share of forward time per forward point, its kernels (every variant,
+    kernel_classes.kernel_operation) summed first: {median, min, max, points, kernels}; empty
+    where no forward point ran it."""
+    k = kernels[(kernels["mode"] == "forward") & (kernels["phase"] == "forward")]
+    if k.empty:
+        return {}
+    op = k["kernel"].map(kernel_operation) == operation
+    per = k[op].groupby(["size", "context_length"])["share"].sum()
+    per = per.reindex(k.groupby(["size", "context_length"]).size().index, fill_value=0.0)
+    if not op.any():
+        return {}
+    return {"median": float(per.median()), "min": float(per.min()), "max": float(per.max()),
+            "points": len(per), "kernels": int(k.loc[op, "kernel"].nunique())}  # fmt: skip
 
 
 def gemm_shares(points: pd.DataFrame) -> pd.DataFrame:
@@ -200,6 +228,38 @@ def harness_comparison(points: pd.DataFrame, bench: pd.DataFrame) -> pd.DataFram
     out["profiled_over_harness"] = out["profiled_step_ms"] / out["harness_ms"]
     out["kernel_over_harness"] = out["kernel_ms"] / out["harness_ms"]
     return sort_sizes(out, "context_length").reset_index(drop=True)
+
+
+def with_q1(h: pd.DataFrame, points: pd.DataFrame, bench: pd.DataFrame) -> pd.DataFrame:
+    """`h` (harness_comparison) with Q1's number for each profiled forward (`q1_ms`,
+    `q1_std_ms`: the benchmark stage's eager, naive-attention forward of the same size,
+    context, precision and batch), `profiled_over_q1`, and `host_bound` from the one rule
+    (reporting/host_bound.py) on the benchmark's fp32/bf16 pair of that point: `yes`, `no`, or
+    `untested` where the benchmark has no such pair."""
+    h = h.copy()
+    h["q1_ms"], h["q1_std_ms"], h["host_bound"] = np.nan, np.nan, "untested"
+    if not (len(h) and len(bench)):
+        h["profiled_over_q1"] = np.nan
+        return h
+    b = ok(bench)
+    b = b[(b["mode"] == "forward") & (b.get("compile", "eager") == "eager")
+          & (b.get("attention", "naive") == "naive")]  # fmt: skip
+    if "engine" in b:
+        b = b[b["engine"].fillna("plain") == "plain"]
+    p = ok(points)
+    batch, prec = p["batch_size"].iloc[0], str(p["precision"].iloc[0])
+    b = b[b.get("batch_size", batch) == batch]
+    mine = b[b["precision"] == prec].set_index(["size", "context_length"])
+    at = list(zip(h["size"], h["context_length"], strict=True))
+    h["q1_ms"] = [mine["step_ms_mean"].get(k, np.nan) for k in at]
+    h["q1_std_ms"] = [mine["step_ms_std"].get(k, np.nan) if "step_ms_std" in mine else np.nan
+                      for k in at]  # fmt: skip
+    if "peak_tflops" in b:
+        fired = {(r["size"], r["context_length"]) for _, r in host_bound(b).iterrows()}
+        both = {(r["size"], r["context_length"]) for _, r in tested(b).iterrows()}
+        h["host_bound"] = ["yes" if k in fired else "no" if k in both else "untested" for k in at]
+    h["profiled_over_q1"] = h["profiled_step_ms"] / h["q1_ms"]
+    return h
 
 
 # ---- Q9: attention's parts ---------------------------------------------------------------
@@ -308,6 +368,10 @@ def harness_table(h: pd.DataFrame, kernel_word: str) -> str:
                 "profiled_over_harness": "profiled / harness",
                 "kernel_over_harness": f"{kernel_word}s / harness",
                 "harness_from": "harness measured by",
+                "q1_ms": "Q1 (ms)",
+                "q1_std_ms": "Q1 std (ms)",
+                "profiled_over_q1": "profiled / Q1",
+                "host_bound": "host-bound (rule)",
             }
         )
     )
@@ -339,8 +403,9 @@ def top_table(merged: pd.DataFrame, fb_what: str, kernel_word: str) -> str:
 
 
 def nontrivial_table(nt: pd.DataFrame, threshold: str) -> str:
-    """Q7: the first twelve non-GEMM kernels at or above `threshold` of forward time."""
-    show = nt.head(12).drop(columns="_full")
+    """Q7: the first twelve non-GEMM operations at or above `threshold` of forward time, each
+    with how many kernels (variants) ran it and the largest of them."""
+    show = nt.head(12)
     return md_table(
         show.assign(
             median_share=show["median_share"].map(pct),
@@ -353,6 +418,8 @@ def nontrivial_table(nt: pd.DataFrame, threshold: str) -> str:
                 "points_at_or_above": f"points ≥ {threshold}",
                 "of_points": "of points",
                 "calls_per_step": "calls/step (median)",
+                "kernels": "kernels (variants)",
+                "largest_kernel": "largest kernel",
             }
         )
     )
