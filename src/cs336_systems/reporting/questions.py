@@ -210,23 +210,27 @@ PARTS: list[dict] = [
        "Achieved TFLOP/s and MFU against this machine's measured matmul peak.", answer=4),
     _p("flash_forward.a", BOTH, "code", "an autograd.Function (PyTorch, tiled)",
        "FlashAttention-2's forward in pure PyTorch, tiles at least 16 x 16, saving L, Q, K, V, O.",
-       code="src/cs336_systems/kernels/flash_pytorch.py", tests="tests/unit/kernels/test_flash_attention.py"),
+       code="src/cs336_systems/kernels/flash_pytorch.py", tests="tests/unit/kernels/test_flash_attention.py",
+       match=r"::test_pytorch_(forward|rejects|saves_l|tile_sizes)"),
     _p("flash_forward.b", BOTH, "code", "an autograd.Function (Triton)",
        "The forward as one Triton kernel, launch grid (Tq, batch), one loop over key tiles.",
-       code="src/cs336_systems/kernels/flash_triton*.py", tests="tests/unit/kernels/test_flash_attention.py"),
+       code="src/cs336_systems/kernels/flash_triton*.py", tests="tests/unit/kernels/test_flash_attention.py",
+       match=r"::test_(triton_(forward|rejects|tile_shapes|multihead|descriptor)|hopper_forward)"),
     _p("flash_forward.c", BOTH, "code", "a causal flag",
        "A causal-masking flag (default False), is_causal a tl.constexpr, -1e6 on masked scores.",
        code="src/cs336_systems/kernels/triton/forward.py",
-       tests="tests/unit/kernels/test_flash_attention.py"),
+       tests="tests/unit/kernels/test_flash_attention.py",
+       match=r"::test_(causal_convention|triton_forward\[.*causal)"),
     _p("flash_backward", BOTH, "code", "a backward pass (PyTorch + torch.compile)",
        "The backward from Q, K, V, O, dO and L, with the D vector, recomputing P.",
        code="src/cs336_systems/kernels/flash_pytorch.py, kernels/triton/backward.py",
-       tests="tests/unit/kernels/test_flash_attention.py"),
+       tests="tests/unit/kernels/test_flash_attention.py",
+       match=r"::test_(pytorch_backward|triton_backward|triton_sum_backward|hopper_(dq|fused_dq|ws_dkdv))"),
     _p("flash_benchmarking.a", BOTH, "written",
        "a table: forward, backward and forward+backward latencies",
        "With triton.testing.do_bench, batch 1, causal: our Triton FlashAttention-2 against PyTorch "
        "attention over n = 128 ... 65536, d = 16 ... 128, bf16 and fp32.", answer=20),
-    _p("flash_leaderboard", Y2025, "written", "the timing of the leaderboard's test",
+    _p("flash_leaderboard", Y2025, "optional", "the timing of the leaderboard's test",
        "Forward and backward of the FlashAttention-2 leaderboard's test: batch 1, 16 heads, n = "
        "16384, d_head 64, bf16, causal (section 1.3.3, no problem box).", answer=21),
     _p("ours.flash_leaderboard", Y2026, "ours", "a table",
@@ -239,7 +243,8 @@ PARTS: list[dict] = [
     _p("naive_ddp", BOTH, "code", "a script",
        "DDP by all-reducing each parameter's gradient after backward; weights match single-process "
        "training on a toy model.",
-       code="src/cs336_systems/parallel/ddp.py", tests="tests/stages/ddp/test_ddp.py"),
+       code="src/cs336_systems/parallel/ddp.py", tests="tests/stages/ddp/test_ddp.py",
+       match=r"::test_ddp_matches_single_process\[naive"),
     _p("naive_ddp_benchmarking", BOTH, "written",
        "the setup, the time per step and the time communicating",
        "Naive DDP on 1 node x 2 GPUs with the edition's xl: time per step and the share spent "
@@ -250,7 +255,10 @@ PARTS: list[dict] = [
     _p("ddp_overlap_individual_parameters", BOTH, "code", "a DDP class",
        "DDP that all-reduces each parameter's gradient asynchronously as it is ready (post-"
        "accumulate-grad hooks).",
-       code="src/cs336_systems/parallel/ddp.py", tests="tests/stages/ddp/test_ddp.py"),
+       code="src/cs336_systems/parallel/ddp.py",
+       tests="tests/stages/ddp/test_ddp.py, tests/unit/adapters/test_adapters.py",
+       match=r"::test_(ddp_matches_single_process\[overlap|a_weight_accumulated_twice_is_averaged_once"
+             r"\[overlap|get_ddp_matches_single_process|a_dropped_wrapper_frees_its_model\[overlap)"),
     _p("ddp_overlap_individual_parameters_benchmarking.a", BOTH, "written",
        "the time per step and 1-2 sentences",
        "The overlapping DDP against naive and flat: time per training step.", answer=25),
@@ -259,7 +267,9 @@ PARTS: list[dict] = [
        "does not.", answer=25),
     _p("ddp_overlap_bucketed", Y2025, "code", "a bucketed DDP class",
        "DDP with gradients bucketed (bucket_size_mb), each bucket all-reduced when ready.",
-       code="src/cs336_systems/parallel/ddp.py", tests="tests/stages/ddp/test_ddp.py"),
+       code="src/cs336_systems/parallel/ddp.py", tests="tests/stages/ddp/test_ddp.py",
+       match=r"::test_(ddp_matches_single_process\[bucketed|bucket_layout|bucket_order"
+             r"|a_weight_accumulated_twice_is_averaged_once\[bucketed|a_dropped_wrapper_frees_its_model\[bucketed)"),
     _p("ddp_bucketed_benchmarking.a", Y2025, "written",
        "the time per step per bucket size and 3-4 sentences",
        "Bucket sizes 1, 10, 100, 1000 MB: time per step against the unbucketed variants; as "
@@ -284,7 +294,8 @@ PARTS: list[dict] = [
        "An optimizer wrapper that keeps each parameter's state on one rank and broadcasts the "
        "updated parameters.",
        code="src/cs336_systems/parallel/sharded_optimizer.py",
-       tests="tests/unit/parallel/test_sharded_optimizer.py"),
+       tests="tests/unit/parallel/test_sharded_optimizer.py, tests/unit/adapters/test_adapters.py",
+       match=r"test_sharded_optimizer\.py::|::test_get_sharded_optimizer"),
     _p("optimizer_state_sharding_accounting.a", BOTH, "written",
        "2-3 sentences with the peaks and their breakdown",
        "Peak memory after construction, before and after the optimizer step, with and without "
@@ -346,12 +357,35 @@ PARTS: list[dict] = [
 # fmt: on
 BY_ID = {p["id"]: p for p in PARTS}
 
+# The model each part's handout names (the edition's size names: 2025's xl is 1600/6400/48/25,
+# 2026's 2560/10240/32/32): a part answered on another model is answered only partly.
+_MEMORY = {"2025": "2.7B", "2026": "xl"}
+_XL = {"2025": "xl", "2026": "xl"}
+MODEL_ASKED: dict[str, dict[str, str]] = {
+    **{f"memory_profiling.{x}": _MEMORY for x in "abcde"},
+    "gradient_checkpointing.b": _XL,
+    "naive_ddp_benchmarking": _XL,
+    "minimal_ddp_flat_benchmarking": _XL,
+    "ddp_overlap_individual_parameters_benchmarking.a": _XL,
+    "ddp_overlap_individual_parameters_benchmarking.b": _XL,
+    "ddp_bucketed_benchmarking.a": _XL,
+    "optimizer_state_sharding_accounting.a": _XL,
+    "optimizer_state_sharding_accounting.b": _XL,
+    "fsdp_accounting.b": _XL,
+}
+
 # The handouts' measurement protocol (both editions): benchmarking_script (b) times 10 steps
 # after 5 warm-up steps; pytorch_attention (a) times 100 forward and 100 backward passes.
 # stage -> {CSV column: the handout's value}
 PROTOCOL = {
     "benchmark": {"warmup_steps": 5, "measure_steps": 10},
     "attention": {"fwd_steps": 100, "bwd_steps": 100},
+}
+# the parts whose handout sets that protocol: stage -> parts (a run that departs from it answers
+# them only partly)
+PROTOCOL_PARTS = {
+    "benchmark": ("benchmarking_script.b", "benchmarking_mixed_precision.c", "torch_compile.b"),
+    "attention": ("pytorch_attention.a", "torch_compile.a"),
 }
 PROTOCOL_WORDS = {
     "warmup_steps": "warm-up steps",
@@ -393,7 +427,27 @@ def protocol_note(used: dict[str, dict[str, list[int]]], preset: str) -> str:
     return text
 
 
-KINDS = ("written", "ours", "code")
+def protocol_deviations(used: dict[str, dict[str, list[int]]]) -> dict[str, str]:
+    """stage -> how its rows depart from the handout's protocol ('' where they keep it), for
+    the stages of PROTOCOL that recorded rows."""
+    out = {}
+    for stage, keys in PROTOCOL.items():
+        if stage not in used:
+            continue
+        off = [
+            f"{'/'.join(map(str, sorted(vals)))} {PROTOCOL_WORDS[key]} where the handout asks {want}"
+            for key, want in keys.items()
+            if (vals := used[stage].get(key)) and sorted(vals) != [want]
+        ]
+        out[stage] = "; ".join(off)
+    return out
+
+
+# `written` and `code` are the handout's problem parts (the handout's own count); `optional` is
+# what a handout asks outside a problem box (2025's FlashAttention leaderboard, section 1.3.3);
+# `ours` a question the study adds. The last two are listed apart.
+KINDS = ("written", "code", "optional", "ours")
+HANDOUT_KINDS = ("written", "code")
 
 
 def edition_parts(edition: str) -> list[dict]:
@@ -401,6 +455,26 @@ def edition_parts(edition: str) -> list[dict]:
     if str(edition) not in EDITIONS:
         raise ValueError(f"unknown edition {edition!r}; known: {EDITIONS}")
     return [p for p in PARTS if str(edition) in p["editions"]]
+
+
+def handout_parts(edition: str) -> list[dict]:
+    """The parts of `edition`'s problems: what the handout counts (written and code)."""
+    return [p for p in edition_parts(edition) if p["kind"] in HANDOUT_KINDS]
+
+
+def own_parts(edition: str) -> list[dict]:
+    """The questions beside the handout's problems: optional ones and the study's own."""
+    return [p for p in edition_parts(edition) if p["kind"] not in HANDOUT_KINDS]
+
+
+def model_asked(part_id: str, edition: str) -> str | None:
+    """The model size the part's handout names, in the edition's size names (None: any)."""
+    return MODEL_ASKED.get(part_id, {}).get(str(edition))
+
+
+def part_test_files(part: dict) -> list[str]:
+    """The test files that check a code part."""
+    return [t.strip() for t in part.get("tests", "").split(",") if t.strip()]
 
 
 def label(part: dict) -> str:
@@ -446,7 +520,11 @@ def markdown(declared: dict[str, dict] | None = None) -> str:
         "",
         "Kinds: **written**, a number, table, plot or sentences the report gives (its answer is",
         "the report heading `Q<n>` in the section named); **code**, an implementation (where it",
-        "lives, which tests check it); **ours**, a question the study adds beside the handout's.",
+        "lives, which tests check it: the kernel_tests stage runs them and the report's coverage",
+        "table gives their result); **optional**, asked by a handout outside its problem boxes;",
+        "**ours**, a question the study adds beside the handout's. The handout's count of parts",
+        "is that of its problem boxes' lettered parts (a box without letters is one part),",
+        "written and code; the report lists the optional and the study's own questions apart.",
         "Protocol, where a handout sets one: 5 warm-up and 10 measured steps for the end-to-end",
         "benchmarks, 100 forward and 100 backward passes for attention, the edition's own grids;",
         "a preset that deviates (the `cpu` preset: minutes on two cores) says so in its report.",
@@ -455,9 +533,12 @@ def markdown(declared: dict[str, dict] | None = None) -> str:
     for ed in ("2025", "2026"):
         parts = edition_parts(ed)
         counts = {k: sum(p["kind"] == k for p in parts) for k in KINDS}
+        extra = [f"{counts['optional']} optional"] if counts["optional"] else []
+        extra.append(f"{counts['ours']} of the study's own")
         lines.append(
-            f"- {ed}: {len(parts)} parts ({counts['written']} written, {counts['code']} code, "
-            f"{counts['ours']} of the study's own)."
+            f"- {ed}: the handout's problems have {len(handout_parts(ed))} parts "
+            f"({counts['written']} written, {counts['code']} code); apart from them, "
+            f"{' and '.join(extra)}."
         )
     lines.append("")
     problems = list(dict.fromkeys(p["problem"] for p in PARTS))
@@ -479,6 +560,9 @@ def markdown(declared: dict[str, dict] | None = None) -> str:
             stages = answered_by(p["id"], declared)
             if p["kind"] == "code":
                 where = f"`{p['code']}`; tests `{p['tests']}`"
+                if p.get("match"):
+                    # a pipe inside a table cell is escaped (GitHub renders `\|` as `|`)
+                    where += f" (those matching `{p['match'].replace('|', chr(92) + '|')}`)"
             elif p["answer"]:
                 sec = ", ".join(f"`{s}`" for s in stages) or "(no stage declares it)"
                 where = f"Q{p['answer']} ({ANSWERS[p['answer']]}), section {sec}"
