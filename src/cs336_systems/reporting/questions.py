@@ -5,8 +5,10 @@ assignment 2, "Systems": spring 2025, version 1.0.4; spring 2026, version 26.1.1
 one part), what it asks in a line, the form of its deliverable, which edition asks it, and the
 report's answer (`Q<n>`, the heading of the section that answers it). `kind` says what the part
 is: `written` (a number, table, plot or sentences the report gives), `code` (an implementation:
-where it lives and which tests check it) or `ours` (a question the study adds beside the
-handout's). Which stage answers a part, and how the report tells, is each stage's `QUESTIONS`
+where it lives, which tests check it: `tests`, the files, and `match`, a regex on
+`file::test name`), `optional` (asked outside a problem box) or `ours` (a question the study
+adds beside the handout's). The handout's own count of parts is its `written` and `code` parts
+(HANDOUT_KINDS): 2025 43 (34 + 9), 2026 58 (49 + 9), verified against the course's PDFs. Which stage answers a part, and how the report tells, is each stage's `QUESTIONS`
 declaration (its package's `__init__.py`, read here as data); reporting/coverage.py turns both into
 the report's coverage table.
 
@@ -238,8 +240,9 @@ PARTS: list[dict] = [
        "causal): ours beside SDPA flash and cuDNN.", answer=21),
     _p("distributed_communication_single_node", BOTH, "written",
        "plot(s) and/or table(s) and 2-3 sentences",
-       "All-reduce time over 1 MB ... 1 GB of fp32 and 2, 4, 6 processes (2025: gloo on CPU and "
-       "NCCL on GPU; 2026: NCCL): how the factors interact.", answer=22),
+       "All-reduce time over 1 MiB ... 1 GiB of fp32 (the handout writes MB, GB) and 2, 4, 6 "
+       "processes (2025: gloo on CPU and NCCL on GPU; 2026: NCCL): how the factors interact.",
+       answer=22),
     _p("naive_ddp", BOTH, "code", "a script",
        "DDP by all-reducing each parameter's gradient after backward; weights match single-process "
        "training on a toy model.",
@@ -272,8 +275,8 @@ PARTS: list[dict] = [
              r"|a_weight_accumulated_twice_is_averaged_once\[bucketed|a_dropped_wrapper_frees_its_model\[bucketed)"),
     _p("ddp_bucketed_benchmarking.a", Y2025, "written",
        "the time per step per bucket size and 3-4 sentences",
-       "Bucket sizes 1, 10, 100, 1000 MB: time per step against the unbucketed variants; as "
-       "expected? If not, why, and what setup would match.", answer=26),
+       "Bucket sizes 1, 10, 100, 1000 MiB (bucket_size_mb): time per step against the "
+       "unbucketed variants; as expected? If not, why, and what setup would match.", answer=26),
     _p("ddp_bucketed_benchmarking.b", Y2025, "written", "two equations",
        "DDP's overhead in s (bytes), w (bandwidth), o (per-call overhead) and n_b (buckets), and "
        "the bucket size that minimizes it.", answer=26),

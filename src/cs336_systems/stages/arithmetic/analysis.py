@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cs336_systems.reporting.analysis import load, ok, plot_main
+from cs336_systems.reporting.analysis import load, md_table, ok, plot_main
 from cs336_systems.stages.arithmetic import answers
 from cs336_systems.stages.arithmetic.rows import (
     FSDP_TP_FORMULAS,
@@ -88,6 +88,11 @@ def q38(d: pd.DataFrame) -> dict:
     }
 
 
+def justified_table(parts: list[dict]) -> str:
+    """Each calc: its part, its answer and why."""
+    return md_table(pd.DataFrame(parts), numparse=False) if parts else ""
+
+
 def q16(d: pd.DataFrame) -> dict:
     """memory_profiling (d) for the model the handout names: the derivation and its sizes."""
     rows = problem(d, "residual_activation")
@@ -126,7 +131,7 @@ def context(results_dir: Path) -> dict:
     ctx = {
         "available": True,
         # each calc's answer and its one-sentence justification, part by part
-        "justified": answers.justified(good),
+        "justified": justified_table(answers.justified(good)),
         "q34": q34(good),
         "q35": q35(good),
         "q36": q36(good),
