@@ -40,6 +40,7 @@ from cs336_systems.reporting.questions import (
     SECTIONS,
     anchor,
     edition_parts,
+    grid_missing,
     label,
     model_asked,
     part_test_files,
@@ -70,6 +71,8 @@ class RunFacts:
     suspects: dict[str, int] = field(default_factory=dict)
     deviations: dict[str, str] = field(default_factory=dict)
     sizes: dict[str, list[str]] = field(default_factory=dict)
+    # stage -> {column of GRID_COLUMNS: the values of its rows that ran (ok or oom)}
+    grids: dict[str, dict[str, list]] = field(default_factory=dict)
 
 
 @dataclass
@@ -179,8 +182,8 @@ def _verdict(
 
 def _lowered(status: str, why: str, how: str, facts: RunFacts, stage: str, part: str, ed: str):
     """The verdict lowered to `partly` where the stage's rows depart from the handout's protocol
-    for this part, or measured none of the model the handout names (a partial answer gets
-    these reasons beside its own)."""
+    for this part, measured none of the model the handout names, or miss a value of the grid it
+    asks (a partial answer gets these reasons beside its own)."""
     if status == "not":
         return status, why, how
     reasons = []
@@ -191,6 +194,10 @@ def _lowered(status: str, why: str, how: str, facts: RunFacts, stage: str, part:
         reasons.append(
             f"stage `{stage}` measured {', '.join(measured)}; the handout asks the {asked} model"
         )
+    missing = grid_missing(part, ed, facts.grids.get(stage, {}))
+    if missing:
+        gaps = "; ".join(f"{col} {', '.join(map(str, v))}" for col, v in missing.items())
+        reasons.append(f"stage `{stage}` has no row that ran at {gaps} (the handout's grid)")
     if not reasons:
         return status, why, how
     how = how or f"`{REPORT_COMMAND}` with the gpu preset (its own grid)"
@@ -303,7 +310,7 @@ def coverage_table(
     as `facts.suspects`). A code part's status is its tests' in this run."""
     facts = facts or RunFacts()
     if suspects:
-        facts = RunFacts({**facts.suspects, **suspects}, facts.deviations, facts.sizes)
+        facts = RunFacts({**facts.suspects, **suspects}, facts.deviations, facts.sizes, facts.grids)
     rows = []
     for part in edition_parts(edition):
         stages = [st for st, qs in sorted(declared.items()) if part["id"] in qs]

@@ -384,6 +384,51 @@ PROTOCOL = {
     "benchmark": {"warmup_steps": 5, "measure_steps": 10},
     "attention": {"fwd_steps": 100, "bwd_steps": 100},
 }
+# The grid a part's handout asks, per edition: a column of its stage's main CSV -> the values
+# asked. A part whose stage has no row that ran (ok, or out of memory: an answer too) at one of
+# them is answered only partly.
+_ATTENTION = {"d_head": [16, 32, 64, 128], "seq_len": [256, 1024, 4096, 8192, 16384]}
+_FLASH = {
+    "d_head": [16, 32, 64, 128],
+    "seq_len": [2**k for k in range(7, 17)],
+    "dtype": ["bf16", "fp32"],
+}
+_ALLREDUCE = {"world_size": [2, 4, 6], "size_mb": [1, 10, 100, 1024]}
+GRID_ASKED: dict[str, dict[str, dict[str, list]]] = {
+    "distributed_communication_single_node": {
+        "2025": {**_ALLREDUCE, "backend": ["gloo", "nccl"]},
+        "2026": {**_ALLREDUCE, "backend": ["nccl"]},
+    },
+    "pytorch_attention.a": {"2025": _ATTENTION, "2026": _ATTENTION},
+    "torch_compile.a": {"2025": _ATTENTION, "2026": _ATTENTION},
+    "flash_benchmarking.a": {"2025": _FLASH, "2026": _FLASH},
+}
+GRID_COLUMNS = sorted({c for eds in GRID_ASKED.values() for g in eds.values() for c in g})
+
+
+def grid_missing(part_id: str, edition: str, ran: dict[str, list]) -> dict[str, list]:
+    """column -> the values the part's handout asks that no row of `ran` (column -> the values
+    of the stage's rows that ran) has; {} where the grid is covered or the stage's rows have no
+    such column."""
+    out = {}
+    for col, want in GRID_ASKED.get(part_id, {}).get(str(edition), {}).items():
+        if col not in ran:
+            continue
+        have = {_same(v) for v in ran[col]}
+        missing = [v for v in want if _same(v) not in have]
+        if missing:
+            out[col] = missing
+    return out
+
+
+def _same(value) -> str:
+    """A value as a CSV cell or a number reads alike: 1024, 1024.0 and '1024.0' -> '1024'."""
+    try:
+        return f"{float(value):g}"
+    except (TypeError, ValueError):
+        return str(value)
+
+
 # the parts whose handout sets that protocol: stage -> parts (a run that departs from it answers
 # them only partly)
 PROTOCOL_PARTS = {

@@ -317,6 +317,7 @@ def coverage_of(
         suspects=dict(suspects or {}),
         deviations=questions.protocol_deviations(protocol_used(results_dir)),
         sizes={st: sizes_measured(results_dir, st) for st in contexts},
+        grids={st: grid_ran(results_dir, st) for st in contexts},
     )
     return coverage.coverage_table(
         edition,
@@ -339,6 +340,24 @@ def sizes_measured(results_dir: Path, stage: str) -> list[str]:
     if "size" not in df or "status" not in df:
         return []
     return sorted(set(df.loc[df["status"] == "ok", "size"].dropna()))
+
+
+def grid_ran(results_dir: Path, stage: str) -> dict[str, list]:
+    """{column: values} of the stage's main rows that ran (ok, or out of memory), for the grid
+    columns a handout asks (reporting/questions.py: GRID_ASKED)."""
+    keep = {*questions.GRID_COLUMNS, "status"}
+    try:
+        df = pd.read_csv(Path(results_dir) / f"{stage}.csv", usecols=lambda c: c in keep)
+    except (FileNotFoundError, pd.errors.EmptyDataError, ValueError):
+        return {}
+    if "status" not in df:
+        return {}
+    ran_rows = df[df["status"].isin(["ok", "oom"])]
+    return {
+        c: sorted(ran_rows[c].dropna().unique().tolist(), key=str)
+        for c in ran_rows
+        if c != "status"
+    }
 
 
 def protocol_of(results_dir: Path, preset: str) -> str:

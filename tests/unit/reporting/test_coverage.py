@@ -442,3 +442,51 @@ def test_a_part_links_only_the_sections_this_report_has():
     assert "[benchmark](#benchmark)" in where and "attention" not in where
     acc = t.loc["mixed_precision_accumulation", "answered in"]
     assert "`precision` (not in this run)" in acc and "](#precision)" not in acc
+
+
+def test_a_grid_with_missing_points_answers_only_partly():
+    """flash_benchmarking (a) asks every power of two from 128 to 65,536, both dtypes; a run
+    whose rows ran five of them (the others skipped) answers it partly and names the gaps; an
+    out-of-memory row is an answer and counts."""
+    declared = {"flash": {"flash_benchmarking.a": {"evidence": ["t"]}},
+                "allreduce": {"distributed_communication_single_node": {"evidence": ["a"]}}}  # fmt: skip
+    contexts = {
+        "flash": {"available": True, "t": "table"},
+        "allreduce": {"available": True, "a": "x"},
+    }
+    five = [128, 1024, 4096, 16384, 65536]
+    facts = coverage.RunFacts(
+        grids={
+            "flash": {"d_head": [16, 32, 64, 128], "seq_len": five, "dtype": ["bf16", "fp32"]},
+            "allreduce": {"backend": ["nccl"], "world_size": [2, 4], "size_mb": [1.0, 10.0, 100.0, 1024.0]},
+        }
+    )  # fmt: skip
+    t = _by_part(
+        coverage.coverage_table("2026", declared, contexts, coverage.Machine(8), facts=facts)
+    )
+    flash = t.loc["flash_benchmarking.a"]
+    assert flash["status"] == "partly"
+    assert "no row that ran at seq_len 256, 512, 2048, 8192, 32768" in flash["why"]
+    comm = t.loc["distributed_communication_single_node"]
+    assert comm["status"] == "partly" and "world_size 6" in comm["why"]
+    # 2025 asks gloo beside NCCL
+    t25 = coverage.coverage_table("2025", declared, contexts, coverage.Machine(8), facts=facts)
+    t25.index = coverage.edition_questions("2025")
+    assert "backend gloo" in t25.loc["distributed_communication_single_node", "why"]
+    facts.grids["flash"]["seq_len"] = [2**k for k in range(7, 17)]
+    t = _by_part(
+        coverage.coverage_table("2026", declared, contexts, coverage.Machine(8), facts=facts)
+    )
+    assert t.loc["flash_benchmarking.a", "status"] == "answered"
+
+
+def test_the_grid_of_a_stage_counts_the_rows_that_ran(tmp_path):
+    pd.DataFrame(
+        {
+            "seq_len": [128, 256, 512],
+            "d_head": [16, 16, 16],
+            "status": ["ok", "oom", "skipped: n above this preset's cap"],
+        }
+    ).to_csv(tmp_path / "flash.csv", index=False)
+    assert report.grid_ran(tmp_path, "flash") == {"d_head": [16], "seq_len": [128, 256]}
+    assert report.grid_ran(tmp_path, "absent") == {}
