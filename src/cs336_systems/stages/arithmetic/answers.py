@@ -228,8 +228,8 @@ JUSTIFIED = [
      "each device runs the backward's six matmuls (dz, the two terms of dx, dW1, dW2, dW3) on "
      "its B/N_DP rows, each 2 (B/N_DP) D D_FF FLOPs."),
     ("data_parallel_calcs", "b", "backward_comm_time",
-     "the three weight gradients, 3 D D_FF values of 2 bytes, are all-reduced by the ring in "
-     "2 (N_DP-1)/N_DP of their 6 D D_FF bytes over W."),
+     "the ring all-reduce of the three weight gradients (3 D D_FF values of 2 bytes) sends "
+     "2 (N_DP-1)/N_DP of their 6 D D_FF bytes through each device's link of W bytes/s."),
     ("data_parallel_calcs", "c", "max_devices",
      "communication hides behind compute while 12 (N_DP-1) D D_FF / (N_DP W) <= "
      "12 B D D_FF / (N_DP C), which is N_DP - 1 <= B W / C."),
@@ -241,10 +241,11 @@ JUSTIFIED = [
      "2 (B/N_FSDP) D D_FF FLOPs each."),
     ("fsdp_calcs", "b", "backward_comm_time",
      "the three weights (6 D D_FF bytes) are all-gathered again and their gradients "
-     "reduce-scattered, each moving (N_FSDP-1)/N_FSDP of the bytes over W."),
+     "reduce-scattered, each collective sending (N_FSDP-1)/N_FSDP of those bytes through each "
+     "device's link of W bytes/s."),
     ("fsdp_calcs", "b", "forward_comm_time",
-     "only the all-gather of the three weights, (N_FSDP-1)/N_FSDP of their 6 D D_FF bytes "
-     "over W."),
+     "only the three weights are all-gathered: (N_FSDP-1)/N_FSDP of their 6 D D_FF bytes "
+     "through each device's link of W bytes/s."),
     ("fsdp_calcs", "c", "backward_max_devices",
      "12 (N_FSDP-1) D D_FF / (N_FSDP W) <= 12 B D D_FF / (N_FSDP C) is N_FSDP - 1 <= B W / C."),
     ("fsdp_calcs", "c", "forward_max_devices",
@@ -257,8 +258,8 @@ JUSTIFIED = [
      "each of those three matmuls has an input-gradient and a weight-gradient matmul of its "
      "size: twice the forward."),
     ("tp_calcs", "c", "forward_comm_time",
-     "one all-reduce of the output y, B D values of 2 bytes: 2 (N_TP-1)/N_TP of 2 B D bytes "
-     "over W."),
+     "one ring all-reduce of the output y (B D values of 2 bytes) sends 2 (N_TP-1)/N_TP of its "
+     "2 B D bytes through each device's link of W bytes/s."),
     ("tp_calcs", "c", "backward_comm_time",
      "one all-reduce of dx (the sum over the devices' D_FF slices of dx1 W1ᵀ + dx2 W2ᵀ), the "
      "size of y; the weight gradients stay local."),
