@@ -290,7 +290,8 @@ def _answer_row(part, stages, declared, contexts, machine, facts, edition) -> di
     return {
         "status": status,
         "answered in": _answer_link(part, stages, set(contexts)),
-        "why": "; ".join(v[2] for v in reasons if v[2]),
+        # each reason once: two stages on one machine give the same one
+        "why": "; ".join(dict.fromkeys(r for v in reasons for r in v[2].split("; ") if r)),
         "what answers it": "; ".join(dict.fromkeys(v[3] for v in reasons if v[3])),
     }
 

@@ -438,6 +438,14 @@ def test_a_part_links_only_the_sections_this_report_has():
     }
     contexts = {"benchmark": {"available": True, "c": "table"}}
     t = _by_part(coverage.coverage_table("2025", declared, contexts, coverage.Machine(1, "gpu")))
+    # on a CPU both stages answer partly for the same reason: it is given once
+    declared_gpu = {st: {p: {**spec, "needs": "gpu"} for p, spec in qs.items()}
+                    for st, qs in declared.items()}  # fmt: skip
+    cpu = _by_part(coverage.coverage_table("2025", declared_gpu, {**contexts, "attention": {
+        "available": True, "x": "table"}}, coverage.Machine(0, "cpu")))  # fmt: skip
+    why = cpu.loc["torch_compile.b", "why"]
+    assert cpu.loc["torch_compile.b", "status"] == "partly"
+    assert why.count("measured on this machine (no GPU)") == 1
     where = t.loc["torch_compile.b", "answered in"]
     assert "[benchmark](#benchmark)" in where and "attention" not in where
     acc = t.loc["mixed_precision_accumulation", "answered in"]
