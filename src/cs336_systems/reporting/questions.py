@@ -5,8 +5,10 @@ assignment 2, "Systems": spring 2025, version 1.0.4; spring 2026, version 26.1.1
 one part), what it asks in a line, the form of its deliverable, which edition asks it, and the
 report's answer (`Q<n>`, the heading of the section that answers it). `kind` says what the part
 is: `written` (a number, table, plot or sentences the report gives), `code` (an implementation:
-where it lives and which tests check it) or `ours` (a question the study adds beside the
-handout's). Which stage answers a part, and how the report tells, is each stage's `QUESTIONS`
+where it lives, which tests check it: `tests`, the files, and `match`, a regex on
+`file::test name`), `optional` (asked outside a problem box) or `ours` (a question the study
+adds beside the handout's). The handout's own count of parts is its `written` and `code` parts
+(HANDOUT_KINDS): 2025 43 (34 + 9), 2026 58 (49 + 9), verified against the course's PDFs. Which stage answers a part, and how the report tells, is each stage's `QUESTIONS`
 declaration (its package's `__init__.py`, read here as data); reporting/coverage.py turns both into
 the report's coverage table.
 
@@ -210,23 +212,27 @@ PARTS: list[dict] = [
        "Achieved TFLOP/s and MFU against this machine's measured matmul peak.", answer=4),
     _p("flash_forward.a", BOTH, "code", "an autograd.Function (PyTorch, tiled)",
        "FlashAttention-2's forward in pure PyTorch, tiles at least 16 x 16, saving L, Q, K, V, O.",
-       code="src/cs336_systems/kernels/flash_pytorch.py", tests="tests/unit/kernels/test_flash_attention.py"),
+       code="src/cs336_systems/kernels/flash_pytorch.py", tests="tests/unit/kernels/test_flash_attention.py",
+       match=r"::test_pytorch_(forward|rejects|saves_l|tile_sizes)"),
     _p("flash_forward.b", BOTH, "code", "an autograd.Function (Triton)",
        "The forward as one Triton kernel, launch grid (Tq, batch), one loop over key tiles.",
-       code="src/cs336_systems/kernels/flash_triton*.py", tests="tests/unit/kernels/test_flash_attention.py"),
+       code="src/cs336_systems/kernels/flash_triton*.py", tests="tests/unit/kernels/test_flash_attention.py",
+       match=r"::test_(triton_(forward|rejects|tile_shapes|multihead|descriptor)|hopper_forward)"),
     _p("flash_forward.c", BOTH, "code", "a causal flag",
        "A causal-masking flag (default False), is_causal a tl.constexpr, -1e6 on masked scores.",
        code="src/cs336_systems/kernels/triton/forward.py",
-       tests="tests/unit/kernels/test_flash_attention.py"),
+       tests="tests/unit/kernels/test_flash_attention.py",
+       match=r"::test_(causal_convention|triton_forward\[.*causal)"),
     _p("flash_backward", BOTH, "code", "a backward pass (PyTorch + torch.compile)",
        "The backward from Q, K, V, O, dO and L, with the D vector, recomputing P.",
        code="src/cs336_systems/kernels/flash_pytorch.py, kernels/triton/backward.py",
-       tests="tests/unit/kernels/test_flash_attention.py"),
+       tests="tests/unit/kernels/test_flash_attention.py",
+       match=r"::test_(pytorch_backward|triton_backward|triton_sum_backward|hopper_(dq|fused_dq|ws_dkdv))"),
     _p("flash_benchmarking.a", BOTH, "written",
        "a table: forward, backward and forward+backward latencies",
        "With triton.testing.do_bench, batch 1, causal: our Triton FlashAttention-2 against PyTorch "
        "attention over n = 128 ... 65536, d = 16 ... 128, bf16 and fp32.", answer=20),
-    _p("flash_leaderboard", Y2025, "written", "the timing of the leaderboard's test",
+    _p("flash_leaderboard", Y2025, "optional", "the timing of the leaderboard's test",
        "Forward and backward of the FlashAttention-2 leaderboard's test: batch 1, 16 heads, n = "
        "16384, d_head 64, bf16, causal (section 1.3.3, no problem box).", answer=21),
     _p("ours.flash_leaderboard", Y2026, "ours", "a table",
@@ -234,12 +240,14 @@ PARTS: list[dict] = [
        "causal): ours beside SDPA flash and cuDNN.", answer=21),
     _p("distributed_communication_single_node", BOTH, "written",
        "plot(s) and/or table(s) and 2-3 sentences",
-       "All-reduce time over 1 MB ... 1 GB of fp32 and 2, 4, 6 processes (2025: gloo on CPU and "
-       "NCCL on GPU; 2026: NCCL): how the factors interact.", answer=22),
+       "All-reduce time over 1 MiB ... 1 GiB of fp32 (the handout writes MB, GB) and 2, 4, 6 "
+       "processes (2025: gloo on CPU and NCCL on GPU; 2026: NCCL): how the factors interact.",
+       answer=22),
     _p("naive_ddp", BOTH, "code", "a script",
        "DDP by all-reducing each parameter's gradient after backward; weights match single-process "
        "training on a toy model.",
-       code="src/cs336_systems/parallel/ddp.py", tests="tests/stages/ddp/test_ddp.py"),
+       code="src/cs336_systems/parallel/ddp.py", tests="tests/stages/ddp/test_ddp.py",
+       match=r"::test_ddp_matches_single_process\[naive"),
     _p("naive_ddp_benchmarking", BOTH, "written",
        "the setup, the time per step and the time communicating",
        "Naive DDP on 1 node x 2 GPUs with the edition's xl: time per step and the share spent "
@@ -250,7 +258,10 @@ PARTS: list[dict] = [
     _p("ddp_overlap_individual_parameters", BOTH, "code", "a DDP class",
        "DDP that all-reduces each parameter's gradient asynchronously as it is ready (post-"
        "accumulate-grad hooks).",
-       code="src/cs336_systems/parallel/ddp.py", tests="tests/stages/ddp/test_ddp.py"),
+       code="src/cs336_systems/parallel/ddp.py",
+       tests="tests/stages/ddp/test_ddp.py, tests/unit/adapters/test_adapters.py",
+       match=r"::test_(ddp_matches_single_process\[overlap|a_weight_accumulated_twice_is_averaged_once"
+             r"\[overlap|get_ddp_matches_single_process|a_dropped_wrapper_frees_its_model\[overlap)"),
     _p("ddp_overlap_individual_parameters_benchmarking.a", BOTH, "written",
        "the time per step and 1-2 sentences",
        "The overlapping DDP against naive and flat: time per training step.", answer=25),
@@ -259,11 +270,13 @@ PARTS: list[dict] = [
        "does not.", answer=25),
     _p("ddp_overlap_bucketed", Y2025, "code", "a bucketed DDP class",
        "DDP with gradients bucketed (bucket_size_mb), each bucket all-reduced when ready.",
-       code="src/cs336_systems/parallel/ddp.py", tests="tests/stages/ddp/test_ddp.py"),
+       code="src/cs336_systems/parallel/ddp.py", tests="tests/stages/ddp/test_ddp.py",
+       match=r"::test_(ddp_matches_single_process\[bucketed|bucket_layout|bucket_order"
+             r"|a_weight_accumulated_twice_is_averaged_once\[bucketed|a_dropped_wrapper_frees_its_model\[bucketed)"),
     _p("ddp_bucketed_benchmarking.a", Y2025, "written",
        "the time per step per bucket size and 3-4 sentences",
-       "Bucket sizes 1, 10, 100, 1000 MB: time per step against the unbucketed variants; as "
-       "expected? If not, why, and what setup would match.", answer=26),
+       "Bucket sizes 1, 10, 100, 1000 MiB (bucket_size_mb): time per step against the "
+       "unbucketed variants; as expected? If not, why, and what setup would match.", answer=26),
     _p("ddp_bucketed_benchmarking.b", Y2025, "written", "two equations",
        "DDP's overhead in s (bytes), w (bandwidth), o (per-call overhead) and n_b (buckets), and "
        "the bucket size that minimizes it.", answer=26),
@@ -284,7 +297,8 @@ PARTS: list[dict] = [
        "An optimizer wrapper that keeps each parameter's state on one rank and broadcasts the "
        "updated parameters.",
        code="src/cs336_systems/parallel/sharded_optimizer.py",
-       tests="tests/unit/parallel/test_sharded_optimizer.py"),
+       tests="tests/unit/parallel/test_sharded_optimizer.py, tests/unit/adapters/test_adapters.py",
+       match=r"test_sharded_optimizer\.py::|::test_get_sharded_optimizer"),
     _p("optimizer_state_sharding_accounting.a", BOTH, "written",
        "2-3 sentences with the peaks and their breakdown",
        "Peak memory after construction, before and after the optimizer step, with and without "
@@ -346,12 +360,80 @@ PARTS: list[dict] = [
 # fmt: on
 BY_ID = {p["id"]: p for p in PARTS}
 
+# The model each part's handout names (the edition's size names: 2025's xl is 1600/6400/48/25,
+# 2026's 2560/10240/32/32): a part answered on another model is answered only partly.
+_MEMORY = {"2025": "2.7B", "2026": "xl"}
+_XL = {"2025": "xl", "2026": "xl"}
+MODEL_ASKED: dict[str, dict[str, str]] = {
+    **{f"memory_profiling.{x}": _MEMORY for x in "abcde"},
+    "gradient_checkpointing.b": _XL,
+    "naive_ddp_benchmarking": _XL,
+    "minimal_ddp_flat_benchmarking": _XL,
+    "ddp_overlap_individual_parameters_benchmarking.a": _XL,
+    "ddp_overlap_individual_parameters_benchmarking.b": _XL,
+    "ddp_bucketed_benchmarking.a": _XL,
+    "optimizer_state_sharding_accounting.a": _XL,
+    "optimizer_state_sharding_accounting.b": _XL,
+    "fsdp_accounting.b": _XL,
+}
+
 # The handouts' measurement protocol (both editions): benchmarking_script (b) times 10 steps
 # after 5 warm-up steps; pytorch_attention (a) times 100 forward and 100 backward passes.
 # stage -> {CSV column: the handout's value}
 PROTOCOL = {
     "benchmark": {"warmup_steps": 5, "measure_steps": 10},
     "attention": {"fwd_steps": 100, "bwd_steps": 100},
+}
+# The grid a part's handout asks, per edition: a column of its stage's main CSV -> the values
+# asked. A part whose stage has no row that ran (ok, or out of memory: an answer too) at one of
+# them is answered only partly.
+_ATTENTION = {"d_head": [16, 32, 64, 128], "seq_len": [256, 1024, 4096, 8192, 16384]}
+_FLASH = {
+    "d_head": [16, 32, 64, 128],
+    "seq_len": [2**k for k in range(7, 17)],
+    "dtype": ["bf16", "fp32"],
+}
+_ALLREDUCE = {"world_size": [2, 4, 6], "size_mb": [1, 10, 100, 1024]}
+GRID_ASKED: dict[str, dict[str, dict[str, list]]] = {
+    "distributed_communication_single_node": {
+        "2025": {**_ALLREDUCE, "backend": ["gloo", "nccl"]},
+        "2026": {**_ALLREDUCE, "backend": ["nccl"]},
+    },
+    "pytorch_attention.a": {"2025": _ATTENTION, "2026": _ATTENTION},
+    "torch_compile.a": {"2025": _ATTENTION, "2026": _ATTENTION},
+    "flash_benchmarking.a": {"2025": _FLASH, "2026": _FLASH},
+}
+GRID_COLUMNS = sorted({c for eds in GRID_ASKED.values() for g in eds.values() for c in g})
+
+
+def grid_missing(part_id: str, edition: str, ran: dict[str, list]) -> dict[str, list]:
+    """column -> the values the part's handout asks that no row of `ran` (column -> the values
+    of the stage's rows that ran) has; {} where the grid is covered or the stage's rows have no
+    such column."""
+    out = {}
+    for col, want in GRID_ASKED.get(part_id, {}).get(str(edition), {}).items():
+        if col not in ran:
+            continue
+        have = {_same(v) for v in ran[col]}
+        missing = [v for v in want if _same(v) not in have]
+        if missing:
+            out[col] = missing
+    return out
+
+
+def _same(value) -> str:
+    """A value as a CSV cell or a number reads alike: 1024, 1024.0 and '1024.0' -> '1024'."""
+    try:
+        return f"{float(value):g}"
+    except (TypeError, ValueError):
+        return str(value)
+
+
+# the parts whose handout sets that protocol: stage -> parts (a run that departs from it answers
+# them only partly)
+PROTOCOL_PARTS = {
+    "benchmark": ("benchmarking_script.b", "benchmarking_mixed_precision.c", "torch_compile.b"),
+    "attention": ("pytorch_attention.a", "torch_compile.a"),
 }
 PROTOCOL_WORDS = {
     "warmup_steps": "warm-up steps",
@@ -393,7 +475,27 @@ def protocol_note(used: dict[str, dict[str, list[int]]], preset: str) -> str:
     return text
 
 
-KINDS = ("written", "ours", "code")
+def protocol_deviations(used: dict[str, dict[str, list[int]]]) -> dict[str, str]:
+    """stage -> how its rows depart from the handout's protocol ('' where they keep it), for
+    the stages of PROTOCOL that recorded rows."""
+    out = {}
+    for stage, keys in PROTOCOL.items():
+        if stage not in used:
+            continue
+        off = [
+            f"{'/'.join(map(str, sorted(vals)))} {PROTOCOL_WORDS[key]} where the handout asks {want}"
+            for key, want in keys.items()
+            if (vals := used[stage].get(key)) and sorted(vals) != [want]
+        ]
+        out[stage] = "; ".join(off)
+    return out
+
+
+# `written` and `code` are the handout's problem parts (the handout's own count); `optional` is
+# what a handout asks outside a problem box (2025's FlashAttention leaderboard, section 1.3.3);
+# `ours` a question the study adds. The last two are listed apart.
+KINDS = ("written", "code", "optional", "ours")
+HANDOUT_KINDS = ("written", "code")
 
 
 def edition_parts(edition: str) -> list[dict]:
@@ -401,6 +503,26 @@ def edition_parts(edition: str) -> list[dict]:
     if str(edition) not in EDITIONS:
         raise ValueError(f"unknown edition {edition!r}; known: {EDITIONS}")
     return [p for p in PARTS if str(edition) in p["editions"]]
+
+
+def handout_parts(edition: str) -> list[dict]:
+    """The parts of `edition`'s problems: what the handout counts (written and code)."""
+    return [p for p in edition_parts(edition) if p["kind"] in HANDOUT_KINDS]
+
+
+def own_parts(edition: str) -> list[dict]:
+    """The questions beside the handout's problems: optional ones and the study's own."""
+    return [p for p in edition_parts(edition) if p["kind"] not in HANDOUT_KINDS]
+
+
+def model_asked(part_id: str, edition: str) -> str | None:
+    """The model size the part's handout names, in the edition's size names (None: any)."""
+    return MODEL_ASKED.get(part_id, {}).get(str(edition))
+
+
+def part_test_files(part: dict) -> list[str]:
+    """The test files that check a code part."""
+    return [t.strip() for t in part.get("tests", "").split(",") if t.strip()]
 
 
 def label(part: dict) -> str:
@@ -442,11 +564,16 @@ def markdown(declared: dict[str, dict] | None = None) -> str:
         "spring 2025, version 1.0.4, and spring 2026, version 26.1.1, in the course's public",
         "repository `stanford-cs336/assignment2-systems`); each part is summarized in a line, and",
         "where the two editions differ the line says so. The report's coverage table has one row",
-        "per part of its edition and links here.",
+        "per part of its edition and links the report's own list of these lines (its last",
+        "section), so that its links work wherever the report is copied.",
         "",
         "Kinds: **written**, a number, table, plot or sentences the report gives (its answer is",
         "the report heading `Q<n>` in the section named); **code**, an implementation (where it",
-        "lives, which tests check it); **ours**, a question the study adds beside the handout's.",
+        "lives, which tests check it: the kernel_tests stage runs them and the report's coverage",
+        "table gives their result); **optional**, asked by a handout outside its problem boxes;",
+        "**ours**, a question the study adds beside the handout's. The handout's count of parts",
+        "is that of its problem boxes' lettered parts (a box without letters is one part),",
+        "written and code; the report lists the optional and the study's own questions apart.",
         "Protocol, where a handout sets one: 5 warm-up and 10 measured steps for the end-to-end",
         "benchmarks, 100 forward and 100 backward passes for attention, the edition's own grids;",
         "a preset that deviates (the `cpu` preset: minutes on two cores) says so in its report.",
@@ -455,9 +582,12 @@ def markdown(declared: dict[str, dict] | None = None) -> str:
     for ed in ("2025", "2026"):
         parts = edition_parts(ed)
         counts = {k: sum(p["kind"] == k for p in parts) for k in KINDS}
+        extra = [f"{counts['optional']} optional"] if counts["optional"] else []
+        extra.append(f"{counts['ours']} of the study's own")
         lines.append(
-            f"- {ed}: {len(parts)} parts ({counts['written']} written, {counts['code']} code, "
-            f"{counts['ours']} of the study's own)."
+            f"- {ed}: the handout's problems have {len(handout_parts(ed))} parts "
+            f"({counts['written']} written, {counts['code']} code); apart from them, "
+            f"{' and '.join(extra)}."
         )
     lines.append("")
     problems = list(dict.fromkeys(p["problem"] for p in PARTS))
@@ -479,6 +609,9 @@ def markdown(declared: dict[str, dict] | None = None) -> str:
             stages = answered_by(p["id"], declared)
             if p["kind"] == "code":
                 where = f"`{p['code']}`; tests `{p['tests']}`"
+                if p.get("match"):
+                    # a pipe inside a table cell is escaped (GitHub renders `\|` as `|`)
+                    where += f" (those matching `{p['match'].replace('|', chr(92) + '|')}`)"
             elif p["answer"]:
                 sec = ", ".join(f"`{s}`" for s in stages) or "(no stage declares it)"
                 where = f"Q{p['answer']} ({ANSWERS[p['answer']]}), section {sec}"

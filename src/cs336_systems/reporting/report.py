@@ -313,18 +313,61 @@ def coverage_of(
     suspects: dict[str, int] | None = None,
 ) -> pd.DataFrame:
     prov = read_provenance(sorted(Path(results_dir).glob("*.csv")))
+    facts = coverage.RunFacts(
+        suspects=dict(suspects or {}),
+        deviations=questions.protocol_deviations(protocol_used(results_dir)),
+        sizes={st: sizes_measured(results_dir, st) for st in contexts},
+        grids={st: grid_ran(results_dir, st) for st in contexts},
+    )
     return coverage.coverage_table(
         edition,
         declared_questions(),
         contexts,
         coverage.Machine(gpus=gpu_count(prov), name=machine),
-        suspects,
+        facts=facts,
     )
+
+
+def sizes_measured(results_dir: Path, stage: str) -> list[str]:
+    """The model sizes (`size`) of the stage's main rows that ran (status ok): `<stage>.csv`
+    (its side CSVs may hold other shapes, e.g. one xl block's saved tensors)."""
+    try:
+        df = pd.read_csv(
+            Path(results_dir) / f"{stage}.csv", usecols=lambda c: c in ("size", "status"), dtype=str
+        )
+    except (FileNotFoundError, pd.errors.EmptyDataError, ValueError):
+        return []
+    if "size" not in df or "status" not in df:
+        return []
+    return sorted(set(df.loc[df["status"] == "ok", "size"].dropna()))
+
+
+def grid_ran(results_dir: Path, stage: str) -> dict[str, list]:
+    """{column: values} of the stage's main rows that ran (ok, or out of memory), for the grid
+    columns a handout asks (reporting/questions.py: GRID_ASKED)."""
+    keep = {*questions.GRID_COLUMNS, "status"}
+    try:
+        df = pd.read_csv(Path(results_dir) / f"{stage}.csv", usecols=lambda c: c in keep)
+    except (FileNotFoundError, pd.errors.EmptyDataError, ValueError):
+        return {}
+    if "status" not in df:
+        return {}
+    ran_rows = df[df["status"].isin(["ok", "oom"])]
+    return {
+        c: sorted(ran_rows[c].dropna().unique().tolist(), key=str)
+        for c in ran_rows
+        if c != "status"
+    }
 
 
 def protocol_of(results_dir: Path, preset: str) -> str:
     """The run's protocol against the handout's (reporting/questions.py: PROTOCOL), from the columns
     the stages' rows recorded."""
+    return questions.protocol_note(protocol_used(results_dir), preset)
+
+
+def protocol_used(results_dir: Path) -> dict[str, dict[str, list[int]]]:
+    """stage -> {protocol column: the distinct values its rows recorded}."""
     used = {}
     for stage, keys in questions.PROTOCOL.items():
         csv = Path(results_dir) / f"{stage}.csv"
@@ -337,7 +380,7 @@ def protocol_of(results_dir: Path, preset: str) -> str:
             for k in keys
             if k in df
         }
-    return questions.protocol_note(used, preset)
+    return used
 
 
 # -------------------------------------------------------------------------------------- render
@@ -346,10 +389,12 @@ def protocol_of(results_dir: Path, preset: str) -> str:
 def environment(
     templates: Path = TEMPLATES, results_dir: Path | None = None, report_dir: Path | None = None
 ) -> jinja2.Environment:
-    """The templates' environment. `link(path)` makes a path of the results (relative to the
-    working directory, as the analyses name them) a markdown link from the report's folder
-    (`report_dir`, default report/<machine>/); `raw_link(stage)` links the stage's raw
-    captures, results/<machine>/<stage>/raw/."""
+    """The templates' environment. `link(path)` makes a path (relative to the working
+    directory, as the analyses name them) a markdown link from the report's folder (`report_dir`,
+    default report/<machine>/) where it lies inside that folder, which travels with the report;
+    a path of the results (raw captures, not committed with a reference) is named as text with
+    the command that writes it again (`raw_text`). `raw_link(stage)` names the stage's raw
+    captures, results/<machine>/<stage>/raw/, so."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates)),
         undefined=jinja2.StrictUndefined,
@@ -362,6 +407,8 @@ def environment(
 
     def link(path) -> str:
         href = Path(os.path.relpath(Path(path), report_dir)).as_posix()
+        if href.startswith("../") or Path(path).is_absolute():
+            return raw_text(path, results_dir)
         return f"[`{path}`]({href}{'/' if str(path).endswith('/') else ''})"
 
     env.filters.update(fmt=fmt, pct=pct, sig=sig, status_summary=status_summary, link=link)
@@ -369,6 +416,20 @@ def environment(
         md_table=md_table, raw_link=lambda stage: link(f"{results_dir.as_posix()}/{stage}/raw/")
     )
     return env
+
+
+def raw_text(path, results_dir: Path) -> str:
+    """A file outside the report's folder (a raw capture under results/, not kept with a
+    reference report) named as text, with the command that writes it again: a link to it would
+    be dead from report/reference/<machine>/ and inside Snakemake's report archive."""
+    rel = Path(os.path.relpath(Path(path), Path(results_dir))).parts
+    stage = rel[0] if rel and rel[0] != ".." else ""
+    again = (
+        f"`snakemake --cores 1 report --forcerun {stage}` writes it again"
+        if stage
+        else "not written again by the report"
+    )
+    return f"`{path}` (raw capture, not kept with the report: {again})"
 
 
 def contexts_of(
@@ -451,9 +512,12 @@ def render(
             results_dir.name,
             {st: len(rows) for st, rows in suspects.items()},
         )
-        coverage_table = md_table(cov, numparse=False)
+        coverage_table = md_table(coverage.handout_rows(cov), numparse=False)
+        own = coverage.own_rows(cov)
+        own_table = md_table(own, numparse=False) if len(own) else ""
     if tables is not None:
         named = {"provenance": h["provenance_table"], "coverage": coverage_table}
+        named["own_coverage"] = own_table
         tables.update(export.name_tables("report", named, rendered))
     return env.get_template("report.md.j2").render(
         h=h,
@@ -461,6 +525,8 @@ def render(
         edition=edition,
         coverage=coverage_table,
         coverage_counts=coverage.summary(cov),
+        own_coverage=own_table,
+        appendix=coverage.appendix(edition),
         protocol=protocol_of(results_dir, h["preset"]),
     )
 

@@ -235,13 +235,18 @@ def test_plan_inputs_options_and_checks():
         "tpu": {"tflops": 460, "ici_gbps": 180, "hbm_gb": 95, "mesh": [16, 4], "axes": [2, 1]},
         "h100_gb": 80,
         "measured": {"dtypes": ["bf16"], "backends": ["gloo"]},
+        "activation": {"size": "huge", "batch_size": 4, "context_lengths": [512]},
     }
     knobs = plan.ArithmeticKnobs.from_block(cfg)  # typed: nested blocks and a list of shapes
     assert knobs.shapes[1] == plan.Shape("a", 8, 4, 16) and knobs.tpu.mesh == [16, 4]
     at = Checker(("arithmetic", "cpu"))
     plan.check(cfg, at, Facts("cpu", True, "m", ("arithmetic",)))
     where = [p.path for p in at.problems]
-    assert where == [("arithmetic", "cpu", "shapes", 1, "name"), ("arithmetic", "cpu", "splits", 0)]
+    assert where == [
+        ("arithmetic", "cpu", "shapes", 1, "name"),
+        ("arithmetic", "cpu", "activation", "size"),  # not a model size of the edition
+        ("arithmetic", "cpu", "splits", 0),
+    ]
 
 
 def test_dry_run_plans_the_stage_with_its_inputs(tmp_path):
@@ -313,3 +318,62 @@ def test_a_2025_run_answers_its_own_problem_only(tmp_path):
     assert not ctx["skipped"] and not ctx["measured_missing"]
     assert "TPU v5p (handout)" in ctx["sources"]
     assert not any(label.startswith("this machine") for label in ctx["sources"])
+
+
+def test_each_calc_has_its_one_sentence_justification(tmp_path):
+    """Every part of section 8 the rows answer gets its answer (the rows' formula) and one
+    sentence of justification, in the handout's order."""
+    from cs336_systems.stages.arithmetic import answers
+
+    run(tmp_path)
+    good = pd.read_csv(tmp_path / "arithmetic.csv")
+    justified = answers.justified(good[good["status"] == "ok"])
+    parts = [j["part"] for j in justified]
+    assert parts[0] == "alternate_ring_all_reduce" and parts[-1] == "fsdp_tp_calcs (d)"
+    for p in ("data_parallel_calcs (a)", "fsdp_calcs (c)", "tp_calcs (d)", "fsdp_tp_calcs (b)"):
+        assert p in parts
+    dp = {j["part"]: j for j in justified}["data_parallel_calcs (a)"]
+    assert dp["answer"] == "12 B D D_FF / N_DP" and dp["why"].endswith(".")
+    assert all(j["why"] and j["answer"] != "–" for j in justified)
+    table = analysis.context(tmp_path)["justified"]
+    assert "| data_parallel_calcs (a) " in table and "N_DP - 1 <= B W / C" in table
+
+
+@pytest.mark.parametrize(("edition", "size", "mib"), [(2026, "xl", 20.0), (2025, "2.7B", 20.0)])
+def test_memory_d_is_derived_for_the_editions_model(tmp_path, edition, size, mib):
+    """memory_profiling (d) for the model the edition's handout names (2026: xl; 2025: 2.7B, both
+    d_model 2560) at batch 4: 4 x 512 x 2560 x 4 bytes = 20 MiB, on any machine."""
+    out = tmp_path / "arithmetic.csv"
+    main(["--machine", "t", "--preset", "cpu", "--edition", str(edition),
+          *block("arithmetic", edition=edition), "--out", str(out)])  # fmt: skip
+    df = pd.read_csv(out)
+    act = df[df["problem"] == "residual_activation"]
+    assert set(act["size"]) == {size}
+    assert act.set_index("context_length").loc[512, "value"] == pytest.approx(mib)
+    q16 = analysis.context(tmp_path)["q16"]
+    assert (
+        q16["model"] == size and "4 x 512 x 2,560 x 4 = 20,971,520 bytes = 20.0 MiB" in q16["text"]
+    )
+
+
+def test_the_2025_cpu_run_plans_and_counts_the_2025_parts(tmp_path):
+    """`snakemake report --config edition=2025` on the cpu preset plans every stage's jobs, and
+    its report's coverage counts the 2025 handout's 43 parts, memory (d) answered by the
+    arithmetic for the 2.7B (one stage run here: the arithmetic)."""
+    from cs336_systems.reporting import report
+
+    work = copy_workflow(tmp_path / "wf")
+    jobs = planned_jobs(work, "--config", "preset=cpu", "edition=2025", "machine=cpu-2025")
+    assert jobs["report"] == 1 and jobs["arithmetic"] == 1 and jobs["kernel_tests"] == 1
+    results = tmp_path / "results" / "cpu-2025"
+    results.mkdir(parents=True)
+    main(["--machine", "cpu-2025", "--preset", "cpu", "--edition", "2025",
+          *block("arithmetic", edition=2025), "--out", str(results / "arithmetic.csv")])  # fmt: skip
+    text = report.render(results, ["arithmetic"], edition="2025")
+    assert "Of the 43 parts of the 2025 handout's problems" in text
+    row = next(line for line in text.splitlines() if line.startswith("| [memory_profiling (d)]"))
+    assert "| answered " in row and "[arithmetic](#arithmetic)" in row
+    assert (
+        "communication_accounting (d)" in text
+        and "fsdp_tp_calcs" not in text.split("## Provenance")[0]
+    )

@@ -84,3 +84,53 @@ def test_kernel_tests_fail_when_a_kernel_module_cannot_import(tmp_path, monkeypa
 
 def test_verdicts_of_missing_csv(tmp_path):
     assert kernel_results.verdicts(tmp_path / "absent.csv") == {}
+
+
+def test_each_row_is_given_its_test_file():
+    """JUnit names a case by its module (and class); the coverage table counts a code part's
+    tests by file, so every row of a test file finds it, a pytest-run row none."""
+    from cs336_systems.stages.kernel_tests.rows import outcomes_by_test, per_file
+
+    files = "tests/unit/kernels/test_flash_attention.py,tests/unit/parallel/test_fsdp.py"
+    df = pd.DataFrame(
+        {
+            "test": [
+                "tests.unit.kernels.test_flash_attention::test_pytorch_forward[a]",
+                "tests.unit.parallel.test_fsdp::test_tied_and_frozen[x]",
+                "tests.unit.parallel.test_fsdp.TestUnits::test_one",
+                "::<pytest run>",
+            ],
+            "name": [
+                "test_pytorch_forward[a]",
+                "test_tied_and_frozen[x]",
+                "test_one",
+                "<pytest run>",
+            ],
+            "outcome": ["passed", "failed", "skipped", "error"],
+            "files": files,
+        }
+    )
+    got = outcomes_by_test(df)
+    assert list(got["file"]) == [
+        "tests/unit/kernels/test_flash_attention.py",
+        "tests/unit/parallel/test_fsdp.py",
+        "tests/unit/parallel/test_fsdp.py",
+    ]
+    assert list(got["outcome"]) == ["passed", "failed", "skipped"]
+    table = per_file(got)
+    assert "| tests/unit/parallel/test_fsdp.py" in table and "failed" in table
+
+
+def test_every_preset_runs_the_tests_of_each_code_part():
+    """The code parts' tests are among the files of every preset: the report's coverage table
+    gives each part its tests' result from the run."""
+    import yaml
+
+    from cs336_systems.reporting import questions
+
+    blocks = yaml.safe_load((ROOT / "config/stages/kernel_tests.yaml").read_text())["kernel_tests"]
+    wanted = {
+        f for p in questions.PARTS if p["kind"] == "code" for f in questions.part_test_files(p)
+    }
+    for preset in ("cpu", "gpu", "full"):
+        assert wanted <= set(blocks[preset]["files"]), preset

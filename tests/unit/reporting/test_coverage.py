@@ -4,8 +4,10 @@ CPU, dirty-tree detection in a scratch git repository) and the run's wall time."
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -17,8 +19,35 @@ from cs336_systems.reporting import coverage, questions, report
 # ------------------------------------------------------------------------------ coverage
 
 
+# the handouts' own counts: the lettered parts of their problem boxes (a box without letters is
+# one part), read from the course's PDFs (stanford-cs336/assignment2-systems: the spring2025
+# branch's cs336_spring2025_assignment2_systems.pdf, 1.0.5; main's cs336_assignment2_systems.pdf,
+# 26.1.1): 2025 has 21 problems, 43 parts (34 written, 9 code); 2026 27 problems, 58 parts (49
+# written, 9 code)
+HANDOUT = {"2025": (43, 34, 9), "2026": (58, 49, 9)}
+
+
+@pytest.mark.parametrize("edition", ["2025", "2026"])
+def test_the_handouts_count_of_parts(edition):
+    parts, written, code = HANDOUT[edition]
+    mine = questions.handout_parts(edition)
+    assert len(mine) == parts and len({p["problem"] for p in mine}) == (
+        21 if edition == "2025" else 27
+    )
+    assert sum(p["kind"] == "written" for p in mine) == written
+    assert sum(p["kind"] == "code" for p in mine) == code
+    own = questions.own_parts(edition)
+    assert own and all(p["kind"] in ("ours", "optional") for p in own)
+    # the 2025 FlashAttention leaderboard (section 1.3.3) has no problem box: optional
+    assert ("flash_leaderboard" in {p["id"] for p in own}) == (edition == "2025")
+    table = coverage.coverage_table(edition, report.declared_questions(), {}, coverage.Machine())
+    counts = coverage.summary(table)
+    assert (counts["parts"], counts["measured"], counts["code"]) == (parts, written, code)
+    assert counts["own"] == len(own) == len(coverage.own_rows(table))
+
+
 def test_every_part_of_each_edition_is_listed():
-    """One row per lettered part: the 2025 handout's 45, the 2026 one's 61 (docs/questions.md)."""
+    """One row per part (the handout's and those beside them): 2025 43 + 2, 2026 58 + 3."""
     p25, p26 = coverage.edition_questions("2025"), coverage.edition_questions("2026")
     assert len(p25) == len(set(p25)) == 45 and len(p26) == len(set(p26)) == 61
     assert "communication_accounting.c" in p25 and "communication_accounting.c" not in p26
@@ -51,7 +80,8 @@ def test_coverage_verdicts():
     cpu = _by_part(coverage.coverage_table("2025", declared, contexts, coverage.Machine(0, "cpu")))
     row = cpu.loc["benchmarking_script.b"]
     assert row["status"] == "partly" and "`b`" in row["why"]
-    assert row["part"] == "[benchmarking_script (b)](../../docs/questions.md#benchmarking-script)"
+    # the part links the report's own appendix: it works wherever the report is read
+    assert row["part"] == "[benchmarking_script (b)](#part-benchmarking-script)"
     assert row["answered in"].startswith("Q1 (") and "[benchmark](#benchmark)" in row["answered in"]
     assert cpu.loc["ours.mfu", "status"] == "partly" and "no GPU" in cpu.loc["ours.mfu", "why"]
     assert "on a CUDA GPU" in cpu.loc["ours.mfu", "what answers it"]
@@ -62,9 +92,11 @@ def test_coverage_verdicts():
     assert naive["status"] == "partly" and "2 GPUs" in naive["what answers it"]
     assert cpu.loc["benchmarking_script.c", "status"] == "not"
     assert cpu.loc["benchmarking_script.c", "answered in"] == "–"
-    # an implementation is a `code` row naming its module and its tests
+    # an implementation is a `code` row naming its module; without the kernel_tests stage its
+    # tests did not run here, and the row says which command runs them
     code = cpu.loc["naive_ddp"]
-    assert code["status"] == "code" and code["kind"] == "code"
+    assert code["status"] == "not run" and code["kind"] == "code"
+    assert "kernel_tests stage is not in this run" in code["why"]
     assert (
         "parallel/ddp.py" in code["answered in"]
         and "tests/stages/ddp/test_ddp.py" in code["what answers it"]
@@ -102,10 +134,19 @@ def test_the_counts_add_up_to_the_parts():
     for edition in ("2025", "2026"):
         table = coverage.coverage_table(edition, declared, {}, coverage.Machine(0, "cpu"))
         counts = coverage.summary(table)
-        assert counts["parts"] == len(table) == len(coverage.edition_questions(edition))
+        assert (
+            counts["parts"] + counts["own"]
+            == len(table)
+            == len(coverage.edition_questions(edition))
+        )
+        assert counts["parts"] == len(questions.handout_parts(edition))
         assert counts["answered"] + counts["partly"] + counts["not"] == counts["measured"]
         assert counts["measured"] + counts["code"] == counts["parts"]
+        assert (
+            counts["code_passed"] + counts["code_failed"] + counts["code_not_run"] == counts["code"]
+        )
         assert counts["code"] == sum(p["kind"] == "code" for p in questions.edition_parts(edition))
+        assert counts["own_answered"] + counts["own_partly"] + counts["own_not"] == counts["own"]
 
 
 @pytest.fixture
@@ -118,27 +159,141 @@ def partial_run(tmp_path):
     )
 
 
+def _rows(text: str) -> list[list[str]]:
+    return [
+        [c.strip() for c in line.strip("|").split("|")]
+        for line in text.splitlines()
+        if line.startswith("| [")
+    ]
+
+
 def test_report_opens_with_the_coverage_table_of_a_partial_run(partial_run):
     text = report.render(partial_run, ["ceilings", "benchmark"])
     head, sections = text.split('<a id="ceilings"></a>', 1)
     assert "## Coverage" in head and "## Provenance" in head
-    rows = [
-        [c.strip() for c in line.strip("|").split("|")]
-        for line in head.split("## Coverage")[1].split("## Provenance")[0].splitlines()
-        if line.startswith("| [")
-    ]
-    assert len(rows) == 61  # the 2026 edition's parts by default, one row each
+    cov = head.split("## Coverage")[1].split("## Provenance")[0]
+    handout, own = cov.split("Beside the handout's problems")
+    rows = _rows(handout)
+    assert len(rows) == 58  # the 2026 handout's parts by default, one row each
+    assert [r[0].split("](")[0].strip("[") for r in _rows(own)] == [
+        "ours (saved_tensors)", "ours (mfu)", "ours (flash_leaderboard)"
+    ]  # fmt: skip
     status = {r[0].split("](")[0].strip("["): r[3] for r in rows}
     assert status["benchmarking_script (b)"] == "partly"  # measured, but on a CPU
     assert status["mixed_precision_accumulation"] == "not"  # precision is not in this run
     assert status["memory_profiling (f)"] == "not"
-    assert status["fsdp"] == "code"
+    assert status["fsdp"] == "not run"  # the kernel_tests stage, which runs its tests, did not run
     assert "snakemake --cores 1 report" in head
-    assert "Of the 61 parts of the 2026 handout's problems" in head
-    assert "[docs/questions.md](../../docs/questions.md)" in head
+    assert "Of the 58 parts of the 2026 handout's problems" in head
+    assert "0 passed, 0 failed, 9 not run" in " ".join(head.split())
+    # every part links an anchor of the report itself, none a file outside it
+    targets = set(re.findall(r"\]\((#part-[\w-]+)\)", head))
+    assert targets and all(f'<a id="{t[1:]}"></a>' in text for t in targets)
+    assert "](../" not in text
     text_2025 = report.render(partial_run, ["ceilings", "benchmark"], edition="2025")
     head_2025 = text_2025.split('<a id="ceilings"></a>')[0]
     assert "memory_profiling (f)" not in head_2025 and "communication_accounting (d)" in head_2025
+    assert "Of the 43 parts of the 2025 handout's problems" in head_2025
+
+
+def _kernel_tests_context(outcomes: dict[str, str]) -> dict:
+    """A kernel_tests context whose test rows are `outcomes` ({"file::name": outcome})."""
+    rows = [
+        {"file": t.split("::")[0], "name": t.split("::")[1], "outcome": o}
+        for t, o in outcomes.items()
+    ]
+    return {"available": True, "tests": pd.DataFrame(rows)}
+
+
+def test_a_code_part_shows_its_tests_result_in_this_run():
+    flash = "tests/unit/kernels/test_flash_attention.py"
+    ddp = "tests/stages/ddp/test_ddp.py"
+    ctx = _kernel_tests_context(
+        {
+            f"{flash}::test_pytorch_forward[cpu-fp32-2x32x32x16-full]": "passed",
+            f"{flash}::test_pytorch_forward[cpu-fp32-2x32x32x16-causal]": "passed",
+            f"{flash}::test_pytorch_backward[cpu-fp32-2x32x32x16-full]": "failed",
+            f"{flash}::test_triton_forward[cpu-fp32-2x32x32x16-causal]": "skipped",
+            f"{ddp}::test_ddp_matches_single_process[naive-None]": "passed",
+            f"{ddp}::test_ddp_matches_single_process[overlap-None]": "error",
+        }
+    )
+    t = _by_part(coverage.coverage_table("2026", {}, {"kernel_tests": ctx}, coverage.Machine()))
+    forward = t.loc["flash_forward.a"]  # its own tests only: the backward's failure is not its
+    assert forward["status"] == "passed" and "2 passed, 0 failed" in forward["answered in"]
+    assert "[Kernel tests](#kernel_tests)" in forward["answered in"] and forward["why"] == ""
+    backward = t.loc["flash_backward"]
+    assert backward["status"] == "failed" and "0 passed, 1 failed" in backward["answered in"]
+    assert "1 of its tests failed" in backward["why"]
+    # every test of the causal flag skipped here: not run, and said so
+    causal = t.loc["flash_forward.c"]
+    assert causal["status"] == "not run" and "1 skipped" in causal["answered in"]
+    assert "skipped on this machine" in causal["why"]
+    assert t.loc["naive_ddp", "status"] == "passed"
+    assert t.loc["ddp_overlap_individual_parameters", "status"] == "failed"
+    # a part none of whose tests the run selected
+    fsdp = t.loc["fsdp"]
+    assert fsdp["status"] == "not run" and "ran none of its tests" in fsdp["why"]
+    assert "uv run pytest tests/unit/parallel/test_fsdp.py" in fsdp["what answers it"]
+    counts = coverage.summary(
+        coverage.coverage_table("2026", {}, {"kernel_tests": ctx}, coverage.Machine())
+    )
+    assert (counts["code_passed"], counts["code_failed"], counts["code_not_run"]) == (2, 2, 5)
+
+
+def test_a_departed_protocol_or_another_model_answers_only_partly():
+    declared = {
+        "benchmark": {"benchmarking_script.b": {"evidence": ["a"]}},
+        "memory": {"memory_profiling.b": {"evidence": ["p"]}, "memory_profiling.d": {"evidence": ["d"]}},
+        "attention": {"pytorch_attention.a": {"evidence": ["t"]}},
+    }  # fmt: skip
+    contexts = {
+        "benchmark": {"available": True, "a": "table"},
+        "memory": {"available": True, "p": "table", "d": "20 MiB"},
+        "attention": {"available": True, "t": "table"},
+    }
+    used = {"benchmark": {"warmup_steps": [1], "measure_steps": [3]},
+            "attention": {"fwd_steps": [100], "bwd_steps": [100]}}  # fmt: skip
+    facts = coverage.RunFacts(
+        deviations=questions.protocol_deviations(used),
+        sizes={"memory": ["small", "tiny"], "benchmark": ["xl"]},
+    )
+    gpu = coverage.Machine(1, "h100")
+    t = _by_part(coverage.coverage_table("2026", declared, contexts, gpu, facts=facts))
+    bench = t.loc["benchmarking_script.b"]
+    assert bench["status"] == "partly"
+    assert "1 warm-up steps where the handout asks 5; 3 measured steps where" in bench["why"]
+    assert t.loc["pytorch_attention.a", "status"] == "answered"  # its protocol kept
+    mem = t.loc["memory_profiling.b"]
+    assert (
+        mem["status"] == "partly" and "measured small, tiny; the handout asks the xl" in mem["why"]
+    )
+    # memory (d) of the tiny model is partly answered; the arithmetic derives it for the xl
+    assert t.loc["memory_profiling.d", "status"] == "partly"
+    declared["arithmetic"] = {"memory_profiling.d": {"evidence": ["q16"]}}
+    contexts["arithmetic"] = {"available": True, "q16": {"text": "20 MiB"}}
+    facts.sizes["arithmetic"] = ["xl"]
+    t = _by_part(coverage.coverage_table("2026", declared, contexts, gpu, facts=facts))
+    assert t.loc["memory_profiling.d", "status"] == "answered"
+    # the 2025 handout asks its memory questions of the 2.7B
+    facts.sizes["memory"] = ["2.7B"]
+    t25 = coverage.coverage_table("2025", declared, contexts, gpu, facts=facts)
+    t25.index = coverage.edition_questions("2025")
+    assert t25.loc["memory_profiling.b", "status"] == "answered"
+
+
+def test_links_work_from_a_copied_report_folder(tmp_path):
+    """A file inside the report's folder is linked relative to it; a raw capture under results/
+    (not committed with a reference, absent from Snakemake's archive) is named as text with the
+    command that writes it again."""
+    env = report.environment(results_dir=Path("results/m"), report_dir=Path("report/m"))
+    link = env.filters["link"]
+    assert link("report/m/figures/a.png") == "[`report/m/figures/a.png`](figures/a.png)"
+    raw = link("results/m/ddp/raw/trace.json")
+    assert "](" not in raw and "`results/m/ddp/raw/trace.json`" in raw
+    assert "--forcerun ddp" in raw
+    folder = env.globals["raw_link"]("profile")
+    assert "](" not in folder and "--forcerun profile" in folder
 
 
 # ---------------------------------------------------------------------------- provenance
@@ -283,7 +438,63 @@ def test_a_part_links_only_the_sections_this_report_has():
     }
     contexts = {"benchmark": {"available": True, "c": "table"}}
     t = _by_part(coverage.coverage_table("2025", declared, contexts, coverage.Machine(1, "gpu")))
+    # on a CPU both stages answer partly for the same reason: it is given once
+    declared_gpu = {st: {p: {**spec, "needs": "gpu"} for p, spec in qs.items()}
+                    for st, qs in declared.items()}  # fmt: skip
+    cpu = _by_part(coverage.coverage_table("2025", declared_gpu, {**contexts, "attention": {
+        "available": True, "x": "table"}}, coverage.Machine(0, "cpu")))  # fmt: skip
+    why = cpu.loc["torch_compile.b", "why"]
+    assert cpu.loc["torch_compile.b", "status"] == "partly"
+    assert why.count("measured on this machine (no GPU)") == 1
     where = t.loc["torch_compile.b", "answered in"]
     assert "[benchmark](#benchmark)" in where and "attention" not in where
     acc = t.loc["mixed_precision_accumulation", "answered in"]
     assert "`precision` (not in this run)" in acc and "](#precision)" not in acc
+
+
+def test_a_grid_with_missing_points_answers_only_partly():
+    """flash_benchmarking (a) asks every power of two from 128 to 65,536, both dtypes; a run
+    whose rows ran five of them (the others skipped) answers it partly and names the gaps; an
+    out-of-memory row is an answer and counts."""
+    declared = {"flash": {"flash_benchmarking.a": {"evidence": ["t"]}},
+                "allreduce": {"distributed_communication_single_node": {"evidence": ["a"]}}}  # fmt: skip
+    contexts = {
+        "flash": {"available": True, "t": "table"},
+        "allreduce": {"available": True, "a": "x"},
+    }
+    five = [128, 1024, 4096, 16384, 65536]
+    facts = coverage.RunFacts(
+        grids={
+            "flash": {"d_head": [16, 32, 64, 128], "seq_len": five, "dtype": ["bf16", "fp32"]},
+            "allreduce": {"backend": ["nccl"], "world_size": [2, 4], "size_mb": [1.0, 10.0, 100.0, 1024.0]},
+        }
+    )  # fmt: skip
+    t = _by_part(
+        coverage.coverage_table("2026", declared, contexts, coverage.Machine(8), facts=facts)
+    )
+    flash = t.loc["flash_benchmarking.a"]
+    assert flash["status"] == "partly"
+    assert "no row that ran at seq_len 256, 512, 2048, 8192, 32768" in flash["why"]
+    comm = t.loc["distributed_communication_single_node"]
+    assert comm["status"] == "partly" and "world_size 6" in comm["why"]
+    # 2025 asks gloo beside NCCL
+    t25 = coverage.coverage_table("2025", declared, contexts, coverage.Machine(8), facts=facts)
+    t25.index = coverage.edition_questions("2025")
+    assert "backend gloo" in t25.loc["distributed_communication_single_node", "why"]
+    facts.grids["flash"]["seq_len"] = [2**k for k in range(7, 17)]
+    t = _by_part(
+        coverage.coverage_table("2026", declared, contexts, coverage.Machine(8), facts=facts)
+    )
+    assert t.loc["flash_benchmarking.a", "status"] == "answered"
+
+
+def test_the_grid_of_a_stage_counts_the_rows_that_ran(tmp_path):
+    pd.DataFrame(
+        {
+            "seq_len": [128, 256, 512],
+            "d_head": [16, 16, 16],
+            "status": ["ok", "oom", "skipped: n above this preset's cap"],
+        }
+    ).to_csv(tmp_path / "flash.csv", index=False)
+    assert report.grid_ran(tmp_path, "flash") == {"d_head": [16], "seq_len": [128, 256]}
+    assert report.grid_ran(tmp_path, "absent") == {}

@@ -62,10 +62,12 @@ def test_the_report_writes_tables_html_and_links(tmp_path, monkeypatch):
     page = out.with_suffix(".html").read_text()
     assert page.startswith("<!DOCTYPE html>") and page.count("<table>") == len(rules)
     assert "<h2>Machine ceilings</h2>" in page and "| ---" not in page
-    # raw captures: a link from the report's folder, the machine filled in
+    # raw captures (not kept with a copied report): named, the machine filled in, with the
+    # command that writes them again, and no link that would be dead from a reference folder
     env = report.environment(results_dir="results/fixture-cpu", report_dir=out.parent)
     link = env.globals["raw_link"]("memory")
-    assert link == "[`results/fixture-cpu/memory/raw/`](../../results/fixture-cpu/memory/raw/)"
+    assert link.startswith("`results/fixture-cpu/memory/raw/` (raw capture") and "](" not in link
+    assert "--forcerun memory" in link
 
 
 def test_the_html_page_embeds_figures_and_keeps_code_literal(tmp_path):

@@ -1,7 +1,8 @@
 """Stage `arithmetic`: the 2026 handout's communication arithmetic (section 8) for one SwiGLU
 FFN, evaluated for the handout's B200 and for this machine's measured matmul peak and bus
 bandwidth, with the ring all-reduce time model checked against the all-reduce stage's times;
-and the 2025 handout's communication accounting of the XXL model on TPU v5p (section 2.4).
+and the 2025 handout's communication accounting of the XXL model on TPU v5p (section 2.4); and
+memory_profiling (d), one residual-stream activation of the model the edition's handout names.
 
 `python -m cs336_systems.stages.arithmetic` computes (see measure.py; the formulas are in
 core/costs.py); analysis.py turns the CSV into the report's sentences; plan.py holds what the
@@ -35,4 +36,6 @@ QUESTIONS = {
     "communication_accounting.b": {"evidence": ["q38.b"]},
     "communication_accounting.c": {"evidence": ["q38.c"]},
     "communication_accounting.d": {"evidence": ["q38.d"]},
+    # derived for the model the edition's handout names (its rows carry its `size`): no GPU
+    "memory_profiling.d": {"evidence": ["q16"]},
 }

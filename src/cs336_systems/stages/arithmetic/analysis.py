@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cs336_systems.reporting.analysis import load, ok, plot_main
+from cs336_systems.reporting.analysis import load, md_table, ok, plot_main
 from cs336_systems.stages.arithmetic import answers
 from cs336_systems.stages.arithmetic.rows import (
     FSDP_TP_FORMULAS,
@@ -88,6 +88,19 @@ def q38(d: pd.DataFrame) -> dict:
     }
 
 
+def justified_table(parts: list[dict]) -> str:
+    """Each calc: its part, its answer and why."""
+    return md_table(pd.DataFrame(parts), numparse=False) if parts else ""
+
+
+def q16(d: pd.DataFrame) -> dict:
+    """memory_profiling (d) for the model the handout names: the derivation and its sizes."""
+    rows = problem(d, "residual_activation")
+    if not len(rows):
+        return {}
+    return answers.activation(rows)
+
+
 def ring(d: pd.DataFrame) -> dict:
     if not len(problem(d, "ring_check")):
         return {}
@@ -105,7 +118,7 @@ def context(results_dir: Path) -> dict:
         return {"available": False}
     if "edition" in df and set(df["edition"].astype(str)) == {"2025"}:
         # a 2025 run answers its own problem only: section 8's problems are the 2026 handout's
-        df = df[df["problem"] == "communication_accounting"]
+        df = df[df["problem"].isin(["communication_accounting", "residual_activation"])]
     good = ok(df)
     skipped = df[df["status"] != "ok"]
     skipped_text = skipped_table(df)
@@ -117,10 +130,13 @@ def context(results_dir: Path) -> dict:
     }
     ctx = {
         "available": True,
+        # each calc's answer and its one-sentence justification, part by part
+        "justified": justified_table(answers.justified(good)),
         "q34": q34(good),
         "q35": q35(good),
         "q36": q36(good),
         "q38": q38(good),
+        "q16": q16(good),
         "ring": ring(good),
         "sources": sources,
         "skipped": skipped_text,

@@ -214,3 +214,116 @@ def coverage(skipped: pd.DataFrame) -> dict:
         for q in questions.declarations()["arithmetic"]
         if not q.startswith("communication_accounting")
     }
+
+
+# ---- each calc's one-sentence justification (the handout asks one per answer) -------------
+
+# (problem, part, quantity whose formula is the answer, the justification): the formula is read
+# from the rows (core/costs.py wrote it), the sentence says why it holds
+JUSTIFIED = [
+    ("alternate_ring_all_reduce", "", "time",
+     "in each of the N-1 steps every device sends a whole tensor of S bytes (not a chunk of "
+     "S/N) through its link of W bytes/s, so each step takes S/W."),
+    ("data_parallel_calcs", "a", "backward_flops",
+     "each device runs the backward's six matmuls (dz, the two terms of dx, dW1, dW2, dW3) on "
+     "its B/N_DP rows, each 2 (B/N_DP) D D_FF FLOPs."),
+    ("data_parallel_calcs", "b", "backward_comm_time",
+     "the ring all-reduce of the three weight gradients (3 D D_FF values of 2 bytes) sends "
+     "2 (N_DP-1)/N_DP of their 6 D D_FF bytes through each device's link of W bytes/s."),
+    ("data_parallel_calcs", "c", "max_devices",
+     "communication hides behind compute while 12 (N_DP-1) D D_FF / (N_DP W) <= "
+     "12 B D D_FF / (N_DP C), which is N_DP - 1 <= B W / C."),
+    ("fsdp_calcs", "a", "backward_flops",
+     "with the weights all-gathered, each device runs data parallelism's backward on its batch "
+     "shard: six matmuls of 2 (B/N_FSDP) D D_FF FLOPs."),
+    ("fsdp_calcs", "a", "forward_flops",
+     "the forward's three matmuls (x W1, x W2, z W3) on the device's B/N_FSDP rows, "
+     "2 (B/N_FSDP) D D_FF FLOPs each."),
+    ("fsdp_calcs", "b", "backward_comm_time",
+     "the three weights (6 D D_FF bytes) are all-gathered again and their gradients "
+     "reduce-scattered, each collective sending (N_FSDP-1)/N_FSDP of those bytes through each "
+     "device's link of W bytes/s."),
+    ("fsdp_calcs", "b", "forward_comm_time",
+     "only the three weights are all-gathered: (N_FSDP-1)/N_FSDP of their 6 D D_FF bytes "
+     "through each device's link of W bytes/s."),
+    ("fsdp_calcs", "c", "backward_max_devices",
+     "12 (N_FSDP-1) D D_FF / (N_FSDP W) <= 12 B D D_FF / (N_FSDP C) is N_FSDP - 1 <= B W / C."),
+    ("fsdp_calcs", "c", "forward_max_devices",
+     "6 (N_FSDP-1) D D_FF / (N_FSDP W) <= 6 B D D_FF / (N_FSDP C): half the traffic for half "
+     "the compute, the same bound."),
+    ("tp_calcs", "b", "forward_flops",
+     "each device multiplies the whole batch by its D_FF/N_TP columns of W1 and W2 and rows of "
+     "W3: three matmuls of 2 B D D_FF / N_TP FLOPs."),
+    ("tp_calcs", "b", "backward_flops",
+     "each of those three matmuls has an input-gradient and a weight-gradient matmul of its "
+     "size: twice the forward."),
+    ("tp_calcs", "c", "forward_comm_time",
+     "one ring all-reduce of the output y (B D values of 2 bytes) sends 2 (N_TP-1)/N_TP of its "
+     "2 B D bytes through each device's link of W bytes/s."),
+    ("tp_calcs", "c", "backward_comm_time",
+     "one all-reduce of dx (the sum over the devices' D_FF slices of dx1 W1ᵀ + dx2 W2ᵀ), the "
+     "size of y; the weight gradients stay local."),
+    ("tp_calcs", "d", "backward_max_devices",
+     "4 (N_TP-1) B D / (N_TP W) <= 12 B D D_FF / (N_TP C) is N_TP - 1 <= 3 D_FF W / C."),
+    ("tp_calcs", "d", "forward_max_devices",
+     "4 (N_TP-1) B D / (N_TP W) <= 6 B D D_FF / (N_TP C) is N_TP - 1 <= 3 D_FF W / (2 C): the "
+     "same traffic against half the compute."),
+    ("fsdp_tp_calcs", "a", "forward_flops",
+     "each device runs tensor parallelism's forward (6 B' D D_FF / N_TP) on its batch shard "
+     "B' = B / N_FSDP."),
+    ("fsdp_tp_calcs", "b", "comm_time_overlapped",
+     "the FSDP axis all-gathers each device's TP slice of the weights (T_FSDP), the TP axis "
+     "all-reduces the B/N_FSDP x D output (T_TP), and the two overlap, so the slower sets the "
+     "time."),
+    ("fsdp_tp_calcs", "c", "max_devices",
+     "overlapped, each axis must hide behind the compute on its own: T_FSDP <= compute is "
+     "N_FSDP - 1 <= B W / C and T_TP <= compute is N_TP - 1 <= 3 D_FF W / (2 C), independent "
+     "bounds whose product is the largest N."),
+    ("fsdp_tp_calcs", "d", "serial_max_devices",
+     "sharing the links, T_FSDP + T_TP <= compute is 3 D_FF (N_FSDP-1) + 2 B (N_TP-1) <= "
+     "3 B D_FF W / C, and the product N_FSDP N_TP under this linear budget is largest where "
+     "its two terms are equal."),
+]  # fmt: skip
+
+
+def justified(rows: pd.DataFrame) -> list[dict]:
+    """Each calc the rows answer, in the handout's order: its part, the answer (the formula the
+    rows carry) and its one-sentence justification."""
+    out = []
+    for problem, part, name, why in JUSTIFIED:
+        p = rows[rows["problem"] == problem]
+        if not (p["quantity"] == name).any():
+            continue
+        out.append(
+            {
+                "part": f"{problem} ({part})" if part else problem,
+                "answer": formula(p, name),
+                "why": why,
+            }
+        )
+    return out
+
+
+def activation(rows: pd.DataFrame) -> dict:
+    """memory_profiling (d): one fp32 residual-stream activation of the handout's model, with
+    its derivation and justification, at each context the rows evaluate."""
+    r0 = rows.iloc[0]
+    b, d = int(r0["batch_size"]), int(r0["d_model"])
+    sizes = [
+        f"{sig(v)} MiB at context {int(t):,}"
+        for t, v in zip(rows["context_length"], rows["value"], strict=True)
+    ]
+    ref = rows[rows["context_length"] == 512]
+    at = ref.iloc[0] if len(ref) else r0
+    t = int(at["context_length"])
+    return {
+        "model": str(r0["size"]),
+        "text": (
+            f"The residual stream between two blocks of the {r0['size']} model (d_model = "
+            f"{d:,}) holds one fp32 value per token and feature: B x T x d_model x 4 bytes = "
+            f"{b} x {t:,} x {d:,} x 4 = {b * t * d * 4:,} bytes = {sig(at['value'])} MiB at "
+            f"the reference batch {b} and context {t:,}; it grows linearly with the context: "
+            f"{', '.join(sizes)}."
+        ),
+        "source": str(r0["source"]),
+    }

@@ -19,6 +19,9 @@ numbers (core/costs.py xxl_accounting), for the handout's mesh and, for part (d)
 that shrink the compute-bound batch: tensor parallelism up to its bound at the same device count,
 8-bit weight all-gathers, and both.
 
+`residual_activation` rows (memory_profiling (d)): the bytes of one fp32 residual-stream
+activation (B, T, d_model) of the model the edition's handout names, derived: no GPU needed.
+
 `ring_check` rows put the ring all-reduce time 2 (N-1)/N S / W (W the best bus bandwidth)
 beside each all-reduce the allreduce stage measured: measured / predicted per size. An
 all-reduce its aggregate flagged suspect (reporting/sanity.py) gives neither W nor a row.
@@ -35,9 +38,10 @@ import pandas as pd
 
 from cs336_systems.core import costs
 from cs336_systems.core.results import is_suspect, provenance, write_csv
+from cs336_systems.planning.edition import size_table
 from cs336_systems.planning.knobs import add_block_argument, add_run_arguments
 from cs336_systems.planning.log import configure, get_logger, point
-from cs336_systems.stages.arithmetic.plan import ArithmeticKnobs, Tpu, Xxl
+from cs336_systems.stages.arithmetic.plan import Activation, ArithmeticKnobs, Tpu, Xxl
 
 log = get_logger(__name__)
 
@@ -274,6 +278,29 @@ def accounting_rows(xxl: Xxl, tpu: Tpu, h100_gb: float) -> list[dict]:
     return rows
 
 
+def activation_rows(a: Activation, edition: int) -> list[dict]:
+    """memory_profiling (d): the bytes of one fp32 residual-stream activation, (B, T, d_model),
+    of the edition's model at each context length; in MiB (2^20 bytes), as the handout asks."""
+    d_model = int(size_table(edition)[a.size]["d_model"])
+    return [
+        {
+            "problem": "residual_activation",
+            "case": "model",
+            "size": a.size,
+            "d_model": d_model,
+            "batch_size": a.batch_size,
+            "context_length": t,
+            "quantity": "activation_mib",
+            "value": a.batch_size * t * d_model * 4 / MB,
+            "unit": "MiB",
+            "formula": "B T d_model x 4 bytes / 2^20",
+            "source": f"the {edition} handout's {a.size} (d_model = {d_model}), batch {a.batch_size}",
+            "status": "ok",
+        }
+        for t in a.context_lengths
+    ]
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The run's own arguments (its input CSVs, where its rows go and what they say they come
     from) and the stage's knobs as one value (`--block`: its preset block, `ArithmeticKnobs`)."""
@@ -331,6 +358,7 @@ def main(argv: list[str] | None = None) -> None:
         acc = accounting_rows(k.xxl, k.tpu, float(k.h100_gb))
         log.info("%d answers of the XXL model's accounting", len(acc))
     rows += acc
+    rows += activation_rows(k.activation, args.edition)
     base = provenance(args.machine, args.preset, args.edition)
     write_csv([{**base, **r} for r in rows], args.out)
     log.info("wrote %s: %d rows", args.out, len(rows))

@@ -74,6 +74,20 @@ class Measured(Knobs):
 
 
 @dataclass(frozen=True)
+class Activation(Knobs):
+    """memory_profiling (d): one residual-stream activation of the edition's model, derived."""
+
+    size: str = knob("the model size the handout names (2026: xl; 2025: 2.7B)")
+    batch_size: int = knob("the reference batch size", minimum=1)
+    context_lengths: list[int] = knob(
+        "context lengths evaluated (the reference 512 and the memory questions' own)",
+        minItems=1,
+        uniqueItems=True,
+        items={"minimum": 1},
+    )
+
+
+@dataclass(frozen=True)
 class ArithmeticKnobs(Knobs):
     """The 2026 communication arithmetic and the 2025 communication accounting, evaluated."""
 
@@ -90,6 +104,7 @@ class ArithmeticKnobs(Knobs):
     tpu: Tpu = knob("the 2025 handout's TPU v5p and mesh")
     h100_gb: float = knob("GB of an H100 (the accounting's memory comparison)", **POSITIVE)
     measured: Measured = knob("this machine's case: C and W from the measuring stages' CSVs")
+    activation: Activation = knob("memory_profiling (d): the edition's model, derived")
 
 
 # the stage's knobs: its config blocks are checked against their schema (planning/config.py)
@@ -120,11 +135,13 @@ def estimate(k: ArithmeticKnobs, cost: Costs) -> list[Job]:
 
 
 def check(cfg: dict, at: Checker, facts: Facts) -> None:
-    """Shape names are unique (they key the rows); a split of at least two devices."""
+    """Shape names are unique (they key the rows); a split of at least two devices; the
+    activation's model is one of the edition's sizes."""
     names = [s["name"] for s in cfg["shapes"]]
     for i, name in enumerate(names):
         if name in names[:i]:
             at.fail(("shapes", i, "name"), name, "a name no other shape has (it keys the rows)")
+    at.sizes(("activation", "size"), cfg["activation"]["size"], facts)
     for i, (f, t) in enumerate(cfg["splits"]):
         if f * t < 2:
             at.fail(("splits", i), [f, t], "N_FSDP x N_TP of at least 2 devices")

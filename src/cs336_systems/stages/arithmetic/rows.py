@@ -33,6 +33,8 @@ def case_label(case: str) -> str:
         return "B200 (handout)"
     if case.startswith("tpu-"):
         return f"TPU {case.removeprefix('tpu-')} (handout)"
+    if case == "model":
+        return "the handout's model (memory_profiling (d))"
     backend = case.split("-", 1)[1]
     return f"this machine ({backend})"
 

@@ -10,6 +10,8 @@ from cs336_systems.stages.kernel_tests.figures import draw
 from cs336_systems.stages.kernel_tests.rows import (
     OUTCOMES,
     failures_table,
+    outcomes_by_test,
+    per_file,
     per_kernel,
     slowest_table,
     workers,
@@ -30,6 +32,7 @@ def context(results_dir: Path) -> dict:
     if len(df) == 0:
         return {"available": False}
     table = per_kernel(df)
+    tests = outcomes_by_test(df)
     first = df.iloc[0]
     verdicts = dict(zip(table["kernel"], table["verdict"], strict=True))
     return {
@@ -45,6 +48,9 @@ def context(results_dir: Path) -> dict:
         "workers": workers(df),
         "test_s": float(df["duration_ms"].sum() / 1e3),
         "kernel_table": md_table(table),
+        # each test's file, name and outcome: the coverage table's code parts count them
+        "tests": tests,
+        "file_table": per_file(tests),
         "verdicts": {k: v for k, v in verdicts.items() if k != "other"},
         "failed_kernels": sorted(k for k, v in verdicts.items() if v == "failed"),
         "failures": failures_table(df),

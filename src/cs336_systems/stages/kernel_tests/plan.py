@@ -100,10 +100,26 @@ def expression_problem(text: str) -> str | None:
 ETA_KEYS: EtaKeys = {"kernel_tests": lambda w: "kernel_tests"}
 
 
+# seconds of test time of the handout's code parts' test files, beside the kernels' suite (the
+# device's `kernel_tests_s`): measured one by one on the 2-core CPU (`pytest -n 0 --durations`,
+# the cpu preset's selection), gloo processes included; shared by two workers at least
+CODE_PART_TEST_S = {
+    "tests/unit/core/test_harness.py": 1.5,
+    "tests/stages/benchmark/test_benchmark.py": 6.0,
+    "tests/stages/ddp/test_ddp.py": 8.5,
+    "tests/unit/parallel/test_sharded_optimizer.py": 0.5,
+    "tests/unit/parallel/test_fsdp.py": 3.5,
+    "tests/unit/adapters/test_adapters.py": 1.0,
+}
+
+
 def estimate(k: KernelTestsKnobs, cost: Costs) -> list[Job]:
-    """The kernels' pytest suite on its xdist workers (the preset's selection)."""
-    return [Job("kernel_tests", "kernel_tests", cost.dev.job_start_s + cost.dev.kernel_tests_s,
-                "the kernels' pytest suite, xdist workers")]  # fmt: skip
+    """The kernels' pytest suite on its xdist workers (the preset's selection), and the tests
+    of the handout's code parts where the block runs their files."""
+    extra = sum(CODE_PART_TEST_S.get(f, 0.0) for f in k.files) / 2
+    return [Job("kernel_tests", "kernel_tests",
+                cost.dev.job_start_s + cost.dev.kernel_tests_s + extra,
+                "the kernels' and the code parts' pytest suites, xdist workers")]  # fmt: skip
 
 
 def check(cfg: dict, at: Checker, facts: Facts) -> None:
