@@ -52,5 +52,3 @@ def one(override: dict, **kw) -> str:
     found = problems(override, **kw)
     assert len(found) == 1, found
     return found[0]
-
-

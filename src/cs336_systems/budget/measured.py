@@ -30,6 +30,18 @@ RUN_KEYS = {
 }
 
 
+def _warmup_as_run(config: dict, preset: str, csv: Path) -> None:
+    """A warm-up sweep whose rows name no process ran every count in its job's process; so did
+    a run without its sweep's CSV whose benchmark rows predate the job records (no `job_id`)."""
+    block = config.get("benchmark", {}).get(preset, {}).get("warmup_sweep")
+    if block is None:
+        return
+    if csv.exists():
+        block["fresh_process"] = "process_id" in pd.read_csv(csv, nrows=0).columns
+    elif (points := csv.with_name("benchmark.csv")).exists():
+        block["fresh_process"] = "job_id" in pd.read_csv(points, nrows=0).columns
+
+
 def as_run(config: dict, preset: str, csv_dir: Path) -> dict:
     """`config` with the step counts the run in `csv_dir` recorded (one value per key), so that
     its job log is compared with the estimate of what it ran, not of today's config."""
@@ -53,6 +65,7 @@ def as_run(config: dict, preset: str, csv_dir: Path) -> dict:
         if df["measure_steps"].nunique() == 1:
             ck["measure_steps"] = int(df["measure_steps"].iloc[0])
     _flash_as_run(config, preset, Path(csv_dir) / "flash.csv")
+    _warmup_as_run(config, preset, Path(csv_dir) / "benchmark_warmup.csv")
     if ck is not None and csv.exists():  # the strategies it ran
         names = list(pd.read_csv(csv, usecols=["strategy"])["strategy"].dropna())
         ck["block_sizes"] = [int(n[6:]) for n in names if n.startswith("every_")]

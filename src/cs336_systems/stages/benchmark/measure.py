@@ -490,7 +490,7 @@ def warmup_rows(args: argparse.Namespace, device: torch.device, base: dict) -> l
     k = args.block
     ws = k.warmup_sweep
     counts = list(ws.warmups) if args.only_warmup is None else [args.only_warmup]
-    if args.only_warmup is None:
+    if args.only_warmup is None and ws.fresh_process:
         fixed = {**base, **model_row(args.size, ws.context_length, k.batch_size, args.edition)}
         fixed.update(mode=ws.mode, precision=ws.precision, compile="eager", attention="naive")
         rows = []

@@ -53,6 +53,11 @@ class WarmupSweep(Knobs):
     measure_steps: int = knob("steps measured", minimum=1)
     mode: Mode = knob("what a step runs")
     precision: Precision = knob("fp32, or bf16 autocast")
+    fresh_process: bool = knob(
+        "each warm-up count in a process of its own (false: all of them in the job's process, "
+        "one after another, later counts inheriting what earlier ones warmed)",
+        default=True,
+    )
 
 
 @dataclass(frozen=True)
@@ -255,9 +260,11 @@ def estimate(k: BenchmarkKnobs, cost: Costs) -> list[Job]:
         t = n * cost.step_s(size, w.context_length, k.batch_size, w.mode, w.precision)
         # a process of its own per count (measure.py: fresh_process_rows): its start, its
         # model and, for a train step, its first step's one-time costs, each time
-        build = cost.build_s(size, len(w.warmups)) + len(w.warmups) * cost.dev.job_start_s
-        build += len(w.warmups) * cost.dev.first_train_step_s if w.mode == "train_step" else 0.0
-        how = f"{len(w.warmups)} fresh processes, {n} steps"
+        starts = len(w.warmups) if w.fresh_process else 0
+        build = cost.build_s(size, len(w.warmups)) + starts * cost.dev.job_start_s
+        first = cost.dev.first_train_step_s if w.mode == "train_step" else 0.0
+        build += max(1, starts) * first
+        how = f"{starts} fresh processes, {n} steps" if starts else f"one process, {n} steps"
         jobs.append(
             Job("benchmark", f"warm-up sweep {size}", cost.dev.job_start_s + build + t, how)
         )
