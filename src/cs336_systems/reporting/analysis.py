@@ -127,6 +127,16 @@ def sig(x, digits: int = 3) -> str:
     return f"{x:.{digits - 1 - exp}f}"
 
 
+def mib(x, digits: int = 3) -> str:
+    """A size counted in MiB (2^20 bytes: every `_mb` column) as text with its binary unit:
+    "812 MiB", from 1,024 MiB on "1.50 GiB" (`sig` digits); never "MB" or "GB", which are
+    10^6 and 10^9 bytes."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    x = float(x)
+    return f"{sig(x / 1024, digits)} GiB" if abs(x) >= 1024 else f"{sig(x, digits)} MiB"
+
+
 def _number_or_blank(v) -> bool | None:
     """True: a cell that reads as a number ('0.200', '1,039', '2.5e-06'); None: an empty one;
     False: text (a '–', a '%', a '⚠' make a cell text, as tabulate has it)."""
