@@ -51,6 +51,24 @@ def test_the_report_opens_with_a_summary_of_findings_linking_each_answer(rendere
     assert first.group(2).rstrip(".")[:40] in answer.split(digest.OPEN)[0]
 
 
+def test_the_summary_names_each_part_not_answered_here_with_its_reason(rendered):
+    text, _ = rendered
+    summary = text[text.index("## Summary of findings") : text.index("## Coverage")]
+    coverage = next(
+        b for b in digest.blocks(text[text.index("## Coverage") :].splitlines())
+        if digest.kind(b) == "table"
+    )  # fmt: skip
+    head = [c.strip() for c in coverage[0].strip("|").split("|")]
+    rows = [dict(zip(head, [c.strip() for c in r.strip("|").split("|")], strict=False))
+            for r in coverage[2:]]  # fmt: skip
+    missing = [r for r in rows if r["status"] == "not" and r["kind"] != "code"]
+    assert missing, "the committed runs leave parts unanswered"
+    for r in missing:
+        label = re.match(r"\[([^\]]+)\]", r["part"]).group(1)
+        line = next(x for x in summary.splitlines() if x.startswith("- ") and label in x)
+        assert r["why"] in line
+
+
 def test_answers_are_numbered_in_the_handouts_order(rendered):
     text, _ = rendered
     numbers = [int(n) for n in re.findall(r"^### Q(\d+)\.", text, re.M)]

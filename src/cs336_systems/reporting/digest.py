@@ -27,7 +27,7 @@ _HEADING = re.compile(r"^(#{1,6})\s")
 _Q_HEADING = re.compile(r"^###\s+Q(\d+)\.")
 _Q_BOLD = re.compile(r"^\*\*([^*]*?\(Q(\d+)\b[^*]*?)\*\*")
 _NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5}
-_ABBREVIATIONS = ("e.g", "i.e", "vs", "cf", "Fig", "approx", "etc", "No", "resp")
+_ABBREVIATION = re.compile(r"(?:\be\.g|\bi\.e|\bvs|\bcf|\bFig|\bapprox|\betc|\bresp)$")
 # a sentence ends at . ! or ? (closing marks may follow) before a space and a capital, a digit or
 # an opening mark; not after an abbreviation, nor inside a number (1.5)
 _SENTENCE_END = re.compile(r"(?<=[.!?])[)\]_*\"'`]*\s+(?=[A-Z0-9(\[_*`\"'])")
@@ -101,7 +101,7 @@ def sentences(text: str) -> list[str]:
     out, start = [], 0
     for m in _SENTENCE_END.finditer(text):
         before = text[start : m.start()].rstrip(".!?)]_*\"'`")
-        if before.endswith(_ABBREVIATIONS):
+        if _ABBREVIATION.search(before):
             continue
         out.append(text[start : m.start() + len(m.group(0).rstrip())].strip())
         start = m.end()
