@@ -192,6 +192,17 @@ def _list_cut(block: list[str], budget: int, lead: str = "") -> tuple[str, str, 
     return head, rest, min(budget, len(items))
 
 
+def caption(block: list[str], next_kind: str | None) -> bool:
+    """Whether a prose block introduces the table or list after it: it ends with ":", or it is
+    one line that ends no sentence ("**nccl**: median time per all-reduce")."""
+    if next_kind not in ("table", "list", "figure"):
+        return False
+    last = block[-1].rstrip()
+    return last.endswith(":") or (
+        len(block) == 1 and not last.rstrip("_*").endswith((".", "!", "?"))
+    )
+
+
 def split_answer(body: list[str], length: Length, lead: str = "") -> tuple[list[str], list[str]]:
     """(the blocks shown, the blocks put in the details) of one answer's body (the lines after
     its heading), as markdown blocks (strings)."""
@@ -209,9 +220,8 @@ def split_answer(body: list[str], length: Length, lead: str = "") -> tuple[list[
             hidden += ["\n".join(b) for b in parts[i:]]
             break
         nxt = kinds[i + 1] if i + 1 < len(kinds) else None
-        if k == "prose" and block[-1].rstrip().endswith(":") and nxt in ("table", "list"):
-            # a sentence that leads into a table or a list goes where they go
-            show = left["table"] > 0 if nxt == "table" else left["sentences"] > 0
+        if k == "prose" and caption(block, nxt):  # it goes where what it introduces goes
+            show = left[nxt] > 0 if nxt in ("table", "figure") else left["sentences"] > 0
             (shown if show else hidden).append("\n".join(block))
         elif k == "prose" and left["paragraphs"] > 0:
             shown.append("\n".join(block))
@@ -290,7 +300,12 @@ def fold(markdown: str, lengths: dict[int, Length]) -> tuple[str, dict[int, str]
 
 def first_sentence(shown: str) -> str:
     """An answer's first sentence of prose, its bold title left out; else what it shows."""
-    for block in blocks(shown.splitlines()):
+    parts = blocks(shown.splitlines())
+    for i, block in enumerate(parts):
+        if kind(block) == "prose" and caption(
+            block, kind(parts[i + 1]) if i + 1 < len(parts) else None
+        ):
+            continue
         if kind(block) == "list":
             block = _list_cut(block, 1)[0].splitlines()
             block[0] = re.sub(r"^\s*([-*]|\d+\.)\s+", "", block[0])

@@ -169,3 +169,16 @@ def test_report_numbers_follow_the_sections_order():
             for k in (a, b)
         }  # fmt: skip
         assert orders[stage[a]] <= orders[stage[b]], (a, b, stage)
+
+
+def test_a_caption_goes_with_its_table_and_is_no_summary():
+    md = (
+        "### Q22. All-reduce\n\n**nccl**: median time\n\n| a |\n|---|\n| 1 |\n\n"
+        "**gloo**: median time\n\n| b |\n|---|\n| 2 |\n\n- nccl rises 7.6x. More.\n- gloo rises.\n"
+    )
+    text, shown = digest.fold(md, {22: Length(sentences=1, tables=1)})
+    visible, details = text.split(digest.OPEN)
+    assert "**nccl**: median time" in visible and "| a |" in visible
+    assert "**gloo**: median time" in details and "| b |" in details
+    assert "- nccl rises 7.6x. More." in visible and "gloo rises" in details
+    assert digest.first_sentence(shown[22]) == "nccl rises 7.6x."

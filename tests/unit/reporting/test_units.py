@@ -10,7 +10,9 @@ import ast
 import re
 from pathlib import Path
 
-from cs336_systems.reporting.analysis import mib
+import pandas as pd
+
+from cs336_systems.reporting.analysis import md_table, mib
 
 ROOT = Path(__file__).resolve().parents[3]
 SRC = ROOT / "src" / "cs336_systems"
@@ -93,3 +95,10 @@ def test_the_check_finds_what_it_looks_for():
 def test_mib_prints_binary_units():
     assert mib(812.4) == "812 MiB" and mib(1536) == "1.50 GiB" and mib(0.0625) == "0.0625 MiB"
     assert mib(float("nan")) == "–"
+
+
+def test_a_tables_binary_columns_say_their_unit():
+    text = md_table(pd.DataFrame({"size": ["xl"], "params_mb": [812.0], "need_gib": [1.5]}))
+    header = text.splitlines()[0]
+    assert "params (MiB)" in header and "need (GiB)" in header and "_mb" not in header
+    assert "812" in text.splitlines()[2]
