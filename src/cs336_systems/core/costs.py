@@ -303,7 +303,7 @@ def checkpoint_memory(
 # formula being the one the value was computed from (per device, in seconds, FLOPs, bytes).
 
 FP16 = 2  # bytes per element of weights and activations in the handout's problems
-MiB = 2**20  # bytes in a MiB: every size in MB and every `_mb` column counts 2**20 bytes
+MiB = 2**20  # bytes in a MiB: every `_mb` column counts 2**20 bytes (print it as MiB, not MB)
 
 
 class Quantity(NamedTuple):

@@ -127,6 +127,16 @@ def sig(x, digits: int = 3) -> str:
     return f"{x:.{digits - 1 - exp}f}"
 
 
+def mib(x, digits: int = 3) -> str:
+    """A size counted in MiB (2^20 bytes: every `_mb` column) as text with its binary unit:
+    "812 MiB", from 1,024 MiB on "1.50 GiB" (`sig` digits); never "MB" or "GB", which are
+    10^6 and 10^9 bytes."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    x = float(x)
+    return f"{sig(x / 1024, digits)} GiB" if abs(x) >= 1024 else f"{sig(x, digits)} MiB"
+
+
 def _number_or_blank(v) -> bool | None:
     """True: a cell that reads as a number ('0.200', '1,039', '2.5e-06'); None: an empty one;
     False: text (a '–', a '%', a '⚠' make a cell text, as tabulate has it)."""
@@ -160,12 +170,25 @@ def _integral(col: pd.Series) -> bool:
     )
 
 
+_BINARY_SUFFIX = {"_mb": "MiB", "_mib": "MiB", "_gib": "GiB"}
+
+
+def unit_header(column):
+    """A column's header with its unit as written: `params_mb` (2^20 bytes, core/costs.py) is
+    "params (MiB)", `need_gib` "need (GiB)"; other columns as they are."""
+    for suffix, unit in _BINARY_SUFFIX.items():
+        if isinstance(column, str) and column.endswith(suffix) and len(column) > len(suffix):
+            return f"{column.removesuffix(suffix)} ({unit})"
+    return column
+
+
 def md_table(df: pd.DataFrame, floatfmt: int = 2, numparse: bool = True) -> str:
     """A pipe table (tabulate's github format) with our number formatting: each cell as `fmt`
     (or the caller) wrote it, never re-parsed (tabulate would print 0.200 as 0.2 beside 0.337,
     4.300 as 4.3), a column of numbers right-aligned as tabulate aligns it; a float column of
-    whole numbers (counts beside a NaN) without decimals. `numparse=False`: every column is
-    text, left-aligned (versions such as 13.0)."""
+    whole numbers (counts beside a NaN) without decimals; a `_mb` column's header says MiB
+    (`unit_header`). `numparse=False`: every column is text, left-aligned (versions such as
+    13.0)."""
     if df is None or len(df) == 0:
         return "_(no rows)_"
     shown = df.copy()
@@ -174,6 +197,7 @@ def md_table(df: pd.DataFrame, floatfmt: int = 2, numparse: bool = True) -> str:
             shown[c] = shown[c].map(lambda v: "–" if math.isnan(v) else f"{v:,.0f}")
         else:
             shown[c] = shown[c].map(lambda v: fmt(v, floatfmt) if isinstance(v, float | int) else v)
+    shown = shown.rename(columns=unit_header)
     if not numparse:
         align = ["left"] * len(shown.columns)
         text = shown.to_markdown(index=False, disable_numparse=True)

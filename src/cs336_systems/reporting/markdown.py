@@ -2,7 +2,8 @@
 own report (`snakemake --report`) and for a browser.
 
 It reads the subset the report's templates write: ATX headings, paragraphs, pipe tables (with
-their alignment row), `-` and `1.` lists, fenced code, `<a id>` anchors, and inline code spans,
+their alignment row), `-` and `1.` lists, fenced code, `<a id>` anchors, `<details>` blocks
+(reporting/digest.py) and comments, and inline code spans,
 links, autolinks, images, bold and italics. Standard library only.
 """
 
@@ -27,6 +28,8 @@ pre { background: #f6f8fa; padding: 0.8rem; overflow-x: auto; }
 pre code { padding: 0; }
 img { max-width: 100%; }
 h1, h2 { border-bottom: 1px solid #d0d7de; padding-bottom: 0.3rem; }
+details { margin: 0.5rem 0 1rem; padding: 0 0.8rem; border-left: 3px solid #d0d7de; }
+summary { cursor: pointer; color: #57606a; }
 """
 
 _CODE = re.compile(r"`([^`]+)`")
@@ -35,7 +38,8 @@ _LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)")
 _AUTOLINK = re.compile(r"&lt;(https?://[^\s&]+)&gt;")
 _BOLD = re.compile(r"\*\*(.+?)\*\*")
 _ITALIC = re.compile(r"(?<![\w*])[_*](?![\s_*])(.+?)(?<![\s_*])[_*](?![\w*])")
-_ANCHOR = re.compile(r'^<a id="([\w-]+)"></a>$')
+_ANCHOR = re.compile(r'^<a (?:id|name)="([\w-]+)"></a>$')
+_RAW = re.compile(r"^(<details>(<summary>[^<]*</summary>)?|</details>|<!--.*-->)$")
 _RULE = re.compile(r"^\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?$")
 
 
@@ -129,6 +133,10 @@ def to_html(markdown: str, base: str | Path | None = None, title: str = "") -> s
             flush()
             level = len(m.group(1))
             out.append(f"<h{level}>{inline(m.group(2), base)}</h{level}>")
+            i += 1
+        elif _RAW.match(stripped):  # a collapsible block's tags, a comment: as they are
+            flush()
+            out.append(stripped)
             i += 1
         elif m := _ANCHOR.match(stripped):
             flush()

@@ -551,6 +551,36 @@ def answered_by(part_id: str, declared: dict[str, dict]) -> list[str]:
     return [stage for stage, qs in sorted(declared.items()) if part_id in qs]
 
 
+def stage_orders(stages_dir: Path = STAGES) -> dict[str, int]:
+    """Every stage's `ORDER` (its section's place in the report), read from source."""
+    return {
+        init.parent.name: module_literal(SRC, f"cs336_systems.stages.{init.parent.name}", "ORDER")
+        for init in sorted(Path(stages_dir).glob("*/__init__.py"))
+    }
+
+
+def report_numbers(
+    declared: dict[str, dict] | None = None, orders: dict[str, int] | None = None
+) -> dict[int, int]:
+    """The number `Q<n>` the report shows for each answer (a key of ANSWERS): the answers in the
+    order the report gives them, by the section of the stage that answers most of their parts
+    (its ORDER: the handout's order of parts), then by key. Both editions' reports number alike
+    (an answer only one edition asks is skipped in the other's). reporting/digest.py renumbers
+    the rendered report with it."""
+    declared = declarations() if declared is None else declared
+    orders = stage_orders() if orders is None else orders
+
+    def place(answer: int) -> tuple[int, int]:
+        parts = [p["id"] for p in PARTS if p["answer"] == answer]
+        stages = [st for pid in parts for st in answered_by(pid, declared)]
+        most = (
+            max((stages.count(st), -orders.get(st, 999)) for st in stages) if stages else (0, -999)
+        )
+        return -most[1], answer
+
+    return {answer: n for n, answer in enumerate(sorted(ANSWERS, key=place), 1)}
+
+
 def markdown(declared: dict[str, dict] | None = None) -> str:
     """docs/questions.md: every part of both handouts, grouped by problem."""
     declared = declarations() if declared is None else declared
@@ -591,6 +621,7 @@ def markdown(declared: dict[str, dict] | None = None) -> str:
         )
     lines.append("")
     problems = list(dict.fromkeys(p["problem"] for p in PARTS))
+    numbers = report_numbers(declared)
     for problem in problems:
         parts = [p for p in PARTS if p["problem"] == problem]
         eds = sorted({e for p in parts for e in p["editions"]})
@@ -614,7 +645,7 @@ def markdown(declared: dict[str, dict] | None = None) -> str:
                     where += f" (those matching `{p['match'].replace('|', chr(92) + '|')}`)"
             elif p["answer"]:
                 sec = ", ".join(f"`{s}`" for s in stages) or "(no stage declares it)"
-                where = f"Q{p['answer']} ({ANSWERS[p['answer']]}), section {sec}"
+                where = f"Q{numbers[p['answer']]} ({ANSWERS[p['answer']]}), section {sec}"
             else:
                 where = "–"
             lines.append(

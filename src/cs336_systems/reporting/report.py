@@ -13,6 +13,7 @@ own report shows it) and tables/ (every table as LaTeX and Typst, reporting/expo
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import importlib
 import os
@@ -24,7 +25,7 @@ import pandas as pd
 
 from cs336_systems.core.results import ABSENT, PROVENANCE_COLUMNS, atomic_write_text, git_state
 from cs336_systems.planning.log import configure, get_logger
-from cs336_systems.reporting import coverage, export, questions, sanity
+from cs336_systems.reporting import coverage, digest, export, questions, sanity
 from cs336_systems.reporting.analysis import (
     fmt,
     md_table,
@@ -480,12 +481,16 @@ def render(
     where placeholder figures are recognized and named instead of embedded)."""
     fig_root = Path(report_dir) / fig_dir if report_dir is not None else None
     results_dir = Path(results_dir)
+    edition = edition or edition_of(results_dir)
+    lengths = digest.answer_lengths(edition)
     env = environment(templates, results_dir, report_dir)
     contexts, suspects = contexts_of(results_dir, stages, tables)
-    sections = []
+    sections, shown_by = [], {}
     for stage, ctx in contexts.items():
         body = env.get_template(f"sections/{stage}.md.j2").render(s=ctx, fig_dir=fig_dir)
         body = without_placeholders(body, fig_dir, fig_root)
+        body, shown = digest.fold(body, lengths)
+        shown_by.update({k: v for k, v in shown.items() if k not in shown_by})
         suspect = suspects[stage]
         with export.recording() as rendered:
             suspect_table = md_table(suspect) if len(suspect) else ""
@@ -502,7 +507,6 @@ def render(
         )
     with export.recording() as rendered:
         h = header(results_dir, list(contexts))
-        edition = edition or edition_of(results_dir)
         for sec in sections:
             sec["edition"] = section_edition(results_dir, sec["stage"], edition)
         cov = coverage_of(
@@ -519,7 +523,7 @@ def render(
         named = {"provenance": h["provenance_table"], "coverage": coverage_table}
         named["own_coverage"] = own_table
         tables.update(export.name_tables("report", named, rendered))
-    return env.get_template("report.md.j2").render(
+    text = env.get_template("report.md.j2").render(
         h=h,
         sections=sections,
         edition=edition,
@@ -528,7 +532,53 @@ def render(
         own_coverage=own_table,
         appendix=coverage.appendix(edition),
         protocol=protocol_of(results_dir, h["preset"]),
+        **findings(contexts, shown_by, cov, edition),
     )
+    numbers = questions.report_numbers()
+    if tables is not None:
+        renumber_tables(tables, numbers)
+    return digest.renumber(text, numbers)
+
+
+def renumber_tables(tables: dict, numbers: dict[int, int]) -> None:
+    """The write-up's copies of the tables (`tables`, by name) with the report's `Q<n>`."""
+    for name, t in tables.items():
+        cells = t.cells.map(lambda v: digest.renumber(v, numbers) if isinstance(v, str) else v)
+        tables[name] = dataclasses.replace(
+            t, markdown=digest.renumber(t.markdown, numbers), cells=cells
+        )
+
+
+def findings(contexts: dict, shown_by: dict[int, str], cov: pd.DataFrame, edition: str) -> dict:
+    """The summary of findings: a line per answer given (its first sentence, or the context's
+    `summary` entry for it: {answer key or "q<key>": sentence}), and the parts not answered on
+    this machine, one line per reason (the coverage table's `why`). A coverage row is read by
+    the part its `part` cell names (`[label](...)`)."""
+    by_label = {questions.label(p): p for p in questions.edition_parts(edition)}
+    rows, where = [], {}
+    for r in cov.to_dict("records") if len(cov) else []:
+        m = re.match(r"^\[([^\]]+)\]", str(r.get("part", "")))
+        part = by_label.get(m.group(1) if m else str(r.get("part", "")))
+        if part is not None and part["kind"] != "code":
+            rows.append((part, str(r.get("status", "")), str(r.get("why", "") or "")))
+            link = re.search(r"\[[^\]]+\]\(#[\w-]+\)", str(r.get("answered in", "")))
+            if link and part.get("answer"):
+                where.setdefault(part["answer"], link.group(0))
+    status = digest.answer_status([p["id"] for p, _, _ in rows], [st for _, st, _ in rows])
+    given = [c.get("summary") for c in contexts.values() if isinstance(c, dict)]
+    own = {
+        int(str(key).lstrip("qQ")): text
+        for entry in given
+        if isinstance(entry, dict)
+        for key, text in entry.items()
+        if str(key).lstrip("qQ").isdigit()
+    }
+    return {
+        "summary": digest.summary_lines(shown_by, status, own, where, questions.report_numbers()),
+        "not_answered": digest.not_answered_lines(
+            [(questions.label(p), st, why) for p, st, why in rows]
+        ),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:

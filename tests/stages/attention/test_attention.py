@@ -300,7 +300,7 @@ def test_plots_and_report_sections(stage_results, tmp_path):
     assert "Not benchmarked" in text and "flash_triton" in text
     assert "not benchmarked** (kernel tests failed; see Kernel tests)" in text
     assert "The smallest configuration that ran out of memory is batch 2, d = 16, n = 64" in text
-    assert "### Q21. The leaderboard configuration" in text
+    assert "### Q25. The leaderboard configuration" in text  # answer 21, 25th in the report
 
 
 def test_reports_missing_data(tmp_path):

@@ -6,8 +6,8 @@ Keep this file free of heavy imports: the workflow reads it while planning.
 """
 
 TITLE = "The full-step leaderboard (2026)"
-# after FSDP (105)
-ORDER = 107
+# after the communication arithmetic (110): the 2026 handout's section 9 follows its section 8
+ORDER = 115
 
 # the parts of docs/questions.md this stage answers and how the report tells (reporting/coverage.py)
 QUESTIONS = {"leaderboard": {"evidence": ["q37"], "needs": "gpus:2"}}

@@ -18,7 +18,6 @@ from cs336_systems.stages.precision.rows import (
     layernorm_rows,
     layernorm_table,
     memory_ratio,
-    speed_table,
     speedups,
 )
 
@@ -76,7 +75,6 @@ def _speed_and_memory(results_dir: Path) -> dict:
     if len(bench):
         sp = speedups(bench)
         if len(sp):
-            s["speed_table"] = speed_table(sp)
             s["speed_sentence"] = answers.speed_sentence(sp)
     mem = load(results_dir, "memory")
     if len(mem):

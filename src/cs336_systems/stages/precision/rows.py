@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from cs336_systems.reporting.analysis import SIZE_ORDER, md_table, ok
+from cs336_systems.reporting.analysis import md_table, ok
 from cs336_systems.reporting.host_bound import host_bound
 
 TENSOR_ORDER = [
@@ -26,11 +26,6 @@ TENSOR_ORDER = [
     "ln.bias.grad",
     "fc2.weight.grad",
 ]
-MODE_LABEL = {
-    "forward": "forward",
-    "forward_backward": "forward+backward",
-    "train_step": "train step",
-}
 QUANTITY_LABEL = {
     "mean": "mean",
     "variance": "variance",
@@ -126,17 +121,6 @@ def speedups(bench: pd.DataFrame) -> pd.DataFrame:
         fired = {tuple(r[k] for k in keys) for _, r in hb.iterrows()}
         sp["host_bound"] = [k in fired for k in sp.index]
     return sp
-
-
-def speed_table(sp: pd.DataFrame) -> str:
-    """The median speed-up per size and mode."""
-    t = sp.reset_index().pivot_table(
-        index="size", columns="mode", values="speedup", aggfunc="median"
-    )
-    t = t.reindex([x for x in SIZE_ORDER if x in t.index])
-    t.columns.name = None
-    t = t.rename(columns=MODE_LABEL)
-    return md_table(t.reset_index())
 
 
 def memory_ratio(mem: pd.DataFrame) -> tuple[pd.Series | None, bool]:
