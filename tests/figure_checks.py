@@ -20,6 +20,8 @@ def _axes_texts(ax) -> list[Text]:
     texts = [ax.title, ax._left_title, ax._right_title, ax.xaxis.label, ax.yaxis.label]
     texts += [ax.xaxis.get_offset_text(), ax.yaxis.get_offset_text()]
     for axis in (ax.xaxis, ax.yaxis):
+        if not ax.axison:  # `axis("off")`: no tick label is drawn
+            break
         for tick in axis._update_ticks():  # the ticks drawn: those inside the view
             texts += [tick.label1, tick.label2]
     texts += list(ax.texts)

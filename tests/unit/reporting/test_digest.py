@@ -161,10 +161,10 @@ def test_report_numbers_follow_the_sections_order():
             k: max(
                 (st for p in questions.PARTS if p["answer"] == k
                  for st in questions.answered_by(p["id"], declared)),
-                key=lambda st, k=k: sum(
+                key=lambda st, k=k: (sum(
                     st in questions.answered_by(p["id"], declared)
                     for p in questions.PARTS if p["answer"] == k
-                ),
+                ), -orders[st]),  # a tie goes to the earlier section
             )
             for k in (a, b)
         }  # fmt: skip

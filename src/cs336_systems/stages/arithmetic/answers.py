@@ -177,11 +177,11 @@ def ring_sentences(rows: pd.DataFrame) -> list[str]:
                 continue
             big, small = g.iloc[-1], g.iloc[0]
             text = (
-                f"{backend}, {int(n)} ranks: at {sig(big['message_mb'])} MB the measured time "
+                f"{backend}, {int(n)} ranks: at {sig(big['message_mb'])} MiB the measured time "
                 f"is {sig(big['value'])}× the model's"
             )
             if len(g) > 1:
-                text += f", at {sig(small['message_mb'])} MB {sig(small['value'])}×" + (
+                text += f", at {sig(small['message_mb'])} MiB {sig(small['value'])}×" + (
                     " (the model has no per-call latency, which small messages pay)"
                     if small["value"] > 1.5 * big["value"]
                     else ""
@@ -192,7 +192,7 @@ def ring_sentences(rows: pd.DataFrame) -> list[str]:
             sentences.insert(
                 0,
                 f"{backend}: W = {sig(r['W_gbps'])} GB/s is the bus bandwidth of the "
-                f"{int(r['devices'])}-rank all-reduce of {sig(r['message_mb'])} MB, so the model "
+                f"{int(r['devices'])}-rank all-reduce of {sig(r['message_mb'])} MiB, so the model "
                 "equals the measurement there by construction; the other rows test it.",
             )
     return sentences

@@ -115,7 +115,7 @@ def best_busbw(df: pd.DataFrame | None, why: str, backend: str) -> tuple[float, 
         return math.nan, "", f"no ok {backend} row in allreduce.csv"
     src = (
         f"allreduce: {backend} busbw {r['busbw_gbps']:.4g} GB/s "
-        f"({int(r['world_size'])} ranks, {r['size_mb']:g} MB)"
+        f"({int(r['world_size'])} ranks, {r['size_mb']:g} MiB)"
     )
     return float(r["busbw_gbps"]) * 1e9, src, ""
 

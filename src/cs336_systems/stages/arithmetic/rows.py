@@ -79,7 +79,7 @@ def alternate_ring_table(rows: pd.DataFrame) -> str:
                     "case": case_label(case),
                     "W GB/s": sig(h["W_gbps"].iloc[0]),
                     "N": int(n),
-                    "S MB": sig(h["message_mb"].iloc[0]),
+                    "S (MiB)": sig(h["message_mb"].iloc[0]),
                     "alternate (N-1) S/W": ms(t),
                     "ring 2 (N-1)/N S/W": ms(ring),
                     "alternate / ring": f"{sig(t / ring)}×",
@@ -258,7 +258,7 @@ def ring_table(rows: pd.DataFrame) -> str:
                         "backend": backend,
                         "ranks": int(n),
                         "buffers": r.get("buffers", "default"),
-                        "size MB": sig(r["message_mb"]),
+                        "size (MiB)": sig(r["message_mb"]),
                         "predicted ms": sig(r["predicted_ms"]),
                         "measured ms": sig(r["measured_ms"]),
                         "measured / predicted": "1× (W measured here)"
