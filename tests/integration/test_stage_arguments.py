@@ -113,11 +113,11 @@ def test_allreduce_skips_sizes_that_cannot_fit_and_runs_the_rest(monkeypatch):
         return types.SimpleNamespace(status="ok", rows=rows)
 
     monkeypatch.setattr("cs336_systems.parallel.launch.launch", fake_launch)
-    monkeypatch.setattr(allreduce, "feasibility", lambda *a: None)
+    monkeypatch.setattr(allreduce, "feasibility", lambda *a, **kw: None)
     args = allreduce_args({"gloo": [1, 2**40], "nccl": [1]})
     rows = {r["size_mb"]: r["status"] for r in allreduce.run_world_size(args, 2)}
     assert rows[1.0] == "ok"
-    assert rows[2.0**40].startswith("skipped: 1.09951e+12 MB x 3 buffers x 2 ranks needs")
+    assert rows[2.0**40].startswith("skipped: 1.09951e+12 MiB x 3 buffers x 2 ranks needs")
     # the workers get the same block, with the sizes that fit
     worker = allreduce.parse_args(launched["argv"])
     assert worker.worker and allreduce.sizes_of(worker) == [1.0]
@@ -127,7 +127,7 @@ def test_allreduce_skips_sizes_that_cannot_fit_and_runs_the_rest(monkeypatch):
 
 def test_allreduce_launches_nothing_when_no_size_fits(monkeypatch):
     monkeypatch.setattr("cs336_systems.parallel.launch.launch", lambda *a, **k: pytest.fail())
-    monkeypatch.setattr(allreduce, "feasibility", lambda *a: None)
+    monkeypatch.setattr(allreduce, "feasibility", lambda *a, **kw: None)
     (row,) = allreduce.run_world_size(allreduce_args({"gloo": [2**40], "nccl": [1]}), 2)
     assert row["status"].startswith("skipped:")
 
@@ -144,7 +144,7 @@ def launched_argv(monkeypatch, status: str | None = None) -> list[list[str]]:
         return launch.LaunchResult("ok", 0, 0.0, [])
 
     monkeypatch.setattr(launch, "launch", fake_launch)
-    monkeypatch.setattr(launch, "feasibility", lambda *a: status)
+    monkeypatch.setattr(launch, "feasibility", lambda *a, **kw: status)
     return launched
 
 

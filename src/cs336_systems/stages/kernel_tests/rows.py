@@ -52,7 +52,8 @@ def outcomes_by_test(df: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame(
         {
             "file": [file_of(str(t), files) for t in df["test"]],
-            "name": df["name"].astype(str),
+            # rows written before the CSV named each test apart from its node id: the id
+            "name": df.get("name", df["test"]).astype(str),
             "outcome": df["outcome"].astype(str),
         }
     )
