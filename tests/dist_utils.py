@@ -12,7 +12,11 @@ import torch.multiprocessing as mp
 def run_forked_ranks(worker, world: int, start_method: str = "fork") -> list[dict]:
     """Start `worker(rank, store_path, out_dir)` on `world` forked processes (they inherit the
     imported torch; spawn would import it again in each) and load each rank's `rank<r>.pt`.
-    CUDA workers need `start_method="spawn"` (a forked child cannot use its parent's CUDA)."""
+    CUDA workers need `start_method="spawn"` (a forked child cannot use its parent's CUDA).
+    A parent that has used CUDA (an earlier GPU test in the same pytest process, as in the
+    kernel_tests stage's run) spawns too: autograd's device threads do not survive a fork."""
+    if start_method == "fork" and torch.cuda.is_initialized():
+        start_method = "spawn"
     with tempfile.TemporaryDirectory() as tmp:
         mp.start_processes(
             worker,

@@ -12,7 +12,9 @@ about its memory.
 
 Checks are data. The generic ones below apply to every CSV by its columns (a std above its mean,
 a negative time, size or rate, an MFU above 100%, a forward or a backward timed alone slower than
-the forward+backward of the same row, a host-sensitive row measured while other jobs ran, named). A stage adds its own, or re-parametrizes a
+the forward+backward of the same row). One check discloses rather than doubts: a host-sensitive
+row measured while other jobs ran gets their names in `measured_beside`, listed with the suspect
+rows but kept in sentences (each job has its own cards and cores: planning/cores.py). A stage adds its own, or re-parametrizes a
 generic one, by declaring ``SANITY = {"<csv name>": [{"kind": ..., ...}, ...]}`` in its
 package's ``__init__.py`` (plain literals: it is read with `ast.literal_eval`, not imported, so
 that a stage's declarations hold wherever its CSV is read, also by another stage's analysis).
@@ -53,8 +55,10 @@ DEFAULT_SCOPE = {
     "beside_others": "time",
 }
 STAGES_DIR = Path(__file__).resolve().parents[1] / "stages"
-# the measuring jobs' records under a results folder (planning/neighbours.py)
+# the measuring jobs' records under a results folder (planning/neighbours.py), and the column
+# that names a host-sensitive row's neighbours: shown beside the suspect rows, not left out
 RECORDS = Path("jobs") / "records"
+BESIDE = "measured_beside"
 
 # columns that name a measured point, in the order a reader looks for them
 POINT_KEYS = [
@@ -493,14 +497,18 @@ def flag(
             with contextlib.suppress(pd.errors.EmptyDataError):
                 ceilings = pd.read_csv(path)
     reasons, scopes = _existing(df)
+    beside = _blank(df)
     for spec in checks:
         fn = KINDS[spec["kind"]]
         params = {k: v for k, v in spec.items() if k not in ("kind", "scope")}
         scope = spec.get("scope", DEFAULT_SCOPE[spec["kind"]])
         if spec["kind"] == "rate_above_ceiling":
             params.setdefault("ceilings", ceilings)
-        if spec["kind"] == "beside_others" and results_dir is not None:
-            params.setdefault("records", neighbours.read(Path(results_dir) / RECORDS))
+        if spec["kind"] == "beside_others":  # disclosed, not doubted: its own column
+            if results_dir is not None:
+                params.setdefault("records", neighbours.read(Path(results_dir) / RECORDS))
+            beside = fn(df, **params)
+            continue
         found = fn(df, **params)
         for i in df.index[found != ""]:
             for why in str(found[i]).split("; "):
@@ -509,6 +517,7 @@ def flag(
     df = df.copy()
     df[COLUMN] = [PREFIX + r if r else "" for r in reasons]
     df[SCOPE_COLUMN] = list(scopes)
+    df[BESIDE] = list(beside)
     _record(name, df)
     return df
 
@@ -548,9 +557,21 @@ def point_label(row: pd.Series, keys: list[str] | None = None) -> str:
     return ", ".join(parts) or "–"
 
 
+def _why(row: pd.Series) -> str:
+    why = str(row.get(COLUMN) or "").removeprefix(PREFIX)
+    beside = str(row.get(BESIDE) or "")
+    if beside and beside != "nan":
+        why = _join(why, f"kept, but {beside}" if not why else beside)
+    return why
+
+
 def suspect_rows(df: pd.DataFrame, name: str) -> pd.DataFrame:
-    """[csv, point, why] of the suspect rows; a point is named by the keys that vary in `df`."""
-    s = df[is_suspect(df)]
+    """[csv, point, why] of the suspect rows, and of the rows kept but measured beside other
+    jobs (`BESIDE`); a point is named by the keys that vary in `df`."""
+    shown = is_suspect(df)
+    if BESIDE in df:
+        shown |= text_column(df[BESIDE]).str.len() > 0
+    s = df[shown]
     keys = [k for k in POINT_KEYS if k in df and df[k].nunique(dropna=True) > 1]
     if not keys:  # one point (or all alike): name it by the keys it has
         keys = [k for k in POINT_KEYS if k in df and df[k].notna().any()][:4]
@@ -558,7 +579,7 @@ def suspect_rows(df: pd.DataFrame, name: str) -> pd.DataFrame:
         {
             "csv": [f"{name}.csv"] * len(s),
             "point": [point_label(r, keys) for _, r in s.iterrows()],
-            "why": s[COLUMN].str.removeprefix(PREFIX).to_list(),
+            "why": [_why(r) for _, r in s.iterrows()],
         }
     )
 

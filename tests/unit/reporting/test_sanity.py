@@ -539,11 +539,17 @@ def test_a_host_sensitive_row_measured_beside_other_jobs_names_them(tmp_path):
             "step_ms_std": [1.0, 1.0, 6.0, 1.0],
         }
     )
-    flagged = sanity.flag(df, "any", results_dir=tmp_path)[sanity.COLUMN].tolist()
+    out = sanity.flag(df, "any", results_dir=tmp_path)
+    flagged = out[sanity.BESIDE].tolist()
     assert "measured beside benchmark results/m/benchmark/points/xl.csv" in flagged[0]
     assert "host-bound: its GPU busy 40%" in flagged[0]
     assert flagged[1] == ""  # GPU-bound and steady: its neighbour does not move it
     assert "beside fsdp results/m/fsdp/bf16.csv (spread: step_ms_std 8% of its mean)" in flagged[2]
     assert flagged[3] == ""  # host-bound, but it ran alone
-    # without records (a run before they existed), nothing is flagged for neighbours
-    assert sanity.flag(df, "any", results_dir=tmp_path / "none")[sanity.COLUMN].tolist()[0] == ""
+    # disclosed, not doubted: kept for sentences, listed beside the suspect rows
+    assert len(ok(out)) == 4
+    listed = sanity.suspect_rows(out, "any")
+    assert len(listed) == 2 and listed["why"].iloc[0].startswith("kept, but measured beside")
+    # without records (a run before they existed), nothing is named
+    none = sanity.flag(df, "any", results_dir=tmp_path / "none")
+    assert none[sanity.BESIDE].tolist() == [""] * 4
