@@ -121,3 +121,40 @@ def collisions_while():
         yield found
     finally:
         Figure.savefig = original
+
+
+def overlaps(fig: Figure) -> list[tuple[str, str]]:
+    """The colliding text pairs of `fig` (`collisions` without the depth)."""
+    return [(a, b) for a, b, _ in collisions(fig)]
+
+
+def capture(monkeypatch, module) -> list[Figure]:
+    """The figures `module` (a stage's figures.py) saves from now on, laid out as its `save`
+    lays them out (tight unless told not) and kept open for checking."""
+    kept: list[Figure] = []
+
+    def keep(fig, path, tight: bool = True, **kwargs):
+        if tight:
+            fig.tight_layout()
+        kept.append(fig)
+        return path
+
+    monkeypatch.setattr(module, "save", keep)
+    return kept
+
+
+@contextlib.contextmanager
+def drawn_figures(monkeypatch, module):
+    """[(path, its colliding pairs)] of every figure `module` saves inside the block (saved as
+    its `save` saves it)."""
+    caught: list[tuple[object, list[tuple[str, str]]]] = []
+    original = module.save
+
+    def keep(fig, path, tight: bool = True, **kwargs):
+        if tight:
+            fig.tight_layout()
+        caught.append((path, overlaps(fig)))
+        return original(fig, path, tight=False, **kwargs)
+
+    monkeypatch.setattr(module, "save", keep)
+    yield caught

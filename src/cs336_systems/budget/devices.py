@@ -45,6 +45,9 @@ class Device:
     kernel_tests_s: float  # the kernels' pytest suite (the preset's selection, xdist workers)
     fixed_s: dict  # stages whose cost the config does not scale: seconds after the job start
     gloo_world_s: float  # one world of gloo processes on the host: launch, steps, teardown
+    # one NCCL world of a distributed stage's job ("<stage>/<job>"), beyond the job's start;
+    # a job not named costs gloo_world_s a world
+    nccl_world_s: dict
     parallel: int  # jobs at once (snakemake --cores): the wall is the sum over this
 
 
@@ -107,6 +110,15 @@ H100 = Device(
     # checkpointing accounting (one RMSNorm and one xl block, eager and inductor): 27 s
     fixed_s={"ceilings": 0.0, "precision": 0.5, "arithmetic": 5.0, "accounting": 21.0},
     gloo_world_s=30.0,  # not measured there (the gpu preset runs no gloo world)
+    # the 4x H200 reference (9653a8c, one job at a time; the 2x H200 run of 995b90f alike):
+    # ddp variants 172 s (167), sharding 52 (51), fsdp 196, all-reduce 30 s for worlds 2 and 4
+    # (18 for 2)
+    nccl_world_s={
+        "ddp/variants": 165.0,
+        "ddp/sharding": 46.0,
+        "fsdp/runs": 190.0,
+        "allreduce/nccl": 12.0,
+    },  # fmt: skip
     parallel=1,
 )
 # the 2-core development machine (CI's size), `snakemake --cores 2`: calibrated on the cpu
@@ -154,5 +166,6 @@ CPU2 = Device(
     fixed_s={"ceilings": 1.5, "precision": 0.2, "arithmetic": 5.0, "accounting": 5.0},
     # gloo worlds of 2 host processes: allreduce 15 s, ddp 12-16 s, fsdp 20 s, leaderboard 14 s
     gloo_world_s=12.0,
+    nccl_world_s={},
     parallel=2,
 )

@@ -102,5 +102,9 @@ def world_jobs(stage: str, at: Costs, runs: list[tuple[str, str, list[int]]]) ->
         how = f"{len(ran)} of {len(worlds)} world sizes run" + (
             "" if len(ran) == len(worlds) else f" (NCCL: {at.dev.gpus} GPUs here)"
         )
-        jobs.append(Job(stage, name, at.dev.job_start_s + at.dev.gloo_world_s * len(ran), how))
+        # an NCCL world's steps on GPUs, measured per stage's job (`dev.nccl_world_s`)
+        per = at.dev.gloo_world_s
+        if backend == "nccl":
+            per = getattr(at.dev, "nccl_world_s", {}).get(f"{stage}/{name}", per)
+        jobs.append(Job(stage, name, at.dev.job_start_s + per * len(ran), how))
     return jobs

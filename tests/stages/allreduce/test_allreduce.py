@@ -428,7 +428,7 @@ def test_the_2025_grid_is_the_handouts_and_the_report_says_what_ran(tmp_path):
 
 
 def test_the_allreduce_figures_labels_do_not_collide(tmp_path, monkeypatch):
-    from figure_utils import drawn_figures
+    from figure_checks import drawn_figures
 
     from cs336_systems.stages.allreduce import figures
 

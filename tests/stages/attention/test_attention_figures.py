@@ -46,7 +46,7 @@ def test_every_figure_draws_when_no_point_ran(tmp_path, status):
 
 def test_no_label_collides_in_the_figures(tmp_path, monkeypatch):
     """The gpu preset's grid (d 16-128, n 256-16384), eager out of memory at the longest."""
-    from label_overlaps import capture, overlaps
+    from figure_checks import capture, overlaps
 
     from cs336_systems.stages.attention import figures
 

@@ -68,7 +68,7 @@ def test_the_figure_draws_when_no_strategy_ran(tmp_path, status):
 
 def test_no_label_collides_in_the_figure(tmp_path, monkeypatch):
     """The gpu preset's strategies, some out of memory or skipped, in fp32 and bf16."""
-    from label_overlaps import capture, overlaps
+    from figure_checks import capture, overlaps
 
     from cs336_systems.stages.checkpointing import figures
 

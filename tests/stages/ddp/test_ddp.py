@@ -935,7 +935,7 @@ def test_the_2025_edition_trains_its_own_xl_and_says_so():
 def test_the_ddp_figures_labels_do_not_collide(tmp_path, monkeypatch):
     import shutil
 
-    from figure_utils import drawn_figures
+    from figure_checks import drawn_figures
 
     from cs336_systems.stages.ddp import figures
 

@@ -119,7 +119,7 @@ def grid_rows() -> pd.DataFrame:
 
 def test_no_label_collides_in_the_figures(tmp_path, monkeypatch):
     import matplotlib.pyplot as plt
-    from label_overlaps import capture, overlaps
+    from figure_checks import capture, overlaps
 
     from cs336_systems.stages.flash import figures
 

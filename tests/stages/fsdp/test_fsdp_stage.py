@@ -469,7 +469,7 @@ def test_the_fsdp_figures_labels_do_not_collide(tmp_path, monkeypatch, runs):
     """The four-GPU reference's runs (7), and as few or as many runs as a preset has (the gpu
     preset's 13 variants: the reference rows repeated under every label)."""
     import pandas as pd
-    from figure_utils import drawn_figures
+    from figure_checks import drawn_figures
     from pipeline_utils import ROOT
 
     from cs336_systems.stages.fsdp import figures

@@ -394,9 +394,12 @@ def test_analysis_and_section_from_a_cpu_run(cpu_run, tmp_path):
     s = analysis.context(tmp_path)
     assert s["available"] and s["cpu_only"]
     assert "aten::" in s["top_table"]
-    assert s["attention_sentence"] and s["gemm_sentence"]
+    assert s["gemm_sentence"]
     assert "forward → training step" in s["other_kernels_sentence"]
     a = profile_rows.attention_split(points)
+    # Q9's sentence where the capture timed softmax (a loaded 2-core machine's profile may
+    # catch none of its calls: then no sentence rests on it)
+    assert bool(s.get("attention_sentence")) == bool(a["softmax_ms"].notna().any())
     # 5 FLOPs per score against 2 matmuls of 2*d_head each: 5 / (4 * 32) for tiny (d_head 32)
     assert a["softmax_over_matmul_flops"].iloc[0] == pytest.approx(5 / 128)
     text = render(tmp_path, ["profile"])

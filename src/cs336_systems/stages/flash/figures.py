@@ -39,6 +39,8 @@ def _grid_figure(df: pd.DataFrame, value, ylabel: str, title: str, path: Path, l
             ax.set_xscale("log", base=2)
             if logy:
                 ax.set_yscale("log")
+                # a narrow log range labels its minor ticks, which then collide: majors only
+                ax.yaxis.set_minor_formatter(NullFormatter())
             ax.set_title(f"{dt}, d={d}", fontsize=9)
             if j == 0:
                 ax.set_ylabel(ylabel, fontsize=8)
@@ -83,6 +85,7 @@ def _speedup_figure(sp: pd.DataFrame, path: Path) -> Path:
                     color=line.get_color())  # fmt: skip
         ax.axhline(1.0, color="0.5", lw=0.8)
         ax.set(yscale="log", xlabel="n", title=f"{dt}: their time / our Triton time")
+        ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_xscale("log", base=2)
         # plain numbers at 1, 2, 5 of each decade of the log axis (not 3×10⁰), no minor labels
         ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
