@@ -25,10 +25,12 @@ Standard library, yaml and jsonschema only: the workflow runs this while plannin
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cs336_systems.planning import machine
 from cs336_systems.planning.edition import DEFAULT_EDITION, MODEL_SIZE_NAMES, edition_overrides
 from cs336_systems.planning.machine import Gpu, check_tag, tag_for
 from cs336_systems.planning.schema import (  # noqa: F401 (the names stages and the workflow use)
@@ -297,11 +299,16 @@ def check_run(
     return Run(preset=preset, machine=machine, stages=list(stages), notes=notes, edition=edition)
 
 
-def start_problems(config: Mapping, preset: str, gpus: list[Gpu], cluster: bool) -> list[Problem]:
+def start_problems(
+    config: Mapping, preset: str, gpus: list[Gpu], cluster: bool, torch_probe=None
+) -> list[Problem]:
     """What stops a run from starting, checked when its first job is about to run (a dry run,
     `-n`, plans it anyway): on a cluster, a preset or machine left `auto` (the planning host
     cannot see the nodes' GPUs); here, a GPU preset on a machine without a GPU (it would
-    measure the GPU grid on the CPU for hours, under this machine's results folder)."""
+    measure the GPU grid on the CPU for hours, under this machine's results folder), or with
+    GPUs the environment's torch cannot use (`torch_probe`: machine.torch_cuda, asked in a
+    process of its own: an old driver under a newer CUDA's wheel; $CS336_GPU_CHECK=off skips
+    it, for GPUs a test fakes)."""
     if cluster:
         auto = [k for k in ("machine", "preset") if config.get(k) == "auto"]
         return [
@@ -324,6 +331,11 @@ def start_problems(config: Mapping, preset: str, gpus: list[Gpu], cluster: bool)
                 "(--profile profiles/slurm, docs/slurm.md)",
             )
         ]
+    checked = os.environ.get(machine.GPU_CHECK_ENV, "on").lower() not in ("off", "0", "no")
+    if preset != "cpu" and (checked or torch_probe):  # GPUs the driver shows: can torch use them?
+        found = (torch_probe or machine.torch_cuda)()
+        if why := machine.unusable_gpu(found, machine.driver_version() if found else ""):
+            return [Problem(("preset",), preset, why)]
     return []
 
 

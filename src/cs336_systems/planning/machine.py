@@ -16,9 +16,11 @@ matters on a machine mixing GPU models (the tag names the first GPU).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
+import sys
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -168,3 +170,60 @@ def check_tag(tag: str) -> str | None:
     if not TAG_PATTERN.match(tag):
         return "a folder name: letters, digits, '.', '_' and '-', starting with a letter or digit"
     return None
+
+
+# off: the workflow does not ask torch whether it can use the GPUs (planning/config.py)
+GPU_CHECK_ENV = "CS336_GPU_CHECK"
+# the oldest Linux driver branch each CUDA of torch's wheels needs (NVIDIA's CUDA release notes)
+MIN_DRIVER = {"13.0": 580, "12.9": 575, "12.8": 570, "12.6": 560, "12.4": 550, "12.1": 530,
+              "11.8": 520}  # fmt: skip
+
+
+def driver_version() -> str:
+    """The NVIDIA driver's version ('' where nvidia-smi cannot say)."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    lines = out.stdout.split() if out.returncode == 0 else []
+    return lines[0] if lines else ""
+
+
+def torch_cuda(python: str = sys.executable) -> dict:
+    """What the environment's torch makes of this machine's GPUs, asked in a process of its own
+    (planning never imports torch): {"available", "cuda" (the wheel's), "count"}; {} where
+    torch cannot be imported."""
+    probe = (
+        "import json, torch; print(json.dumps({'available': torch.cuda.is_available(), "
+        "'cuda': torch.version.cuda, 'count': torch.cuda.device_count()}))"
+    )
+    try:
+        out = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=300)
+        return json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else {}
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return {}
+
+
+def unusable_gpu(found: dict, driver: str) -> str:
+    """Why torch cannot use the GPUs nvidia-smi shows, and the fix ('' when it can)."""
+    if found.get("available"):
+        return ""
+    cuda = found.get("cuda") or "none"
+    need = MIN_DRIVER.get(cuda)
+    have = int(driver.split(".")[0]) if driver[:1].isdigit() else None
+    cause = (
+        f"torch was built for CUDA {cuda}, which needs driver {need} or newer; this host's "
+        f"is {driver or 'unknown'}"
+        if need and (have is None or have < need)
+        else f"torch (CUDA {cuda}) reports no usable GPU with driver {driver or 'unknown'}"
+    )
+    return (
+        f"nvidia-smi shows GPUs but torch.cuda.is_available() is false: {cause}. Update the "
+        "driver, or install torch's wheels for the CUDA your driver supports "
+        "(docs/own-gpus.md, 'Drivers and CUDA'), or run --config preset=cpu"
+    )

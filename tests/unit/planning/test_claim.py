@@ -117,6 +117,7 @@ def fake_machine(folder: Path, n_gpus: int, record: Path, seconds: float) -> dic
     env.pop("SLURM_JOB_ID", None)
     env["PATH"] = f"{folder}{os.pathsep}{env['PATH']}"
     env[claim.LOCKS_ENV] = str(folder / "locks")
+    env[claim.machine.GPU_CHECK_ENV] = "off"  # the GPUs are fake: torch cannot use them
     return env
 
 

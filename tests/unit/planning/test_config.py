@@ -506,7 +506,8 @@ def test_what_stops_a_run_from_starting():
     auto = {"preset": "auto", "machine": "auto"}
     named = {"preset": "gpu", "machine": "h100"}
     assert start_problems(named, "cpu", [], cluster=False) == []
-    assert start_problems(named, "gpu", h100, cluster=False) == []
+    usable = {"available": True, "cuda": "13.0", "count": 1}
+    assert start_problems(named, "gpu", h100, cluster=False, torch_probe=lambda: usable) == []
     (refused,) = start_problems(named, "gpu", [], cluster=False)
     assert str(refused).startswith("config: preset: 'gpu' — the gpu preset measures on a GPU")
     (full,) = start_problems({"preset": "full"}, "full", [], cluster=False)
@@ -515,6 +516,28 @@ def test_what_stops_a_run_from_starting():
     assert start_problems(named, "gpu", [], cluster=True) == []
     (cluster,) = start_problems(auto, "cpu", [], cluster=True)
     assert str(cluster).startswith("config: machine: 'auto' — on a cluster, name the preset")
+
+
+def test_a_gpu_torch_cannot_use_is_refused_with_its_cause(monkeypatch):
+    """nvidia-smi shows a GPU, but the environment's torch cannot use it (an old driver under
+    the cu130 wheel): refused before any job, naming the driver the wheel needs and the fix."""
+    from cs336_systems.planning import machine
+    from cs336_systems.planning.config import start_problems
+
+    h100 = [Gpu("NVIDIA H100 80GB HBM3", "GPU-1", 81559.0)]
+    monkeypatch.setattr(machine, "driver_version", lambda: "550.54.15")
+    old = {"available": False, "cuda": "13.0", "count": 0}
+    (refused,) = start_problems({}, "gpu", h100, cluster=False, torch_probe=lambda: old)
+    text = str(refused)
+    assert "torch.cuda.is_available() is false" in text
+    assert "CUDA 13.0, which needs driver 580 or newer; this host's is 550.54.15" in text
+    assert "docs/own-gpus.md" in text and "preset=cpu" in text
+    # a driver new enough that still fails: no claim about the driver, the fact itself
+    monkeypatch.setattr(machine, "driver_version", lambda: "580.159.04")
+    (other,) = start_problems({}, "gpu", h100, cluster=False, torch_probe=lambda: old)
+    assert "reports no usable GPU with driver 580.159.04" in str(other)
+    # the probe is real where none is given: this machine's torch, in a process of its own
+    assert set(machine.torch_cuda()) == {"available", "cuda", "count"}
 
 
 def test_nested_command_line_values_arrive_as_text_and_are_read_as_numbers():
