@@ -394,8 +394,15 @@ def test_analysis_and_section_from_a_cpu_run(cpu_run, tmp_path):
     s = analysis.context(tmp_path)
     assert s["available"] and s["cpu_only"]
     assert "aten::" in s["top_table"]
-    assert s["gemm_sentence"]
-    assert "forward → training step" in s["other_kernels_sentence"]
+    # Q8's sentences where a point has both a forward's and a training step's GEMM share (a
+    # loaded 2-core machine's capture may miss one: then no sentence rests on it)
+    g = analysis.gemm_shares(points)
+    both = {"forward", "train_step"} <= set(g.columns) and len(
+        g.dropna(subset=["forward", "train_step"])
+    )
+    assert bool(s.get("gemm_sentence")) == bool(both)
+    if both:
+        assert "forward → training step" in s["other_kernels_sentence"]
     a = profile_rows.attention_split(points)
     # Q9's sentence where the capture timed softmax (a loaded 2-core machine's profile may
     # catch none of its calls: then no sentence rests on it)
