@@ -3,13 +3,12 @@ kernels by the kernel tests, OOM rows, the analyses and the report sections they
 
 from __future__ import annotations
 
-import json
 import math
-import textwrap
 
 import pandas as pd
 import pytest
 import torch
+from flash_utils import COMMON, SYNTHETIC_TESTS, flash_sweep
 from pipeline_utils import block, kernel_tests_block
 
 from cs336_systems.core import results as kernel_results
@@ -19,43 +18,8 @@ from cs336_systems.stages.attention import measure as attention_benchmark
 from cs336_systems.stages.flash import analysis as flash_analysis
 from cs336_systems.stages.flash import jobs as flash_jobs
 from cs336_systems.stages.flash import measure as flash_benchmark
-from cs336_systems.stages.flash import plan as flash_plan
 from cs336_systems.stages.kernel_tests import analysis as kernel_tests_analysis
 from cs336_systems.stages.kernel_tests import measure as kernel_tests_stage
-
-COMMON = ["--machine", "test-machine", "--preset", "cpu"]
-
-
-def flash_sweep(out, impls, seq_lens, *extra, steps=1, **changes) -> list[str]:
-    """The flash stage's fp32 sweep job: the cpu preset's part of the block at head dim 16, no
-    warm-up and `steps` timed steps, with `changes`."""
-    timing = {**json.loads(block("flash")[1])["timing"], "warmup_steps": 0, "steps": steps}
-    knobs = block("flash", part=flash_plan.SWEEP_KNOBS, impls=impls, head_dims=[16],
-                  seq_lens=seq_lens, timing=timing, **changes)  # fmt: skip
-    return ["sweep", *COMMON, "--dtype", "fp32", *knobs, "--out", str(out), *extra]
-
-
-SYNTHETIC_TESTS = textwrap.dedent(
-    """
-    import pytest
-
-    def test_pytorch_ok():
-        assert True
-
-    def test_triton_ok():
-        assert True
-
-    def test_triton_broken():
-        assert 1 == 2, "wrong answer"
-
-    @pytest.mark.skip(reason="not here")
-    def test_triton_skipped():
-        pass
-
-    def test_unrelated():
-        pass
-    """
-)
 
 
 @pytest.fixture(scope="module")

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import math
-import textwrap
 
 import pandas as pd
 import pytest
 import torch
+from flash_utils import COMMON, flash_sweep
 from pipeline_utils import block
 
 from cs336_systems.stages.flash import analysis as flash_analysis
@@ -18,40 +18,6 @@ from cs336_systems.stages.flash import jobs as flash_jobs
 from cs336_systems.stages.flash import measure as flash_benchmark
 from cs336_systems.stages.flash import plan as flash_plan
 from cs336_systems.stages.flash import rows as flash_rows
-
-COMMON = ["--machine", "test-machine", "--preset", "cpu"]
-
-
-def flash_sweep(out, impls, seq_lens, *extra, steps=1, **changes) -> list[str]:
-    """The flash stage's fp32 sweep job: the cpu preset's part of the block at head dim 16, no
-    warm-up and `steps` timed steps, with `changes`."""
-    timing = {**json.loads(block("flash")[1])["timing"], "warmup_steps": 0, "steps": steps}
-    knobs = block("flash", part=flash_plan.SWEEP_KNOBS, impls=impls, head_dims=[16],
-                  seq_lens=seq_lens, timing=timing, **changes)  # fmt: skip
-    return ["sweep", *COMMON, "--dtype", "fp32", *knobs, "--out", str(out), *extra]
-
-
-SYNTHETIC_TESTS = textwrap.dedent(
-    """
-    import pytest
-
-    def test_pytorch_ok():
-        assert True
-
-    def test_triton_ok():
-        assert True
-
-    def test_triton_broken():
-        assert 1 == 2, "wrong answer"
-
-    @pytest.mark.skip(reason="not here")
-    def test_triton_skipped():
-        pass
-
-    def test_unrelated():
-        pass
-    """
-)
 
 
 def test_flash_caps_per_implementation_or_per_dtype():

@@ -489,14 +489,20 @@ def _peak_gap(so: pd.Series, fs: pd.Series, s: int, w: int, saving: float, got: 
     return text
 
 
+def expected_saving(fs) -> tuple[int, int, int, float]:
+    """The FSDP run's sharded and replicated parameter counts, its world size, and the MiB per
+    rank FSDP should save beyond optimizer-state sharding (all-gather buffers ignored)."""
+    s, rep, w = int(fs.sharded_params), int(fs.replicated_params), int(fs.world_size)
+    return s, rep, w, fsdp_saving_vs_optimizer_sharding(s, rep, w) / MiB
+
+
 def q32_short(df: pd.DataFrame, measured: bool) -> str:
     """Q32 at the handout's length (1-2 sentences): the expected saving and, where measured,
     the peak-to-peak one; `q32` holds the details."""
     so, fs = one(df, "sharded_optimizer"), one(df, "fsdp")
     if fs is None:
         return ""
-    s, rep, w = int(fs.sharded_params), int(fs.replicated_params), int(fs.world_size)
-    saving = fsdp_saving_vs_optimizer_sharding(s, rep, w) / MiB
+    s, _, w, saving = expected_saving(fs)
     text = (
         f"Beyond optimizer-state sharding, FSDP also shards the fp32 parameters and gradients, "
         f"so each rank should hold (4 + 4) B × {s:,} × (1 − 1/{w}) less, minus the replicated "
@@ -519,8 +525,7 @@ def q32(df: pd.DataFrame, measured: bool) -> str:
     d = ok(df)
     if fs is None or not len(d):
         return ""
-    s, rep, w = int(fs.sharded_params), int(fs.replicated_params), int(fs.world_size)
-    saving = fsdp_saving_vs_optimizer_sharding(s, rep, w) / MiB
+    s, rep, w, saving = expected_saving(fs)
     text = (
         f"Optimizer-state sharding splits only the AdamW moments (8 bytes per parameter) over "
         f"the ranks; FSDP also splits the fp32 parameters and gradients of its units ({s:,} "

@@ -52,18 +52,22 @@ def parts_sentence(parts: pd.DataFrame) -> str:
     )
 
 
+def bf16_beside_fp32(d: pd.DataFrame, keys: list[str], column: str) -> pd.DataFrame:
+    """Per point of `keys`: fp32's and bf16's `column`, and autocast's cached weight copies of
+    the bf16 point (`casts`); points without both precisions left out."""
+    a = d[d["precision"] == "fp32"].set_index(keys)[column]
+    bf = d[d["precision"] == "bf16"].set_index(keys)
+    return pd.concat(
+        {"fp32": a, "bf16": bf[column], "casts": bf["analytic_weight_casts_mb"]}, axis=1
+    ).dropna()
+
+
 def precision_without_casts(d: pd.DataFrame) -> str:
     """bf16 over fp32 saved activations, with and without autocast's saved weight copies."""
     if "analytic_weight_casts_mb" not in d:
         return ""
     d = saving(d)
-    keys = ["size", "context_length", "mode"]
-    a = d[d["precision"] == "fp32"].set_index(keys)["saved_activations_mb"]
-    bf = d[d["precision"] == "bf16"].set_index(keys)
-    both = pd.concat(
-        {"fp32": a, "bf16": bf["saved_activations_mb"], "casts": bf["analytic_weight_casts_mb"]},
-        axis=1,
-    ).dropna()
+    both = bf16_beside_fp32(d, ["size", "context_length", "mode"], "saved_activations_mb")
     if both.empty:
         return ""
     whole = (both["bf16"] / both["fp32"]).median()
@@ -533,13 +537,7 @@ def inference_precision(d: pd.DataFrame) -> str:
     inf = d[d["mode"] == "inference"]
     if "peak_allocated_mb" not in inf or inf["peak_allocated_mb"].isna().all():
         return ""
-    keys = ["size", "context_length"]
-    a = inf[inf["precision"] == "fp32"].set_index(keys)["peak_allocated_mb"]
-    bf = inf[inf["precision"] == "bf16"].set_index(keys)
-    both = pd.concat(
-        {"fp32": a, "bf16": bf["peak_allocated_mb"], "casts": bf["analytic_weight_casts_mb"]},
-        axis=1,
-    ).dropna()
+    both = bf16_beside_fp32(inf, ["size", "context_length"], "peak_allocated_mb")
     if both.empty:
         return ""
     items = [
