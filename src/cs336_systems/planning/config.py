@@ -31,7 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cs336_systems.planning import machine
-from cs336_systems.planning.edition import DEFAULT_EDITION, MODEL_SIZE_NAMES, edition_overrides
+from cs336_systems.planning.edition import (
+    DEFAULT_EDITION,
+    MODEL_SIZE_NAMES,
+    edition_overrides,
+    edition_stages,
+)
 from cs336_systems.planning.machine import Gpu, check_tag, tag_for
 from cs336_systems.planning.schema import (  # noqa: F401 (the names stages and the workflow use)
     DASH,
@@ -256,19 +261,22 @@ def check_run(
     if isinstance(machine, str) and (why := check_tag(machine)):
         if not any(p.path == ("machine",) for p in problems):
             problems.append(Problem(("machine",), machine, why))
+    edition = DEFAULT_EDITION
+    if not any(p.path == ("edition",) for p in problems):
+        edition = int(config.get("edition", DEFAULT_EDITION))
     stages = config.get("stages")
     if stages == "all":
-        stages = stage_names
+        stages = edition_stages(stage_names, edition)
     elif isinstance(stages, list):
         for i, s in enumerate(stages):
             if isinstance(s, str) and s not in stage_names:
                 problems.append(Problem(("stages", i), s, f"a stage: one of {names(stage_names)}"))
+            elif isinstance(s, str) and s not in edition_stages([s], edition):
+                notes.append(Problem(("stages", i), s, f"the {edition} handout asks nothing of "
+                                     "this stage; it runs because the list names it"))  # fmt: skip
     # memory is knowable when the run is tagged as this host (planned here for a cluster
     # under another machine's tag, it is not)
     here = machine == tag_for([g.name for g in gpus])
-    edition = DEFAULT_EDITION
-    if not any(p.path == ("edition",) for p in problems):
-        edition = int(config.get("edition", DEFAULT_EDITION))
     problems += [Problem(*p) for p in edition_overrides(config, stage_names, edition)]
     if problems:  # the stages' checks need valid globals
         raise ConfigError(problems + _stage_schema_problems(config, schemas, stage_names, text)[0])

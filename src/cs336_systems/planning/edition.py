@@ -27,6 +27,14 @@ MODEL_SIZE_NAMES = {
 }
 # a preset block's per-edition overrides (see the module docstring)
 EDITION_OVERRIDES = "editions"
+# stages whose questions one edition's handout asks and the other's does not (a stage not named
+# here answers both): `stages: all` runs an edition's own; a listed one still runs, with a note
+STAGE_EDITIONS = {"checkpointing": (2026,), "fsdp": (2026,), "leaderboard": (2026,)}
+
+
+def edition_stages(stages: Iterable[str], edition: int) -> list[str]:
+    """The stages of `stages` whose questions `edition`'s handout asks (STAGE_EDITIONS)."""
+    return [s for s in stages if int(edition) in STAGE_EDITIONS.get(s, EDITIONS)]
 
 
 @cache
