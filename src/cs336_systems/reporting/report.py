@@ -25,7 +25,7 @@ import pandas as pd
 
 from cs336_systems.core.results import ABSENT, PROVENANCE_COLUMNS, atomic_write_text, git_state
 from cs336_systems.planning.log import configure, get_logger
-from cs336_systems.reporting import coverage, digest, export, questions, sanity
+from cs336_systems.reporting import coverage, digest, export, questions, sanity, staleness
 from cs336_systems.reporting.analysis import (
     fmt,
     md_table,
@@ -127,6 +127,24 @@ def commit_text(prov: pd.DataFrame) -> str:
     elif any(c.endswith("-dirty") for c in commits):
         out += " (dirty tree; the files were not recorded)"
     return out
+
+
+def since_text(prov: pd.DataFrame, stages: list[str]) -> str:
+    """How to tell which of the run's stages changed since its commit; where the tree was dirty,
+    the stages whose files (reporting/staleness.py) held its uncommitted changes."""
+    out = (
+        "`python -m cs336_systems.reporting.staleness <this report's folder>` names the stages"
+        " whose code, config or section template changed since the commit above"
+    )
+    dirty = {f for v in _values(prov, "git_dirty_files") for f in v.split()}
+    if not dirty:
+        return out
+    touched = [s for s in stages if dirty & set(staleness.stage_files(s))]
+    return out + (
+        f"; at the run, uncommitted changes touched the files of {', '.join(touched)}"
+        if touched
+        else "; at the run, no stage's files held uncommitted changes"
+    )
 
 
 def _unit(text: str, unit: str) -> str:
@@ -251,6 +269,7 @@ def header(results_dir: Path, stages: list[str] | None = None) -> dict:
         "cuda": cuda_text(prov),
         "preset": _joined(prov, "preset"),
         "git_commit": commit_text(prov),
+        "since": since_text(prov, [r["stage"] for r in per_stage]),
         "first_result": wall["start"],
         "last_result": wall["end"],
         "wall_minutes": wall["minutes"],

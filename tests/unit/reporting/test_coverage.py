@@ -401,6 +401,19 @@ def test_a_report_rendered_by_another_commit_says_so(monkeypatch):
     assert "changed: src/x.py" in report.renderer_text(other)
 
 
+def test_the_header_says_how_to_tell_what_changed_and_which_stages_were_dirty():
+    """The header points to reporting/staleness.py; a dirty run names the stages whose files held
+    its uncommitted changes (a stage's files: its code's imports, config and template)."""
+    clean = pd.DataFrame({"git_commit": ["abc123def456"], "git_dirty_files": [""]})
+    text = report.since_text(clean, ["ceilings", "benchmark"])
+    assert "python -m cs336_systems.reporting.staleness" in text and "uncommitted" not in text
+    measure = "src/cs336_systems/stages/ceilings/measure.py"
+    dirty = pd.DataFrame({"git_commit": ["abc-dirty"], "git_dirty_files": [f"{measure} README.md"]})
+    assert report.since_text(dirty, ["ceilings", "benchmark"]).endswith("the files of ceilings")
+    only_docs = pd.DataFrame({"git_commit": ["abc-dirty"], "git_dirty_files": ["README.md"]})
+    assert "no stage's files" in report.since_text(only_docs, ["ceilings"])
+
+
 def test_provenance_numbers_are_written_alike():
     """nvidia-smi's "700.00" and a float column's "700.0" are one power limit, not two."""
     frame = pd.DataFrame(
