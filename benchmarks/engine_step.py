@@ -1,5 +1,5 @@
 """One bf16 AdamW training step of the 2026 models (default: the xl at context 512, batch 4),
-variant by variant, timed by the project's harness (issue 22; folds the former
+variant by variant, timed by the project's harness (folds the former
 engine_step_bench.py in):
 
 - plain: the benchmark stage's compiled step (core/workload.py: whole model torch.compile'd,

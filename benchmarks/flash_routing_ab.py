@@ -1,4 +1,4 @@
-"""Routings of the Gluon passes side by side (issue 34, rounds 10 and 11 of the flash notes): per
+"""Routings of the Gluon passes side by side (rounds 10 and 11 of the flash notes): per
 variant, the gradients against a float64 reference first (causal 1000 x 1000, not causal
 777 x 1031, causal 2048 x 2048; B=1, H=2, bf16), then forward+backward at B=1, H=16, causal bf16
 for n = 16384, 4096 and 1024, timed as the target job times a point

@@ -1,4 +1,4 @@
-"""The fixed-cost target set under different routings (issue 21): per routing variant, head dim
+"""The fixed-cost target set under different routings: per routing variant, head dim
 and length, our forward+backward and SDPA cuDNN's timed as the flash stage's target job times
 them (`core.harness.device_time`, do_bench 25/100 ms, median, p20, p80), in ROUNDS alternating
 rounds so both see the same host; the host's issue time of one call with the GPU idle before it

@@ -9,7 +9,7 @@ import torch
 from cs336_systems.stages.benchmark import mfu
 from cs336_systems.stages.benchmark.measure import run_grid, step_flops
 
-# a CPU without bf16 units, as the ceilings stage measured one (issue 21): TFLOP/s per path
+# a CPU without bf16 units, as the ceilings stage measured one: TFLOP/s per path
 CEILINGS = pd.DataFrame(
     [
         {"kind": "matmul", "dtype": "fp32", "path": "matmul", "status": "ok", "tflops": 0.018},

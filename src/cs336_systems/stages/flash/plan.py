@@ -43,7 +43,7 @@ class Timing(Knobs):
 
 @dataclass(frozen=True)
 class Target(Knobs):
-    """Our kernel's fixed-cost target (issue 21): ours against SDPA cuDNN at short lengths, with
+    """Our kernel's fixed-cost target: ours against SDPA cuDNN at short lengths, with
     many heads; rows grid=target."""
 
     impls: list[Impl] = knob("the implementations", **SET)

@@ -313,7 +313,7 @@ def bf16_peak(ceilings: pd.DataFrame | None) -> float | None:
 
 # ---- the fixed-cost target -------------------------------------------------------------------
 
-# the fixed-cost target (issue 21): our forward+backward against SDPA cuDNN's, at most this ratio
+# the fixed-cost target: our forward+backward against SDPA cuDNN's, at most this ratio
 TARGET_BOUNDS = ((4096, 1.0), (0, 1.5))  # n >= 4096: at most cuDNN; shorter: at most 1.5x
 TARGET_PAIR = ("flash_triton", "sdpa_cudnn")
 
