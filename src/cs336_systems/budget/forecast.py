@@ -65,17 +65,31 @@ def job_seconds(config: dict, preset: str, gpus: int | None = None):
     return seconds
 
 
-# a job other measuring jobs wait for runs before any job that does not gate one
+# Priority tiers, highest first. A job on every card of the host starts first, while the run's
+# start frees them all at once (later a wide job waits for every card to come free together,
+# and Snakemake reserves none: it gives a freed card to the best job that fits). Then the jobs
+# other measuring jobs wait for, then the jobs on several cards: two cards freed together by a
+# wide job go to the next wide job, not to two single-card ones, so the wide jobs run as a lane
+# of their own instead of last, one after another. Within a tier, the largest GPU-seconds.
+ALL_CARDS_PRIORITY = 100_000_000
 GATE_PRIORITY = 1_000_000
+WIDE_PRIORITY = 500_000
 
 
-def priority(rule: str, gpu, seconds, gates: bool = False):
+def priority(rule: str, gpu, seconds, gates: bool = False, cards: int = 0):
     """A job's Snakemake priority: its GPU-seconds (estimated seconds x cards, at least one),
-    above every other job's where it gates measuring jobs."""
+    raised by its tiers (a job on each of the host's `cards`, a job that gates measuring
+    jobs, a job on several cards)."""
 
     def value(wildcards) -> int:
+        width = gpu(wildcards)
         s = seconds(rule, dict(wildcards.items())) or LOCAL_JOB_S
-        return int(s * max(1, gpu(wildcards))) + (GATE_PRIORITY if gates else 0)
+        tiers = (
+            GATE_PRIORITY * gates
+            + WIDE_PRIORITY * (width > 1)
+            + ALL_CARDS_PRIORITY * (width > 1 and width >= cards)
+        )
+        return int(s * max(1, width)) + tiers
 
     return value
 
@@ -100,6 +114,7 @@ def estimates(config: dict, preset: str, jobs: list[dict], gpus: int | None = No
                 "gpus": int(job.get("gpus", 0)),
                 "alone": bool(job.get("alone", False)),
                 "priority": job.get("priority", 0),
+                "inputs": job.get("inputs", []),
             }
         )
     return out
