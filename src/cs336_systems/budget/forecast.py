@@ -5,7 +5,14 @@ preset's budget model, written for planning/eta.py's progress lines, and one lin
         --preset cpu --parallel 2 --config config.json
 
 `jobs.json` is what the workflow's onstart handler lists: [{"rule", "wildcards", "outputs"}];
-`config.json` the run's checked config. Each stage's plan names its measuring rules' jobs
+`config.json` the run's checked config.
+
+    snakemake -n --cores 4 --resources gpu_jobs=4 --config preset=gpu -- report > dry.txt
+    python -m cs336_systems.budget.forecast --dry-run dry.txt --preset gpu --cards 4
+
+prints the plan of a run not started: the jobs read from a dry run's job headers (rule,
+wildcards, input, output, priority, resources), as `scripts/plan.sh` does on a host of any
+number of cards (a faked GPU pool). Each stage's plan names its measuring rules' jobs
 (`ETA_KEYS`); a job of another rule (an aggregate, a plot, the report) costs LOCAL_JOB_S.
 """
 
@@ -13,12 +20,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
-from cs336_systems.budget import DEVICES, LOCAL_JOB_S, Device, plan, stage_plan, stages_of
+from cs336_systems.budget import (
+    DEVICES,
+    LOCAL_JOB_S,
+    Device,
+    plan,
+    run_config,
+    stage_plan,
+    stages_of,
+)
 from cs336_systems.planning import eta, schedule
 from cs336_systems.planning.log import configure, get_logger
 
@@ -120,17 +136,44 @@ def estimates(config: dict, preset: str, jobs: list[dict], gpus: int | None = No
     return out
 
 
+def dry_run_jobs(text: str) -> list[dict]:
+    """The jobs of a dry run's output (`snakemake -n`), as the onstart handler lists them."""
+    jobs = []
+    for block in re.split(r"\n(?=rule \w+:)", text):
+        head = re.match(r"rule (\w+):", block)
+        if not head or head.group(1) == "all":
+            continue
+        fields = dict(re.findall(r"^    (\w+): (.*)$", block, re.M))
+
+        def pairs(key, fields=fields):
+            return dict(kv.split("=", 1) for kv in fields.get(key, "").split(", ") if "=" in kv)
+
+        res = pairs("resources")
+        jobs.append({
+            "rule": head.group(1), "wildcards": pairs("wildcards"),
+            "inputs": [f for f in fields.get("input", "").split(", ") if f],
+            "outputs": [f for f in fields.get("output", "").split(", ") if f],
+            "gpus": int(res.get("gpu", 0)), "alone": bool(int(res.get("timing", 0))),
+            "priority": int(fields.get("priority", 0)),
+        })  # fmt: skip
+    return jobs
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--jobs", required=True, type=Path)
-    ap.add_argument("--config", required=True, type=Path)
-    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--jobs", type=Path)
+    ap.add_argument("--dry-run", type=Path, help="a dry run's output: print its plan")
+    ap.add_argument("--config", type=Path)
+    ap.add_argument("--out", type=Path)
     ap.add_argument("--preset", required=True)
     ap.add_argument("--parallel", type=int, default=1, help="jobs that run at once")
     ap.add_argument("--cards", type=int, default=0, help="the host's GPUs the jobs share")
     ap.add_argument("--start", type=float, default=None, help="the run's start (epoch s)")
     args = ap.parse_args(argv)
     configure("eta")
+    if args.dry_run is not None:
+        print_plan(args.dry_run, args.preset, args.cards, args.parallel)
+        return
     jobs = json.loads(args.jobs.read_text())
     est = estimates(json.loads(args.config.read_text()), args.preset, jobs, args.cards)
     start = args.start if args.start is not None else time.time()
@@ -152,6 +195,24 @@ def main(argv: list[str] | None = None) -> None:
         eta.minutes(longest["seconds"]),
         args.out.parent / "plan.txt",
     )
+
+
+def print_plan(dry_run: Path, preset: str, cards: int, parallel: int) -> None:
+    """The plan of the dry run's jobs under the default config of `preset`, with the
+    GPU-seconds per rule."""
+    config = run_config()
+    est = estimates(config, preset, dry_run_jobs(dry_run.read_text()), cards)
+    placed = schedule.place(est, cards, max(parallel, 1))
+    per: dict[str, float] = {}
+    for job in est:
+        if job["gpus"]:
+            stage = job["name"].split()[0]
+            per[stage] = per.get(stage, 0.0) + job["seconds"] * job["gpus"]
+    total = sum(per.values())
+    lines = [schedule.plan_text(placed, cards), f"GPU-seconds: {total:.0f} (at least "
+             f"{eta.minutes(total / max(cards, 1))} on {cards} cards)"]  # fmt: skip
+    lines += [f"  {s}: {v:.0f}" for s, v in sorted(per.items(), key=lambda kv: -kv[1])]
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":
