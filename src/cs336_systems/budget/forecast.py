@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 import time
 from dataclasses import replace
 from functools import cache
@@ -212,7 +213,7 @@ def print_plan(dry_run: Path, preset: str, cards: int, parallel: int) -> None:
     lines = [schedule.plan_text(placed, cards), f"GPU-seconds: {total:.0f} (at least "
              f"{eta.minutes(total / max(cards, 1))} on {cards} cards)"]  # fmt: skip
     lines += [f"  {s}: {v:.0f}" for s, v in sorted(per.items(), key=lambda kv: -kv[1])]
-    print("\n".join(lines))
+    sys.stdout.write("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
