@@ -243,8 +243,9 @@ print(
 # and counts its cards as its cores: its claim pins it to its cards' share of the host's cores,
 # so a wide `threads` no longer keeps the other cards idle. A job timing on the CPU takes
 # `timing` and every `gpu_jobs` slot: it runs alone among the measurements. Priorities come
-# from the budget model (budget/forecast.py): jobs that gate others first, then the largest
-# GPU-seconds (seconds x cards), so that the longest and widest jobs do not come last.
+# from the budget model (budget/forecast.py): a job on every card first, then jobs that gate
+# others, then jobs on several cards, each tier by the largest GPU-seconds (seconds x cards),
+# so that the longest and widest jobs do not come last.
 
 
 def _per_job(resource):
@@ -300,7 +301,9 @@ def isolate_measuring_jobs():
         r.resources["gpu_jobs"] = _gpu_jobs(gpu)
         r.resources["timing"] = _timing(gpu)
         r.resources["_cores"] = _cores(gpu, _per_job(r.resources["_cores"]))
-        r.priority = forecast.priority(r.name, gpu, seconds, gates=_gates(r, measuring))
+        r.priority = forecast.priority(
+            r.name, gpu, seconds, gates=_gates(r, measuring), cards=len(GPU_POOL)
+        )
 
 
 def launcher_resources(stage):
@@ -355,6 +358,7 @@ def start_estimate():
             "rule": job.rule.name,
             "wildcards": dict(job.wildcards_dict),
             "outputs": [str(f) for f in job.output],
+            "inputs": [str(f) for f in job.input],
             "gpus": int(job.resources.get("gpu", 0) or 0),
             "alone": bool(job.resources.get("timing", 0)),
             "priority": job.priority,

@@ -5,7 +5,14 @@ preset's budget model, written for planning/eta.py's progress lines, and one lin
         --preset cpu --parallel 2 --config config.json
 
 `jobs.json` is what the workflow's onstart handler lists: [{"rule", "wildcards", "outputs"}];
-`config.json` the run's checked config. Each stage's plan names its measuring rules' jobs
+`config.json` the run's checked config.
+
+    snakemake -n --cores 4 --resources gpu_jobs=4 --config preset=gpu -- report > dry.txt
+    python -m cs336_systems.budget.forecast --dry-run dry.txt --preset gpu --cards 4
+
+prints the plan of a run not started: the jobs read from a dry run's job headers (rule,
+wildcards, input, output, priority, resources), as `scripts/plan.sh` does on a host of any
+number of cards (a faked GPU pool). Each stage's plan names its measuring rules' jobs
 (`ETA_KEYS`); a job of another rule (an aggregate, a plot, the report) costs LOCAL_JOB_S.
 """
 
@@ -13,12 +20,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import sys
 import time
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
-from cs336_systems.budget import DEVICES, LOCAL_JOB_S, Device, plan, stage_plan, stages_of
+from cs336_systems.budget import (
+    DEVICES,
+    LOCAL_JOB_S,
+    Device,
+    plan,
+    run_config,
+    stage_plan,
+    stages_of,
+)
 from cs336_systems.planning import eta, schedule
 from cs336_systems.planning.log import configure, get_logger
 
@@ -65,17 +82,31 @@ def job_seconds(config: dict, preset: str, gpus: int | None = None):
     return seconds
 
 
-# a job other measuring jobs wait for runs before any job that does not gate one
+# Priority tiers, highest first. A job on every card of the host starts first, while the run's
+# start frees them all at once (later a wide job waits for every card to come free together,
+# and Snakemake reserves none: it gives a freed card to the best job that fits). Then the jobs
+# other measuring jobs wait for, then the jobs on several cards: two cards freed together by a
+# wide job go to the next wide job, not to two single-card ones, so the wide jobs run as a lane
+# of their own instead of last, one after another. Within a tier, the largest GPU-seconds.
+ALL_CARDS_PRIORITY = 100_000_000
 GATE_PRIORITY = 1_000_000
+WIDE_PRIORITY = 500_000
 
 
-def priority(rule: str, gpu, seconds, gates: bool = False):
+def priority(rule: str, gpu, seconds, gates: bool = False, cards: int = 0):
     """A job's Snakemake priority: its GPU-seconds (estimated seconds x cards, at least one),
-    above every other job's where it gates measuring jobs."""
+    raised by its tiers (a job on each of the host's `cards`, a job that gates measuring
+    jobs, a job on several cards)."""
 
     def value(wildcards) -> int:
+        width = gpu(wildcards)
         s = seconds(rule, dict(wildcards.items())) or LOCAL_JOB_S
-        return int(s * max(1, gpu(wildcards))) + (GATE_PRIORITY if gates else 0)
+        tiers = (
+            GATE_PRIORITY * gates
+            + WIDE_PRIORITY * (width > 1)
+            + ALL_CARDS_PRIORITY * (width > 1 and width >= cards)
+        )
+        return int(s * max(1, width)) + tiers
 
     return value
 
@@ -100,22 +131,50 @@ def estimates(config: dict, preset: str, jobs: list[dict], gpus: int | None = No
                 "gpus": int(job.get("gpus", 0)),
                 "alone": bool(job.get("alone", False)),
                 "priority": job.get("priority", 0),
+                "inputs": job.get("inputs", []),
             }
         )
     return out
 
 
+def dry_run_jobs(text: str) -> list[dict]:
+    """The jobs of a dry run's output (`snakemake -n`), as the onstart handler lists them."""
+    jobs = []
+    for block in re.split(r"\n(?=rule \w+:)", text):
+        head = re.match(r"rule (\w+):", block)
+        if not head or head.group(1) == "all":
+            continue
+        fields = dict(re.findall(r"^    (\w+): (.*)$", block, re.M))
+
+        def pairs(key, fields=fields):
+            return dict(kv.split("=", 1) for kv in fields.get(key, "").split(", ") if "=" in kv)
+
+        res = pairs("resources")
+        jobs.append({
+            "rule": head.group(1), "wildcards": pairs("wildcards"),
+            "inputs": [f for f in fields.get("input", "").split(", ") if f],
+            "outputs": [f for f in fields.get("output", "").split(", ") if f],
+            "gpus": int(res.get("gpu", 0)), "alone": bool(int(res.get("timing", 0))),
+            "priority": int(fields.get("priority", 0)),
+        })  # fmt: skip
+    return jobs
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--jobs", required=True, type=Path)
-    ap.add_argument("--config", required=True, type=Path)
-    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--jobs", type=Path)
+    ap.add_argument("--dry-run", type=Path, help="a dry run's output: print its plan")
+    ap.add_argument("--config", type=Path)
+    ap.add_argument("--out", type=Path)
     ap.add_argument("--preset", required=True)
     ap.add_argument("--parallel", type=int, default=1, help="jobs that run at once")
     ap.add_argument("--cards", type=int, default=0, help="the host's GPUs the jobs share")
     ap.add_argument("--start", type=float, default=None, help="the run's start (epoch s)")
     args = ap.parse_args(argv)
     configure("eta")
+    if args.dry_run is not None:
+        print_plan(args.dry_run, args.preset, args.cards, args.parallel)
+        return
     jobs = json.loads(args.jobs.read_text())
     est = estimates(json.loads(args.config.read_text()), args.preset, jobs, args.cards)
     start = args.start if args.start is not None else time.time()
@@ -137,6 +196,24 @@ def main(argv: list[str] | None = None) -> None:
         eta.minutes(longest["seconds"]),
         args.out.parent / "plan.txt",
     )
+
+
+def print_plan(dry_run: Path, preset: str, cards: int, parallel: int) -> None:
+    """The plan of the dry run's jobs under the default config of `preset`, with the
+    GPU-seconds per rule."""
+    config = run_config()
+    est = estimates(config, preset, dry_run_jobs(dry_run.read_text()), cards)
+    placed = schedule.place(est, cards, max(parallel, 1))
+    per: dict[str, float] = {}
+    for job in est:
+        if job["gpus"]:
+            stage = job["name"].split()[0]
+            per[stage] = per.get(stage, 0.0) + job["seconds"] * job["gpus"]
+    total = sum(per.values())
+    lines = [schedule.plan_text(placed, cards), f"GPU-seconds: {total:.0f} (at least "
+             f"{eta.minutes(total / max(cards, 1))} on {cards} cards)"]  # fmt: skip
+    lines += [f"  {s}: {v:.0f}" for s, v in sorted(per.items(), key=lambda kv: -kv[1])]
+    sys.stdout.write("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

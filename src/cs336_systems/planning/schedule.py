@@ -8,8 +8,10 @@ prints the plan: each card's jobs over time (a job on several cards on each), th
 the CPU alone, and the run's estimated wall time. `place(jobs, cards, slots)` is what the
 run's first estimate and each progress line read (planning/eta.py). A job is a dict of the
 forecast (budget/forecast.py): `name`, `seconds`, `gpus` (the cards it holds), `alone` (it times
-on the CPU: no other measuring job beside it) and `priority`. Dependencies are not modelled:
-the priorities put the jobs that gate others first. Standard library only.
+on the CPU: no other measuring job beside it), `priority` and, where known, `inputs` and
+`outputs`: a job starts only once the jobs writing its inputs have ended (a run's first jobs are
+the ones nothing gates, so a wide job that waits for the ceilings does not start with them).
+Standard library only.
 """
 
 from __future__ import annotations
@@ -41,17 +43,29 @@ def _fits(job: dict, free: list[int], running: list[Placed], slots: int, cards: 
     return min(int(job.get("gpus", 0)), cards) <= len(free)
 
 
+def _producers(jobs: list[dict]) -> dict[str, set[str]]:
+    """{job name: the names of the jobs writing one of its inputs}."""
+    writer = {out: j["name"] for j in jobs for out in j.get("outputs", ())}
+    return {
+        j["name"]: {writer[f] for f in j.get("inputs", ()) if f in writer} - {j["name"]}
+        for j in jobs
+    }
+
+
 def place(jobs: list[dict], cards: int, slots: int, start: float = 0.0) -> list[Placed]:
-    """Every job placed: at each instant, the waiting jobs that fit start, highest priority
-    first (a wide job waits for its cards; a job timed on the CPU for an idle host)."""
+    """Every job placed: at each instant, the waiting jobs whose inputs are written and that fit
+    start, highest priority first (a wide job waits for its cards; a job timed on the CPU for
+    an idle host)."""
     waiting = sorted(jobs, key=lambda j: -float(j.get("priority", 0)))
+    needs = _producers(jobs)
+    ended: set[str] = set()
     free = list(range(cards))
     running: list[Placed] = []
     placed: list[Placed] = []
     now = start
     while waiting or running:
         for job in list(waiting):
-            if _fits(job, free, running, max(1, slots), cards):
+            if needs[job["name"]] <= ended and _fits(job, free, running, max(1, slots), cards):
                 width = min(int(job.get("gpus", 0)), cards)
                 got, free = tuple(free[:width]), free[width:]
                 p = Placed(
@@ -61,11 +75,13 @@ def place(jobs: list[dict], cards: int, slots: int, start: float = 0.0) -> list[
                 placed.append(p)
                 waiting.remove(job)
         if not running:  # nothing fits an idle host (wider than it): run it on what there is
-            job = waiting.pop(0)
+            job = next((j for j in waiting if needs[j["name"]] <= ended), waiting[0])
+            waiting.remove(job)
             running.append(Placed(now + float(job["seconds"]), now, job["name"], tuple(free)))
             placed.append(running[-1])
         done = heapq.heappop(running)
         now = done.end
+        ended.add(done.name)
         free = sorted([*free, *done.cards])
     return placed
 

@@ -36,3 +36,17 @@ def test_the_plan_lists_each_cards_jobs_and_the_wall_time():
     text = schedule.plan_text(schedule.place(jobs, 2, 2), 2)
     assert "GPU 0: 2 jobs" in text and "GPU 1: 1 jobs" in text
     assert "cpu (alone)" in text and "estimated wall time: 3.5 min" in text
+
+
+def test_a_job_waits_for_the_jobs_writing_its_inputs():
+    # the wide job outranks everything but needs the ceilings' CSV: the narrow jobs start first
+    jobs = [
+        dict(job("ceilings", 5, priority=50), outputs=["c.csv"]),
+        dict(job("wide", 10, gpus=2, priority=100), inputs=["c.csv"]),
+        job("n1", 20, priority=1),
+    ]
+    placed = {p.name: p for p in schedule.place(jobs, cards=2, slots=2)}
+    assert placed["ceilings"].start == 0 and placed["n1"].start == 0
+    assert placed["wide"].start == 20  # both cards free only when n1 ends
+    without = [{k: v for k, v in j.items() if k not in ("inputs", "outputs")} for j in jobs]
+    assert {p.name: p for p in schedule.place(without, 2, 2)}["wide"].start == 0
