@@ -370,7 +370,7 @@ GPU_LAUNCHER = "cs336_systems.planning.claim"
 
 
 def entry_modules(shell: str) -> list[str]:
-    found = re.findall(r"python3 -m (cs336_systems[\w.]*)", shell)
+    found = re.findall(r"python3? -m (cs336_systems[\w.]*)", shell)
     return [m for m in found if m != GPU_LAUNCHER]
 
 

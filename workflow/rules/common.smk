@@ -2,6 +2,7 @@
 # tables and the helpers rules share.
 import importlib
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -9,6 +10,9 @@ from pathlib import Path
 from snakemake.utils import min_version
 
 ROOT = Path(workflow.basedir)
+# the interpreter every rule runs: the one running Snakemake (its environment has the package
+# and torch, activated or not), quoted; $CS336_PYTHON instead where set (a test's `python3` shim)
+PY = os.environ.get("CS336_PYTHON") or shlex.quote(sys.executable)
 # the workflow's own package, whatever else is installed
 sys.path.insert(0, str(ROOT / "src"))
 from cs336_systems.planning import config as run_config  # noqa: E402
@@ -128,7 +132,7 @@ shell.prefix(
     # kineto's `gpuGetDeviceCount failed` lines on a machine without a GPU say nothing
     + ("" if GPU_POOL else ' KINETO_LOG_LEVEL="${{KINETO_LOG_LEVEL:-5}}"') + "; "
 )
-shell.suffix("; python3 -m cs336_systems.planning.eta")
+shell.suffix(f"; {PY} -m cs336_systems.planning.eta")
 
 # Each stage's rules file registers what the report needs from it: {stage: [files]}.
 REPORT_INPUTS = {}
@@ -142,7 +146,7 @@ def stage_config(stage):
 
 def code(*modules, files=()):
     """A rule's code inputs: every package file that `modules` (what its shell runs with
-    `python3 -m`) and the test `files` import, however deep, read from the import graph.
+    `{PY} -m`) and the test `files` import, however deep, read from the import graph.
     """
     found = imports.import_closure(
         ROOT / "src", *modules, files=[ROOT / f for f in files]
