@@ -24,7 +24,7 @@ rule arithmetic:
         common=common_args(),
     shell:
         "{PY} -m cs336_systems.stages.arithmetic {params.common} --out {output}"
-        " --block {params.block:q} {params.inputs} 2>&1 | tee {log}"
+        " --block {params.block:q} {params.inputs} 2>&1 | {TEE} {log}"
 
 
 if "arithmetic" in STAGES:

@@ -46,7 +46,7 @@ rule benchmark:
         " --attention {wildcards.attention} --compile={params.compile}"
         " --engines {params.engines} --block {params.block:q}"
         " --ceilings {input.ceilings}"
-        " 2>&1 | tee {log}"
+        " 2>&1 | {TEE} {log}"
 
 
 rule benchmark_warmup:
@@ -67,7 +67,7 @@ rule benchmark_warmup:
     shell:
         "{PY} -m cs336_systems.planning.claim {resources.gpu}"
         " {PY} -m cs336_systems.stages.benchmark warmup {params.common} --out {output}"
-        " --size {wildcards.size} --block {params.block:q} 2>&1 | tee {log}"
+        " --size {wildcards.size} --block {params.block:q} 2>&1 | {TEE} {log}"
 
 
 rule benchmark_aggregate:
@@ -89,7 +89,7 @@ rule benchmark_aggregate:
     localrule: True
     shell:
         "{PY} -m cs336_systems.stages.benchmark.aggregate --ceilings {input.ceilings}"
-        " --out {output} {input.points} 2>&1 | tee {log}"
+        " --out {output} {input.points} 2>&1 | {TEE} {log}"
 
 
 rule benchmark_warmup_aggregate:
@@ -104,7 +104,7 @@ rule benchmark_warmup_aggregate:
         f"{RESULTS}/logs/benchmark_warmup_aggregate.log",
     localrule: True
     shell:
-        "{PY} -m cs336_systems.reporting.aggregate --out {output} {input.points} 2>&1 | tee {log}"
+        "{PY} -m cs336_systems.reporting.aggregate --out {output} {input.points} 2>&1 | {TEE} {log}"
 
 
 BENCHMARK_PLOTS = ["latency", "bwd_fwd", "warmup", "speedups", "mfu"]
@@ -127,7 +127,7 @@ rule benchmark_plots:
         figures=lambda wc, output: parent(output[0]),
     shell:
         "{PY} -m cs336_systems.stages.benchmark.analysis --results {params.results}"
-        " --figures {params.figures} 2>&1 | tee {log}"
+        " --figures {params.figures} 2>&1 | {TEE} {log}"
 
 
 if "benchmark" in STAGES:

@@ -20,7 +20,7 @@ rule ceilings:
     shell:
         "{PY} -m cs336_systems.planning.claim {resources.gpu}"
         " {PY} -m cs336_systems.stages.ceilings {params.common} --out {output}"
-        " --block {params.block:q} 2>&1 | tee {log}"
+        " --block {params.block:q} 2>&1 | {TEE} {log}"
 
 
 if "ceilings" in STAGES:

@@ -30,7 +30,7 @@ rule checkpointing_accounting:
     shell:
         "{PY} -m cs336_systems.planning.claim {resources.gpu}"
         " {PY} -m cs336_systems.stages.checkpointing accounting {params.common}"
-        " --block {params.block:q} --out {output} 2>&1 | tee {log}"
+        " --block {params.block:q} --out {output} 2>&1 | {TEE} {log}"
 
 
 rule checkpointing:
@@ -53,7 +53,7 @@ rule checkpointing:
         "{PY} -m cs336_systems.planning.claim {resources.gpu}"
         " {PY} -m cs336_systems.stages.checkpointing strategies {params.common}"
         " --precision {wildcards.precision} --block {params.block:q} --out {output}"
-        " 2>&1 | tee {log}"
+        " 2>&1 | {TEE} {log}"
 
 
 rule checkpointing_aggregate:
@@ -73,7 +73,7 @@ rule checkpointing_aggregate:
     shell:
         "({PY} -m cs336_systems.reporting.aggregate --out {output.points} {input.points}"
         " && {PY} -m cs336_systems.reporting.aggregate --out {output.saved} {input.saved})"
-        " 2>&1 | tee {log}"
+        " 2>&1 | {TEE} {log}"
 
 
 rule checkpointing_plots:
@@ -94,7 +94,7 @@ rule checkpointing_plots:
         figures=lambda wc, output: parent(output[0]),
     shell:
         "{PY} -m cs336_systems.stages.checkpointing.analysis --results {params.results}"
-        " --figures {params.figures} 2>&1 | tee {log}"
+        " --figures {params.figures} 2>&1 | {TEE} {log}"
 
 
 if "checkpointing" in STAGES:

@@ -42,7 +42,7 @@ rule ddp:
         "OMP_NUM_THREADS=1 {PY} -m cs336_systems.planning.claim {resources.gpu}"
         " {PY} -m cs336_systems.stages.ddp {wildcards.kind} {params.common}"
         " --out {output} --block {params.block:q} {params.traces} {params.timelines}"
-        " 2>&1 | tee {log}"
+        " 2>&1 | {TEE} {log}"
 
 
 rule ddp_aggregate:
@@ -58,7 +58,7 @@ rule ddp_aggregate:
         f"{RESULTS}/logs/ddp_aggregate.log",
     localrule: True
     shell:
-        "{PY} -m cs336_systems.reporting.aggregate --out {output} {input.points} 2>&1 | tee {log}"
+        "{PY} -m cs336_systems.reporting.aggregate --out {output} {input.points} 2>&1 | {TEE} {log}"
 
 
 rule ddp_plots:
@@ -80,7 +80,7 @@ rule ddp_plots:
         figures=lambda wc, output: parent(output[0]),
     shell:
         "{PY} -m cs336_systems.stages.ddp.analysis --results {params.results}"
-        " --figures {params.figures} 2>&1 | tee {log}"
+        " --figures {params.figures} 2>&1 | {TEE} {log}"
 
 
 if "ddp" in STAGES:

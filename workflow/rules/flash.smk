@@ -37,7 +37,7 @@ rule flash:
         "{PY} -m cs336_systems.planning.claim {resources.gpu}"
         " {PY} -m cs336_systems.stages.flash sweep {params.common} --out {output}"
         " --partial {params.partial} --dtype {wildcards.dtype} --block {params.block:q}"
-        " {params.gate} 2>&1 | tee {log}"
+        " {params.gate} 2>&1 | {TEE} {log}"
 
 
 rule flash_leaderboard:
@@ -61,7 +61,7 @@ rule flash_leaderboard:
     shell:
         "{PY} -m cs336_systems.planning.claim {resources.gpu}"
         " {PY} -m cs336_systems.stages.flash leaderboard {params.common} --out {output}"
-        " --partial {params.partial} --block {params.block:q} {params.gate} 2>&1 | tee {log}"
+        " --partial {params.partial} --block {params.block:q} {params.gate} 2>&1 | {TEE} {log}"
 
 
 rule flash_target:
@@ -85,7 +85,7 @@ rule flash_target:
     shell:
         "{PY} -m cs336_systems.planning.claim {resources.gpu}"
         " {PY} -m cs336_systems.stages.flash target {params.common} --out {output}"
-        " --partial {params.partial} --block {params.block:q} {params.gate} 2>&1 | tee {log}"
+        " --partial {params.partial} --block {params.block:q} {params.gate} 2>&1 | {TEE} {log}"
 
 
 rule flash_aggregate:
@@ -98,7 +98,7 @@ rule flash_aggregate:
         f"{RESULTS}/logs/flash_aggregate.log",
     localrule: True
     shell:
-        "{PY} -m cs336_systems.reporting.aggregate --out {output} {input.points} 2>&1 | tee {log}"
+        "{PY} -m cs336_systems.reporting.aggregate --out {output} {input.points} 2>&1 | {TEE} {log}"
 
 
 rule flash_plots:
@@ -116,7 +116,7 @@ rule flash_plots:
         figures=lambda wc, output: parent(output[0]),
     shell:
         "{PY} -m cs336_systems.stages.flash.analysis --results {params.results}"
-        " --figures {params.figures} 2>&1 | tee {log}"
+        " --figures {params.figures} 2>&1 | {TEE} {log}"
 
 
 if "flash" in STAGES:

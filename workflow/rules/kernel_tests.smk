@@ -38,7 +38,7 @@ rule kernel_tests:
     shell:
         "OMP_NUM_THREADS=1 {PY} -m cs336_systems.planning.claim {resources.gpu}"
         " {PY} -m cs336_systems.stages.kernel_tests {params.common} --block {params.block:q}"
-        " --junit {output.junit} --out {output.csv} 2>&1 | tee {log}"
+        " --junit {output.junit} --out {output.csv} 2>&1 | {TEE} {log}"
 
 
 rule kernel_tests_plots:
@@ -58,7 +58,7 @@ rule kernel_tests_plots:
         figures=lambda wc, output: parent(output[0]),
     shell:
         "{PY} -m cs336_systems.stages.kernel_tests.analysis --results {params.results}"
-        " --figures {params.figures} 2>&1 | tee {log}"
+        " --figures {params.figures} 2>&1 | {TEE} {log}"
 
 
 if "kernel_tests" in STAGES:

@@ -34,7 +34,7 @@ rule leaderboard:
         "OMP_NUM_THREADS=1 {PY} -m cs336_systems.planning.claim {resources.gpu}"
         " {PY} -m cs336_systems.stages.leaderboard {params.common} --out {output}"
         " --plans full,reduced --block {params.block:q} --peak-csv {input.ceilings}"
-        " 2>&1 | tee {log}"
+        " 2>&1 | {TEE} {log}"
 
 
 rule leaderboard_ablation:
@@ -63,7 +63,7 @@ rule leaderboard_ablation:
         "OMP_NUM_THREADS=1 {PY} -m cs336_systems.planning.claim {resources.gpu}"
         " {PY} -m cs336_systems.stages.leaderboard {params.common} --out {output}"
         " --plans ablation --checkpoint-from {input.runs} --block {params.block:q}"
-        " --peak-csv {input.ceilings} 2>&1 | tee {log}"
+        " --peak-csv {input.ceilings} 2>&1 | {TEE} {log}"
 
 
 rule leaderboard_aggregate:
@@ -78,7 +78,7 @@ rule leaderboard_aggregate:
     localrule: True
     shell:
         "{PY} -m cs336_systems.reporting.aggregate --out {output} {input.points} {input.ablation}"
-        " 2>&1 | tee {log}"
+        " 2>&1 | {TEE} {log}"
 
 
 rule leaderboard_plots:
@@ -98,7 +98,7 @@ rule leaderboard_plots:
         figures=lambda wc, output: parent(output[0]),
     shell:
         "{PY} -m cs336_systems.stages.leaderboard.analysis --results {params.results}"
-        " --figures {params.figures} 2>&1 | tee {log}"
+        " --figures {params.figures} 2>&1 | {TEE} {log}"
 
 
 if "leaderboard" in STAGES:

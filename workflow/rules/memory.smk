@@ -40,7 +40,7 @@ rule memory:
         " --block {params.block:q} --raw-dir {params.raw}"
         " --timeline-dir {params.timelines} --keep-raw {params.keep_raw}"
         " --out {output.points} --allocations-out {output.allocations}"
-        " --blocks-out {output.blocks} 2>&1 | tee {log}"
+        " --blocks-out {output.blocks} 2>&1 | {TEE} {log}"
 
 
 rule memory_aggregate:
@@ -60,7 +60,7 @@ rule memory_aggregate:
         "({PY} -m cs336_systems.reporting.aggregate --out {output.points} {input.points}"
         " && {PY} -m cs336_systems.reporting.aggregate --out {output.allocations} {input.allocations}"
         " && {PY} -m cs336_systems.reporting.aggregate --out {output.blocks} {input.blocks})"
-        " 2>&1 | tee {log}"
+        " 2>&1 | {TEE} {log}"
 
 
 rule memory_plots:
@@ -81,7 +81,7 @@ rule memory_plots:
         figures=lambda wc, output: parent(output[0]),
     shell:
         "{PY} -m cs336_systems.stages.memory.analysis --results {params.results}"
-        " --figures {params.figures} 2>&1 | tee {log}"
+        " --figures {params.figures} 2>&1 | {TEE} {log}"
 
 
 if "memory" in STAGES:

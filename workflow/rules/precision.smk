@@ -29,7 +29,7 @@ rule precision:
         "{PY} -m cs336_systems.planning.claim {resources.gpu}"
         " {PY} -m cs336_systems.stages.precision run {params.common} --block {params.block:q}"
         " --out {output.accumulation} --dtypes-out {output.dtypes}"
-        " --layernorm-out {output.layernorm} 2>&1 | tee {log}"
+        " --layernorm-out {output.layernorm} 2>&1 | {TEE} {log}"
 
 
 rule precision_plots:
@@ -47,7 +47,7 @@ rule precision_plots:
         figures=lambda wc, output: parent(output[0]),
     shell:
         "{PY} -m cs336_systems.stages.precision.analysis --results {params.results}"
-        " --figures {params.figures} 2>&1 | tee {log}"
+        " --figures {params.figures} 2>&1 | {TEE} {log}"
 
 
 if "precision" in STAGES:

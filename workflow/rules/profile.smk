@@ -38,7 +38,7 @@ rule profile:
         " {PY} -m cs336_systems.stages.profile run {params.common} --size {wildcards.size}"
         " --block {params.block:q} --raw-dir {params.raw} --keep-raw {params.keep_raw}"
         " --probe-out {output.probe} --out {output.points} --kernels-out {output.kernels}"
-        " 2>&1 | tee {log}"
+        " 2>&1 | {TEE} {log}"
 
 
 rule profile_aggregate:
@@ -58,7 +58,7 @@ rule profile_aggregate:
         "({PY} -m cs336_systems.reporting.aggregate --out {output.points} {input.points}"
         " && {PY} -m cs336_systems.reporting.aggregate --out {output.kernels} {input.kernels}"
         " && {PY} -m cs336_systems.reporting.aggregate --out {output.probe} {input.probe})"
-        " 2>&1 | tee {log}"
+        " 2>&1 | {TEE} {log}"
 
 
 rule profile_plots:
@@ -77,7 +77,7 @@ rule profile_plots:
         figures=lambda wc, output: parent(output[0]),
     shell:
         "{PY} -m cs336_systems.stages.profile.analysis --results {params.results}"
-        " --figures {params.figures} 2>&1 | tee {log}"
+        " --figures {params.figures} 2>&1 | {TEE} {log}"
 
 
 if "profile" in STAGES:

@@ -43,4 +43,4 @@ rule report:
         edition=EDITION,
     shell:
         "{PY} -m cs336_systems.reporting.report --results {params.results} --out {output.md}"
-        " --stages {params.stages} --edition {params.edition} 2>&1 | tee {log}"
+        " --stages {params.stages} --edition {params.edition} 2>&1 | {TEE} {log}"
