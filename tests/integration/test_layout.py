@@ -367,11 +367,13 @@ def imported_files(module: str, names: list[str]) -> frozenset[str]:
 # starts a measuring rule's stage on GPUs of its own (planning/claim.py): which card a job gets is
 # not the job's code, and editing the allocator reruns no measurement
 GPU_LAUNCHER = "cs336_systems.planning.claim"
+# copies a job's output to its log (planning/tee.py): not the job's code either
+LOG_TEE = "cs336_systems.planning.tee"
 
 
 def entry_modules(shell: str) -> list[str]:
-    found = re.findall(r"python3 -m (cs336_systems[\w.]*)", shell)
-    return [m for m in found if m != GPU_LAUNCHER]
+    found = re.findall(r"python3? -m (cs336_systems[\w.]*)", shell)
+    return [m for m in found if m not in (GPU_LAUNCHER, LOG_TEE)]
 
 
 def test_every_rule_runs_a_package_entry_point():

@@ -163,11 +163,10 @@ def snakemake_cmd(*args: str, profile: Path = PROFILE) -> list[str]:
 
 
 def job_env(workdir: Path) -> dict[str, str]:
-    """The copy's environment; rules call `python3`, so this interpreter comes first on PATH
-    (SLURM jobs inherit the submitting environment, --export=ALL)."""
-    env = env_for(workdir)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
-    return env
+    """The copy's environment (SLURM jobs inherit it, --export=ALL). The rules run the
+    interpreter of the job's Snakemake (common.smk's PY, an absolute path the nodes share), so
+    nothing of the environment needs to be on PATH."""
+    return env_for(workdir)
 
 
 class Background:

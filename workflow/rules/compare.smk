@@ -22,4 +22,4 @@ rule compare:
             compare_folder(m) for m in config["compare"]["machines"]
         ),
     shell:
-        "python3 -m cs336_systems.reporting.compare --out {output} {params.folders} 2>&1 | tee {log}"
+        "{PY} -m cs336_systems.reporting.compare --out {output} {params.folders} 2>&1 | {TEE} {log}"

@@ -42,5 +42,5 @@ rule report:
         # the run's edition (config `edition`), whatever a stage's rows say
         edition=EDITION,
     shell:
-        "python3 -m cs336_systems.reporting.report --results {params.results} --out {output.md}"
-        " --stages {params.stages} --edition {params.edition} 2>&1 | tee {log}"
+        "{PY} -m cs336_systems.reporting.report --results {params.results} --out {output.md}"
+        " --stages {params.stages} --edition {params.edition} 2>&1 | {TEE} {log}"

@@ -155,7 +155,8 @@ def run_point(fn: Callable[[], Any]) -> PointResult:
     except Exception as exc:  # a failed point is a row, not a crash
         status = "oom" if is_oom(exc) else f"error: {short_reason(exc)}"
         tb = traceback.format_exc(limit=4)
-        log.warning("point failed with %s\n%s", status, tb.rstrip())
+        # the traceback: to the job's log alone under the workflow (planning/log.py)
+        log.warning("point failed with %s", status, extra={"detail": tb.rstrip()})
         return PointResult(status, None, tb)
     finally:
         release_memory()

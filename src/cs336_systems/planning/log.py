@@ -12,20 +12,28 @@ Use:
 - ``with point("small ctx512 naive"):`` stamps the point into every line logged inside it,
   also by lower layers (the harness's failure report); nested points join with `` | ``.
 
-Lines go to stderr, flushed one by one, so the rules' ``2>&1 | tee {log}`` shows progress in
+Lines go to stderr, flushed one by one, so the rules' ``2>&1 | {TEE} {log}`` shows progress in
 the job log while the job runs; every line of a multi-line message (a traceback, a subprocess's
 output) carries the prefix, and Python warnings are logged in the same format (but those of
 QUIET_WARNINGS, a library's that say nothing about our runs).
+
+A point's Python warnings are caught (``warnings.catch_warnings(record=True)``) and counted;
+when the process ends each distinct one is logged once, with its count and the point that
+first raised it, then one summary line. Under the workflow ($CS336_LOG_ONLY set) those lines
+and tracebacks carry LOG_ONLY, so that planning/tee.py writes them to the job's log alone: the
+console keeps the summary. `warning_lines` counts a Snakemake log's WARNING lines.
 ``CS336_LOG_LEVEL=DEBUG`` shows debug lines. Standard library only: the workflow may import
 ``core`` modules while planning without loading torch.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import contextvars
 import logging
 import os
+import re
 import sys
 import warnings
 from collections.abc import Iterator
@@ -39,6 +47,11 @@ QUIET_WARNINGS = (
     # torch.profiler with a schedule of one cycle: we read every event of that cycle
     r"Warning: Profiler clears events at the end of each cycle",
 )
+
+# a line's first character where it goes to the job's log alone (planning/tee.py drops it),
+# written under $CS336_LOG_ONLY (the workflow's shell prefix sets it)
+LOG_ONLY = "\x1f"  # the unit separator: not a line break to str.splitlines
+LOG_ONLY_ENV = "CS336_LOG_ONLY"
 
 _point: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("point", default=())
 _where = {"stage": "-", "rank": None}
@@ -56,9 +69,63 @@ def point(*parts: object) -> Iterator[None]:
     """Stamp the point (its parts joined by spaces) into every line logged inside the block."""
     token = _point.set((*_point.get(), " ".join(str(p) for p in parts if str(p))))
     try:
-        yield
+        with _caught_warnings():
+            yield
     finally:
         _point.reset(token)
+
+
+# (category, message, file, line) -> [count, the point that first raised it]
+_warned: dict[tuple[str, str, str, int], list] = {}
+
+
+def _quiet() -> None:
+    for message in QUIET_WARNINGS:
+        warnings.filterwarnings("ignore", message=message)
+
+
+@contextlib.contextmanager
+def _caught_warnings() -> Iterator[None]:
+    """Every Python warning raised inside the block, counted in `_warned` (not shown now)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _quiet()
+        try:
+            yield
+        finally:
+            where = current_point()
+            for w in caught:
+                key = (w.category.__name__, str(w.message), w.filename, w.lineno)
+                _warned.setdefault(key, [0, where])[0] += 1
+
+
+def report_warnings() -> None:
+    """The points' warnings, each distinct one once with its count (to the job's log alone
+    under the workflow), then one summary line (rank 0's, in a distributed job)."""
+    if not _warned:
+        return
+    log = logging.getLogger(f"{ROOT}.warnings")
+    points = {where for _, where in _warned.values()}
+    total = sum(count for count, _ in _warned.values())
+    for (category, message, file, line), (count, where) in _warned.items():
+        at = f"{file}:{line}"
+        extra = {"point": where, "log_only": True}
+        log.warning("%dx %s: %s (%s)", count, category, message, at, extra=extra)
+    if _where["rank"] in (None, 0):
+        log.info(
+            "%d Python warnings (%d distinct) in %d points, each listed once in the job's log",
+            total,
+            len(_warned),
+            len(points),
+            extra={"point": ""},
+        )
+    _warned.clear()
+
+
+def warning_lines(text: str) -> tuple[int, int]:
+    """(WARNING lines, lines) of a log's text, e.g. a run's Snakemake log."""
+    lines = text.splitlines()
+    return sum(1 for line in lines if re.search(r"\bWARNING\b", line)), len(lines)
 
 
 def current_point() -> str:
@@ -98,11 +165,20 @@ class LineFormatter(logging.Formatter):
         text = record.getMessage()
         if record.exc_info and not record.exc_text:
             record.exc_text = self.formatException(record.exc_info)
-        if record.exc_text:
-            text = f"{text}\n{record.exc_text}"
+        # a traceback, or a message's `detail` (extra=): the lines after its first
+        detail = "\n".join(t for t in (getattr(record, "detail", ""), record.exc_text) if t)
         if record.stack_info:
-            text = f"{text}\n{self.formatStack(record.stack_info)}"
-        return "\n".join(head + line for line in (text.splitlines() or [""]))
+            detail = f"{detail}\n{self.formatStack(record.stack_info)}".lstrip("\n")
+        mark = LOG_ONLY if os.environ.get(LOG_ONLY_ENV) else ""
+        if getattr(record, "log_only", False):
+            text, detail = f"{text}\n{detail}".rstrip("\n"), ""
+            first = mark
+        else:
+            first = ""
+        lines = [first + head + line for line in (text.splitlines() or [""])]
+        # a traceback: to the job's log alone under the workflow (its first line stays)
+        lines += [mark + head + line for line in detail.splitlines()]
+        return "\n".join(lines)
 
 
 class _StderrHandler(logging.StreamHandler):
@@ -143,8 +219,10 @@ def configure(stage: str, rank: int | None = None, level: str | int | None = Non
         logger.propagate = False
     logging.getLogger(ROOT).setLevel(level.upper() if isinstance(level, str) else level)
     logging.captureWarnings(True)
-    for message in QUIET_WARNINGS:
-        warnings.filterwarnings("ignore", message=message)
+    _quiet()
+    if not _where.get("reporting"):
+        atexit.register(report_warnings)
+        _where["reporting"] = True
 
 
 def status_level(status: str) -> int:

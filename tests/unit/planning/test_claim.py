@@ -116,6 +116,7 @@ def fake_machine(folder: Path, n_gpus: int, record: Path, seconds: float) -> dic
     env.pop("CUDA_VISIBLE_DEVICES", None)
     env.pop("SLURM_JOB_ID", None)
     env["PATH"] = f"{folder}{os.pathsep}{env['PATH']}"
+    env["CS336_PYTHON"] = "python3"  # the rules run the shim, not Snakemake's interpreter
     env[claim.LOCKS_ENV] = str(folder / "locks")
     env[claim.machine.GPU_CHECK_ENV] = "off"  # the GPUs are fake: torch cannot use them
     return env

@@ -188,3 +188,63 @@ def test_warnings_that_say_nothing_are_dropped():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "a warning worth reading" in proc.stderr
     assert "Profiler clears events" not in proc.stderr, proc.stderr
+
+
+def test_a_points_warnings_are_caught_and_listed_once_with_counts(logged):
+    """Warnings inside points are not shown as raised: at the end each distinct one is one line
+    (its count, the point that first raised it), then one summary line."""
+    import warnings
+
+    for n in (64, 128):
+        with logs.point(f"n={n}"):
+            for _ in range(3):
+                warnings.warn("no current CUDA context", UserWarning, stacklevel=1)
+            warnings.warn("TF32 not enabled", UserWarning, stacklevel=1)
+    assert logged() == []  # nothing yet
+    logs.report_warnings()
+    lines = logged()
+    assert len(lines) == 3, [m.string for m in lines]
+    first, second, summary = lines
+    assert first["level"] == "WARNING" and first["point"] == "n=64"
+    assert first["msg"].startswith("6x UserWarning: no current CUDA context (")
+    assert "test_log.py:" in first["msg"]
+    assert second["msg"].startswith("2x UserWarning: TF32 not enabled")
+    assert summary["level"] == "INFO " and summary["point"] is None
+    assert summary["msg"].startswith("8 Python warnings (2 distinct) in 1 points")
+    logs.report_warnings()
+    assert logged() == []  # listed once
+
+
+def test_under_the_workflow_the_list_and_tracebacks_are_marked_for_the_log_alone(
+    logged, monkeypatch, capsys
+):
+    import warnings
+
+    monkeypatch.setenv(logs.LOG_ONLY_ENV, "1")
+    with logs.point("p"):
+        warnings.warn("said once", UserWarning, stacklevel=1)
+        assert run_point(lambda: 1 / 0).status.startswith("error: ZeroDivisionError")
+    logs.report_warnings()
+    err = capsys.readouterr().err.splitlines()
+    shown = [line for line in err if not line.startswith(logs.LOG_ONLY)]
+    held = [line[1:] for line in err if line.startswith(logs.LOG_ONLY)]
+    assert [LINE.match(line)["msg"] for line in shown] == [
+        "point failed with error: ZeroDivisionError: division by zero",
+        "1 Python warnings (1 distinct) in 1 points, each listed once in the job's log",
+    ]
+    assert any("Traceback" in line for line in held)
+    assert any("1x UserWarning: said once" in line for line in held)
+    assert all(LINE.match(line) for line in held)
+
+
+def test_warning_lines_counts_a_logs_warning_lines():
+    text = "\n".join(
+        [
+            "2026-11-28 14:52:27 memory [xl] WARNING point failed with oom",
+            "2026-11-28 14:52:27 memory [xl] INFO  1 Python warnings ...",
+            "rule memory:",
+            "WARNING: a Snakemake warning",
+            "NOWARNINGS here",
+        ]
+    )
+    assert logs.warning_lines(text) == (2, 5)

@@ -79,7 +79,14 @@ def context(results_dir: Path) -> dict:
     if len(df) == 0:
         return {"available": False}
     d, shown = ok(df), ran(df)
-    return {"available": True, **_points(df, shown), **_q22(df, d, shown)}
+    # the stage's rows in nccl-tests' layout, beside its CSVs (nccl_tests.py)
+    texts = sorted(p.name for p in (Path(results_dir) / "allreduce").glob("*.nccl-tests.txt"))
+    return {
+        "available": True,
+        **_points(df, shown),
+        **_q22(df, d, shown),
+        "nccl_tests_files": texts,
+    }
 
 
 def plot(results_dir: Path, fig_dir: Path) -> list[Path]:

@@ -338,6 +338,7 @@ def main(argv: list[str] | None = None) -> None:
         worker(args)
         return
     from cs336_systems.core.results import provenance, with_columns_first, write_csv
+    from cs336_systems.stages.allreduce import nccl_tests
 
     rows = [
         {**provenance(args.machine, args.preset, args.edition), **r}
@@ -346,7 +347,9 @@ def main(argv: list[str] | None = None) -> None:
     ]
     df = with_columns_first(rows, COLUMNS_FIRST)
     write_csv(df, args.out)
-    log.info("wrote %s: %d rows", args.out, len(df))
+    text = nccl_tests.path_beside(args.out)
+    text.write_text(nccl_tests.table(df.to_dict("records")))
+    log.info("wrote %s: %d rows, and %s (nccl-tests' columns)", args.out, len(df), text.name)
 
 
 if __name__ == "__main__":

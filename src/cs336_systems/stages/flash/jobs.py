@@ -1,6 +1,6 @@
 """Stage `flash`, what one job runs: its points, read from its part of the block (`Job`), its
-timer (`Timer`: the stage's settings of harness.device_time), the points it skips (the kernel
-tests' gate, the caps of `max_seq_len`, bf16 in Triton's interpreter) and the rows of an
+timer (`Timer`: the stage's settings of harness.device_time), the points it skips (an SDPA
+backend without a kernel for the dtype, the kernel tests' gate, the caps of `max_seq_len`, bf16 in Triton's interpreter) and the rows of an
 interrupted job that a rerun keeps (`finished_rows`, by `resume_key`). measure.py measures."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import torch
 
 from cs336_systems.core.harness import device_time, timer_name
 from cs336_systems.core.results import verdicts
-from cs336_systems.stages.flash.plan import SWEEP_HEADS, TUNE_STEPS, seq_cap
+from cs336_systems.stages.flash.plan import SWEEP_HEADS, TUNE_STEPS, no_kernel, seq_cap
 
 # the start of a point's status where `max_seq_len` caps it (the cap and what it names follow)
 CAP_SKIP = "skipped: n above this preset's max_seq_len"
@@ -138,6 +138,10 @@ def skip_reason(
     max_seq_len: dict,
     verdicts: dict[str, str] | None,
 ) -> str:
+    """Why the point is not run ('' where it is): a backend without a kernel for the dtype,
+    the kernel tests' gate, the cap of `max_seq_len`, bf16 in Triton's interpreter."""
+    if device.type == "cuda" and (why := no_kernel(impl, dtype_name)):
+        return why
     verdict = gate_verdict(impl, verdicts)
     if verdict == "failed":
         return "skipped: kernel tests failed"

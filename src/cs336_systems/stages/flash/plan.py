@@ -25,6 +25,21 @@ Impl = Literal[
     "sdpa_efficient",
 ]  # fmt: skip
 Dtype = Literal["fp32", "bf16", "fp16"]
+# SDPA's CUDA backends with kernels for some dtypes only: torch's
+# aten/src/ATen/native/transformers/cuda/sdp_utils.cpp lets `can_use_flash_attention` and
+# `can_use_cudnn_attention` take fp16 and bf16 alone (so pinned to one of them, an fp32 call
+# fails with "No available kernel"); the memory-efficient backend also takes fp32
+SDPA_CUDA_DTYPES = {"sdpa_flash": ("fp16", "bf16"), "sdpa_cudnn": ("fp16", "bf16")}
+
+
+def no_kernel(impl: str, dtype: str) -> str:
+    """Why `impl` cannot run in `dtype` on CUDA (a `skipped:` status), '' where it can."""
+    dtypes = SDPA_CUDA_DTYPES.get(impl)
+    if dtypes is None or dtype in dtypes:
+        return ""
+    return f"skipped: SDPA's {impl.removeprefix('sdpa_')} backend has no {dtype} kernel (only {', '.join(dtypes)})"
+
+
 SET = {"minItems": 1, "uniqueItems": True}
 HEAD_DIMS = {**SET, "items": {"minimum": 1, "maximum": MAX_HEAD_DIM}}
 LENGTHS = {**SET, "items": {"minimum": 1}}
@@ -209,12 +224,12 @@ TUNE_STEPS = 70
 
 
 def _sweep_point_s(k: FlashKnobs, cost: Costs, impl: str, dtype: str, d: int, n: int) -> float:
-    """A sweep point's seconds beside the per-point overhead: cuDNN's fp32 is an `error` row at
-    once; naive attention's (n x n) scores an `oom` row above about 5 copies of them, else a
+    """A sweep point's seconds beside the per-point overhead: an SDPA backend without a kernel
+    for the dtype (`no_kernel`) is a `skipped` row, not run; naive attention's (n x n) scores an `oom` row above about 5 copies of them, else a
     forward+backward about 30 passes over them; the flash kernels fwd, bwd and fwd+bwd a few
     times each, and the check; our Triton kernel also its autotuning at each new length (at
     the CUDA cores' rate in fp32 without TF32)."""
-    if impl == "sdpa_cudnn" and dtype == "fp32":
+    if no_kernel(impl, dtype):
         return 0.0
     if impl.startswith("naive"):
         scores = k.batch_size * n * n * (2 if dtype == "bf16" else 4)
