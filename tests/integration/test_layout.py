@@ -39,6 +39,7 @@ REPORTING_ROLES = {"rows", "answers", "figures", "tables", "analysis", "aggregat
 RANKS = {
     "planning": 0,  # floor 1: planning
     "model": 1,  # floor 2: measuring
+    "models": 1,  # factories of models of one's own (docs/own-model.md)
     "core": 2,
     "kernels": 3,
     "parallel": 4,

@@ -11,7 +11,7 @@ BENCHMARK_CODE = code_stamp("benchmark", "cs336_systems.stages.benchmark")
 
 
 wildcard_constraints:
-    size=r"[A-Za-z0-9.]+",
+    size=r"[A-Za-z0-9.-]+",
     ctx=r"\d+",
     attention=r"[a-z_]+",
 

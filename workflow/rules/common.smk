@@ -22,6 +22,7 @@ from cs336_systems.planning import config as run_config  # noqa: E402
 from cs336_systems.planning import machine as this_machine  # noqa: E402
 from cs336_systems.planning import cores as host_cores  # noqa: E402
 from cs336_systems.planning import imports  # noqa: E402
+from cs336_systems.planning import own_model  # noqa: E402
 from cs336_systems.planning.knobs import block_text  # noqa: E402
 
 min_version("9.0")
@@ -33,6 +34,8 @@ ConfigError = run_config.ConfigError
 
 # each stage's defaults (config/stages/<stage>.yaml) under the user's --config/--configfile
 STAGE_NAMES = run_config.with_stage_defaults(config, ROOT / "config" / "stages")
+# a model of one's own (`own_model`): one more size of the stages that run any module
+own_model.add_to_grids(config, STAGE_NAMES)
 
 
 def _stage_plan(stage):
@@ -66,6 +69,7 @@ _RUN = run_config.check_run(
 )
 for _note in _RUN.notes:
     print(_note, file=sys.stderr)
+own_model.export(config)  # the jobs' copy of `own_model`
 PRESET = _RUN.preset
 MACHINE = _RUN.machine
 STAGES = _RUN.stages

@@ -16,6 +16,9 @@ from cs336_systems.planning.imports import module_literal
 
 VOCAB_SIZE = module_literal(SRC, "cs336_systems.model", "VOCAB_SIZE")
 # forwards' worth of launches per mode (backward about twice a forward, the optimizer a half)
+# what the estimate takes a model of one's own to cost (its factory's module is not built while
+# planning)
+OWN_MODEL_ESTIMATED_AS = "small"
 LAUNCHES = {"forward": 1.0, "forward_backward": 3.0, "train_step": 3.5}
 
 
@@ -28,7 +31,10 @@ class CostModel:
     stages: tuple[str, ...] = ()
 
     def spec(self, size: str) -> dict[str, int]:
-        return size_table(self.edition)[size]
+        """A size's dimensions; a name outside the table (an own model, planning/own_model.py:
+        no torch here to build it) is estimated as the table's smallest course size."""
+        table = size_table(self.edition)
+        return table.get(size) or table[OWN_MODEL_ESTIMATED_AS]
 
     def layers(self, size: str) -> int:
         return self.spec(size)["num_layers"]

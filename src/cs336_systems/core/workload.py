@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from cs336_systems.core import own_model
 from cs336_systems.core.costs import param_count
 from cs336_systems.core.device import autocast
 from cs336_systems.model import (
@@ -32,9 +33,25 @@ PHASE_SPANS = {
 }
 
 
-def model_columns(size: str, edition: int | str | None, vocab_size: int = VOCAB_SIZE) -> dict:
+def model_columns(
+    size: str,
+    edition: int | str | None,
+    vocab_size: int = VOCAB_SIZE,
+    context_length: int = 16,
+    batch_size: int = 1,
+) -> dict:
     """What a row says of its model: the edition, the size name and its resolved dimensions
-    (d_model, d_ff, num_layers, num_heads) and exact parameter count (core/costs.py)."""
+    (d_model, d_ff, num_layers, num_heads) and exact parameter count (core/costs.py); an own
+    model (core/own_model.py) its name, its counted parameters and where its FLOPs come from."""
+    if (own := own_model.spec_for(size)) is not None:
+        about = own_model.describe(own, context_length, batch_size)
+        return {
+            "edition": edition_of(edition),
+            "size": size,
+            "own_model": own.factory,
+            "params": about["params"],
+            "flops_source": about["flops_source"],
+        }
     spec = size_spec(size, edition)
     return {
         "edition": edition_of(edition),
@@ -65,6 +82,9 @@ class Workload:
     device: torch.device
     compile_mode: str = "default"
     _compiled: torch.nn.Module | None = None
+    # an own model's (core/own_model.py): its inputs may be a mapping or tuple, its output
+    # HuggingFace's (`.logits`)
+    own: bool = False
 
     @classmethod
     def build(
@@ -80,6 +100,11 @@ class Workload:
     ) -> Workload:
         device = torch.device(device)
         torch.manual_seed(seed)
+        if (own := own_model.spec_for(size)) is not None:  # the attention is its own
+            with device:
+                model = own_model.build(own, context_length)
+            tokens, targets = own_model.make_batch(own, batch_size, context_length, device)
+            return cls(model, tokens, targets, device, compile_mode, own=True)
         with device:
             model = build_model(size, context_length, edition=edition).set_attention(attention)
         shape = (batch_size, context_length)
@@ -111,6 +136,8 @@ class Workload:
 
         def loss() -> torch.Tensor:
             with autocast(precision, self.device):
+                if self.own:
+                    return own_model.loss_of(net, self.tokens, self.targets)
                 logits = net(self.tokens)
                 return F.cross_entropy(logits.flatten(0, 1).float(), self.targets.flatten())
 

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cs336_systems.planning import machine
+from cs336_systems.planning import machine, own_model
 from cs336_systems.planning.edition import (
     DEFAULT_EDITION,
     MODEL_SIZE_NAMES,
@@ -53,7 +53,7 @@ from cs336_systems.planning.schema import (  # noqa: F401 (the names stages and 
     text_paths,
 )
 
-GLOBAL_KEYS = ("preset", "machine", "stages", "keep_raw", "compare", "edition")
+GLOBAL_KEYS = ("preset", "machine", "stages", "keep_raw", "compare", "edition", own_model.KEY)
 # one block per preset in every stage: cpu (the whole pipeline on a CPU in minutes), gpu (every
 # single-GPU question within its budget, docs/budgets.md), full (the handout's whole grid)
 PRESETS = ("cpu", "gpu", "full")
@@ -207,7 +207,9 @@ def facts_for(
     here: bool,
     host_memory_mib: float | None,
     edition: int = DEFAULT_EDITION,
+    own: Mapping | None = None,
 ) -> Facts:
+    """`own`: a model of one's own (planning/own_model.py), its name one more size."""
     running = preset == run_preset
     knowable = running and here
     gpu_mem = [g.memory_mib for g in gpus if g.memory_mib]
@@ -216,7 +218,7 @@ def facts_for(
         running=running,
         machine=machine,
         stages=tuple(stages),
-        sizes=MODEL_SIZE_NAMES[edition],
+        sizes=MODEL_SIZE_NAMES[edition] + ((own["name"],) if own else ()),
         edition=edition,
         host_memory_mib=host_memory_mib if knowable else None,
         gpu_memory_mib=min(gpu_mem) if knowable and gpu_mem else None,
@@ -278,6 +280,8 @@ def check_run(
     # under another machine's tag, it is not)
     here = machine == tag_for([g.name for g in gpus])
     problems += [Problem(*p) for p in edition_overrides(config, stage_names, edition)]
+    own = own_model.spec_of(config) if not problems else None  # one more size, its factory's
+    problems += own_model_problems(own, edition) if own else []
     if problems:  # the stages' checks need valid globals
         raise ConfigError(problems + _stage_schema_problems(config, schemas, stage_names, text)[0])
 
@@ -286,13 +290,7 @@ def check_run(
         found, stage_notes = schema_problems(block, schemas[stage], (stage,), text)
         problems += found
         notes += stage_notes
-        if isinstance(block, dict):
-            for name in PRESETS:
-                if name not in block:
-                    problems.append(
-                        Problem((stage, name), MISSING, f"every stage has a block for each "
-                                f"preset ({names(list(PRESETS))})")
-                    )  # fmt: skip
+        problems += _missing_presets(stage, block)
         check = stage_checks.get(stage)
         if check is None or not isinstance(block, dict):
             continue
@@ -300,11 +298,31 @@ def check_run(
         for name, cfg in block.items():
             if name in bad or not isinstance(cfg, dict):
                 continue
-            facts = facts_for(name, preset, machine, stages, gpus, here, host_memory_mib, edition)
+            facts = facts_for(
+                name, preset, machine, stages, gpus, here, host_memory_mib, edition, own
+            )
             check(cfg, Checker((stage, name), problems), facts)
     if problems:
         raise ConfigError(problems)
     return Run(preset=preset, machine=machine, stages=list(stages), notes=notes, edition=edition)
+
+
+def _missing_presets(stage: str, block) -> list[Problem]:
+    """A stage's block lacking a preset's block (none where the block is no mapping)."""
+    allowed = f"every stage has a block for each preset ({names(list(PRESETS))})"
+    missing = [p for p in PRESETS if p not in block] if isinstance(block, dict) else []
+    return [Problem((stage, name), MISSING, allowed) for name in missing]
+
+
+def own_model_problems(own: Mapping, edition: int) -> list[Problem]:
+    """A model of one's own (planning/own_model.py): its name is not a course size's, its
+    factories build a model with parameters."""
+    taken = MODEL_SIZE_NAMES[edition]
+    problems = []
+    if own["name"] in taken:
+        allowed = f"a name other than the sizes ({names(taken)})"
+        problems.append(Problem((own_model.KEY, "name"), own["name"], allowed))
+    return problems + [Problem(*p) for p in own_model.factory_problems(own)]
 
 
 def start_problems(

@@ -14,7 +14,7 @@ import importlib.util
 import torch
 import torch.nn.functional as F
 
-from cs336_systems.core import costs
+from cs336_systems.core import costs, own_model
 from cs336_systems.core.device import autocast, memory_shortfall
 from cs336_systems.core.harness import (
     peak_memory_mb,
@@ -126,7 +126,9 @@ def engine_rows(
                 "measure_steps": steps,
             }
             with point(engine, prec, comp):
-                if engine == "hf_gpt2" and importlib.util.find_spec("transformers") is None:
+                if own_model.spec_for(size) is not None:
+                    row["status"] = f"skipped: {engine} runs the course's model, not {size}"
+                elif engine == "hf_gpt2" and importlib.util.find_spec("transformers") is None:
                     row["status"] = "skipped: transformers not installed"
                 elif why := state_shortfall(size, device, edition):
                     row["status"] = why

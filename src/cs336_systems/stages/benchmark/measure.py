@@ -30,6 +30,7 @@ import pandas as pd
 import torch
 
 from cs336_systems.core import costs as flops
+from cs336_systems.core import own_model
 from cs336_systems.core.device import free_memory_mib, memory_shortfall, pick_device
 from cs336_systems.core.harness import (
     peak_memory_mb,
@@ -63,8 +64,11 @@ MiB = 2**20
 
 
 def model_row(size: str, context_length: int, batch_size: int, edition=None) -> dict:
+    """The model's columns; `flops_source`: core/costs.py's `formula` for a course size, an
+    own model's FLOPs `counted` from the module or `declared` (core/own_model.py)."""
     return {
-        **model_columns(size, edition),
+        "flops_source": "formula",
+        **model_columns(size, edition, context_length=context_length, batch_size=batch_size),
         "context_length": context_length,
         "batch_size": batch_size,
     }
@@ -97,6 +101,8 @@ def step_memory_mib(
 
 
 def step_flops(size: str, context_length: int, batch_size: int, mode: str, edition=None) -> float:
+    if (own := own_model.spec_for(size)) is not None:
+        return own_model.describe(own, context_length, batch_size)["flops"][mode]
     spec = size_spec(size, edition)
     return flops.model_flops(
         VOCAB_SIZE,
@@ -175,8 +181,11 @@ def memory_skips(
     edition=None,
 ) -> dict[tuple[str, str], tuple[str, float]]:
     """{(mode, precision): (why, MiB needed)} of the points the memory model says cannot fit
-    `free` MiB: decided before allocating anything."""
+    `free` MiB: decided before allocating anything (an own model's memory is not modelled: its
+    points run, one that runs out of memory an `oom` row)."""
     skipped = {}
+    if own_model.spec_for(size) is not None:
+        return skipped
     for prec in precisions:
         for mode in modes:
             need = step_memory_mib(

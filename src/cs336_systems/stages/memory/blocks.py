@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from cs336_systems.core import costs
+from cs336_systems.core import costs, own_model
 from cs336_systems.core.checkpoint_plans import plan_for, strategy_name
 from cs336_systems.core.device import autocast
 from cs336_systems.core.harness import release_memory, run_point, synchronize
@@ -231,7 +231,8 @@ def grid(args, context: int, device_type: str) -> list[tuple[str, str, str]]:
     checkpointing; at the block's `checkpoint.contexts`, its `checkpoint.modes` again with
     `every_<k>`, k the analytic best (blocks.best_block_size) or the given strategy."""
     knobs = args.block
-    ck = knobs.checkpoint
+    # an own model: no blocks to checkpoint by the analytic best (core/own_model.py)
+    ck = knobs.checkpoint if own_model.spec_for(args.size) is None else None
     out = []
     for precision in knobs.precisions:
         for mode in knobs.modes:
@@ -248,8 +249,18 @@ def grid(args, context: int, device_type: str) -> list[tuple[str, str, str]]:
 
 
 def block_grid(args, device: torch.device) -> list[dict]:
-    """Part (f) rows for every (context, precision), and Nsight's capture where it can run."""
+    """Part (f) rows for every (context, precision), and Nsight's capture where it can run;
+    an own model's a `skipped` row each (part (f) runs one TransformerBlock)."""
     knobs = args.block
+    base = {**provenance(args.machine, args.preset, args.edition), "size": args.size}
+    base["batch_size"] = knobs.batch_size
+    if own_model.spec_for(args.size) is not None:
+        why = f"skipped: part (f) measures the course's TransformerBlock, not {args.size}"
+        return [
+            {**base, "context_length": c, "precision": p, "part": "block_total", "status": why}
+            for c in knobs.context_lengths
+            for p in knobs.precisions
+        ]
     out = []
     for context in knobs.context_lengths:
         for precision in knobs.precisions:
@@ -270,8 +281,6 @@ def block_grid(args, device: torch.device) -> list[dict]:
             row = nsys_capture(args, Path(args.raw_dir), context, precision, knobs.nsys or "")
             out.append({**row, **block_timeline(args, row, context, precision, device)})
             release_memory()
-    base = {**provenance(args.machine, args.preset, args.edition), "size": args.size}
-    base["batch_size"] = knobs.batch_size
     return [{**base, **r} for r in out]
 
 

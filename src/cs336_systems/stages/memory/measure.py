@@ -39,8 +39,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+from torch.utils._pytree import tree_leaves
 
-from cs336_systems.core import checkpoint_plans
+from cs336_systems.core import checkpoint_plans, own_model
 from cs336_systems.core.device import pick_device
 from cs336_systems.core.harness import Stopwatch, release_memory, run_point, synchronize
 from cs336_systems.core.phases import phase_hooks
@@ -125,7 +126,7 @@ class SavedTensorCounter:
 
 
 def _storage_ptrs(tensors) -> set[int]:
-    return {t.untyped_storage().data_ptr() for t in tensors}
+    return {t.untyped_storage().data_ptr() for t in tensors if isinstance(t, torch.Tensor)}
 
 
 def read_proc_status() -> dict[str, float]:
@@ -191,6 +192,8 @@ def measure_point(
     """One point (its blocks run under checkpointing `strategy`): warm up, then one recorded
     step (a CUDA snapshot keeps `max_entries` allocator events); returns (row values, snapshot
     or None)."""
+    if strategy == "none":  # any module (an own model has no TransformerLM blocks)
+        return _measure_point(work, mode, precision, warmup, snapshot_path, max_entries)
     checkpoint_plans.apply(work.model, strategy)
     try:
         return _measure_point(work, mode, precision, warmup, snapshot_path, max_entries)
@@ -265,7 +268,7 @@ def recorded_step(work: Workload, step, max_entries: int) -> dict:
     marks: dict[str, float] = {}
     state: dict = {"optimizer": None, "counting": False}
     excluded = _storage_ptrs([*work.model.parameters(), *work.model.buffers()])
-    excluded |= _storage_ptrs([work.tokens, work.targets])
+    excluded |= _storage_ptrs(tree_leaves([work.tokens, work.targets]))
     counter = SavedTensorCounter(excluded)
     counting = torch.autograd.graph.saved_tensors_hooks(counter.pack, counter.unpack)
 
@@ -369,6 +372,8 @@ def point_row(args, base: dict, point_key: dict, device_type: str) -> tuple[dict
         "checkpoint": strategy,
         "checkpoint_choice": "none" if strategy == "none" else k.checkpoint.strategy,
     }
+    if own_model.spec_for(args.size) is not None:  # no analytic model of a module of one's own
+        return row, 0.0
     analytic = activation_memory_for(
         args.size, context, k.batch_size, precision, device_type, args.edition
     )
@@ -442,6 +447,14 @@ def measured_row(args, work: Workload, row: dict, alloc_key: dict) -> tuple[dict
     return row, snapshot_rows(args, row, alloc_key, snapshot, snap_path)
 
 
+def own_columns(size: str) -> dict:
+    """An own model's factory and counted parameters (core/own_model.py); nothing for a
+    course size."""
+    if (own := own_model.spec_for(size)) is None:
+        return {}
+    return {"own_model": own.factory, "params": own_model.describe(own, 16, 1)["params"]}
+
+
 def run(args) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every point of one size (blocks.grid: each context's modes and precisions, and the
     checkpointed ones); a point predicted not to fit is a `skipped` row, a failed one a row
@@ -451,6 +464,7 @@ def run(args) -> tuple[pd.DataFrame, pd.DataFrame]:
     cuda = device.type == "cuda"
     base = {
         **provenance(args.machine, args.preset, args.edition),
+        **own_columns(args.size),
         "size": args.size,
         "batch_size": k.batch_size,
         "device": device.type,

@@ -1,0 +1,1 @@
+"""Model factories for the config's `own_model` key (docs/own-model.md)."""
