@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fixed host cost of our FlashAttention (issue 21 item 2), one device call, <= 6 minutes on
+# The fixed host cost of our FlashAttention (the fixed-cost item), one device call, <= 6 minutes on
 # one H100 from empty caches (tests <= 110 + 40 s, sweeps <= 2 x 70 s, probe <= 70 s). Writes
 # under $OUT:
 #  - gpu_programs.txt: tests/unit/kernels/test_flash_programs.py -m gpu, in one process (no xdist, no

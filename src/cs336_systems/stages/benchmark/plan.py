@@ -171,8 +171,8 @@ def engines_arg(k: BenchmarkKnobs, attention: str) -> str:
 def engine_points(engine: str, precisions, compiles) -> list[tuple[str, str]]:
     """(precision, compile) of the engine's rows in a job: the engine is a bf16 engine (fp32
     master weights, bf16 autocast compute), so bf16 where the job runs it; compiled where the
-    job's compile filter admits it. The HuggingFace peer: compiled bf16 only, as the issue
-    names it, and only where the job compiles."""
+    job's compile filter admits it. The HuggingFace peer: compiled bf16 only, as the peer is
+    published, and only where the job compiles."""
     if engine == "hf_gpt2":
         return [("bf16", "compiled")] if "compiled" in compiles else []
     precs = ["bf16"] if "bf16" in precisions else list(precisions)
