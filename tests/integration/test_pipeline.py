@@ -98,37 +98,46 @@ def test_run_produces_report_and_tidy_csvs(tiny_run):
     assert (results / "logs" / "ceilings.log").exists()
 
 
-def test_snakemakes_report_holds_the_study(tiny_run, tmp_path):
-    """After a run, `snakemake --report report.zip` is a browsable archive of the study: the
-    report as one page, every figure and stage table of the run, each with its caption from
-    workflow/report/, in its stage's category, and the workflow's description."""
-    archive = tmp_path / "report.zip"
+@pytest.fixture(scope="module")
+def report_zip(tiny_run, tmp_path_factory) -> Path:
+    """`snakemake --report report.zip` after the tiny run (about 6 s, made once)."""
+    archive = tmp_path_factory.mktemp("report") / "report.zip"
     snakemake(tiny_run, *TINY, *STAGES, "--report", str(archive))
-    with zipfile.ZipFile(archive) as z:
+    return archive
+
+
+def _assigned(page: str, var: str):
+    """The JSON Snakemake's report page assigns to `var` (`var results = {...}`)."""
+    start = page.index(f"var {var} = {{") + len(f"var {var} = ")
+    return json.JSONDecoder().raw_decode(page[start:])[0]
+
+
+def test_snakemakes_report_holds_the_study(tiny_run, report_zip):
+    """After a run, `snakemake --report report.zip` is a browsable archive of the study: the
+    report as one page, every figure and stage table of the run (each table as its CSV and as a
+    page that shows it), each with its caption from workflow/report/, in its stage's category,
+    and the workflow's description."""
+    with zipfile.ZipFile(report_zip) as z:
         names = z.namelist()
         page = z.read("report/report.html").decode()
     figures = {f"benchmark_{f}.png" for f in ("latency", "bwd_fwd", "warmup", "speedups", "mfu")}
-    tables = {"ceilings.csv", "benchmark.csv", "benchmark_warmup.csv"}
+    tables = {"ceilings", "benchmark", "benchmark_warmup"}
     items = {PurePosixPath(n).name for n in names if "/data/raw/" in n}
-    assert items == {"report.html", *figures, *tables}
+    shown = {f"{t}.{ext}" for t in tables for ext in ("csv", "html")}
+    assert items == {"report.html", *figures, *shown}
 
-    def decoded(var: str):
-        """The JSON the page assigns to `var` (`var results = {...}`)."""
-        start = page.index(f"var {var} = {{") + len(f"var {var} = ")
-        return json.JSONDecoder().raw_decode(page[start:])[0]
-
-    results = {Path(k).name: v for k, v in decoded("results").items()}
+    results = {Path(k).name: v for k, v in _assigned(page, "results").items()}
     captions = tiny_run / "workflow" / "report"
     for name, item in results.items():
-        # a figure's caption file drops its stage prefix, a CSV's is the CSV's name
-        stem = name.removesuffix(".csv")
+        # a figure's caption file drops its stage prefix, a table's (CSV, page) is its name
+        stem = name.removesuffix(".csv").removesuffix(".html")
         if name.endswith(".png"):
             stem = name.removesuffix(".png").removeprefix("benchmark_")
-        stage = "ceilings" if name == "ceilings.csv" else "benchmark"
+        stage = "ceilings" if stem == "ceilings" else "benchmark"
         rst = captions / ("report.rst" if name == "report.html" else f"{stage}/{stem}.rst")
         first = rst.read_text().split()[:3]
         assert re.sub(r"<[^>]+>", "", item["caption"]).split()[:3] == first, (name, item)
-    categories = decoded("categories")
+    categories = _assigned(page, "categories")
     assert sorted(categories) == [
         "00. The study: the whole report, one page",
         "02. Machine ceilings",
@@ -136,6 +145,45 @@ def test_snakemakes_report_holds_the_study(tiny_run, tmp_path):
     ]
     assert set(categories["03. End-to-end benchmarks"]) == {"figures", "tables"}
     assert "How transformer training uses a GPU, measured and explained" in page
+
+
+_SCHEME = re.compile(r"^(https?|mailto|data|javascript):")
+_REF = re.compile(r"""(?:\b(?:href|src)\s*=\s*\\?["']|"data_uri":\s*")([^"'\\]*)""")
+
+
+def _dead_links(names: list[str], z: zipfile.ZipFile) -> list[tuple[str, str]]:
+    """(page, link) for every link of the archive's pages (their attributes, and the report
+    viewer's items and captions) that resolves neither to a file of the archive nor to an
+    anchor of its own page."""
+    dead = []
+    for name in (n for n in names if n.endswith(".html")):
+        text = z.read(name).decode()
+        anchors = set(re.findall(r"""\b(?:id|name)\s*=\s*\\?["']([^"'\\]+)""", text))
+        for ref in _REF.findall(text):
+            target, _, fragment = ref.partition("#")
+            if _SCHEME.match(ref) or (not target and fragment in anchors | {""}):
+                continue
+            path = os.path.normpath(os.path.join(os.path.dirname(name), target))
+            if not target or path not in names:
+                dead.append((name, ref))
+    return dead
+
+
+def test_snakemakes_report_links_resolve_and_shows_its_tables(tiny_run, report_zip):
+    """Inside the archive nothing links out of it (the report's page, the viewer's captions,
+    the tables' pages), and each stage table is an HTML item, which the viewer shows in its
+    page (a CSV it only downloads), holding every row of its CSV."""
+    with zipfile.ZipFile(report_zip) as z:
+        names = z.namelist()
+        assert _dead_links(names, z) == []
+        viewer = z.read("report/report.html").decode()
+        items = {Path(k).name: v for k, v in _assigned(viewer, "results").items()}
+        assert items["ceilings.html"]["mime_type"] == "text/html"
+        assert items["ceilings.csv"]["mime_type"] == "text/csv"
+        table = z.read(f"report/{items['ceilings.html']['data_uri']}").decode()
+    csv = pd.read_csv(tiny_run / "results" / MACHINE / "ceilings.csv")
+    assert table.count("<tr>") == len(csv) + 1
+    assert len(re.findall(r"<th[ >]", table)) == len(csv.columns)
 
 
 def test_second_run_does_nothing(tiny_run):

@@ -229,17 +229,37 @@ def vector_figures(stage, names):
     return [f"{REPORT_DIR}/figures/{stage}_{name}.pdf" for name in names]
 
 
+# every stage table's CSV (report_table) and its stage, for the page that shows it (table_page)
+REPORT_TABLES = {}
+
+
 def report_table(stage, path):
-    """A stage's CSV (`results/<machine>/<name>.csv`) as an item of Snakemake's report."""
+    """A stage's CSV (`results/<machine>/<name>.csv`) as an item of Snakemake's report, which
+    offers it for download; its page (table_page) shows it."""
     name = Path(path).stem
+    REPORT_TABLES[path] = stage
     item = report(
         path,
         caption=f"../report/{stage}/{name}.rst",
         category=report_category(stage),
         subcategory="tables",
-        labels={"table": f"{name}.csv"},
+        labels={"table": f"{name}.csv", "as": "CSV, to download"},
     )
     return item
+
+
+def table_page(path):
+    """The page of a stage's CSV (`path`, a report_table's), `results/<machine>/tables_html/
+    <name>.html`, as an item of Snakemake's report beside the CSV: shown in the report's page,
+    with the CSV's caption. Rule report writes it."""
+    stage, name = REPORT_TABLES[path], Path(path).stem
+    return report(
+        f"{RESULTS}/tables_html/{name}.html",
+        caption=f"../report/{stage}/{name}.rst",
+        category=report_category(stage),
+        subcategory="tables",
+        labels={"table": f"{name}.csv", "as": "table, shown here"},
+    )
 
 
 print(

@@ -1,6 +1,14 @@
 # The report: renders report/<machine>/report.md from every enabled stage's CSVs and figures,
 # with report.html (the same, one page) and tables/ (LaTeX and Typst copies of its tables).
 
+# the stage tables among the report's inputs, each also written as a page Snakemake's report shows
+TABLE_CSVS = [
+    str(f)
+    for stage in STAGES
+    for f in REPORT_INPUTS.get(stage, [])
+    if str(f) in REPORT_TABLES
+]
+
 
 rule report:
     input:
@@ -33,6 +41,8 @@ rule report:
         ),
         # every table of the report as LaTeX (booktabs) and Typst, for a write-up
         tables=directory(f"{REPORT_DIR}/tables"),
+        # every stage table as a page (its CSV is offered for download only)
+        pages=[table_page(csv) for csv in TABLE_CSVS],
     log:
         f"{RESULTS}/logs/report.log",
     localrule: True
@@ -41,6 +51,9 @@ rule report:
         results=lambda wc, output: f"results/{Path(output[0]).parent.name}",
         # the run's edition (config `edition`), whatever a stage's rows say
         edition=EDITION,
+        table_pages=cli_list(TABLE_CSVS),
+        pages=lambda wc, output: parent(output.pages[0]) if output.pages else ".",
     shell:
         "{PY} -m cs336_systems.reporting.report --results {params.results} --out {output.md}"
-        " --stages {params.stages} --edition {params.edition} 2>&1 | {TEE} {log}"
+        " --stages {params.stages} --edition {params.edition}"
+        " --table-pages {params.table_pages:q} --pages {params.pages} 2>&1 | {TEE} {log}"

@@ -10,6 +10,7 @@ links, autolinks, images, bold and italics. Standard library only.
 from __future__ import annotations
 
 import base64
+import csv
 import html
 import mimetypes
 import re
@@ -31,6 +32,16 @@ h1, h2 { border-bottom: 1px solid #d0d7de; padding-bottom: 0.3rem; }
 details { margin: 0.5rem 0 1rem; padding: 0 0.8rem; border-left: 3px solid #d0d7de; }
 summary { cursor: pointer; color: #57606a; }
 """
+
+# a table's page: as wide as the window, its header on top while its rows scroll
+CSV_STYLE = """
+body { max-width: none; margin: 1rem; }
+table { display: table; white-space: nowrap; }
+thead th { position: sticky; top: 0; }
+td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; }
+"""
+# rows of a CSV shown on its page (the CSV beside it holds them all)
+MAX_CSV_ROWS = 5000
 
 _CODE = re.compile(r"`([^`]+)`")
 _IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+)\)")
@@ -167,9 +178,49 @@ def to_html(markdown: str, base: str | Path | None = None, title: str = "") -> s
             para.append(stripped)
             i += 1
     flush()
-    body = "\n".join(out)
+    return _page("\n".join(out), title)
+
+
+def _page(body: str, title: str, style: str = STYLE) -> str:
     head = f"<title>{html.escape(title)}</title>" if title else ""
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        f"{head}\n<style>{STYLE}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n"
+        f"{head}\n<style>{style}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n"
     )
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True
+
+
+def csv_page(path: str | Path, title: str, max_rows: int = MAX_CSV_ROWS) -> str:
+    """A CSV as one self-contained HTML page: its rows as a table (numbers right-aligned), the
+    first `max_rows` where it has more, the header held in view. Snakemake's report shows an
+    HTML item in its page, and offers any other file (a CSV) only for download."""
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f))
+    head, body = (rows[0], rows[1:]) if rows else ([], [])
+    shown = body[:max_rows]
+    numeric = [
+        any(col) and all(_is_number(c) for c in col if c) for col in zip(*shown, strict=False)
+    ]
+
+    classes = ['<{0} class="n">' if n else "<{0}>" for n in numeric]
+
+    def cells(row: list[str], tag: str) -> str:
+        opens = [classes[j] if j < len(classes) else "<{0}>" for j in range(len(row))]
+        return "".join(f"{o.format(tag)}{html.escape(c)}</{tag}>" for o, c in zip(opens, row))
+
+    more = f", the first {len(shown):,} shown" if len(shown) < len(body) else ""
+    lines = [
+        f"<h1>{html.escape(title)}</h1>",
+        f"<p>{len(body):,} rows, {len(head)} columns{more}.</p>",
+        f"<table>\n<thead><tr>{cells(head, 'th')}</tr></thead>\n<tbody>",
+        *(f"<tr>{cells(r, 'td')}</tr>" for r in shown),
+        "</tbody>\n</table>",
+    ]
+    return _page("\n".join(lines), title, STYLE + CSV_STYLE)

@@ -7,7 +7,9 @@ The report opens with the coverage table (reporting/coverage.py: which parts of 
 problems, docs/questions.md, this run answers),
 the header (the machine and its software, the run's wall time) and each stage's provenance.
 Beside report.md go report.html (the same report as one page, figures embedded: Snakemake's
-own report shows it) and tables/ (every table as LaTeX and Typst, reporting/export.py).
+own report shows it) and tables/ (every table as LaTeX and Typst, reporting/export.py); with
+`--table-pages a.csv,b.csv --pages DIR`, each stage CSV as an HTML page in DIR, which Snakemake's
+report shows (a CSV it only offers for download).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from cs336_systems.reporting.analysis import (
     sig,
     status_summary,
 )
-from cs336_systems.reporting.markdown import to_html
+from cs336_systems.reporting.markdown import csv_page, to_html
 
 log = get_logger(__name__)
 TEMPLATES = Path(__file__).resolve().parents[3] / "report" / "templates"
@@ -608,6 +610,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--edition", default=None, help="the course edition (default: the rows' `edition`, or 2026)"
     )
+    ap.add_argument(
+        "--table-pages", default="", help="CSVs (comma-separated) each written as an HTML page"
+    )
+    ap.add_argument("--pages", type=Path, help="the folder of those pages, <CSV stem>.html each")
     args = ap.parse_args(argv)
     configure("report")
     stages = [s for s in args.stages.split(",") if s]
@@ -627,6 +633,11 @@ def main(argv: list[str] | None = None) -> None:
     log.info(
         "wrote %s and %d tables (.tex, .typ) in %s", html, len(tables), args.out.parent / "tables"
     )
+    # every stage table as a page: Snakemake's report shows HTML in its page, a CSV it downloads
+    for csv in (Path(c) for c in args.table_pages.split(",") if c):
+        page = args.pages / f"{csv.stem}.html"
+        page.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(page, csv_page(csv, title=csv.name))
 
 
 if __name__ == "__main__":
