@@ -18,17 +18,6 @@ TOP_ALLOCATIONS = 10
 MARK_PREFIX = "_memory_mark_"
 
 
-def write_viz_page(snapshot: dict, path: str | Path) -> Path:
-    """`path` as torch's memory_viz page of `snapshot` (torch.cuda._memory_viz.trace_plot: the
-    active-memory timeline, stack frames on hover; the snapshot embedded, the viewer's script
-    loaded from its CDN when the page opens); returns `path`."""
-    from torch.cuda import _memory_viz
-
-    path = Path(path)
-    path.write_text(_memory_viz.trace_plot(snapshot))
-    return path
-
-
 def load_snapshot(path: str | Path) -> dict:
     with open(path, "rb") as f:
         return pickle.load(f)
@@ -402,15 +391,26 @@ def _mark_spot(ax, b: dict, placed: list[tuple[float, float]]):
     return None
 
 
-def _label_largest(ax, bands: dict, timeline: pd.DataFrame, trace: list[dict], n: int) -> list:
-    """The `n` largest blocks allocated in the trace (phase markers aside) numbered on their
-    bands; returns the lines naming them (size, phase, the innermost frames of our code)."""
+def largest_bands(bands: dict, trace: list[dict], n: int) -> list[dict]:
+    """The bands of the `n` largest blocks allocated in the trace (phase markers aside), largest
+    first (ties: earliest first): the ones the figure and the page number."""
     made = [b for b in bands["bands"] if b["event"] >= 0]
     made = [b for b in made if _marker_phase(trace[b["event"]].get("frames")) is None]
     made.sort(key=lambda b: (-b["size"], b["event"]))
+    return made[:n]
+
+
+def size_text(size: int) -> str:
+    """A block's size as the figure and the page write it: MiB from a tenth of one, else KiB."""
+    return f"{size / MiB:,.1f} MiB" if size >= MiB / 10 else f"{size / 1024:,.1f} KiB"
+
+
+def _label_largest(ax, bands: dict, timeline: pd.DataFrame, trace: list[dict], n: int) -> list:
+    """The `n` largest blocks allocated in the trace (phase markers aside) numbered on their
+    bands; returns the lines naming them (size, phase, the innermost frames of our code)."""
     placed: list[tuple[float, float]] = []
     lines = []
-    for rank, b in enumerate(made[:n], start=1):
+    for rank, b in enumerate(largest_bands(bands, trace, n), start=1):
         spot = _mark_spot(ax, b, placed)
         where = "; not marked: its band is covered by the numbers above"
         if spot is not None:
@@ -421,9 +421,7 @@ def _label_largest(ax, bands: dict, timeline: pd.DataFrame, trace: list[dict], n
             where = ""
         users = user_frames(b["frames"] or [], k=1) or ["no Python frames (autograd engine, C++)"]
         phase = PHASE_NAMES.get(str(timeline["phase"].iloc[b["event"]]), "?")
-        size = b["size"]
-        amount = f"{size / MiB:,.1f} MiB" if size >= MiB / 10 else f"{size / 1024:,.1f} KiB"
-        lines.append(f"{rank}: {amount}, in {phase}, at {users[0][:70]}{where}")
+        lines.append(f"{rank}: {size_text(b['size'])}, in {phase}, at {users[0][:70]}{where}")
     return lines
 
 

@@ -173,21 +173,28 @@ def test_render_timeline(tmp_path):
 
 
 @pytest.mark.skipif(not SNAPSHOT_FIXTURE.exists(), reason="no captured snapshot yet")
-def test_a_memory_viz_page_beside_a_snapshot(tmp_path):
-    """The page torch's memory_viz draws from a snapshot (a real one, captured on a GPU), the
-    snapshot embedded in it: it opens in a browser without uploading the pickle."""
-    import base64
-    import json
+def test_a_kept_snapshot_has_its_offline_page_beside_it(tmp_path):
+    """A kept snapshot (a real one, captured on a GPU) gets its page, `<point>.html`, titled as
+    its figure and naming the `.pickle` beside it; a dropped one leaves neither."""
     import pickle
-    import re
+    import types
 
     snap = snapshots.load_snapshot(SNAPSHOT_FIXTURE)
-    page = snapshots.write_viz_page(snap, tmp_path / "snapshot.html").read_text()
-    assert "<!DOCTYPE html>" in page[:100]
-    assert "Active Memory Timeline" in page and "MemoryViz.js" in page
-    files = json.loads(re.search(r"const local_files = (\[.*?\])\n", page).group(1))
-    embedded = pickle.loads(base64.b64decode(files[0]["base64"]))  # stops at its end
-    assert len(embedded["segments"]) == len(snap["segments"])
+    row = {"context_length": 128, "mode": "train_step", "precision": "fp32", "checkpoint": "none"}
+    for keep in (True, False):
+        args = argparse.Namespace(size="tiny", edition=2026, keep_raw=keep,
+                                  timeline_dir=str(tmp_path / "timelines"),
+                                  block=types.SimpleNamespace(batch_size=4))  # fmt: skip
+        snap_path = tmp_path / f"keep_{keep}" / "tiny_128_train_step_fp32.pickle"
+        snap_path.parent.mkdir()
+        snap_path.write_bytes(pickle.dumps(snap))
+        allocs = mem.snapshot_rows(args, dict(row), {"size": "tiny"}, snap, snap_path)
+        assert len(allocs) == snapshots.TOP_ALLOCATIONS
+        page = snap_path.with_suffix(".html")
+        assert snap_path.exists() == page.exists() == keep
+    page = (tmp_path / "keep_True" / "tiny_128_train_step_fp32.html").read_text()
+    assert "<title>tiny, context 128, training step, fp32</title>" in page
+    assert "<code>tiny_128_train_step_fp32.pickle</code>" in page and "<svg" in page
 
 
 @pytest.mark.skipif(not SNAPSHOT_FIXTURE.exists(), reason="no captured snapshot yet")

@@ -14,7 +14,8 @@ stage's `Workload` (mode `inference`: its forward under `torch.inference_mode()`
 - CUDA: the allocator's history is recorded (`torch.cuda.memory._record_memory_history`) and
   dumped as a snapshot `.pickle` (opens in https://pytorch.org/memory_viz); the snapshot is
   rendered here as memory_viz's "Active Memory Timeline" (PNG and PDF: every live block a band
-  stacked in allocation order, the phases marked with their durations), and its largest
+  stacked in allocation order, the phases marked with their durations; and, beside a kept
+  snapshot, as a page that opens offline, profiling/memory_page.py), and its largest
   allocations are listed with the top user frames of their stacks. Peak allocated/reserved
   memory, and the split into parameters, gradients, optimizer state and activations.
 - CPU: peak resident set size (VmHWM, reset per point) instead; the CUDA-only outputs are rows
@@ -49,12 +50,12 @@ from cs336_systems.core.results import provenance, write_csv
 from cs336_systems.core.workload import Workload
 from cs336_systems.planning.knobs import add_block_argument, add_run_arguments
 from cs336_systems.planning.log import configure, get_logger, point, status_level
+from cs336_systems.profiling.memory_page import write_viz_page
 from cs336_systems.profiling.memory_snapshot import (
     active_timeline,
     largest_allocations,
     render_active_memory,
     timeline_summary,
-    write_viz_page,
 )
 from cs336_systems.stages.memory import blocks
 from cs336_systems.stages.memory.analytic import (
@@ -397,16 +398,16 @@ def point_row(args, base: dict, point_key: dict, device_type: str) -> tuple[dict
 
 def snapshot_rows(args, row: dict, alloc_key: dict, snapshot, snap_path: Path) -> list[dict]:
     """A CUDA point's snapshot: its timeline rendered and summarized into `row`, and the rows
-    of its largest allocations; the snapshot kept (with memory_viz's page) or dropped."""
+    of its largest allocations; the snapshot kept (with its page, profiling/memory_page.py) or
+    dropped."""
     context, mode, precision = row["context_length"], row["mode"], row["precision"]
     name = point_name(args.size, context, mode, precision, row["checkpoint"])
     tl = active_timeline(snapshot)
     row.update(timeline_summary(tl))
     ck = "" if row["checkpoint"] == "none" else f", checkpointing {row['checkpoint']}"
+    title = f"{args.size}, context {context}, {MODE_TITLE.get(mode, mode)}, {precision}{ck}"
     png = render_active_memory(
-        snapshot,
-        Path(args.timeline_dir) / f"memory_timeline_{name}.png",
-        f"{args.size}, context {context}, {MODE_TITLE.get(mode, mode)}, {precision}{ck}",
+        snapshot, Path(args.timeline_dir) / f"memory_timeline_{name}.png", title
     )
     row["timeline_png"] = png.name
     row["snapshot"] = str(snap_path) if args.keep_raw else "dropped"
@@ -417,8 +418,8 @@ def snapshot_rows(args, row: dict, alloc_key: dict, snapshot, snap_path: Path) -
     for r in top.to_dict("records"):
         r["likely_tensor"] = likely_tensor(r["size_bytes"], known)
         allocs.append({**alloc_key, "status": "ok", **r})
-    if args.keep_raw:  # memory_viz's page beside the snapshot
-        write_viz_page(snapshot, snap_path.with_suffix(".html"))
+    if args.keep_raw:  # its timeline as a page that opens offline, beside the snapshot
+        write_viz_page(snapshot, snap_path.with_suffix(".html"), title)
     else:
         snap_path.unlink(missing_ok=True)
     return allocs
