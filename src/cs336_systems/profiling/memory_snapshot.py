@@ -432,9 +432,9 @@ def render_active_memory(
     live block a band stacked in allocation order on the trace's time axis (event_axis), the
     largest allocations numbered and named below, the phases as a strip above with their real
     width. Returns `png`."""
-    import matplotlib
+    from cs336_systems.core.style import use_figure_style
 
-    matplotlib.use("Agg")
+    use_figure_style()
     import matplotlib.pyplot as plt
 
     png = Path(png)

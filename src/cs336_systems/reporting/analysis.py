@@ -6,9 +6,9 @@ import math
 import sys
 from pathlib import Path
 
-import matplotlib
+from cs336_systems.core.style import use_figure_style
 
-matplotlib.use("Agg")
+use_figure_style()  # Agg, TrueType fonts in PDFs
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402

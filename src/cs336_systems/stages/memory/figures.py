@@ -149,8 +149,35 @@ def _timelines_figure(results_dir: Path, d: pd.DataFrame, fig_dir: Path, path: P
     for ax in axes.flat:
         ax.axis("off")
     for ax, t in zip(axes.flat, chosen, strict=False):
-        ax.imshow(plt.imread(t))
-    return save(fig, path)
+        ax.imshow(plt.imread(t))  # the PNG for the report
+    save(fig, path)
+    pdfs = [t.with_suffix(".pdf") for t in chosen]
+    if all(f.exists() for f in pdfs):  # the PDF from the timelines' own PDFs: vector, not a raster
+        tile_pdfs(pdfs, cols, path.with_suffix(".pdf"))
+    return path
+
+
+def tile_pdfs(pdfs: list[Path], cols: int, out: Path) -> Path:
+    """The first pages of `pdfs` on one page, `cols` side by side, row by row, each in a cell as
+    large as the largest page: vector drawings stay vector (the timelines' PDFs, drawn by
+    profiling/memory_snapshot.py)."""
+    from pypdf import PageObject, PdfReader, PdfWriter, Transformation
+
+    pages = [PdfReader(f).pages[0] for f in pdfs]
+    w = max(float(p.mediabox.width) for p in pages)
+    h = max(float(p.mediabox.height) for p in pages)
+    rows_n = -(-len(pages) // cols)
+    sheet = PageObject.create_blank_page(width=w * cols, height=h * rows_n)
+    for i, page in enumerate(pages):
+        x, y = (i % cols) * w, (rows_n - 1 - i // cols) * h
+        box = page.mediabox
+        move = Transformation().translate(x - float(box.left), y - float(box.bottom))
+        sheet.merge_transformed_page(page, move)
+    writer = PdfWriter()
+    writer.add_page(sheet)
+    with open(out, "wb") as f:
+        writer.write(f)
+    return out
 
 
 # ---- part (f): one TransformerBlock's forward and backward on Nsight's timeline -----------------
