@@ -373,7 +373,7 @@ LOG_TEE = "cs336_systems.planning.tee"
 
 
 def entry_modules(shell: str) -> list[str]:
-    found = re.findall(r"python3? -m (cs336_systems[\w.]*)", shell)
+    found = re.findall(r"(?:python3?|\$PY) -m (cs336_systems[\w.]*)", shell)
     return [m for m in found if m not in (GPU_LAUNCHER, LOG_TEE)]
 
 
@@ -381,7 +381,7 @@ def test_every_rule_runs_a_package_entry_point():
     jobs = planned_jobs_with_inputs()
     assert len({rule for rule, _, _ in jobs}) >= 25, "expected every stage's rules in the plan"
     for rule, _, shell in jobs:
-        assert entry_modules(shell), f"rule {rule} runs no `python3 -m cs336_systems...`"
+        assert entry_modules(shell), f"rule {rule} runs no `$PY -m cs336_systems...`"
 
 
 def test_every_imported_file_is_an_input_of_its_rule():

@@ -30,9 +30,9 @@ rule allreduce:
         block=block_text(ALLREDUCE),
         common=common_args(),
     shell:
-        "OMP_NUM_THREADS=1 {PY} -m cs336_systems.planning.claim {resources.gpu}"
-        " {PY} -m cs336_systems.stages.allreduce {params.common} --out {output}"
-        " --backend {wildcards.backend} --block {params.block:q} 2>&1 | {TEE} {log}"
+        "OMP_NUM_THREADS=1 $PY -m cs336_systems.planning.claim {resources.gpu}"
+        " $PY -m cs336_systems.stages.allreduce {params.common} --out {output}"
+        " --backend {wildcards.backend} --block {params.block:q} 2>&1 | $TEE {log}"
 
 
 rule allreduce_aggregate:
@@ -45,7 +45,7 @@ rule allreduce_aggregate:
         f"{RESULTS}/logs/allreduce_aggregate.log",
     localrule: True
     shell:
-        "{PY} -m cs336_systems.reporting.aggregate --out {output} {input.points} 2>&1 | {TEE} {log}"
+        "$PY -m cs336_systems.reporting.aggregate --out {output} {input.points} 2>&1 | $TEE {log}"
 
 
 rule allreduce_plots:
@@ -62,8 +62,8 @@ rule allreduce_plots:
         results=lambda wc, input: parent(input.data),
         figures=lambda wc, output: parent(output[0]),
     shell:
-        "{PY} -m cs336_systems.stages.allreduce.analysis --results {params.results}"
-        " --figures {params.figures} 2>&1 | {TEE} {log}"
+        "$PY -m cs336_systems.stages.allreduce.analysis --results {params.results}"
+        " --figures {params.figures} 2>&1 | $TEE {log}"
 
 
 if "allreduce" in STAGES:

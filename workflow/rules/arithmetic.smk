@@ -23,8 +23,8 @@ rule arithmetic:
         inputs=arithmetic_plan.input_args(ARITHMETIC_INPUTS),
         common=common_args(),
     shell:
-        "{PY} -m cs336_systems.stages.arithmetic {params.common} --out {output}"
-        " --block {params.block:q} {params.inputs} 2>&1 | {TEE} {log}"
+        "$PY -m cs336_systems.stages.arithmetic {params.common} --out {output}"
+        " --block {params.block:q} {params.inputs} 2>&1 | $TEE {log}"
 
 
 if "arithmetic" in STAGES:

@@ -24,9 +24,9 @@ rule attention:
         block=block_text(ATTENTION),
         common=common_args(),
     shell:
-        "{PY} -m cs336_systems.planning.claim {resources.gpu}"
-        " {PY} -m cs336_systems.stages.attention {params.common} --out {output}"
-        " --impl {wildcards.impl} --block {params.block:q} 2>&1 | {TEE} {log}"
+        "$PY -m cs336_systems.planning.claim {resources.gpu}"
+        " $PY -m cs336_systems.stages.attention {params.common} --out {output}"
+        " --impl {wildcards.impl} --block {params.block:q} 2>&1 | $TEE {log}"
 
 
 rule attention_aggregate:
@@ -39,7 +39,7 @@ rule attention_aggregate:
         f"{RESULTS}/logs/attention_aggregate.log",
     localrule: True
     shell:
-        "{PY} -m cs336_systems.reporting.aggregate --out {output} {input.points} 2>&1 | {TEE} {log}"
+        "$PY -m cs336_systems.reporting.aggregate --out {output} {input.points} 2>&1 | $TEE {log}"
 
 
 rule attention_plots:
@@ -56,8 +56,8 @@ rule attention_plots:
         results=lambda wc, input: parent(input.csv),
         figures=lambda wc, output: parent(output[0]),
     shell:
-        "{PY} -m cs336_systems.stages.attention.analysis --results {params.results}"
-        " --figures {params.figures} 2>&1 | {TEE} {log}"
+        "$PY -m cs336_systems.stages.attention.analysis --results {params.results}"
+        " --figures {params.figures} 2>&1 | $TEE {log}"
 
 
 if "attention" in STAGES:

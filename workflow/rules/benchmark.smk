@@ -40,13 +40,13 @@ rule benchmark:
         engines=lambda wc: benchmark_plan.engines_arg(BENCHMARK, wc.attention),
         common=common_args(),
     shell:
-        "{PY} -m cs336_systems.planning.claim {resources.gpu}"
-        " {PY} -m cs336_systems.stages.benchmark run {params.common} --out {output}"
+        "$PY -m cs336_systems.planning.claim {resources.gpu}"
+        " $PY -m cs336_systems.stages.benchmark run {params.common} --out {output}"
         " --size {wildcards.size} --context-length {wildcards.ctx}"
         " --attention {wildcards.attention} --compile={params.compile}"
         " --engines {params.engines} --block {params.block:q}"
         " --ceilings {input.ceilings}"
-        " 2>&1 | {TEE} {log}"
+        " 2>&1 | $TEE {log}"
 
 
 rule benchmark_warmup:
@@ -65,9 +65,9 @@ rule benchmark_warmup:
         block=block_text(benchmark_plan.WARMUP_KNOBS.select(BENCHMARK)),
         common=common_args(),
     shell:
-        "{PY} -m cs336_systems.planning.claim {resources.gpu}"
-        " {PY} -m cs336_systems.stages.benchmark warmup {params.common} --out {output}"
-        " --size {wildcards.size} --block {params.block:q} 2>&1 | {TEE} {log}"
+        "$PY -m cs336_systems.planning.claim {resources.gpu}"
+        " $PY -m cs336_systems.stages.benchmark warmup {params.common} --out {output}"
+        " --size {wildcards.size} --block {params.block:q} 2>&1 | $TEE {log}"
 
 
 rule benchmark_aggregate:
@@ -88,8 +88,8 @@ rule benchmark_aggregate:
         f"{RESULTS}/logs/benchmark_aggregate.log",
     localrule: True
     shell:
-        "{PY} -m cs336_systems.stages.benchmark.aggregate --ceilings {input.ceilings}"
-        " --out {output} {input.points} 2>&1 | {TEE} {log}"
+        "$PY -m cs336_systems.stages.benchmark.aggregate --ceilings {input.ceilings}"
+        " --out {output} {input.points} 2>&1 | $TEE {log}"
 
 
 rule benchmark_warmup_aggregate:
@@ -104,7 +104,7 @@ rule benchmark_warmup_aggregate:
         f"{RESULTS}/logs/benchmark_warmup_aggregate.log",
     localrule: True
     shell:
-        "{PY} -m cs336_systems.reporting.aggregate --out {output} {input.points} 2>&1 | {TEE} {log}"
+        "$PY -m cs336_systems.reporting.aggregate --out {output} {input.points} 2>&1 | $TEE {log}"
 
 
 BENCHMARK_PLOTS = ["latency", "bwd_fwd", "warmup", "speedups", "mfu"]
@@ -126,8 +126,8 @@ rule benchmark_plots:
         results=lambda wc, input: parent(input.benchmark),
         figures=lambda wc, output: parent(output[0]),
     shell:
-        "{PY} -m cs336_systems.stages.benchmark.analysis --results {params.results}"
-        " --figures {params.figures} 2>&1 | {TEE} {log}"
+        "$PY -m cs336_systems.stages.benchmark.analysis --results {params.results}"
+        " --figures {params.figures} 2>&1 | $TEE {log}"
 
 
 if "benchmark" in STAGES:

@@ -18,9 +18,9 @@ rule ceilings:
         block=block_text(CEILINGS),
         common=common_args(),
     shell:
-        "{PY} -m cs336_systems.planning.claim {resources.gpu}"
-        " {PY} -m cs336_systems.stages.ceilings {params.common} --out {output}"
-        " --block {params.block:q} 2>&1 | {TEE} {log}"
+        "$PY -m cs336_systems.planning.claim {resources.gpu}"
+        " $PY -m cs336_systems.stages.ceilings {params.common} --out {output}"
+        " --block {params.block:q} 2>&1 | $TEE {log}"
 
 
 if "ceilings" in STAGES:

@@ -28,9 +28,9 @@ rule checkpointing_accounting:
         block=block_text(checkpointing_plan.ACCOUNTING_KNOBS.select(CHECKPOINTING)),
         common=common_args(),
     shell:
-        "{PY} -m cs336_systems.planning.claim {resources.gpu}"
-        " {PY} -m cs336_systems.stages.checkpointing accounting {params.common}"
-        " --block {params.block:q} --out {output} 2>&1 | {TEE} {log}"
+        "$PY -m cs336_systems.planning.claim {resources.gpu}"
+        " $PY -m cs336_systems.stages.checkpointing accounting {params.common}"
+        " --block {params.block:q} --out {output} 2>&1 | $TEE {log}"
 
 
 rule checkpointing:
@@ -50,10 +50,10 @@ rule checkpointing:
         block=block_text(CHECKPOINTING),
         common=common_args(),
     shell:
-        "{PY} -m cs336_systems.planning.claim {resources.gpu}"
-        " {PY} -m cs336_systems.stages.checkpointing strategies {params.common}"
+        "$PY -m cs336_systems.planning.claim {resources.gpu}"
+        " $PY -m cs336_systems.stages.checkpointing strategies {params.common}"
         " --precision {wildcards.precision} --block {params.block:q} --out {output}"
-        " 2>&1 | {TEE} {log}"
+        " 2>&1 | $TEE {log}"
 
 
 rule checkpointing_aggregate:
@@ -71,9 +71,9 @@ rule checkpointing_aggregate:
         f"{RESULTS}/logs/checkpointing_aggregate.log",
     localrule: True
     shell:
-        "({PY} -m cs336_systems.reporting.aggregate --out {output.points} {input.points}"
-        " && {PY} -m cs336_systems.reporting.aggregate --out {output.saved} {input.saved})"
-        " 2>&1 | {TEE} {log}"
+        "($PY -m cs336_systems.reporting.aggregate --out {output.points} {input.points}"
+        " && $PY -m cs336_systems.reporting.aggregate --out {output.saved} {input.saved})"
+        " 2>&1 | $TEE {log}"
 
 
 rule checkpointing_plots:
@@ -93,8 +93,8 @@ rule checkpointing_plots:
         results=lambda wc, input: parent(input.points),
         figures=lambda wc, output: parent(output[0]),
     shell:
-        "{PY} -m cs336_systems.stages.checkpointing.analysis --results {params.results}"
-        " --figures {params.figures} 2>&1 | {TEE} {log}"
+        "$PY -m cs336_systems.stages.checkpointing.analysis --results {params.results}"
+        " --figures {params.figures} 2>&1 | $TEE {log}"
 
 
 if "checkpointing" in STAGES:

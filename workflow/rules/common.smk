@@ -10,12 +10,12 @@ from pathlib import Path
 from snakemake.utils import min_version
 
 ROOT = Path(workflow.basedir)
-# the interpreter every rule runs: the one running Snakemake (its environment has the package
-# and torch, activated or not), quoted; $CS336_PYTHON instead where set (a test's `python3` shim)
+# The interpreter of every job: the one running Snakemake (its environment has the package
+# and torch, activated or not), quoted; $CS336_PYTHON instead where set (a test's `python3` shim).
+# The shell prefix below sets it as $PY, and $TEE: a job's output to its log and the console,
+# as `tee`, a point's Python warnings and the tracebacks to the log alone (planning/tee.py;
+# $CS336_LOG_ONLY marks them). Shell commands write `$PY -m ...` and `| $TEE {log}`.
 PY = os.environ.get("CS336_PYTHON") or shlex.quote(sys.executable)
-# every job's output to its log and the console, as `tee`, a point's Python warnings and the
-# tracebacks to the log alone (planning/tee.py; $CS336_LOG_ONLY below marks them)
-TEE = f"{PY} -m cs336_systems.planning.tee"
 # the workflow's own package, whatever else is installed
 sys.path.insert(0, str(ROOT / "src"))
 from cs336_systems.planning import config as run_config  # noqa: E402
@@ -131,6 +131,7 @@ ETA_DIR = f"{RESULTS}/eta"
 # through `tee` still fails its job, and prints no progress line after it)
 shell.prefix(
     "set -euo pipefail; "
+    f'PY={PY}; TEE="$PY -m cs336_systems.planning.tee"; '
     f'export TORCHINDUCTOR_CACHE_DIR="$PWD/{COMPILE_CACHE}/inductor"'
     f' TRITON_CACHE_DIR="$PWD/{COMPILE_CACHE}/triton"'
     f' CS336_GPU_POOL={",".join(map(str, GPU_POOL))} CS336_ETA="$PWD/{ETA_DIR}/eta.json"'
@@ -139,7 +140,7 @@ shell.prefix(
     # kineto's `gpuGetDeviceCount failed` lines on a machine without a GPU say nothing
     + ("" if GPU_POOL else ' KINETO_LOG_LEVEL="${{KINETO_LOG_LEVEL:-5}}"') + "; "
 )
-shell.suffix(f"; {PY} -m cs336_systems.planning.eta")
+shell.suffix(f"; $PY -m cs336_systems.planning.eta")
 
 # Each stage's rules file registers what the report needs from it: {stage: [files]}.
 REPORT_INPUTS = {}
@@ -153,7 +154,7 @@ def stage_config(stage):
 
 def code(*modules, files=()):
     """A rule's code inputs: every package file that `modules` (what its shell runs with
-    `{PY} -m`) and the test `files` import, however deep, read from the import graph.
+    `$PY -m`) and the test `files` import, however deep, read from the import graph.
     """
     found = imports.import_closure(
         ROOT / "src", *modules, files=[ROOT / f for f in files]

@@ -22,4 +22,4 @@ rule compare:
             compare_folder(m) for m in config["compare"]["machines"]
         ),
     shell:
-        "{PY} -m cs336_systems.reporting.compare --out {output} {params.folders} 2>&1 | {TEE} {log}"
+        "$PY -m cs336_systems.reporting.compare --out {output} {params.folders} 2>&1 | $TEE {log}"

@@ -39,10 +39,10 @@ rule ddp:
         timelines=lambda wc, output: f"--timeline-dir {parent(output[0])}/timelines",
         common=common_args(),
     shell:
-        "OMP_NUM_THREADS=1 {PY} -m cs336_systems.planning.claim {resources.gpu}"
-        " {PY} -m cs336_systems.stages.ddp {wildcards.kind} {params.common}"
+        "OMP_NUM_THREADS=1 $PY -m cs336_systems.planning.claim {resources.gpu}"
+        " $PY -m cs336_systems.stages.ddp {wildcards.kind} {params.common}"
         " --out {output} --block {params.block:q} {params.traces} {params.timelines}"
-        " 2>&1 | {TEE} {log}"
+        " 2>&1 | $TEE {log}"
 
 
 rule ddp_aggregate:
@@ -58,7 +58,7 @@ rule ddp_aggregate:
         f"{RESULTS}/logs/ddp_aggregate.log",
     localrule: True
     shell:
-        "{PY} -m cs336_systems.reporting.aggregate --out {output} {input.points} 2>&1 | {TEE} {log}"
+        "$PY -m cs336_systems.reporting.aggregate --out {output} {input.points} 2>&1 | $TEE {log}"
 
 
 rule ddp_plots:
@@ -79,8 +79,8 @@ rule ddp_plots:
         results=lambda wc, input: parent(input.data),
         figures=lambda wc, output: parent(output[0]),
     shell:
-        "{PY} -m cs336_systems.stages.ddp.analysis --results {params.results}"
-        " --figures {params.figures} 2>&1 | {TEE} {log}"
+        "$PY -m cs336_systems.stages.ddp.analysis --results {params.results}"
+        " --figures {params.figures} 2>&1 | $TEE {log}"
 
 
 if "ddp" in STAGES:

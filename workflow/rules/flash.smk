@@ -34,10 +34,10 @@ rule flash:
         # with an interrupted job); a rerun keeps its ok rows and measures the rest
         partial=lambda wc: f"{RESULTS}/flash/partial/{wc.dtype}.csv",
     shell:
-        "{PY} -m cs336_systems.planning.claim {resources.gpu}"
-        " {PY} -m cs336_systems.stages.flash sweep {params.common} --out {output}"
+        "$PY -m cs336_systems.planning.claim {resources.gpu}"
+        " $PY -m cs336_systems.stages.flash sweep {params.common} --out {output}"
         " --partial {params.partial} --dtype {wildcards.dtype} --block {params.block:q}"
-        " {params.gate} 2>&1 | {TEE} {log}"
+        " {params.gate} 2>&1 | $TEE {log}"
 
 
 rule flash_leaderboard:
@@ -59,9 +59,9 @@ rule flash_leaderboard:
         common=common_args(),
         partial=f"{RESULTS}/flash/partial/leaderboard.csv",
     shell:
-        "{PY} -m cs336_systems.planning.claim {resources.gpu}"
-        " {PY} -m cs336_systems.stages.flash leaderboard {params.common} --out {output}"
-        " --partial {params.partial} --block {params.block:q} {params.gate} 2>&1 | {TEE} {log}"
+        "$PY -m cs336_systems.planning.claim {resources.gpu}"
+        " $PY -m cs336_systems.stages.flash leaderboard {params.common} --out {output}"
+        " --partial {params.partial} --block {params.block:q} {params.gate} 2>&1 | $TEE {log}"
 
 
 rule flash_target:
@@ -83,9 +83,9 @@ rule flash_target:
         common=common_args(),
         partial=f"{RESULTS}/flash/partial/target.csv",
     shell:
-        "{PY} -m cs336_systems.planning.claim {resources.gpu}"
-        " {PY} -m cs336_systems.stages.flash target {params.common} --out {output}"
-        " --partial {params.partial} --block {params.block:q} {params.gate} 2>&1 | {TEE} {log}"
+        "$PY -m cs336_systems.planning.claim {resources.gpu}"
+        " $PY -m cs336_systems.stages.flash target {params.common} --out {output}"
+        " --partial {params.partial} --block {params.block:q} {params.gate} 2>&1 | $TEE {log}"
 
 
 rule flash_aggregate:
@@ -98,7 +98,7 @@ rule flash_aggregate:
         f"{RESULTS}/logs/flash_aggregate.log",
     localrule: True
     shell:
-        "{PY} -m cs336_systems.reporting.aggregate --out {output} {input.points} 2>&1 | {TEE} {log}"
+        "$PY -m cs336_systems.reporting.aggregate --out {output} {input.points} 2>&1 | $TEE {log}"
 
 
 rule flash_plots:
@@ -115,8 +115,8 @@ rule flash_plots:
         results=lambda wc, input: parent(input.csv),
         figures=lambda wc, output: parent(output[0]),
     shell:
-        "{PY} -m cs336_systems.stages.flash.analysis --results {params.results}"
-        " --figures {params.figures} 2>&1 | {TEE} {log}"
+        "$PY -m cs336_systems.stages.flash.analysis --results {params.results}"
+        " --figures {params.figures} 2>&1 | $TEE {log}"
 
 
 if "flash" in STAGES:

@@ -36,9 +36,9 @@ rule fsdp:
         timelines=lambda wc, output: f"--timeline-dir {parent(output[0])}/timelines",
         common=common_args(),
     shell:
-        "OMP_NUM_THREADS=1 {PY} -m cs336_systems.planning.claim {resources.gpu}"
-        " {PY} -m cs336_systems.stages.fsdp {params.common} --out {output}"
-        " --block {params.block:q} {params.traces} {params.timelines} 2>&1 | {TEE} {log}"
+        "OMP_NUM_THREADS=1 $PY -m cs336_systems.planning.claim {resources.gpu}"
+        " $PY -m cs336_systems.stages.fsdp {params.common} --out {output}"
+        " --block {params.block:q} {params.traces} {params.timelines} 2>&1 | $TEE {log}"
 
 
 rule fsdp_aggregate:
@@ -51,7 +51,7 @@ rule fsdp_aggregate:
         f"{RESULTS}/logs/fsdp_aggregate.log",
     localrule: True
     shell:
-        "{PY} -m cs336_systems.reporting.aggregate --out {output} {input.points} 2>&1 | {TEE} {log}"
+        "$PY -m cs336_systems.reporting.aggregate --out {output} {input.points} 2>&1 | $TEE {log}"
 
 
 rule fsdp_plots:
@@ -68,8 +68,8 @@ rule fsdp_plots:
         results=lambda wc, input: parent(input.data),
         figures=lambda wc, output: parent(output[0]),
     shell:
-        "{PY} -m cs336_systems.stages.fsdp.analysis --results {params.results}"
-        " --figures {params.figures} 2>&1 | {TEE} {log}"
+        "$PY -m cs336_systems.stages.fsdp.analysis --results {params.results}"
+        " --figures {params.figures} 2>&1 | $TEE {log}"
 
 
 if "fsdp" in STAGES:

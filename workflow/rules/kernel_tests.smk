@@ -36,9 +36,9 @@ rule kernel_tests:
         block=block_text(KERNEL_TESTS),
         common=common_args(),
     shell:
-        "OMP_NUM_THREADS=1 {PY} -m cs336_systems.planning.claim {resources.gpu}"
-        " {PY} -m cs336_systems.stages.kernel_tests {params.common} --block {params.block:q}"
-        " --junit {output.junit} --out {output.csv} 2>&1 | {TEE} {log}"
+        "OMP_NUM_THREADS=1 $PY -m cs336_systems.planning.claim {resources.gpu}"
+        " $PY -m cs336_systems.stages.kernel_tests {params.common} --block {params.block:q}"
+        " --junit {output.junit} --out {output.csv} 2>&1 | $TEE {log}"
 
 
 rule kernel_tests_plots:
@@ -57,8 +57,8 @@ rule kernel_tests_plots:
         results=lambda wc, input: parent(input.csv),
         figures=lambda wc, output: parent(output[0]),
     shell:
-        "{PY} -m cs336_systems.stages.kernel_tests.analysis --results {params.results}"
-        " --figures {params.figures} 2>&1 | {TEE} {log}"
+        "$PY -m cs336_systems.stages.kernel_tests.analysis --results {params.results}"
+        " --figures {params.figures} 2>&1 | $TEE {log}"
 
 
 if "kernel_tests" in STAGES:

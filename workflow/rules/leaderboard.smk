@@ -31,10 +31,10 @@ rule leaderboard:
         block=block_text(LEADERBOARD),
         common=common_args(),
     shell:
-        "OMP_NUM_THREADS=1 {PY} -m cs336_systems.planning.claim {resources.gpu}"
-        " {PY} -m cs336_systems.stages.leaderboard {params.common} --out {output}"
+        "OMP_NUM_THREADS=1 $PY -m cs336_systems.planning.claim {resources.gpu}"
+        " $PY -m cs336_systems.stages.leaderboard {params.common} --out {output}"
         " --plans full,reduced --block {params.block:q} --peak-csv {input.ceilings}"
-        " 2>&1 | {TEE} {log}"
+        " 2>&1 | $TEE {log}"
 
 
 rule leaderboard_ablation:
@@ -60,10 +60,10 @@ rule leaderboard_ablation:
         block=block_text(LEADERBOARD),
         common=common_args(),
     shell:
-        "OMP_NUM_THREADS=1 {PY} -m cs336_systems.planning.claim {resources.gpu}"
-        " {PY} -m cs336_systems.stages.leaderboard {params.common} --out {output}"
+        "OMP_NUM_THREADS=1 $PY -m cs336_systems.planning.claim {resources.gpu}"
+        " $PY -m cs336_systems.stages.leaderboard {params.common} --out {output}"
         " --plans ablation --checkpoint-from {input.runs} --block {params.block:q}"
-        " --peak-csv {input.ceilings} 2>&1 | {TEE} {log}"
+        " --peak-csv {input.ceilings} 2>&1 | $TEE {log}"
 
 
 rule leaderboard_aggregate:
@@ -77,8 +77,8 @@ rule leaderboard_aggregate:
         f"{RESULTS}/logs/leaderboard_aggregate.log",
     localrule: True
     shell:
-        "{PY} -m cs336_systems.reporting.aggregate --out {output} {input.points} {input.ablation}"
-        " 2>&1 | {TEE} {log}"
+        "$PY -m cs336_systems.reporting.aggregate --out {output} {input.points} {input.ablation}"
+        " 2>&1 | $TEE {log}"
 
 
 rule leaderboard_plots:
@@ -97,8 +97,8 @@ rule leaderboard_plots:
         results=lambda wc, input: parent(input.data),
         figures=lambda wc, output: parent(output[0]),
     shell:
-        "{PY} -m cs336_systems.stages.leaderboard.analysis --results {params.results}"
-        " --figures {params.figures} 2>&1 | {TEE} {log}"
+        "$PY -m cs336_systems.stages.leaderboard.analysis --results {params.results}"
+        " --figures {params.figures} 2>&1 | $TEE {log}"
 
 
 if "leaderboard" in STAGES:

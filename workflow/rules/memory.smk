@@ -35,12 +35,12 @@ rule memory:
         timelines=f"{RESULTS}/memory/timelines",
         common=common_args(),
     shell:
-        "{PY} -m cs336_systems.planning.claim {resources.gpu}"
-        " {PY} -m cs336_systems.stages.memory run {params.common} --size {wildcards.size}"
+        "$PY -m cs336_systems.planning.claim {resources.gpu}"
+        " $PY -m cs336_systems.stages.memory run {params.common} --size {wildcards.size}"
         " --block {params.block:q} --raw-dir {params.raw}"
         " --timeline-dir {params.timelines} --keep-raw {params.keep_raw}"
         " --out {output.points} --allocations-out {output.allocations}"
-        " --blocks-out {output.blocks} 2>&1 | {TEE} {log}"
+        " --blocks-out {output.blocks} 2>&1 | $TEE {log}"
 
 
 rule memory_aggregate:
@@ -57,10 +57,10 @@ rule memory_aggregate:
         f"{RESULTS}/logs/memory_aggregate.log",
     localrule: True
     shell:
-        "({PY} -m cs336_systems.reporting.aggregate --out {output.points} {input.points}"
-        " && {PY} -m cs336_systems.reporting.aggregate --out {output.allocations} {input.allocations}"
-        " && {PY} -m cs336_systems.reporting.aggregate --out {output.blocks} {input.blocks})"
-        " 2>&1 | {TEE} {log}"
+        "($PY -m cs336_systems.reporting.aggregate --out {output.points} {input.points}"
+        " && $PY -m cs336_systems.reporting.aggregate --out {output.allocations} {input.allocations}"
+        " && $PY -m cs336_systems.reporting.aggregate --out {output.blocks} {input.blocks})"
+        " 2>&1 | $TEE {log}"
 
 
 rule memory_plots:
@@ -80,8 +80,8 @@ rule memory_plots:
         results=lambda wc, input: parent(input[0]),
         figures=lambda wc, output: parent(output[0]),
     shell:
-        "{PY} -m cs336_systems.stages.memory.analysis --results {params.results}"
-        " --figures {params.figures} 2>&1 | {TEE} {log}"
+        "$PY -m cs336_systems.stages.memory.analysis --results {params.results}"
+        " --figures {params.figures} 2>&1 | $TEE {log}"
 
 
 if "memory" in STAGES:

@@ -26,10 +26,10 @@ rule precision:
         block=block_text(PRECISION),
         common=common_args(),
     shell:
-        "{PY} -m cs336_systems.planning.claim {resources.gpu}"
-        " {PY} -m cs336_systems.stages.precision run {params.common} --block {params.block:q}"
+        "$PY -m cs336_systems.planning.claim {resources.gpu}"
+        " $PY -m cs336_systems.stages.precision run {params.common} --block {params.block:q}"
         " --out {output.accumulation} --dtypes-out {output.dtypes}"
-        " --layernorm-out {output.layernorm} 2>&1 | {TEE} {log}"
+        " --layernorm-out {output.layernorm} 2>&1 | $TEE {log}"
 
 
 rule precision_plots:
@@ -46,8 +46,8 @@ rule precision_plots:
         results=lambda wc, input: parent(input[0]),
         figures=lambda wc, output: parent(output[0]),
     shell:
-        "{PY} -m cs336_systems.stages.precision.analysis --results {params.results}"
-        " --figures {params.figures} 2>&1 | {TEE} {log}"
+        "$PY -m cs336_systems.stages.precision.analysis --results {params.results}"
+        " --figures {params.figures} 2>&1 | $TEE {log}"
 
 
 if "precision" in STAGES:

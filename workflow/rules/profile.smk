@@ -34,11 +34,11 @@ rule profile:
         raw=f"{RESULTS}/profile/raw",
         common=common_args(),
     shell:
-        "{PY} -m cs336_systems.planning.claim {resources.gpu}"
-        " {PY} -m cs336_systems.stages.profile run {params.common} --size {wildcards.size}"
+        "$PY -m cs336_systems.planning.claim {resources.gpu}"
+        " $PY -m cs336_systems.stages.profile run {params.common} --size {wildcards.size}"
         " --block {params.block:q} --raw-dir {params.raw} --keep-raw {params.keep_raw}"
         " --probe-out {output.probe} --out {output.points} --kernels-out {output.kernels}"
-        " 2>&1 | {TEE} {log}"
+        " 2>&1 | $TEE {log}"
 
 
 rule profile_aggregate:
@@ -55,10 +55,10 @@ rule profile_aggregate:
         f"{RESULTS}/logs/profile_aggregate.log",
     localrule: True
     shell:
-        "({PY} -m cs336_systems.reporting.aggregate --out {output.points} {input.points}"
-        " && {PY} -m cs336_systems.reporting.aggregate --out {output.kernels} {input.kernels}"
-        " && {PY} -m cs336_systems.reporting.aggregate --out {output.probe} {input.probe})"
-        " 2>&1 | {TEE} {log}"
+        "($PY -m cs336_systems.reporting.aggregate --out {output.points} {input.points}"
+        " && $PY -m cs336_systems.reporting.aggregate --out {output.kernels} {input.kernels}"
+        " && $PY -m cs336_systems.reporting.aggregate --out {output.probe} {input.probe})"
+        " 2>&1 | $TEE {log}"
 
 
 rule profile_plots:
@@ -76,8 +76,8 @@ rule profile_plots:
         results=lambda wc, input: parent(input[0]),
         figures=lambda wc, output: parent(output[0]),
     shell:
-        "{PY} -m cs336_systems.stages.profile.analysis --results {params.results}"
-        " --figures {params.figures} 2>&1 | {TEE} {log}"
+        "$PY -m cs336_systems.stages.profile.analysis --results {params.results}"
+        " --figures {params.figures} 2>&1 | $TEE {log}"
 
 
 if "profile" in STAGES:

@@ -54,6 +54,6 @@ rule report:
         table_pages=cli_list(TABLE_CSVS),
         pages=lambda wc, output: parent(output.pages[0]) if output.pages else ".",
     shell:
-        "{PY} -m cs336_systems.reporting.report --results {params.results} --out {output.md}"
+        "$PY -m cs336_systems.reporting.report --results {params.results} --out {output.md}"
         " --stages {params.stages} --edition {params.edition}"
-        " --table-pages {params.table_pages:q} --pages {params.pages} 2>&1 | {TEE} {log}"
+        " --table-pages {params.table_pages:q} --pages {params.pages} 2>&1 | $TEE {log}"

@@ -6,7 +6,7 @@ claims N of this host's GPUs that no other job holds, sets `CUDA_VISIBLE_DEVICES
 (nvidia-smi's indices, with `CUDA_DEVICE_ORDER=PCI_BUS_ID` so CUDA numbers them alike) and
 `CS336_GPU_CLAIMED` (the same indices, which the rows' `gpu_index` column records), and
 replaces itself with COMMAND. The workflow's measuring rules start their stage through it with
-their `gpu` resource (`python3 -m cs336_systems.planning.claim {resources.gpu} python3 -m ...`):
+their `gpu` resource (`$PY -m cs336_systems.planning.claim {resources.gpu} $PY -m ...`):
 Snakemake's resource keeps the number of GPU jobs at the number of GPUs, and this picks which
 card each one gets, so that under `--cores 4` on a 4-GPU host four measurements run at once,
 each alone on its card.

@@ -40,7 +40,7 @@ def planned(*config: str) -> list[dict]:
 
 # a measuring job runs a stage's own entry point (`python3 -m cs336_systems.stages.<stage> `),
 # not its analysis or aggregate
-MEASURES = re.compile(r"python3? -m cs336_systems\.stages\.\w+ ")
+MEASURES = re.compile(r"(?:python3?|\$PY) -m cs336_systems\.stages\.\w+ ")
 
 
 @pytest.mark.parametrize("preset", ["cpu", "gpu"], ids=["cpu-preset", "gpu-preset"])
