@@ -130,17 +130,17 @@ def test_the_profiled_step_starts_with_the_ranks_together():
 
 
 def _traced_worker(rank: int, store: str, out_dir: str, trace_dir: str) -> None:
-    """One profiled gloo step (a linear layer's forward and backward, its gradient all-reduced)
-    whose trace every rank keeps where `rank_trace` puts it, and rank 0 its timeline too."""
+    """One profiled gloo step (a matmul, its result all-reduced) whose trace every rank keeps
+    where `rank_trace` puts it, and rank 0 its timeline too. One thread and no autograd: a
+    forked child inherits neither the parent's intra-op pool nor its autograd threads."""
     from cs336_systems.profiling.overlap import profile_step, rank_trace
 
+    torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
-    layer = torch.nn.Linear(64, 64)
-    x = torch.randn(32, 64)
+    w, x = torch.randn(64, 64), torch.randn(32, 64)
 
     def step(clock) -> None:
-        layer(x).square().mean().backward()
-        dist.all_reduce(layer.weight.grad)
+        dist.all_reduce(x @ w)
 
     trace = rank_trace(trace_dir, "step", rank)
     timeline = Path(trace_dir) / "step_rank0.timeline.json.gz" if rank == 0 else None
