@@ -14,8 +14,6 @@ import math
 import re
 from pathlib import Path
 
-from cs336_systems.core.harness import StepClock, synchronize
-
 STEP_RANGE = "profiled_step"
 
 
@@ -42,6 +40,7 @@ def profile_step(
     the stages' timeline figures read, a few hundred kB where the trace has tens of MB)."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
+    from cs336_systems.core.harness import StepClock, synchronize
     from cs336_systems.profiling.timeline import gpu_kernels, split_step, step_window
 
     activities = [ProfilerActivity.CPU]
@@ -100,9 +99,17 @@ class MarkRanges:
             self.open.__enter__()
 
 
+def rank_trace(trace_dir: str | None, name: str, rank: int) -> Path | None:
+    """Where `rank` keeps the Chrome trace of the profiled step `name`: one folder per step,
+    `<trace_dir>/<name>/rank<k>.json.gz`, every rank's trace in it (gzipped; torch.profiler
+    writes `distributedInfo` with the rank into each when a process group is up), the folder
+    Perfetto's users and HolisticTraceAnalysis open as one run. None without `trace_dir`."""
+    return Path(trace_dir) / name / f"rank{rank}.json.gz" if trace_dir else None
+
+
 def keep_trace(prof, trace_path: Path | None, timeline_path: Path | None) -> None:
-    """The Chrome trace at `trace_path`, and the step range's window of it at `timeline_path`
-    (either may be None). A timeline that cannot be written is logged, not raised: the
+    """The Chrome trace at `trace_path` (gzipped where it ends in `.gz`), and the step range's
+    window of it at `timeline_path` (either may be None). A timeline that cannot be written is logged, not raised: the
     step's numbers do not depend on it."""
     import tempfile
 
@@ -128,6 +135,8 @@ def _align_ranks(device) -> None:
     """Every rank of the default process group past one barrier, its device idle (no-op
     without a process group)."""
     import torch.distributed as dist
+
+    from cs336_systems.core.harness import synchronize
 
     if not (dist.is_available() and dist.is_initialized()):
         return

@@ -65,7 +65,8 @@ def test_stage_runs_and_answers_both_questions(tmp_path):
         variants=["sharded_optimizer", "fsdp", "torch_fsdp_bf16"], warmup_steps=0,
         measure_steps=1, profile=True, timeout_s=240,
     )  # fmt: skip
-    argv = ["--machine", "m", "--preset", "cpu", *knobs, "--trace-dir", str(tmp_path / "raw"),
+    raw = tmp_path / "fsdp" / "raw"  # where the rule keeps them, beside the report's reading
+    argv = ["--machine", "m", "--preset", "cpu", *knobs, "--trace-dir", str(raw),
             "--out", str(out)]  # fmt: skip
     stage.main(argv)
     import pandas as pd
@@ -93,12 +94,18 @@ def test_stage_runs_and_answers_both_questions(tmp_path):
     # forward and backward all-gathers apart (tiny: 16 layers gathered forward, 15 backward)
     assert fs.prof_all_gather_fwd_ms > 0 and fs.prof_all_gather_bwd_ms > 0
     assert 0 < fs.gathered_peak_mb < fs.params_mb * 2
-    assert (tmp_path / "raw" / "fsdp_fsdp_rank0.json").exists()
+    assert {p.name for p in (raw / "fsdp_fsdp").iterdir()} == {
+        "rank0.json.gz",
+        "rank1.json.gz",
+    }
     write_csv(df, tmp_path / "fsdp.csv")
     ctx = analysis.context(tmp_path)
     assert "expected saving" in ctx["q32_details"] and "By phase: forward" in ctx["q33_details"]
     assert "not counted" in next(x for x in ctx["time_table"].splitlines() if "FSDP2" in x)
     assert ctx["analytic_table"] and ctx["memory_table"] and ctx["time_table"]
+    # the traces' folders, and why HolisticTraceAnalysis has nothing beside ours on the CPU
+    assert f"{tmp_path}/fsdp/raw/fsdp_fsdp/" in ctx["traces"]
+    assert "hold no GPU kernels" in ctx["hta_empty"] and "gloo's collectives" in ctx["hta_empty"]
 
 
 def _fsdp_rows():

@@ -127,3 +127,50 @@ def test_the_profiled_step_starts_with_the_ranks_together():
     for r in ranks:
         assert 0 < r["prof_all_gather_ms"] < 300, r  # ~1,000 ms without the barrier on rank 0
         assert r["prof_step_ms"] < 400, r
+
+
+def _traced_worker(rank: int, store: str, out_dir: str, trace_dir: str) -> None:
+    """One profiled gloo step (a matmul, its result all-reduced) whose trace every rank keeps
+    where `rank_trace` puts it, and rank 0 its timeline too. One thread and no autograd: a
+    forked child inherits neither the parent's intra-op pool nor its autograd threads."""
+    from cs336_systems.profiling.overlap import profile_step, rank_trace
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    w, x = torch.randn(64, 64), torch.randn(32, 64)
+
+    def step(clock) -> None:
+        dist.all_reduce(x @ w)
+
+    trace = rank_trace(trace_dir, "step", rank)
+    timeline = Path(trace_dir) / "step_rank0.timeline.json.gz" if rank == 0 else None
+    stats = profile_step(step, torch.device("cpu"), trace, timeline_path=timeline)
+    torch.save(stats, os.path.join(out_dir, f"rank{rank}.pt"))
+    dist.destroy_process_group()
+
+
+def test_every_rank_keeps_its_gzipped_trace_in_one_folder(tmp_path):
+    """Two gloo ranks profile one step: both traces lie in the step's folder, gzipped, each
+    naming its rank (what HolisticTraceAnalysis needs to tell them apart); rank 0's still
+    gives the timeline figure its window."""
+    import functools
+    import gzip
+    import json
+
+    from dist_utils import run_forked_ranks
+
+    from cs336_systems.profiling.nsys_timeline import load, read_chrome_trace
+
+    run_forked_ranks(functools.partial(_traced_worker, trace_dir=str(tmp_path)), 2)
+    files = sorted((tmp_path / "step").iterdir())
+    assert [p.name for p in files] == ["rank0.json.gz", "rank1.json.gz"]
+    docs = []
+    for p in files:
+        with gzip.open(p, "rt") as f:
+            docs.append(json.load(f))
+    assert [d["distributedInfo"]["rank"] for d in docs] == [0, 1]
+    assert all(d["distributedInfo"]["backend"] == "gloo" for d in docs)
+    for d in docs:  # each rank's own all-reduce on gloo's worker thread
+        assert any(e.get("name", "").startswith("gloo:all_reduce") for e in d["traceEvents"])
+    assert len(read_chrome_trace(files[0]).ranges)  # the timeline figures' reader takes it
+    assert load(tmp_path / "step_rank0.timeline.json.gz").window is not None

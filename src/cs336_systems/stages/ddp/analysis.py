@@ -24,6 +24,7 @@ import pandas as pd
 
 from cs336_systems.reporting import sanity
 from cs336_systems.reporting.analysis import failed_points, load, md_table, ok, plot_main, ran
+from cs336_systems.reporting.hta_check import cross_check
 from cs336_systems.reporting.timelines import describe
 from cs336_systems.stages.ddp import answers
 from cs336_systems.stages.ddp.figures import draw, timeline_panels
@@ -84,7 +85,9 @@ def _variants(d: pd.DataFrame, results_dir: Path, fits: dict[str, dict]) -> dict
     if overlap is not None:
         ctx["q25"] = answers.q25(d, overlap, base)
     traces = sorted(set(ok(d).get("trace", pd.Series(dtype=str)).dropna().astype(str)) - {""})
-    ctx["traces"] = [f"{results_dir}/ddp/raw/{t}" for t in traces]
+    # one folder per profiled step, every rank's trace in it (profiling/overlap.py:rank_trace)
+    ctx["traces"] = [f"{results_dir}/ddp/raw/{t}/" for t in traces]
+    ctx.update(cross_check(Path(results_dir) / "ddp" / "raw", ok(d)))
     # ddp_overlap (b): the timeline figure's panels in words
     ctx["timeline_lines"] = describe(timeline_panels(results_dir))
     return ctx

@@ -21,7 +21,8 @@ optimizer, just before and just after the optimizer step of a measured step, wit
 into parameters, gradients and optimizer state; the time per step.
 
 An optional profile (the `profile` knob) records one step of naive, overlap and the best bucketed
-variant with torch.profiler (Chrome traces in `--trace-dir` for the timeline) and, on GPU,
+variant with torch.profiler (every rank's Chrome trace in a folder per step under `--trace-dir`,
+`profiling/overlap.py:rank_trace`; rank 0's window for the timeline) and, on GPU,
 measures how much of the NCCL kernel time ran while compute kernels ran.
 """
 
@@ -38,7 +39,7 @@ from cs336_systems.core.harness import StepClock, synchronize, time_marked_steps
 from cs336_systems.core.workload import rank_batch
 from cs336_systems.parallel.launch import parse_stage_args, summarize_slowest, worker_argv
 from cs336_systems.planning.log import get_logger, point, status_level
-from cs336_systems.profiling.overlap import profile_step
+from cs336_systems.profiling.overlap import profile_step, rank_trace
 from cs336_systems.stages.ddp.peer import BUCKET_MB as PEER_BUCKET_MB
 from cs336_systems.stages.ddp.peer import TorchDDP
 from cs336_systems.stages.ddp.plan import DdpKnobs
@@ -177,14 +178,13 @@ def profile_variant(model, variant: str, bucket: float | None, args, ctx, x, y) 
         step = training_step(ddp, optimizer, x, y, ddp)
         step(StepClock(ctx.device))  # one unprofiled step: optimizer state, allocator
         name = f"ddp_{variant}" + (f"_{bucket:g}mb" if bucket is not None else "")
-        keep = ctx.is_main and args.trace_dir
-        trace = Path(args.trace_dir) / f"{name}_rank0.json" if keep else None
+        trace = rank_trace(args.trace_dir, name, ctx.rank)  # every rank's, one folder
         # the step's window for the timeline figure (figures.py), kept whatever keep_raw says
         tl = ctx.is_main and getattr(args, "timeline_dir", "")
         timeline = Path(args.timeline_dir) / f"{name}_rank0.timeline.json.gz" if tl else None
         stats = profile_step(step, ctx.device, trace, timeline_path=timeline)
         kept = timeline.name if timeline is not None and timeline.exists() else ""
-        return {**stats, "trace": trace.name if trace else "", "timeline": kept}
+        return {**stats, "trace": name if trace else "", "timeline": kept}
     finally:
         ddp.remove_hooks()
         model.zero_grad(set_to_none=True)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from cs336_systems.reporting.analysis import failed_points, load, md_table, ok, plot_main, ran
+from cs336_systems.reporting.hta_check import cross_check
 from cs336_systems.reporting.timelines import describe
 from cs336_systems.stages.fsdp.answers import q32, q32_short, q33, q33_short, setup
 from cs336_systems.stages.fsdp.figures import draw, timeline_panels
@@ -91,7 +92,9 @@ def _answers(df: pd.DataFrame, measured: bool, results_dir: Path) -> dict:
         if text:
             ctx[q] = text
     traces = sorted(set(d.get("trace", pd.Series(dtype=str)).dropna().astype(str)) - {""})
-    ctx["traces"] = [f"{results_dir}/fsdp/raw/{t}" for t in traces]
+    # one folder per profiled step, every rank's trace in it (profiling/overlap.py:rank_trace)
+    ctx["traces"] = [f"{results_dir}/fsdp/raw/{t}/" for t in traces]
+    ctx.update(cross_check(Path(results_dir) / "fsdp" / "raw", d))
     # fsdp_accounting (b): the timeline figure's panels in words
     ctx["timeline_lines"] = describe(timeline_panels(results_dir))
     return ctx

@@ -32,7 +32,8 @@ column):
 Per variant: warm-up and measured steps split into forward, backward, `comm` (the gradient
 communication left after backward: `finish_gradient_synchronization`) and the optimizer step,
 each statistic over the slowest rank per step; one step under the counting collectives (calls
-and bytes per kind); one step under torch.profiler (Chrome trace kept with `--trace-dir`), from
+and bytes per kind); one step under torch.profiler (every rank's Chrome trace kept with
+`--trace-dir`, a folder per variant), from
 which `profiling/overlap.py` computes the all-gather and all communication time on the timeline
 and the part of it during compute (GPU: NCCL kernels against other kernels; CPU: gloo's worker
 threads against the main thread's ATen operators); and one step with memory marks; the profiled step's wall time on the device timeline split
@@ -67,7 +68,7 @@ from cs336_systems.parallel.launch import (
     worker_argv,
 )
 from cs336_systems.planning.log import get_logger, point, status_level
-from cs336_systems.profiling.overlap import MarkRanges, profile_step
+from cs336_systems.profiling.overlap import MarkRanges, profile_step, rank_trace
 from cs336_systems.stages.fsdp.plan import FsdpKnobs, Variant
 
 VARIANTS = get_args(Variant)
@@ -356,12 +357,11 @@ def _memory_step(training_step, graphed, wrapper, optimizer, x, y, device) -> tu
 
 
 def _profiled(training_step, variant: str, wrapper, optimizer, x, y, args, ctx) -> dict:
-    """One step under torch.profiler (the `profile` knob), its Chrome trace kept on rank 0
-    with `--trace-dir`; {} without the knob."""
+    """One step under torch.profiler (the `profile` knob), every rank's Chrome trace kept in
+    one folder with `--trace-dir` (`rank_trace`); {} without the knob."""
     if not args.block.profile:
         return {}
-    keep = ctx.is_main and args.trace_dir
-    trace = Path(args.trace_dir) / f"fsdp_{variant}_rank0.json" if keep else None
+    trace = rank_trace(args.trace_dir, f"fsdp_{variant}", ctx.rank)
     # the step's window for the timeline figure (figures.py), kept whatever keep_raw says
     tl = ctx.is_main and getattr(args, "timeline_dir", "")
     timeline = Path(args.timeline_dir) / f"fsdp_{variant}_rank0.timeline.json.gz" if tl else None
@@ -374,7 +374,7 @@ def _profiled(training_step, variant: str, wrapper, optimizer, x, y, args, ctx) 
         forward_gathers=getattr(wrapper, "forward_gathers", None),
         timeline_path=timeline,
     )
-    profiled["trace"] = trace.name if trace else ""
+    profiled["trace"] = trace.parent.name if trace else ""
     profiled["timeline"] = timeline.name if timeline is not None and timeline.exists() else ""
     return profiled
 
@@ -437,7 +437,7 @@ def measure_variant(variant: str, args, ctx) -> dict:
         memory, gathered = _memory_step(step, graphed, wrapper, optimizer, x, y, device)
         profiled = _profiled(step, variant, wrapper, optimizer, x, y, args, ctx)
         memory_columns = _memory_columns(init, memory, gathered, wrapper, optimizer, ctx)
-        # the profile is rank 0's: its timeline is where the Chrome trace comes from
+        # the profile's numbers are rank 0's, as its timeline; every rank keeps its trace
         row = summarize_slowest(times, ctx)
         row.update(memory_columns)
         row["held_mb"] = row["params_mb"] + row["grads_mb"] + row["optimizer_state_mb"]

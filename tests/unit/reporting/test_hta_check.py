@@ -1,0 +1,64 @@
+"""HolisticTraceAnalysis's numbers beside ours: the table, the sentence where they differ and
+why, and the reason there is no table, on small per-rank traces (times in microseconds)."""
+
+from __future__ import annotations
+
+import pandas as pd
+from trace_utils import write_trace
+
+from cs336_systems.reporting.hta_check import cross_check
+
+GEMM = "sm90_xmma_gemm_bf16bf16"
+NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+
+
+def _run(raw, name="ddp_overlap"):
+    """Rank 0: a barrier's all-reduce (30 us) before the step, then an all-reduce half under a
+    gemm (ours: 50% overlapped; HTA, counting the barrier, 100 of 230 us); rank 1 alike
+    without the barrier."""
+    step = [(GEMM, 110, 200, 7), (NCCL, 210, 200, 20)]
+    write_trace(raw / name / "rank0.json.gz", 0, [(NCCL, 50, 30, 20), *step], step=(100, 400))
+    write_trace(raw / name / "rank1.json.gz", 1, step, step=(100, 400))
+
+
+def _row(name="ddp_overlap", **cols):
+    ours = dict(prof_overlap_share=0.5, prof_comm_kernel_ms=0.2, prof_comm_exposed_ms=0.1,
+                prof_gpu_busy_ms=0.3, prof_gpu_idle_ms=0.1, prof_step_ms=0.4)  # fmt: skip
+    return pd.DataFrame([{"variant": "overlap", "trace": name, **ours, **cols}])
+
+
+def test_the_table_sets_hta_beside_ours_and_says_why_they_differ(tmp_path):
+    _run(tmp_path)
+    ctx = cross_check(tmp_path, _row())
+    table = ctx["hta_table"]
+    assert ctx["hta_empty"] == ""
+    overlap = [line for line in table.splitlines() if "NCCL time during compute" in line]
+    assert len(overlap) == 2  # one per rank
+    assert "| 50.0%" in overlap[0] and "43.5%" in overlap[0] and "-6.5 pt" in overlap[0]
+    assert "| –" in overlap[1] and "50.0%" in overlap[1]  # ours: rank 0's only
+    why = next(line for line in ctx["hta_lines"] if "NCCL time during compute" in line)
+    assert why.startswith("ddp_overlap, rank 0, NCCL time during compute: HTA 43.5%, ours 50.0%")
+    assert "1 of them before the step's range (0.030 ms of them NCCL)" in why
+    assert why.endswith("with ours' it reads 50.0%.")
+    # a number within a tenth of ours gets no sentence
+    assert not any(", compute (ms):" in line for line in ctx["hta_lines"])
+    assert "| compute (ms)" in table and "| +0.00 ms (+0%)" in table
+
+
+def test_a_difference_no_definition_explains_says_so(tmp_path):
+    _run(tmp_path)
+    ctx = cross_check(tmp_path, _row(prof_overlap_share=0.9))
+    why = next(line for line in ctx["hta_lines"] if "NCCL time during compute" in line)
+    assert "With all of ours' definitions HTA's method reads 50.0%, still more than 10% off" in why
+
+
+def test_without_gpu_kernels_or_traces_the_reason_is_given(tmp_path):
+    gloo = [("gloo:all_reduce", 5, 10), ("aten::mm", 0, 20)]
+    for rank in (0, 1):
+        write_trace(tmp_path / "fsdp_fsdp" / f"rank{rank}.json.gz", rank, [], host=gloo)
+    ctx = cross_check(tmp_path, _row("fsdp_fsdp"))
+    assert ctx["hta_table"] == "" and ctx["hta_lines"] == []
+    assert ctx["hta_empty"].startswith("The 2 traces of fsdp_fsdp hold no GPU kernels: 4 host")
+    assert "2 of them gloo's collectives on worker threads (a CPU run)" in ctx["hta_empty"]
+    assert "No profiled step kept" in cross_check(tmp_path, _row(""))["hta_empty"]
+    assert "are not in" in cross_check(tmp_path, _row("ddp_naive"))["hta_empty"]
