@@ -95,6 +95,16 @@ def build(own: OwnModel, context_length: int) -> torch.nn.Module:
     return model
 
 
+def module_for(size: str, context_length: int, edition=None) -> torch.nn.Module:
+    """The model a stage's `size` names: the own model where it names one, else the course's
+    (model.build_model), on the current default device."""
+    from cs336_systems.model import build_model
+
+    if (own := spec_for(size)) is not None:
+        return build(own, context_length)
+    return build_model(size, context_length, edition=edition)
+
+
 def make_batch(own: OwnModel, batch_size: int, context_length: int, device) -> tuple:
     """(inputs, targets) of one step: the batch builder's, or random token ids."""
     if own.batch is None:
