@@ -105,3 +105,16 @@ def test_the_section_renders_the_own_models_rows(monkeypatch, tmp_path):
     text = render(tmp_path, ["checkpointing"])
     assert "Own model **hf-tiny**" in text and "FLOPs counted" in text
     assert "transformer.h (2)" in text
+
+
+def test_the_check_takes_the_own_models_name_as_the_size():
+    import yaml
+
+    from cs336_systems.stages.checkpointing import plan
+
+    cfg = {**yaml.safe_load(open("config/stages/checkpointing.yaml"))["checkpointing"]["cpu"]}
+    cfg["size"] = "mine"
+    assert [p[0] for p in plan.problems(cfg)] == [("size",)]
+    assert plan.problems(cfg, own=("tiny", "mine")) == []
+    cfg["accounting"] = {**cfg["accounting"], "size": "mine"}  # the accounting job's: a course size
+    assert [p[0] for p in plan.problems(cfg, own=("mine",))] == [("accounting", "size")]
