@@ -95,6 +95,16 @@ def build(own: OwnModel, context_length: int) -> torch.nn.Module:
     return model
 
 
+def module_for(size: str, context_length: int, edition=None) -> torch.nn.Module:
+    """The model a stage's `size` names: the own model where it names one, else the course's
+    (model.build_model), on the current default device."""
+    from cs336_systems.model import build_model
+
+    if (own := spec_for(size)) is not None:
+        return build(own, context_length)
+    return build_model(size, context_length, edition=edition)
+
+
 def make_batch(own: OwnModel, batch_size: int, context_length: int, device) -> tuple:
     """(inputs, targets) of one step: the batch builder's, or random token ids."""
     if own.batch is None:
@@ -154,6 +164,82 @@ def describe(own: OwnModel, context_length: int, batch_size: int) -> dict:
     f, fb = float(fwd.get_total_flops()), float(both.get_total_flops())
     flops = {"forward": f, "forward_backward": fb, "train_step": fb}
     return {"params": params, "flops_source": "counted", "flops": flops}
+
+
+def repeated_blocks(model: torch.nn.Module) -> tuple[str, torch.nn.ModuleList] | None:
+    """(name, list) of the module's repeated blocks: its largest nn.ModuleList by parameters
+    (HuggingFace's `transformer.h`, `model.layers`; the course's `layers`), or None."""
+    lists = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.ModuleList)]
+    lists = [(n, m) for n, m in lists if len(m) and any(True for _ in m.parameters())]
+    if not lists:
+        return None
+    return max(lists, key=lambda nm: sum(p.numel() for p in nm[1].parameters()))
+
+
+def _first(out):
+    return out[0] if isinstance(out, tuple | list) else out
+
+
+def _with_first(out, x):
+    """`out` with its hidden state (itself, or its first item) replaced by `x`."""
+    return (x, *out[1:]) if isinstance(out, tuple | list) else x
+
+
+def feeds_in_order(model: torch.nn.Module, blocks, inputs) -> bool:
+    """Whether one forward (no gradients) calls each block once, in order, each on the hidden
+    state the one before returned: then a segment of blocks can run as one."""
+    seen: list[tuple[int, object, object]] = []
+    hooks = [
+        b.register_forward_hook(
+            lambda mod, args, out, i=i: seen.append((i, args[0] if args else None, _first(out)))
+        )
+        for i, b in enumerate(blocks)
+    ]
+    try:
+        with torch.no_grad():
+            logits_of(model, inputs)
+    finally:
+        for h in hooks:
+            h.remove()
+    if [i for i, _, _ in seen] != list(range(len(blocks))):
+        return False
+    return all(b[1] is a[2] for a, b in zip(seen, seen[1:]))
+
+
+def checkpoint_segments(blocks, sizes) -> None:
+    """Checkpoint consecutive segments of `blocks` (`sizes`: blocks per segment): a segment's
+    first block runs the whole segment under one checkpoint call (its hidden state threaded
+    through, the others called with the same further arguments), the rest pass their input
+    on. Needs blocks that feed each other (`feeds_in_order`); `restore_blocks` undoes it."""
+    from torch.utils.checkpoint import checkpoint
+
+    start = 0
+    for size in sizes:
+        seg, last = list(blocks[start : start + size]), {}
+
+        def run(x, *args, _seg=seg, **kwargs):
+            out = _seg[0]._own_forward(x, *args, **kwargs)
+            for block in _seg[1:]:
+                out = block._own_forward(_first(out), *args, **kwargs)
+            return out
+
+        def head(x, *args, _run=run, _last=last, **kwargs):
+            _last["out"] = checkpoint(_run, x, *args, use_reentrant=False, **kwargs)
+            return _last["out"]
+
+        def passes(x, *args, _last=last, **kwargs):  # the output's form, the hidden passed on
+            return _with_first(_last["out"], x)
+
+        for i, block in enumerate(seg):
+            block._own_forward = block.__dict__.get("_own_forward", block.forward)
+            block.forward = head if i == 0 else passes
+        start += size
+
+
+def restore_blocks(blocks) -> None:
+    for block in blocks:
+        if "_own_forward" in block.__dict__:
+            block.forward = block.__dict__.pop("_own_forward")
 
 
 def problems(spec: dict) -> list[dict]:

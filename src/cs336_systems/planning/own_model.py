@@ -24,7 +24,8 @@ KEY = "own_model"
 # the jobs' copy of the key, as JSON (core/own_model.py reads it)
 ENV = "CS336_OWN_MODEL"
 # the stages that run an arbitrary module: the own model is one more size of their `sizes`
-STAGES = ("benchmark", "memory")
+# (checkpointing, ddp and fsdp run one `size`: the own model's name there runs it instead)
+STAGES = ("benchmark", "memory", "profile")
 SRC = Path(__file__).resolve().parents[2]
 CHECK_TIMEOUT_S = 300
 

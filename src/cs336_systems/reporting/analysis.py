@@ -89,6 +89,29 @@ def sort_sizes(df: pd.DataFrame, *more: str) -> pd.DataFrame:
     return df.sort_values(cols, key=lambda s: size_key(s) if s.name == "size" else s)
 
 
+def own_model_words(row) -> str:
+    """An own model's row (docs/own-model.md) in words: its name, factory, parameters and
+    where its FLOPs come from; empty for a course size's row."""
+    factory = row.get("own_model")
+    if not isinstance(factory, str):
+        return ""
+    said = [f"`{factory}`"]
+    if pd.notna(row.get("params")):
+        said.append(f"{sig(float(row['params']) / 1e6)} M parameters")
+    if isinstance(row.get("flops_source"), str):
+        said.append(f"FLOPs {row['flops_source']}")
+    return f"own model **{row['size']}** ({', '.join(said)})"
+
+
+def own_model_note(df: pd.DataFrame, what: str) -> str:
+    """A section's sentence on the own model in its rows: `own_model_words`, then `what` the
+    stage did with it; empty where no row names one."""
+    if "own_model" not in df or not df["own_model"].notna().any():
+        return ""
+    words = own_model_words(df[df["own_model"].notna()].iloc[0])
+    return f"{words[0].upper()}{words[1:]}: {what}"
+
+
 def faster_or_slower(ratio: float, num=lambda v: f"{v:.2f}") -> str:
     """A speed-up (old time over new) the way it goes: "1.25× faster", or "1.37× slower" for a
     ratio of 0.73; `num` prints the number."""

@@ -136,7 +136,9 @@ def test_the_grids_gain_its_name():
         "benchmark": {"cpu": {"sizes": ["tiny"]}, "gpu": {"sizes": ["small", NAME]}},
         "ddp": {"cpu": {"size": "tiny"}},
     }
-    plan_own.add_to_grids(config, ["benchmark", "ddp"])
+    config["profile"] = {"cpu": {"sizes": ["tiny"]}}
+    plan_own.add_to_grids(config, ["benchmark", "ddp", "profile"])
+    assert config["profile"]["cpu"]["sizes"] == ["tiny", NAME]
     assert config["benchmark"]["cpu"]["sizes"] == ["tiny", NAME]
     assert config["benchmark"]["gpu"]["sizes"] == ["small", NAME]
     assert config["ddp"] == {"cpu": {"size": "tiny"}}
@@ -175,3 +177,16 @@ def test_a_huggingface_model_trains_on_the_gpu():
     pytest.importorskip("transformers")
     cols = run_steps("cuda", "cs336_systems.models.hf:gpt2_tiny")
     assert cols["flops_source"] == "counted" and cols["params"] > 0
+
+
+def test_the_repeated_blocks_are_the_largest_module_list():
+    from cs336_systems.model import build_model
+    from cs336_systems.models.examples import conv_lm
+
+    with torch.device("meta"):
+        course = build_model("tiny", 16)
+        conv = conv_lm(VOCAB_SIZE)
+    assert own_model.repeated_blocks(course)[0] == "layers"
+    # two lists of two: the MLPs hold more parameters than the depthwise convolutions
+    assert own_model.repeated_blocks(conv)[0] == "mlps"
+    assert own_model.repeated_blocks(HeadOnly(VOCAB_SIZE)) is None

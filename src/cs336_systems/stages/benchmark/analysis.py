@@ -16,6 +16,7 @@ from cs336_systems.reporting.analysis import (
     load,
     md_table,
     ok,
+    own_model_note,
     plot_main,
     ran,
     sort_sizes,
@@ -205,6 +206,13 @@ def mfu(results_dir: Path, df: pd.DataFrame, d: pd.DataFrame) -> dict:
     return s
 
 
+OWN_MODEL_SAYS = (
+    "one more size of the grid, timed as the course's are; its FLOPs (`flops_per_step`, "
+    "`tflops`, MFU) are counted from its module or declared (the `flops_source` column), the "
+    "engines (`fast`, `hf_gpt2`) run the course's model only (skipped rows)."
+)
+
+
 def context(results_dir: Path) -> dict:
     df = load_benchmark(results_dir)
     w = load(results_dir, "benchmark_warmup")
@@ -228,6 +236,7 @@ def context(results_dir: Path) -> dict:
     s["warmup"] = warmup(w, df)
     s.update(bf16_and_compile(df, d))
     s.update(mfu(results_dir, df, d))
+    s["own_model_note"] = own_model_note(df, OWN_MODEL_SAYS)
     return s
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cs336_systems.reporting.analysis import load, md_table, plot_main
+from cs336_systems.reporting.analysis import load, md_table, own_model_note, plot_main
 from cs336_systems.stages.checkpointing import answers
 from cs336_systems.stages.checkpointing.figures import draw
 from cs336_systems.stages.checkpointing.rows import (
@@ -18,6 +18,13 @@ from cs336_systems.stages.checkpointing.rows import (
     saved_tables,
     saved_totals,
     strategy_table,
+)
+
+OWN_MODEL_SAYS = (
+    "its repeated blocks are its largest nn.ModuleList; `every_<k>` and `sqrt` run k of them "
+    "under one checkpoint call where each block feeds the next, each block alone otherwise; "
+    "the nested and in-block strategies need the course's TransformerBlock (skipped rows), "
+    "and no analytic model applies (its model columns are empty)."
 )
 
 
@@ -55,7 +62,8 @@ def strategies_context(results_dir: Path, df: pd.DataFrame) -> dict:
     return {
         "cuda": is_cuda(df),
         "setting": answers.setting(first),
-        "num_layers": int(first["num_layers"]),
+        "num_layers": int(first["num_layers"]) if pd.notna(first["num_layers"]) else 0,
+        "own_model_note": own_model_note(df, OWN_MODEL_SAYS),
         "table": md_table(strategy_table(df)),
         "nested": answers.nested_sentences(df),
         "best": [b for p in df["precision"].unique() if (b := answers.best_block_size(df, p))],

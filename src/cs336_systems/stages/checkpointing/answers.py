@@ -78,12 +78,21 @@ def checkpointing_size_layers(size: str, edition=None) -> int:
 
 
 def setting(first: pd.Series) -> str:
-    """The model, batch, sequence and device the strategies ran with."""
+    """The model, batch, sequence and device the strategies ran with (an own model: its
+    factory and repeated blocks, docs/own-model.md)."""
+    if isinstance(first.get("own_model"), str):
+        blocks = first.get("blocks")
+        shape = f"`{first['own_model']}`, " + (
+            f"blocks `{blocks}`" if isinstance(blocks, str) else "no repeated blocks"
+        )
+    else:
+        shape = (
+            f"{int(first['d_model'])}/{int(first['d_ff'])}/"
+            f"{int(first['num_layers'])} layers/{int(first['num_heads'])} heads"
+        )
     return (
-        f"{first['size']} ({int(first['d_model'])}/{int(first['d_ff'])}/"
-        f"{int(first['num_layers'])} layers/{int(first['num_heads'])} heads, vocabulary "
-        f"{int(first['vocab_size'])}), batch {int(first['batch_size'])}, sequence "
-        f"{int(first['context_length'])}, {first['device']}"
+        f"{first['size']} ({shape}, vocabulary {int(first['vocab_size'])}), batch "
+        f"{int(first['batch_size'])}, sequence {int(first['context_length'])}, {first['device']}"
     )
 
 
@@ -95,7 +104,8 @@ def best_block_size(df: pd.DataFrame, precision: str) -> dict | None:
     d["block_size"] = d["block_size"].astype(int)
     d = d.sort_values("block_size")
     good = d[d["status"] == "ok"]
-    if len(good) == 0:
+    # none either where the analytic model has nothing to set beside it (an own model)
+    if len(good) == 0 or d["model_peak_mb"].isna().all():
         return None
     best = good.loc[good[col].idxmin()]
     ks = list(d["block_size"])
@@ -216,6 +226,13 @@ def nested_sentences(df: pd.DataFrame) -> list[str]:
             r = rows.loc[name]
             if r["status"] != "ok":
                 out.append(f"{prec}, {label(name)}: {r['status']}.")
+                continue
+            if pd.isna(r["recomputed_blocks"]):  # an own model: no analytic model
+                out.append(
+                    f"{prec}, {label(name)}: peak {mem(r[col])} against {mem(base[col])} "
+                    f"checkpointing every block, {fmt(r['step_ms_mean'] / base['step_ms_mean'])}"
+                    "× the step time."
+                )
                 continue
             out.append(
                 f"{prec}, {label(name)}: peak {mem(r[col])} against {mem(base[col])} "

@@ -35,7 +35,7 @@ import argparse
 import torch
 import torch.nn.functional as F
 
-from cs336_systems.core import checkpoint_plans, costs
+from cs336_systems.core import checkpoint_plans, costs, own_model
 from cs336_systems.core.device import autocast, pick_device
 from cs336_systems.core.harness import (
     Stopwatch,
@@ -46,6 +46,7 @@ from cs336_systems.core.harness import (
     time_steps,
 )
 from cs336_systems.core.results import provenance, with_columns_first, write_csv
+from cs336_systems.core.workload import model_columns
 from cs336_systems.model import (
     VOCAB_SIZE,
     RMSNorm,
@@ -256,6 +257,8 @@ def strategies(args) -> list[dict]:
     `--precision`, beside the saved-activation model's peak."""
     k, precision = args.block, args.precision
     device = pick_device(STRATEGIES_DEVICE)
+    if own_model.spec_for(k.size) is not None:
+        return own_strategies(args, device)
     cuda = device.type == "cuda"
     spec = dims(k.size, k.num_layers, args.edition)
     base = {
@@ -320,6 +323,117 @@ def strategies(args) -> list[dict]:
     return rows
 
 
+class OwnTrainer(Trainer):
+    """A model of one's own (core/own_model.py) in the Trainer's step: its factory, its batch,
+    its logits read as the study reads them; the vocabulary is the study's."""
+
+    def __init__(self, k: CheckpointingKnobs, precision: str, device: torch.device):
+        torch.manual_seed(SEED)
+        own = own_model.spec_for(k.size)
+        with device:
+            self.model = own_model.build(own, k.context_length)
+        self.tokens, self.targets = own_model.make_batch(
+            own, k.batch_size, k.context_length, device
+        )
+        self.optimizer = make_optimizer(self.model)
+        self.device, self.precision = device, precision
+
+    def loss(self) -> torch.Tensor:
+        with autocast(self.precision, self.device):
+            return own_model.loss_of(self.model, self.tokens, self.targets)
+
+
+# what an own model cannot run, by strategy (its blocks are any modules, not the course's)
+OWN_SKIPS = {
+    **{
+        n: "skipped: nested checkpoints need the course's block stack" for n in ("halving", "chain")
+    },
+    **{
+        n: "skipped: checkpoints inside a block need the course's TransformerBlock"
+        for n in checkpoint_plans.SUB_BLOCK
+    },
+}
+
+
+# the analytic columns, which know the course's block only
+OWN_UNMODELLED = (
+    "num_layers",
+    "model_peak_mb",
+    "model_forward_mb",
+    "model_backward_mb",
+    "model_block_mb",
+    "model_boundary_mb",
+    "model_head_mb",
+    "recomputed_blocks",
+    "compute_factor",
+)
+
+
+def own_segments(name: str, blocks, feeds: bool) -> tuple[list[int] | None, str]:
+    """(blocks per checkpointed segment, or None; why not) of strategy `name` on an own
+    model's repeated `blocks` (core/own_model.py: repeated_blocks)."""
+    if name in OWN_SKIPS:
+        return None, OWN_SKIPS[name]
+    if name == "none":
+        return [], ""
+    if blocks is None:
+        return None, "skipped: the model has no nn.ModuleList of repeated blocks"
+    n = len(blocks)
+    if (size := checkpoint_plans.block_size_of(name)) is not None and n % size:
+        return None, f"skipped: block size {size} does not divide the {n} blocks"
+    sizes = [len(checkpoint_plans.blocks_of((seg,))) for seg in checkpoint_plans.plan_for(name, n)]
+    if max(sizes) > 1 and not feeds:
+        why = "its blocks do not feed each other in order, so a segment cannot run as one"
+        return None, f"skipped: {why}"
+    return sizes, ""
+
+
+def own_strategies(args, device: torch.device) -> list[dict]:
+    """The strategies job of an own model: `none`, and every `every_<k>` / `sqrt` its largest
+    nn.ModuleList allows, each segment of blocks under one checkpoint call
+    (core/own_model.py: checkpoint_segments); the rest `skipped` rows with the reason. No
+    analytic columns (the saved-activation model knows the course's block only)."""
+    k, precision = args.block, args.precision
+    base = {
+        **provenance(args.machine, args.preset, args.edition),
+        **model_columns(k.size, args.edition, context_length=k.context_length),
+        "vocab_size": VOCAB_SIZE,
+        "batch_size": k.batch_size,
+        "context_length": k.context_length,
+        "precision": precision,
+        "device": device.type,
+        "warmup_steps": k.warmup_steps,
+        "measure_steps": k.measure_steps,
+        **dict.fromkeys(OWN_UNMODELLED, float("nan")),
+    }
+    with point(k.size, precision, "build"):
+        built = run_point(lambda: OwnTrainer(k, precision, device))
+    trainer, found, feeds = built.value, None, False
+    if trainer is not None and (found := own_model.repeated_blocks(trainer.model)):
+        base["blocks"] = f"{found[0]} ({len(found[1])})"
+        base["num_layers"] = len(found[1])
+        feeds = own_model.feeds_in_order(trainer.model, found[1], trainer.tokens)
+    blocks = found[1] if found else None
+    rows = []
+    for name in stage_plan.strategies(k):
+        row = {**base, "strategy": name, "block_size": checkpoint_plans.block_size_of(name)}
+        sizes, why = own_segments(name, blocks, feeds)
+        with point(k.size, precision, name):
+            if trainer is None or sizes is None:
+                row["status"] = built.status if trainer is None else why
+            else:
+                if sizes:
+                    own_model.checkpoint_segments(blocks, sizes)
+                res = run_point(lambda: measure_strategy(trainer, k))
+                own_model.restore_blocks(blocks or [])
+                row.update(status=res.status, checkpoint_calls=len(sizes), **(res.value or {}))
+            log.log(status_level(row["status"]), "%s", row["status"])
+        rows.append(row)
+    trainer = built = None
+    release_memory()
+    return rows
+
+
 def plan_calls(plan: tuple) -> int:
     """checkpoint calls a plan makes in its forward (nested ones run again in backward)."""
     return sum(1 + plan_calls(item) for item in plan if isinstance(item, tuple))
@@ -342,7 +456,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.out is None:
         ap.error("--out is required")
-    if args.cmd == "strategies":
+    if args.cmd == "strategies" and own_model.spec_for(args.block.size) is None:
         k = args.block
         n = dims(k.size, k.num_layers, args.edition)["num_layers"]
         for name in stage_plan.strategies(k):

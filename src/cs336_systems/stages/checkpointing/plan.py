@@ -42,7 +42,9 @@ class CheckpointingKnobs(Knobs):
     training step under each checkpointing strategy."""
 
     accounting: Accounting = knob("the saved-tensor accounting job")
-    size: Size = knob("the strategies' model size")
+    size: str = knob(
+        "the strategies' model size: a course size, or the own model's name (docs/own-model.md)"
+    )
     batch_size: int = knob("sequences per step", minimum=1)
     context_length: int = knob("tokens per sequence", minimum=1)
     precisions: list[Literal["fp32", "bf16"]] = knob(
@@ -108,14 +110,17 @@ def strategies(k: CheckpointingKnobs) -> list[str]:
 SUB_BLOCK_KEEPS = {"attn": 0.39, "ffn": 0.65, "halves": 0.04}
 
 
-def problems(cfg: dict, edition: int = DEFAULT_EDITION) -> list[tuple[tuple, object, str]]:
+def problems(
+    cfg: dict, edition: int = DEFAULT_EDITION, own: tuple[str, ...] = ()
+) -> list[tuple[tuple, object, str]]:
     """(key path inside the preset block, value, what is allowed) for each problem the schema
-    cannot see: sizes of the model table, block sizes that divide the layer count, a compiled
-    accounting on the meta device through the real compiler."""
+    cannot see: sizes of the model table (`size` may name an own model, `own`: its blocks are
+    counted by the job), block sizes that divide the layer count, a compiled accounting on the
+    meta device through the real compiler."""
     out = []
     sizes = size_table(edition)
     for key, size in (("size",), cfg["size"]), (("accounting", "size"), cfg["accounting"]["size"]):
-        if size not in sizes:
+        if size not in sizes and not (key == ("size",) and size in own):
             out.append(
                 (key, size, f"a model size of the {edition} edition: one of {', '.join(sizes)}")
             )
@@ -202,5 +207,6 @@ def check(cfg: dict, at, facts=None) -> None:
     """The stage's checks for planning/config.py's check_run (`at` collects problems under the
     block's path)."""
     edition = facts.edition if facts is not None else DEFAULT_EDITION
-    for path, value, allowed in problems(cfg, edition):
+    own = tuple(facts.sizes) if facts is not None else ()
+    for path, value, allowed in problems(cfg, edition, own):
         at.fail(path, value, allowed)

@@ -14,7 +14,7 @@ from cs336_systems.core.costs import MiB
 from cs336_systems.parallel.ddp import optimal_bucket
 from cs336_systems.planning.edition import DEFAULT_EDITION, size_table
 from cs336_systems.reporting import sanity
-from cs336_systems.reporting.analysis import fmt, ok, pct
+from cs336_systems.reporting.analysis import fmt, ok, own_model_words, pct
 from cs336_systems.stages.ddp.peer import BUCKET_MB
 from cs336_systems.stages.ddp.plan import HANDOUT_SIZE
 from cs336_systems.stages.ddp.rows import is_suspect_run, one, optimizer_names
@@ -57,6 +57,8 @@ def _edition(first: pd.Series) -> int:
 def edition_model(first: pd.Series) -> str:
     """The model the runs trained, named in its edition's table (its shape from the row, or
     from the table for rows older than the shape columns)."""
+    if own := own_model_words(first):  # docs/own-model.md
+        return own
     edition = _edition(first)
     size = str(first["size"])
     spec = {k: first[k] for k in ("d_model", "d_ff", "num_layers", "num_heads") if k in first}

@@ -92,12 +92,12 @@ def ddp_runs(args) -> list[tuple[str, float | None]]:
 def build(args, device):
     import torch
 
-    from cs336_systems.model import build_model
+    from cs336_systems.core.own_model import module_for
 
     k: DdpKnobs = args.block
     torch.manual_seed(SEED)
     with device:  # initialize on the device: an xl model built on the host takes minutes
-        return build_model(k.size, k.context_length, edition=args.edition)
+        return module_for(k.size, k.context_length, args.edition)  # an own model's name too
 
 
 def timed_steps(
@@ -110,11 +110,13 @@ def timed_steps(
 def training_step(net, optimizer, x, y, ddp=None) -> Callable[[StepClock], None]:
     import torch.nn.functional as F
 
+    from cs336_systems.core.own_model import logits_of
+
     def step(clock: StepClock) -> None:
         clock.mark("start")
         if ddp is not None:
             ddp.on_train_batch_start()
-        logits = net(x)
+        logits = logits_of(net, x)  # an own model's output (HuggingFace's) read too
         loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
         loss.backward()
         clock.mark("backward")
@@ -301,11 +303,13 @@ def _memory_step(ddp, model, optimizer, x, y, device, memory: dict):
     so that peak is the optimizer step's own), and the gradients' bytes."""
     import torch.nn.functional as F
 
+    from cs336_systems.core.own_model import logits_of
+
     def step(clock: StepClock, record: bool = False) -> None:
         if record:
             _reset_peak(device)
         clock.mark("start")
-        logits = ddp(x)
+        logits = logits_of(ddp, x)
         F.cross_entropy(logits.flatten(0, 1), y.flatten()).backward()
         clock.mark("backward")
         ddp.finish_gradient_synchronization()
@@ -504,21 +508,20 @@ def _launch(args, world_size: int, planned: list[dict], only_baseline: bool = Fa
 
 def _job_columns(args) -> dict:
     """What every row of the job says it ran: the job, the model and the run's lengths."""
-    from cs336_systems.core.costs import param_count
-    from cs336_systems.model import VOCAB_SIZE, size_spec
+    from cs336_systems.core.workload import model_columns
 
     k: DdpKnobs = args.block
-    spec = size_spec(k.size, args.edition)
+    model = model_columns(k.size, args.edition, context_length=k.context_length)
+    model.pop("edition")
     return {
         "kind": args.kind,
         "backend": k.backend,
         "device": "cuda" if k.backend == "nccl" else "cpu",
         "world_size": k.world_size,
         "nnodes": k.launcher.nnodes,
-        "size": k.size,
-        # the model the size names in this run's edition (2025's xl is not 2026's)
-        **{key: spec[key] for key in ("d_model", "d_ff", "num_layers", "num_heads")},
-        "params": param_count(VOCAB_SIZE, spec["d_model"], spec["num_layers"], spec["d_ff"]),
+        # the model the size names in this run's edition (2025's xl is not 2026's), or an
+        # own model's name, factory and parameters (docs/own-model.md)
+        **model,
         "context_length": k.context_length,
         "batch_per_rank": k.batch_per_rank,
         "warmup_steps": k.warmup_steps,

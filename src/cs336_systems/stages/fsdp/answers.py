@@ -12,7 +12,7 @@ import math
 import pandas as pd
 
 from cs336_systems.core.costs import MiB, fsdp_saving_vs_optimizer_sharding
-from cs336_systems.reporting.analysis import faster_or_slower, fmt, ok, pct
+from cs336_systems.reporting.analysis import faster_or_slower, fmt, ok, own_model_words, pct
 from cs336_systems.stages.fsdp.rows import (
     HOST_BOUND_BUSY,
     IN_TIME_SHARE,
@@ -439,10 +439,12 @@ def _precision_sentence(df: pd.DataFrame) -> str:
 def setup(first: pd.Series) -> str:
     edition = first.get("edition")
     named = f"the {int(edition)} edition's " if edition is not None and edition == edition else ""
-    return (
+    model = own_model_words(first) or (
         f"model {named}`{first['size']}` ({fmt(first['params'] / 1e6, 1)} M parameters: d_model "
-        f"{int(first['d_model'])}, d_ff {int(first['d_ff'])}, {int(first['num_layers'])} layers), "
-        f"context {int(first['context_length'])}, batch {int(first['batch_per_rank'])} per rank, "
+        f"{int(first['d_model'])}, d_ff {int(first['d_ff'])}, {int(first['num_layers'])} layers)"
+    )
+    return (
+        f"{model}, context {int(first['context_length'])}, batch {int(first['batch_per_rank'])} per rank, "
         f"{first['backend']} with {int(first['world_size'])} processes"
         f"{' (one per GPU)' if first['backend'] == 'nccl' else ' on the CPU'}, AdamW, fp32 "
         f"master weights; {int(first['warmup_steps'])} warm-up and "

@@ -127,7 +127,7 @@ def build_variant(variant: str, args, ctx):
     """(model, wrapper, optimizer, (sharded, replicated, padding) counts) of one variant."""
     import torch
 
-    from cs336_systems.model import build_model
+    from cs336_systems.core.own_model import module_for, repeated_blocks
     from cs336_systems.parallel.ddp import DDPOverlapIndividual
     from cs336_systems.parallel.fsdp import FSDP
     from cs336_systems.parallel.sharded_optimizer import ShardedOptimizer
@@ -137,7 +137,7 @@ def build_variant(variant: str, args, ctx):
     variant = variant.removesuffix(COMPILED).removesuffix(GRAPHED)
     torch.manual_seed(SEED)
     with ctx.device:  # initialize on the device: a 2.7B model built on the host takes minutes
-        model = build_model(k.size, k.context_length, edition=args.edition)
+        model = module_for(k.size, k.context_length, args.edition)  # an own model's name too
     adamw = {"lr": LR, "weight_decay": 0.01}
     adamw.update(fused=True) if ctx.device.type == "cuda" else adamw.update(foreach=True)
     if variant.startswith("torch_fsdp"):
@@ -160,7 +160,8 @@ def build_variant(variant: str, args, ctx):
         from cs336_systems.core.device import allow_recompiles
 
         allow_recompiles()  # each wrapper and dtype is a new specialisation of the forward
-        for block in model.layers:  # the forward only: the wrappers' hooks stay eager
+        _, blocks = repeated_blocks(model) or ("", [])  # an own model's largest ModuleList
+        for block in blocks:  # the forward only: the wrappers' hooks stay eager
             block.forward = torch.compile(block.forward)
     return model, wrapper, optimizer, param_split(model, wrapper)
 
@@ -169,9 +170,10 @@ def _loss(wrapper, x, y, autocast_bf16: bool):
     import torch.nn.functional as F
 
     from cs336_systems.core.device import autocast
+    from cs336_systems.core.own_model import logits_of
 
     with autocast("bf16" if autocast_bf16 else "fp32", x.device):
-        logits = wrapper(x)
+        logits = logits_of(wrapper, x)  # an own model's output (HuggingFace's) read too
     return F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
 
 
@@ -521,8 +523,7 @@ def _launch(args, planned: list[dict]) -> list[dict]:
 
 def run(args, argv: list[str] | None = None) -> list[dict]:
     """All rows of the job (without provenance)."""
-    from cs336_systems.core.costs import param_count
-    from cs336_systems.model import VOCAB_SIZE, size_spec
+    from cs336_systems.core.workload import model_columns
     from cs336_systems.parallel.launch import feasibility
 
     k: FsdpKnobs = args.block
@@ -533,20 +534,16 @@ def run(args, argv: list[str] | None = None) -> list[dict]:
     else:
         rows = [{**p, "status": reason} for p in planned]
         log.warning("%s; the command that runs it: %s", reason, stage_command("fsdp", argv))
-    spec = size_spec(k.size, args.edition)
+    # the model the size names, or an own model's name, factory and parameters
+    model = model_columns(k.size, args.edition, context_length=k.context_length)
+    model = {c: model[c] for c in model if c not in ("edition", "num_heads")}
     for row in rows:
         row.update(
             {
                 "backend": k.backend,
                 "device": "cuda" if k.backend == "nccl" else "cpu",
                 "world_size": k.world_size,
-                "size": k.size,
-                "d_model": spec["d_model"],
-                "d_ff": spec["d_ff"],
-                "num_layers": spec["num_layers"],
-                "params": param_count(
-                    VOCAB_SIZE, spec["d_model"], spec["num_layers"], spec["d_ff"]
-                ),
+                **model,
                 "context_length": k.context_length,
                 "batch_per_rank": k.batch_per_rank,
                 "warmup_steps": k.warmup_steps,

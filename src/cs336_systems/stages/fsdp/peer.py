@@ -30,7 +30,10 @@ class TorchFSDP(nn.Module):
         device = next(model.parameters()).device
         mesh = init_device_mesh(device.type, (dist.get_world_size(),))
         mp = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=compute_dtype)
-        blocks = list(model.layers)
+        from cs336_systems.core.own_model import repeated_blocks
+
+        # the blocks: the largest ModuleList (the course's `layers`, an own model's own)
+        _, blocks = repeated_blocks(model) or ("", [])
         for block in blocks:
             fully_shard(block, mesh=mesh, mp_policy=mp)
         fully_shard(model, mesh=mesh, mp_policy=mp)

@@ -13,6 +13,7 @@ from cs336_systems.reporting.analysis import (
     failed_points,
     load,
     ok,
+    own_model_note,
     plot_main,
     sort_sizes,
 )
@@ -145,6 +146,16 @@ def precisions(df: pd.DataFrame, d: pd.DataFrame, cuda: bool) -> dict:
     return s
 
 
+OWN_MODEL_SAYS = (
+    "measured as the course's sizes are (peak memory, what autograd saved); the analytic "
+    "columns, the checkpointed points and part (f) are the course model's, so it has none."
+)
+
+
+# what Q16 says of measured points, none where only an own model ran
+ACTIVATION_KEYS = ("residual_table", "residual_sentence", "activation_table", "activation_sentence")
+
+
 def activations(d: pd.DataFrame, batch_size: int, edition: int) -> dict:
     """Q16: the residual stream's size (the edition's own model by arithmetic, the run's
     measured models), and the activations against the analytic model."""
@@ -197,7 +208,16 @@ def context(results_dir: Path) -> dict:
     s.update(timelines(d, every, s["cuda"]))
     s.update(peaks(df, d, every, s["cuda"]))
     s.update(precisions(df, d, s["cuda"]))
-    s.update(activations(d, s["batch_size"], s["edition"]))
+    # Q16 sets each point beside the analytic model: the course's sizes only (an own model
+    # has none, docs/own-model.md)
+    course = d[d["own_model"].isna()] if "own_model" in d else d
+    if course.empty:
+        hr = rows.handout_residual_rows(s["edition"])
+        s["handout_residual_sentence"] = answers.handout_residual_sentence(hr, set())
+        s.update(dict.fromkeys(ACTIVATION_KEYS, ""))
+    else:
+        s.update(activations(course, s["batch_size"], s["edition"]))
+    s["own_model_note"] = own_model_note(df, OWN_MODEL_SAYS)
     s.update(allocations(results_dir, allocs))
     return s
 

@@ -104,14 +104,16 @@ def _activations_figure(d: pd.DataFrame, path: Path) -> Path:
         line = ax.plot(
             g["context_length"], g["saved_activations_mb"], marker="o", label=f"{size} {prec} saved"
         )
-        ax.plot(
-            g["context_length"],
-            g["analytic_activations_mb"],
-            ls=":",
-            marker="x",
-            color=line[0].get_color(),
-            label=f"{size} {prec} analytic",
-        )
+        # an own model has no analytic curve (docs/own-model.md)
+        if "analytic_activations_mb" in g and g["analytic_activations_mb"].notna().any():
+            ax.plot(
+                g["context_length"],
+                g["analytic_activations_mb"],
+                ls=":",
+                marker="x",
+                color=line[0].get_color(),
+                label=f"{size} {prec} analytic",
+            )
         if "forward_growth_mb" in g and g["forward_growth_mb"].notna().any():
             ax.plot(
                 g["context_length"],

@@ -13,6 +13,7 @@ from cs336_systems.reporting.analysis import (
     load,
     md_table,
     ok,
+    own_model_note,
     pct,
     plot_main,
     sort_sizes,
@@ -32,6 +33,12 @@ from cs336_systems.stages.profile.rows import (
     nontrivial_non_gemm,
     top_kernels,
     top_kernels_forward_backward,
+)
+
+OWN_MODEL_SAYS = (
+    "profiled as the course's sizes are, with its own attention: the annotated ranges "
+    "(`attention.*`) need the course's attention module, so its rows have none, and its "
+    "kernels count under the forward, backward and optimizer phases only."
 )
 
 
@@ -58,6 +65,7 @@ def run_facts(results_dir: Path, points: pd.DataFrame) -> dict:
     s["warmup_steps"] = int(first["warmup_steps"])
     s["measure_steps"] = int(first["measure_steps"])
     s["probe_sentences"] = probe_sentences(load(results_dir, "profile_probe"))
+    s["own_model_note"] = own_model_note(points, OWN_MODEL_SAYS)
     return s
 
 

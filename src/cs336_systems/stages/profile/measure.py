@@ -42,6 +42,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from cs336_systems.core import own_model
 from cs336_systems.core.device import pick_device
 from cs336_systems.core.harness import (
     Stopwatch,
@@ -385,6 +386,16 @@ def drop_raw(raw_dir: Path, size: str) -> None:
         shutil.rmtree(traces)
 
 
+# an own model's attention is its own: no annotated attention's ranges inside it
+OWN_ATTENTION = "own (not annotated)"
+
+
+def attention_of(size: str) -> str:
+    """The attention the rows profiled: the annotated naive one swapped into the course's
+    model, an own model's (core/own_model.py) as its factory built it."""
+    return OWN_ATTENTION if own_model.spec_for(size) is not None else "naive_annotated"
+
+
 def run(args) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Profile one size with the chosen profiler (falling back to torch.profiler); returns
     (point rows, kernel rows), both with provenance."""
@@ -410,7 +421,7 @@ def run(args) -> tuple[pd.DataFrame, pd.DataFrame]:
         **provenance(args.machine, args.preset, args.edition),
         **model_columns(args.size, args.edition),
         "precision": k.precision,
-        "attention": "naive_annotated",
+        "attention": attention_of(args.size),
         "batch_size": k.batch_size,
         "warmup_steps": k.warmup_steps,
         "measure_steps": k.measure_steps,
