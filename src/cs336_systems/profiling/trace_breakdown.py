@@ -3,7 +3,8 @@ from a folder of per-rank torch.profiler Chrome traces (`overlap.rank_trace`), w
 definitions (holistictraceanalysis 0.5.0) in our code: HTA itself pulls in JupyterLab and its
 server stack (about 100 packages, 300 MB) for what is a few interval sums here.
 
-HTA's definitions, as its source has them:
+HTA's definitions, as its documentation and behaviour describe them (checked against HTA 0.5.0
+itself on random two-rank traces: the same idle, compute and overlap figures):
 
 - a rank's trace is the file whose `distributedInfo` names that rank;
 - its GPU events are the complete events with a `stream` argument (kernels, memcpy, memset);
@@ -11,7 +12,7 @@ HTA's definitions, as its source has them:
   ns-resolution events that overlap by rounding);
 - a kernel is communication if its name matches `^nccl.*Kernel`, memory if `^Memcpy`,
   `^Memset` or `^dma`, compute unless its name matches `(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|
-  (.*Sync)` (HTA's regular expressions, kept verbatim);
+  (.*Sync)` (the classes HTA reports);
 - without ProfilerStep ranges (our traces have none: one step, no schedule) every GPU event of
   the trace counts, from the first one's start to the last one's end (`kernel_time`);
 - idle: that span less the union of all events; compute: the union of compute events; the rest
