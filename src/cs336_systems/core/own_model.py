@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] != ["check"] or len(argv) != 2:
         raise SystemExit("usage: python -m cs336_systems.core.own_model check JSON")
-    print(json.dumps(problems(json.loads(argv[1]))))
+    sys.stdout.write(json.dumps(problems(json.loads(argv[1]))) + "\n")
 
 
 if __name__ == "__main__":

@@ -89,6 +89,9 @@ def _caught_warnings() -> Iterator[None]:
     """Every Python warning raised inside the block, counted in `_warned` (not shown now)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        # an unclosed file the collector finds says where it was collected, not what the point
+        # did: ignored, as Python's own filters ignore it
+        warnings.simplefilter("ignore", ResourceWarning)
         _quiet()
         try:
             yield

@@ -31,7 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cs336_systems.planning.imports import import_closure, module_literal
+from cs336_systems.planning.log import configure, get_logger
 from cs336_systems.planning.schema import load_yaml
+
+log = get_logger(__name__)
 
 ROOT = Path(__file__).resolve().parents[3]
 REFERENCE = Path("report", "reference")
@@ -275,25 +278,26 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.write and args.folders:
         ap.error("--write writes every reference's table: give no folders")
+    configure("staleness")
     verdicts = [verdict(read_reference(f)) for f in args.folders or references()]
     body = table(verdicts)
     for v in verdicts:
         if v.missing:
-            print(
-                f"{v.ref.folder}: commit {', '.join(v.missing)} is not in this clone's "
-                "history (a shallow clone?): its stages cannot be compared",
-                file=sys.stderr,
-            )
+            log.warning(
+                "%s: commit %s is not in this clone's history (a shallow clone?): its stages "
+                "cannot be compared", v.ref.folder, ", ".join(v.missing)
+            )  # fmt: skip
     if dirty := dirty_stage_files(verdicts):
-        print(f"uncommitted changes counted as changes: {', '.join(dirty)}", file=sys.stderr)
+        log.warning("uncommitted changes counted as changes: %s", ", ".join(dirty))
     if not args.write:
-        print(body)
+        sys.stdout.write(body + "\n")
         return 0
     readme = ROOT / REFERENCE / "README.md"
     readme.write_text(with_table(readme.read_text(), body))
-    print(
-        f"wrote the staleness table of {len(verdicts)} references into {readme.relative_to(ROOT)}"
-    )
+    log.info(
+        "wrote the staleness table of %d references into %s", len(verdicts),
+        readme.relative_to(ROOT),
+    )  # fmt: skip
     return 0
 
 
