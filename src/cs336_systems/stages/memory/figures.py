@@ -10,6 +10,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from cs336_systems.planning.log import get_logger
 from cs336_systems.profiling.nsys_timeline import NSYS, clip, read, window_of
 from cs336_systems.reporting.analysis import empty_figure, load, ok, on_axis, save
 from cs336_systems.reporting.timelines import Panel, capture_path
@@ -21,6 +22,8 @@ from cs336_systems.stages.memory.rows import (
     timeline_choice,
     timeline_files,
 )
+
+log = get_logger(__name__)
 
 
 def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
@@ -155,30 +158,28 @@ def _timelines_figure(results_dir: Path, d: pd.DataFrame, fig_dir: Path, path: P
     save(fig, path)
     pdfs = [t.with_suffix(".pdf") for t in chosen]
     if all(f.exists() for f in pdfs):  # the PDF from the timelines' own PDFs: vector, not a raster
-        tile_pdfs(pdfs, cols, path.with_suffix(".pdf"))
+        join_pdfs(pdfs, path.with_suffix(".pdf"))
     return path
 
 
-def tile_pdfs(pdfs: list[Path], cols: int, out: Path) -> Path:
-    """The first pages of `pdfs` on one page, `cols` side by side, row by row, each in a cell as
-    large as the largest page: vector drawings stay vector (the timelines' PDFs, drawn by
-    profiling/memory_snapshot.py)."""
-    from pypdf import PageObject, PdfReader, PdfWriter, Transformation
-
-    pages = [PdfReader(f).pages[0] for f in pdfs]
-    w = max(float(p.mediabox.width) for p in pages)
-    h = max(float(p.mediabox.height) for p in pages)
-    rows_n = -(-len(pages) // cols)
-    sheet = PageObject.create_blank_page(width=w * cols, height=h * rows_n)
-    for i, page in enumerate(pages):
-        x, y = (i % cols) * w, (rows_n - 1 - i // cols) * h
-        box = page.mediabox
-        move = Transformation().translate(x - float(box.left), y - float(box.bottom))
-        sheet.merge_transformed_page(page, move)
+def join_pdfs(pdfs: list[Path], out: Path) -> Path:
+    """The first pages of `pdfs` as the pages of one PDF, in order: vector drawings stay vector
+    (the timelines' PDFs, drawn by profiling/memory_snapshot.py). Whole pages are copied, never
+    parsed: a real timeline's page holds more drawing operators than a PDF library will merge
+    onto another page. Without pypdf the composite `save` wrote (the PNGs, rasters) stays."""
+    try:
+        from pypdf import PdfReader, PdfWriter
+    except ImportError:
+        log.warning(
+            "%s keeps the timelines as rasters: pypdf is not installed (each timeline's own "
+            "vector PDF lies beside it)", out.name
+        )  # fmt: skip
+        return out
     writer = PdfWriter()
-    writer.add_page(sheet)
-    with open(out, "wb") as f:
-        writer.write(f)
+    for f in pdfs:
+        writer.add_page(PdfReader(f).pages[0])
+    with open(out, "wb") as fh:
+        writer.write(fh)
     return out
 
 
