@@ -56,10 +56,17 @@ def _ran(df: pd.DataFrame) -> pd.DataFrame:
 def _beside(row: pd.Series, records: dict) -> str:
     named = row.get(BESIDE)
     if isinstance(named, str) and named:
-        return named
+        return _short(named)
     job = row.get("job_id")
     found = neighbours.neighbours(records, str(job)) if isinstance(job, str) else []
-    return "; ".join(found) if found else "none"
+    return _short("; ".join(found)) if found else "none"
+
+
+def _short(named: str) -> str:
+    """'benchmark results/m/benchmark/points/10B_ctx512_naive.csv; ...' as 'benchmark
+    10B_ctx512_naive, ...': each neighbour's stage and the file it wrote, by its stem."""
+    jobs = [n.strip().split(" ", 1) for n in named.split(";") if n.strip()]
+    return ", ".join(f"{j[0]} {Path(j[1]).stem}" if len(j) == 2 else j[0] for j in jobs)
 
 
 def _fmt(mean: float, std: float) -> str:
@@ -111,17 +118,35 @@ def compare(beside_dir: Path, alone_dir: Path) -> pd.DataFrame:
 
 
 def markdown(table: pd.DataFrame, beside_dir: Path, alone_dir: Path) -> str:
-    """The table, with a line that counts the verdicts."""
+    """A count of the verdicts per stage, the timings that do not agree, then every timing
+    (in a collapsed block)."""
     head = (
         f"Beside others: `{Path(beside_dir).name}`; alone: `{Path(alone_dir).name}` "
         f"(`python -m cs336_systems.reporting.side_by_side`). Agree: the means within "
         f"{AGREE_STDS:g} combined std or {AGREE_FRACTION:.0%}."
     )
-    counts = table["verdict"].value_counts().to_dict() if len(table) else {}
-    summary = ", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "no matching rows"
+    if not len(table):
+        return "\n".join([head, "", "No matching rows."])
+    counts = table.groupby("stage")["verdict"].value_counts().unstack(fill_value=0)
+    verdicts = list(counts.columns)
+    summary = ["| stage | timings | " + " | ".join(verdicts) + " |",
+               "|---|---:|" + "---:|" * len(verdicts)]  # fmt: skip
+    summary += [f"| {s} | {int(r.sum())} | " + " | ".join(str(int(r[v])) for v in verdicts) + " |"
+                for s, r in counts.iterrows()]  # fmt: skip
+    off = table[table["verdict"] != "agree"]
+    parts = [head, "", f"{len(table)} timings compared:", "", *summary, ""]
+    if len(off):
+        parts += [f"The {len(off)} that do not agree:", "", *_rows(off), ""]
+    parts += ["<details><summary>Every timing compared</summary>", "", *_rows(table), "",
+              "</details>"]  # fmt: skip
+    return "\n".join(parts)
+
+
+def _rows(table: pd.DataFrame) -> list[str]:
     rows = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * 3 + "---:|" * 2 + "---|---:|---|"]
-    rows += ["| " + " | ".join(str(v) for v in r) + " |" for r in table.itertuples(index=False)]
-    return "\n".join([head, "", f"{len(table)} timings: {summary}.", "", *rows])
+    return rows + [
+        "| " + " | ".join(str(v) for v in r) + " |" for r in table.itertuples(index=False)
+    ]
 
 
 def between_markers(text: str, body: str) -> str:

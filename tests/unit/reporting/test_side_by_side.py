@@ -65,7 +65,12 @@ def test_written_between_markers_twice(tmp_path):
     sbs.main([str(beside), str(alone), "--out", str(out)])
     first = out.read_text()
     assert first.startswith("# Runs\n\nkept above\n") and first.count(sbs.START) == 1
-    assert "3 timings: 1 agree, 1 faster beside others, 1 slower beside others." in first
+    assert "3 timings compared:" in first
+    summary = "| stage | timings | agree | faster beside others | slower beside others |"
+    assert summary in first and "| benchmark | 3 | 1 | 1 | 1 |" in first
+    # the two that disagree listed before the block of every timing
+    assert "The 2 that do not agree:" in first
+    assert first.index("The 2 that do not agree:") < first.index("<details>")
     out.write_text(first + "\nkept below\n")
     sbs.main([str(beside), str(alone), "--out", str(out)])
     second = out.read_text()
@@ -80,3 +85,10 @@ def test_a_point_measured_twice_matches_row_by_row(tmp_path):
     table = sbs.compare(folder, folder)
     assert list(table["verdict"]) == ["agree", "agree"]
     assert list(table["ratio"]) == ["1.000", "1.000"]
+
+
+def test_neighbours_are_named_by_stage_and_point():
+    named = (
+        "benchmark results/h200-x4/benchmark/points/10B_ctx512_naive.csv; flash results/x/flash.csv"
+    )
+    assert sbs._short(named) == "benchmark 10B_ctx512_naive, flash flash"
