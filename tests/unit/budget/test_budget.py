@@ -222,9 +222,10 @@ def test_a_point_above_max_point_s_costs_nothing():
 def test_the_cost_guard_skips_what_the_cpu_reference_run_skipped():
     """The budget's guard (stages/benchmark/mfu.py too_costly's rule) on the cpu preset's
     plain points, at the rates a cpu run's ceilings measured: skipped exactly where that run
-    wrote a `skipped: at least ...` row. Two runs: the committed reference (a host without bf16
-    units, where small's bf16 points are skipped) and CPU2's calibration run, whose rates CPU2's
-    own agree with."""
+    wrote a `skipped: at least ...` row, in three runs: the committed reference, the cpu run of
+    `7c06124` on a host without bf16 units (tests/fixtures/cpu-no-bf16/: its benchmark and
+    ceilings CSVs), where small's bf16 points are skipped, and CPU2's calibration run, whose
+    rates CPU2's own agree with."""
     import dataclasses
 
     import pandas as pd
@@ -235,7 +236,9 @@ def test_the_cost_guard_skips_what_the_cpu_reference_run_skipped():
     steps = cfg["warmup_steps"] + cfg["measure_steps"]
     reference = ROOT / "report" / "reference" / "cpu" / "csv"
     skipped = 0
-    for ref, own_rates in ((reference, False), (measured.CPU_JOBS.parent / "csv", True)):
+    no_bf16 = ROOT / "tests" / "fixtures" / "cpu-no-bf16"
+    runs = ((reference, False), (no_bf16, False), (measured.CPU_JOBS.parent / "csv", True))
+    for ref, own_rates in runs:
         rows = pd.read_csv(ref / "benchmark.csv")
         rows = rows[rows["compile"] == "eager"]
         assert len(rows) > 10
