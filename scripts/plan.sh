@@ -4,7 +4,7 @@
 # each job estimated by the preset's budget model and placed on the cards by its priority.
 #
 #   bash scripts/plan.sh 4                                # the gpu preset on 4 cards
-#   PRESET=gpu GPU_NAME="NVIDIA H100 80GB HBM3" bash scripts/plan.sh 2 'stages=[ddp,fsdp]'
+#   PRESET=gpu GPU_NAME="NVIDIA H100 80GB HBM3" GPU_MIB=81559 bash scripts/plan.sh 2 'stages=[ddp,fsdp]'
 #
 # Extra arguments are --config values. Prints each card's jobs over time, the estimated wall
 # time and the GPU-seconds per rule; writes nothing under results/ (its machine tag's folder
@@ -21,7 +21,7 @@ cat >"$fake/nvidia-smi" <<EOS
 for i in \$(seq 0 $((cards - 1))); do
   case "\$*" in
     *driver_version*) echo 580.65 ;;
-    *) echo "${GPU_NAME:-NVIDIA H200}, 143771, GPU-plan-\$i" ;;
+    *) echo "${GPU_NAME:-NVIDIA H200}, ${GPU_MIB:-143771}, GPU-plan-\$i" ;;
   esac
 done
 EOS
@@ -30,4 +30,4 @@ PATH="$fake:$PATH" CS336_GPU_CHECK=off env -u CUDA_VISIBLE_DEVICES snakemake -n 
   --resources "gpu_jobs=$cards" --config "preset=$preset" "machine=$tag" "$@" -- report \
   >"$fake/dry.txt"
 python3 -m cs336_systems.budget.forecast --dry-run "$fake/dry.txt" --preset "$preset" \
-  --cards "$cards" --parallel "$cards"
+  --cards "$cards" --parallel "$cards" --memory-gib "$(( ${GPU_MIB:-143771} / 1024 ))"

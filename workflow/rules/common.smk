@@ -90,6 +90,9 @@ COMPILE_CACHE = f"{RESULTS}/.cache"
 # through planning/claim.py, which gives it free cards of this pool of its own (CUDA_VISIBLE_DEVICES
 # per job): under `--cores 4` on a 4-GPU host, four measurements at once, each alone on a card.
 GPU_POOL = this_machine.gpu_indices(_GPUS)
+# each card's memory (GiB, the smallest card's): the budget's estimates skip only what the
+# host's cards cannot hold (a 141 GB H200 runs the 10B's forward, an 80 GB H100 does not)
+GPU_GIB = min((g.memory_mib for g in _GPUS if g.memory_mib), default=0) / 1024 or None
 # Jobs side by side: `gpu_jobs`, the GPU jobs at once (one a card while each card's job gets
 # planning/cores.py's 2 cores of its own), and `timing`, which a job timed on the CPU holds
 # alone (isolate_measuring_jobs below); --resources on the command line sets either
@@ -327,7 +330,7 @@ def isolate_measuring_jobs():
     from cs336_systems.budget import forecast
 
     measuring = [r for r in workflow.rules if "gpu" in r.resources.keys()]
-    seconds = forecast.job_seconds(config, PRESET, len(GPU_POOL))
+    seconds = forecast.job_seconds(config, PRESET, len(GPU_POOL), GPU_GIB)
     for r in measuring:
         gpu = _per_job(r.resources["gpu"])
         r.resources["gpu_jobs"] = _gpu_jobs(gpu)
@@ -414,6 +417,7 @@ def start_estimate():
             "--jobs", f"{folder}/jobs.json", "--config", f"{folder}/config.json",
             "--out", f"{folder}/eta.json", "--preset", PRESET,
             "--parallel", str(parallel), "--cards", str(cards), "--start", str(time.time()),
+            *(["--memory-gib", str(GPU_GIB)] if GPU_GIB else []),
         ],
         env={
             **os.environ,

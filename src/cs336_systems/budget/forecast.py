@@ -52,22 +52,29 @@ def eta_keys(config: dict) -> dict:
     }
 
 
-def device(preset: str, gpus: int | None = None) -> Device:
+def device(preset: str, gpus: int | None = None, memory_gib: float | None = None) -> Device:
     """The preset's budget device on a host of `gpus` GPUs (the distributed stages run the
-    world sizes it holds; None or 0: the device's own count)."""
+    world sizes it holds; None or 0: the device's own count) of `memory_gib` each (the host's
+    cards: a point the budget's own card cannot hold runs on a larger one, the 10B's forward on
+    a 141 GB H200; None: the device's own)."""
     dev = DEVICES.get(preset, DEVICES["gpu"])
+    if memory_gib and dev.memory_gib is not None:
+        dev = replace(dev, memory_gib=memory_gib)
     if not gpus or dev.gpus == 0:  # no GPU seen (a plan made elsewhere): the device's own
         return dev
     return replace(dev, gpus=gpus, parallel=max(1, gpus))
 
 
-def job_seconds(config: dict, preset: str, gpus: int | None = None):
+def job_seconds(
+    config: dict, preset: str, gpus: int | None = None, memory_gib: float | None = None
+):
     """`seconds(rule, wildcards)`: a measuring job's estimate (None for other rules). The
     budget is read on the first call, not while the workflow is planned."""
 
     @cache
     def tables():
-        budget = {(j.stage, j.job): j.seconds for j in plan(config, preset, device(preset, gpus))}
+        dev = device(preset, gpus, memory_gib)
+        budget = {(j.stage, j.job): j.seconds for j in plan(config, preset, dev)}
         return budget, eta_keys(config)
 
     def seconds(rule: str, wildcards: dict) -> float | None:
@@ -111,12 +118,18 @@ def priority(rule: str, gpu, seconds, gates: bool = False, cards: int = 0):
     return value
 
 
-def estimates(config: dict, preset: str, jobs: list[dict], gpus: int | None = None) -> list[dict]:
+def estimates(
+    config: dict,
+    preset: str,
+    jobs: list[dict],
+    gpus: int | None = None,
+    memory_gib: float | None = None,
+) -> list[dict]:
     """[{"name", "outputs", "seconds", "unestimated"}] of the workflow's jobs from the budget's
     plan. A rule no stage names in its `ETA_KEYS` (an aggregate, a plot, the report) costs
     LOCAL_JOB_S; a measuring job whose name has no estimate is `unestimated` (a test checks
     there is none)."""
-    of = job_seconds(config, preset, gpus)
+    of = job_seconds(config, preset, gpus, memory_gib)
     keys = eta_keys(config)
     out = []
     for job in jobs:
@@ -170,13 +183,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--parallel", type=int, default=1, help="jobs that run at once")
     ap.add_argument("--cards", type=int, default=0, help="the host's GPUs the jobs share")
     ap.add_argument("--start", type=float, default=None, help="the run's start (epoch s)")
+    ap.add_argument("--memory-gib", type=float, default=None, help="each card's memory (GiB)")
     args = ap.parse_args(argv)
     configure("eta")
     if args.dry_run is not None:
-        print_plan(args.dry_run, args.preset, args.cards, args.parallel)
+        print_plan(args.dry_run, args.preset, args.cards, args.parallel, args.memory_gib)
         return
     jobs = json.loads(args.jobs.read_text())
-    est = estimates(json.loads(args.config.read_text()), args.preset, jobs, args.cards)
+    config = json.loads(args.config.read_text())
+    est = estimates(config, args.preset, jobs, args.cards, args.memory_gib)
     start = args.start if args.start is not None else time.time()
     eta.write(args.out, est, args.parallel, start, args.cards)
     placed = schedule.place(est, args.cards, args.parallel)
@@ -198,11 +213,13 @@ def main(argv: list[str] | None = None) -> None:
     )
 
 
-def print_plan(dry_run: Path, preset: str, cards: int, parallel: int) -> None:
+def print_plan(
+    dry_run: Path, preset: str, cards: int, parallel: int, memory_gib: float | None = None
+) -> None:
     """The plan of the dry run's jobs under the default config of `preset`, with the
     GPU-seconds per rule."""
     config = run_config()
-    est = estimates(config, preset, dry_run_jobs(dry_run.read_text()), cards)
+    est = estimates(config, preset, dry_run_jobs(dry_run.read_text()), cards, memory_gib)
     placed = schedule.place(est, cards, max(parallel, 1))
     per: dict[str, float] = {}
     for job in est:

@@ -68,3 +68,18 @@ def test_a_dry_runs_jobs_with_their_cards_inputs_and_priorities():
     assert lb["inputs"][1] == "results/m/ceilings.csv" and not lb["alone"]
     assert bench["wildcards"] == {"size": "xl", "ctx": "512", "attention": "naive"}
     assert (report["gpus"], report["priority"], report["outputs"]) == (0, 0, ["report/m/report.md"])
+
+
+def test_the_hosts_card_memory_decides_what_the_estimate_skips():
+    """The budget's own card (an 80 GB H100) cannot hold the 10B's points: its benchmark job
+    is estimated as its skips, seconds; on a host of 141 GB H200s the forward runs, and the
+    estimate says so (the 4x H200 run measured that job at 82 s)."""
+    from cs336_systems.budget import run_config
+
+    config = run_config()
+    assert forecast.device("gpu", 4, 140.4).memory_gib == 140.4
+    assert forecast.device("cpu", 0, 140.4).memory_gib is None  # no card: no memory check
+    wildcards = {"size": "10B", "ctx": "512", "attention": "naive"}
+    h100 = forecast.job_seconds(config, "gpu", 4)("benchmark", wildcards)
+    h200 = forecast.job_seconds(config, "gpu", 4, 140.4)("benchmark", wildcards)
+    assert h100 < 15 < 40 < h200
