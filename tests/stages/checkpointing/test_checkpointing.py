@@ -17,14 +17,7 @@ from cs336_systems.planning import edition as edition_sizes
 from cs336_systems.profiling.saved_tensors import LiveTensorBytes, SavedTensorLog
 from cs336_systems.stages.checkpointing import plan as ckpt_plan
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """These models are tiny: threads only add contention on a shared 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 STRATEGIES = ["none", "every_1", "every_2", "every_4", "every_8", "sqrt", "halving", "chain"]
@@ -53,22 +46,23 @@ def test_plans_of_four_blocks():
         ck.plan_for("random", 8)
 
 
+def loss_and_grads(model, precision: str, strategy: str):
+    """One step's loss and every parameter's gradient with the blocks under `strategy`."""
+    tokens = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(1))
+    ck.apply(model, strategy)
+    model.zero_grad(set_to_none=True)
+    with autocast(precision, torch.device("cpu")):
+        loss = F.cross_entropy(model(tokens).flatten(0, 1).float(), tokens.flatten())
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_strategies_give_the_gradients_of_no_checkpointing(precision):
     model = tiny_lm(layers=4)
-    tokens = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(1))
-
-    def grads(strategy):
-        ck.apply(model, strategy)
-        model.zero_grad(set_to_none=True)
-        with autocast(precision, torch.device("cpu")):
-            loss = F.cross_entropy(model(tokens).flatten(0, 1).float(), tokens.flatten())
-        loss.backward()
-        return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
-
-    ref_loss, ref = grads("none")
+    ref_loss, ref = loss_and_grads(model, precision, "none")
     for name in ["every_1", "every_2", "every_4", "sqrt", "halving", "chain"]:
-        loss, got = grads(name)
+        loss, got = loss_and_grads(model, precision, name)
         torch.testing.assert_close(loss, ref_loss, rtol=0, atol=0)
         for n in ref:
             torch.testing.assert_close(got[n], ref[n], rtol=0, atol=0, msg=f"{name}: {n}")
@@ -323,18 +317,9 @@ def test_the_peak_is_reconciled_with_the_memory_grid():
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_sub_block_strategies_give_the_gradients_of_no_checkpointing(precision):
     model = tiny_lm(layers=2)
-    tokens = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(1))
-
-    def grads(strategy):
-        ck.apply(model, strategy)
-        model.zero_grad(set_to_none=True)
-        with autocast(precision, torch.device("cpu")):
-            F.cross_entropy(model(tokens).flatten(0, 1).float(), tokens.flatten()).backward()
-        return {n: p.grad.clone() for n, p in model.named_parameters()}
-
-    ref = grads("none")
+    _, ref = loss_and_grads(model, precision, "none")
     for name in ck.SUB_BLOCK:
-        got = grads(name)
+        _, got = loss_and_grads(model, precision, name)
         assert [b.checkpoint_attn for b in model.layers] == [name != "ffn"] * 2
         assert [b.checkpoint_ffn for b in model.layers] == [name != "attn"] * 2
         for n in ref:

@@ -26,12 +26,7 @@ def flat(vocab_size):
     )
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def strategies_rows(monkeypatch, factory: str, name: str = "mine") -> dict:
