@@ -39,6 +39,7 @@ import pandas as pd
 from cs336_systems.core.costs import MODEL_PATH, PATH_LABEL, matmul_peaks
 from cs336_systems.core.results import COLUMN, PREFIX, SCOPE_COLUMN, is_suspect, text_column
 from cs336_systems.planning import neighbours
+from cs336_systems.reporting.host_bound import POINT, host_bound
 
 # what kind of number a check doubts: a sentence about memory need not drop a row whose times
 # are noisy. A check's default scope, overridable by a declaration's "scope".
@@ -367,11 +368,30 @@ def rate_above_ceiling(
     return out
 
 
-def _host_sensitive(row: pd.Series, busy_below: float, spread_above: float) -> str:
+def _rule_host_bound(df: pd.DataFrame) -> dict[tuple, float]:
+    """The points the one host-bound rule (reporting/host_bound.py) fires on, by their `POINT`
+    keys present in `df`: bf16's speedup over fp32 at each."""
+    need = {"precision", "peak_tflops", "step_ms_mean"}
+    keys = [k for k in POINT if k in df]
+    if not need <= set(df) or not keys:
+        return {}
+    d = df.assign(step_ms_mean=pd.to_numeric(df["step_ms_mean"], errors="coerce"),
+                  peak_tflops=pd.to_numeric(df["peak_tflops"], errors="coerce"))  # fmt: skip
+    hb = host_bound(d)
+    return {tuple(r[k] for k in keys): float(r["speedup"]) for _, r in hb.iterrows()}
+
+
+def _host_sensitive(
+    row: pd.Series, busy_below: float, spread_above: float, rule: dict | None = None
+) -> str:
     """Why a row's number depends on its host's CPU: timed on the CPU, a GPU idle for part of
-    the step (host-bound), or a wide spread; '' when none holds."""
+    the step, a point the host-bound rule fires on (`rule`: `_rule_host_bound`'s), or a wide
+    spread; '' when none holds."""
     if pd.to_numeric(row.get("gpu_count"), errors="coerce") == 0:
         return "timed on the CPU"
+    point = tuple(row.get(k) for k in POINT if k in row.index)
+    if rule and point in rule:
+        return f"host-bound: bf16 {rule[point]:.2f}x as fast as fp32 at this point"
     busy, step = row.get("prof_gpu_busy_ms"), row.get("prof_step_ms")
     if pd.notna(busy) and pd.notna(step) and float(step) > 0 and busy / step < busy_below:
         return f"host-bound: its GPU busy {busy / step:.0%} of the step"
@@ -396,9 +416,10 @@ def beside_others(
     out = _blank(df)
     if not records or "job_id" not in df:
         return out
+    rule = _rule_host_bound(df)
     for i in df.index[_checked(df) & ~_skip(df, skip_if)]:
         near = neighbours.neighbours(records, str(df.at[i, "job_id"]))
-        why = _host_sensitive(df.loc[i], busy_below, spread_above) if near else ""
+        why = _host_sensitive(df.loc[i], busy_below, spread_above, rule) if near else ""
         if why:
             out[i] = f"measured beside {', '.join(near)} ({why})"
     return out

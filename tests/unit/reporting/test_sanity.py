@@ -553,3 +553,27 @@ def test_a_host_sensitive_row_measured_beside_other_jobs_names_them(tmp_path):
     # without records (a run before they existed), nothing is named
     none = sanity.flag(df, "any", results_dir=tmp_path / "none")
     assert none[sanity.BESIDE].tolist() == [""] * 4
+
+
+def test_a_point_the_host_bound_rule_fires_on_is_host_sensitive_beside_others(tmp_path):
+    """A steady benchmark row with no profile is still host-sensitive where the one host-bound
+    rule fires on its point (bf16 no faster than fp32 under a 3x higher ceiling): beside
+    another job it is flagged, both precisions; a point bf16 speeds up 3x is not."""
+    records = tmp_path / "jobs" / "records"
+    neighbours.write(records, {"job": "a", "what": "benchmark small", "start": 0.0, "end": 9.0})
+    neighbours.write(records, {"job": "b", "what": "flash target", "start": 5.0, "end": 20.0})
+    point = {"size": "small", "context_length": 512, "compile": "eager", "mode": "forward"}
+    df = pd.DataFrame(
+        [
+            {**point, "attention": att, "precision": p, "step_ms_mean": t, "step_ms_std": 0.1,
+             "peak_tflops": peak, "status": "ok", "job_id": "a", "gpu_count": 1}
+            for att, p, t, peak in [
+                ("flash_triton", "fp32", 19.5, 54.0), ("flash_triton", "bf16", 28.8, 668.0),
+                ("naive", "fp32", 60.0, 54.0), ("naive", "bf16", 20.0, 668.0),
+            ]
+        ]
+    )  # fmt: skip
+    flagged = sanity.flag(df, "any", results_dir=tmp_path)[sanity.BESIDE].tolist()
+    assert "beside flash target (host-bound: bf16 0.68x as fast as fp32" in flagged[0]
+    assert flagged[0] == flagged[1]
+    assert flagged[2:] == ["", ""]
