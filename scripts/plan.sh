@@ -29,5 +29,7 @@ chmod +x "$fake/nvidia-smi"
 PATH="$fake:$PATH" CS336_GPU_CHECK=off env -u CUDA_VISIBLE_DEVICES snakemake -n --cores "$cards" \
   --resources "gpu_jobs=$cards" --config "preset=$preset" "machine=$tag" "$@" -- report \
   >"$fake/dry.txt"
+edition=()  # the estimates read the edition's grids, as the run's own ETA does
+for arg in "$@"; do [[ $arg == edition=* ]] && edition=(--edition "${arg#edition=}"); done
 python3 -m cs336_systems.budget.forecast --dry-run "$fake/dry.txt" --preset "$preset" \
-  --cards "$cards" --parallel "$cards" --memory-gib "$(( ${GPU_MIB:-143771} / 1024 ))"
+  --cards "$cards" --parallel "$cards" --memory-gib "$(( ${GPU_MIB:-143771} / 1024 ))" "${edition[@]}"

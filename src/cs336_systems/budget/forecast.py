@@ -184,10 +184,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cards", type=int, default=0, help="the host's GPUs the jobs share")
     ap.add_argument("--start", type=float, default=None, help="the run's start (epoch s)")
     ap.add_argument("--memory-gib", type=float, default=None, help="each card's memory (GiB)")
+    ap.add_argument("--edition", type=int, default=None, help="--dry-run: the run's edition")
     args = ap.parse_args(argv)
     configure("eta")
     if args.dry_run is not None:
-        print_plan(args.dry_run, args.preset, args.cards, args.parallel, args.memory_gib)
+        print_plan(args.dry_run, args.preset, args.cards, args.parallel, args.memory_gib,
+                   args.edition)  # fmt: skip
         return
     jobs = json.loads(args.jobs.read_text())
     config = json.loads(args.config.read_text())
@@ -214,11 +216,16 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def print_plan(
-    dry_run: Path, preset: str, cards: int, parallel: int, memory_gib: float | None = None
+    dry_run: Path,
+    preset: str,
+    cards: int,
+    parallel: int,
+    memory_gib: float | None = None,
+    edition: int | None = None,
 ) -> None:
-    """The plan of the dry run's jobs under the default config of `preset`, with the
-    GPU-seconds per rule."""
-    config = run_config()
+    """The plan of the dry run's jobs under the default config of `preset` (`edition`: that
+    edition's grids), with the GPU-seconds per rule."""
+    config = run_config(edition=edition)
     est = estimates(config, preset, dry_run_jobs(dry_run.read_text()), cards, memory_gib)
     placed = schedule.place(est, cards, max(parallel, 1))
     per: dict[str, float] = {}

@@ -83,3 +83,17 @@ def test_the_hosts_card_memory_decides_what_the_estimate_skips():
     h100 = forecast.job_seconds(config, "gpu", 4)("benchmark", wildcards)
     h200 = forecast.job_seconds(config, "gpu", 4, 140.4)("benchmark", wildcards)
     assert h100 < 15 < 40 < h200
+
+
+def test_a_dry_runs_plan_prices_the_jobs_in_its_editions_grids(tmp_path, capsys):
+    """scripts/plan.sh passes the run's `edition=`: the 2025 edition compiles only `small` at
+    512, so its xl benchmark job is eager steps, not the 2026 edition's compiled engines."""
+    dry = tmp_path / "dry.txt"
+    dry.write_text(DRY_RUN)
+
+    def xl_gpu_seconds(*edition: str) -> float:
+        forecast.main(["--dry-run", str(dry), "--preset", "gpu", "--cards", "2", *edition])
+        line = next(s for s in capsys.readouterr().out.splitlines() if "benchmark:" in s)
+        return float(line.split(":")[1])
+
+    assert xl_gpu_seconds("--edition", "2025") < xl_gpu_seconds() / 2
