@@ -280,7 +280,11 @@ print(
 # `timing` and every `gpu_jobs` slot: it runs alone among the measurements. Priorities come
 # from the budget model (budget/forecast.py): a job on every card first, then jobs that gate
 # others, then jobs on several cards, each tier by the largest GPU-seconds (seconds x cards),
-# so that the longest and widest jobs do not come last.
+# so that the longest and widest jobs do not come last. On a host with GPUs the light local
+# jobs (aggregates, plots: seconds each) take no core slot, which the GPU jobs fill (`--cores
+# 4` on four cards), so a stage's figures are drawn when it ends, not after the last
+# measurement; they take `timing`, so none runs beside a job timed on the CPU, nor beside
+# another.
 
 
 def _per_job(resource):
@@ -317,6 +321,19 @@ def _cores(gpu, threads):
     return lambda wildcards: gpu(wildcards) or threads(wildcards)
 
 
+def _light_beside():
+    """Whether the light local jobs run beside the GPU jobs: a GPU host, jobs run here."""
+    return bool(GPU_POOL) and not workflow.non_local_exec
+
+
+def _light_cores(cores):
+    return lambda wildcards: 0 if _light_beside() else cores(wildcards)
+
+
+def _light_timing(wildcards):
+    return int(_light_beside())
+
+
 def _gates(rule, measuring):
     """Whether a measuring job waits for one of `rule`'s outputs (the kernel tests gate the
     flash jobs)."""
@@ -339,6 +356,9 @@ def isolate_measuring_jobs():
         r.priority = forecast.priority(
             r.name, gpu, seconds, gates=_gates(r, measuring), cards=len(GPU_POOL)
         )
+    for r in [r for r in workflow.rules if r not in measuring]:
+        r.resources["_cores"] = _light_cores(_per_job(r.resources["_cores"]))
+        r.resources["timing"] = _light_timing
 
 
 def launcher_resources(stage):

@@ -81,7 +81,8 @@ FAKE_STAGE = """
 import json, os, sys, time
 args = sys.argv[1:]
 start = time.time()
-time.sleep({seconds})
+# FAKE_SLEEP_<STAGE> (e.g. FAKE_SLEEP_ATTENTION) sets one stage's time
+time.sleep(float(os.environ.get("FAKE_SLEEP_" + args[1].split(".")[-1].upper(), {seconds})))
 with open({record!r}, "a") as f:
     f.write(json.dumps({{"stage": args[1], "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
                          "cpu_set": os.environ.get("CS336_CPU_SET"),
@@ -182,6 +183,30 @@ def test_four_gpus_run_four_measurements_at_once_each_alone_on_its_card(tmp_path
     peak = most_at_once(jobs)
     assert len(peak) == 4, [(j["stage"], j["gpus"]) for j in peak]
     assert sorted(j["gpus"] for j in peak) == ["0", "1", "2", "3"]
+
+
+@pytest.mark.slow
+def test_a_stages_aggregate_runs_while_other_gpu_jobs_still_wait(tmp_path):
+    """On a 2-GPU host under `--cores 2` (`gpu_jobs=2`: two GPU jobs at once on its 2 cores)
+    the GPU jobs fill both core slots; the attention
+    stage's aggregate (a light local job: no core slot on a GPU host) runs once its two short
+    jobs end, before the last of the benchmark's queued jobs starts, not when the queue is
+    empty (as it did while it waited for a slot)."""
+    work = copy_workflow(tmp_path / "wf")
+    record = tmp_path / "gpu_jobs.jsonl"
+    env = fake_machine(tmp_path / "bin", 2, record, 1.5)
+    env["PYTHONPATH"] = f"{work / 'src'}{os.pathsep}{env['PYTHONPATH']}"
+    env.update(FAKE_SLEEP_ATTENTION="0.1", FAKE_SLEEP_CEILINGS="0.1")
+    snakemake(
+        work, "--cores", "2", "--config", "stages=[ceilings,benchmark,attention]",
+        "--until", "benchmark", "benchmark_warmup", "attention_aggregate",
+        "--resources", "gpu=2", "gpu_jobs=2", env=env, timeout=600,
+    )  # fmt: skip
+    jobs = [json.loads(line) for line in record.read_text().splitlines()]
+    [aggregate] = (work / "results").glob("*/attention.csv")
+    benchmark = [j for j in jobs if j["stage"].endswith((".benchmark", ".benchmark_warmup"))]
+    assert len(benchmark) == 8, jobs
+    assert aggregate.stat().st_mtime < max(j["start"] for j in benchmark)
 
 
 def test_the_default_profile_provides_this_machines_gpu_count(tmp_path):
