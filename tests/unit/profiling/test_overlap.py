@@ -174,3 +174,56 @@ def test_every_rank_keeps_its_gzipped_trace_in_one_folder(tmp_path):
         assert any(e.get("name", "").startswith("gloo:all_reduce") for e in d["traceEvents"])
     assert len(read_chrome_trace(files[0]).ranges)  # the timeline figures' reader takes it
     assert load(tmp_path / "step_rank0.timeline.json.gz").window is not None
+
+
+class _CountingProfiler:
+    """A finished torch.profiler run whose exports are counted."""
+
+    def __init__(self, prof):
+        self.prof, self.exports = prof, 0
+
+    def export_chrome_trace(self, path: str) -> None:
+        self.exports += 1
+        self.prof.export_chrome_trace(path)
+
+
+def _profiled_cpu_step() -> _CountingProfiler:
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from cs336_systems.profiling.overlap import STEP_RANGE
+
+    x = torch.randn(64, 64)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        x @ x  # before the step: outside its window
+        with record_function(STEP_RANGE):
+            (x @ x).relu()
+    return _CountingProfiler(prof)
+
+
+def test_one_export_gives_the_gzipped_trace_and_the_steps_window(tmp_path):
+    """keep_trace exports once: the window is read from the plain JSON, then the trace is
+    gzipped at the fast level (the gzip header's XFL byte is 4 for the fastest level)."""
+    import gzip
+    import json
+
+    from cs336_systems.profiling.nsys_timeline import load
+    from cs336_systems.profiling.overlap import TRACE_GZIP_LEVEL, export_trace, keep_trace
+
+    prof = _profiled_cpu_step()
+    trace, timeline = tmp_path / "s" / "rank0.json.gz", tmp_path / "t" / "w.timeline.json.gz"
+    keep_trace(prof, trace, timeline)
+    assert prof.exports == 1
+    assert TRACE_GZIP_LEVEL == 1 and trace.read_bytes()[8] == 4
+    with gzip.open(trace, "rt") as f:
+        names = {e.get("name") for e in json.load(f)["traceEvents"]}
+    assert {"profiled_step", "aten::matmul"} <= names
+    tl = load(timeline)
+    assert tl.window is not None and "aten::relu" in set(tl.compute["name"])
+    # (torch.profiler exports a run once) a plain path is written as JSON; a trace alone or a
+    # timeline alone
+    export_trace(_profiled_cpu_step(), tmp_path / "plain.json")
+    keep_trace(_profiled_cpu_step(), tmp_path / "only.json", None)
+    keep_trace(_profiled_cpu_step(), None, tmp_path / "only.timeline.json.gz")
+    assert json.loads((tmp_path / "plain.json").read_text())["traceEvents"]
+    assert json.loads((tmp_path / "only.json").read_text())["traceEvents"]
+    assert (tmp_path / "only.timeline.json.gz").exists()
