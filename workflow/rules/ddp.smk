@@ -72,6 +72,8 @@ rule ddp_plots:
     output:
         DDP_FIGURES,
         vector_figures("ddp", DDP_PLOTS),
+        # HolisticTraceAnalysis's reading of the traces, for the report (reporting/hta_check.py)
+        f"{RESULTS}/ddp/hta.json",
     log:
         f"{RESULTS}/logs/ddp_plots.log",
     localrule: True
@@ -84,4 +86,8 @@ rule ddp_plots:
 
 
 if "ddp" in STAGES:
-    REPORT_INPUTS["ddp"] = [rules.ddp_aggregate.output[0], *DDP_FIGURES]
+    REPORT_INPUTS["ddp"] = [
+        rules.ddp_aggregate.output[0],
+        *DDP_FIGURES,
+        f"{RESULTS}/ddp/hta.json",
+    ]

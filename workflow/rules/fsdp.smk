@@ -61,6 +61,8 @@ rule fsdp_plots:
     output:
         FSDP_FIGURES,
         vector_figures("fsdp", FSDP_PLOTS),
+        # HolisticTraceAnalysis's reading of the traces, for the report (reporting/hta_check.py)
+        f"{RESULTS}/fsdp/hta.json",
     log:
         f"{RESULTS}/logs/fsdp_plots.log",
     localrule: True
@@ -73,4 +75,8 @@ rule fsdp_plots:
 
 
 if "fsdp" in STAGES:
-    REPORT_INPUTS["fsdp"] = [rules.fsdp_aggregate.output[0], *FSDP_FIGURES]
+    REPORT_INPUTS["fsdp"] = [
+        rules.fsdp_aggregate.output[0],
+        *FSDP_FIGURES,
+        f"{RESULTS}/fsdp/hta.json",
+    ]

@@ -4,10 +4,17 @@ breakdown and communication-computation overlap per rank (`profiling/trace_break
 beside the stage's own (rank 0's row), the difference shown, and where they differ by more
 than a tenth a sentence saying which of HTA's definitions makes the difference, computed by
 turning them into ours one at a time. Where nothing can be set beside ours, the reason,
-computed from the files: no traces kept, or traces without GPU kernels (a CPU gloo run)."""
+computed from the files: no traces kept, or traces without GPU kernels (a CPU gloo run).
+
+Reading a GPU run's traces (tens of MB of JSON a rank and step) takes seconds each, so the
+result is kept beside the stage's results (`cache_path`: `<stage>/hta.json`) under a key of
+the rows and the trace files (names, sizes, times): the stage's plots job writes it beside the
+measurements, and the report reads it back unless a row or a trace changed since."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from pathlib import Path
 
@@ -170,10 +177,49 @@ def why_empty(named: list[str], runs: dict[str, dict[int, RankTrace]], raw_dir: 
     )
 
 
+def cache_path(raw_dir: Path) -> Path:
+    """Where `cross_check` keeps its result: `hta.json` beside the stage's raw/ folder."""
+    return Path(raw_dir).parent / "hta.json"
+
+
+def _key(raw_dir: Path, rows: pd.DataFrame) -> str:
+    """What the result depends on: the rows' trace names and our numbers, and every file under
+    `raw_dir` (path, size, modification time)."""
+    raw_dir = Path(raw_dir)
+    columns = ["trace", *(src for _, _, src in MEASURES if isinstance(src, str))]
+    columns += ["prof_gpu_busy_ms", "prof_comm_exposed_ms"]
+    shown = rows[[c for c in dict.fromkeys(columns) if c in rows]] if len(rows) else rows
+    files = []
+    if raw_dir.is_dir():
+        for f in sorted(p for p in raw_dir.rglob("*") if p.is_file()):
+            st = f.stat()
+            files.append([f.relative_to(raw_dir).as_posix(), st.st_size, st.st_mtime_ns])
+    doc = json.dumps([shown.astype(str).values.tolist() if len(shown) else [], files])
+    return hashlib.sha256(doc.encode()).hexdigest()
+
+
 def cross_check(raw_dir: Path, rows: pd.DataFrame) -> dict:
     """`hta_table` (per run and rank: ours, HTA's, the difference), `hta_lines` (a sentence per
     difference above TOLERANCE) and `hta_empty` (why there is no table, else "") for the
-    stage's `rows` (those that passed the checks) whose `trace` names a folder in `raw_dir`."""
+    stage's `rows` (those that passed the checks) whose `trace` names a folder in `raw_dir`;
+    read from `cache_path` where its key matches, else computed and kept there."""
+    cache, key = cache_path(raw_dir), _key(raw_dir, rows)
+    try:
+        kept = json.loads(cache.read_text())
+        if kept.get("key") == key:
+            return kept["result"]
+    except (OSError, ValueError, KeyError, AttributeError):
+        pass
+    result = _cross_check(raw_dir, rows)
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps({"key": key, "result": result}, indent=1))
+    except OSError:
+        pass  # a read-only results folder: computed again next time
+    return result
+
+
+def _cross_check(raw_dir: Path, rows: pd.DataFrame) -> dict:
     named = [str(t) for t in rows.get("trace", pd.Series(dtype=str)).dropna() if str(t)]
     runs = {name: read_folder(Path(raw_dir) / name) for name in dict.fromkeys(named)}
     runs = {name: ranks for name, ranks in runs.items() if ranks}

@@ -20,6 +20,7 @@ import datetime as dt
 import importlib
 import os
 import re
+import time
 from pathlib import Path
 
 import jinja2
@@ -460,14 +461,22 @@ def contexts_of(
     """({stage: context}, {stage: suspect rows}) of the stages, each context computed with the
     sanity checks' findings collected; `tables` gets every table a context renders, by name
     (reporting/export.py)."""
-    contexts, suspects = {}, {}
+    contexts, suspects, seconds = {}, {}, {}
     for stage in order_stages(stages):
+        t0 = time.perf_counter()
         module = importlib.import_module(f"cs336_systems.stages.{stage}.analysis")
         with sanity.collecting() as found, export.recording() as rendered:
             contexts[stage] = module.context(Path(results_dir))
         suspects[stage] = sanity.owned(found, stage)
         if tables is not None:
             tables.update(export.name_tables(stage, contexts[stage], rendered))
+        seconds[stage] = time.perf_counter() - t0
+    slowest = sorted(seconds.items(), key=lambda kv: -kv[1])[:3]
+    log.info(
+        "the stages' sections in %.1f s (the slowest: %s)",
+        sum(seconds.values()),
+        ", ".join(f"{s} {t:.1f} s" for s, t in slowest),
+    )
     return contexts, suspects
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pandas as pd
 from trace_utils import write_trace
 
-from cs336_systems.reporting.hta_check import cross_check
+from cs336_systems.reporting import hta_check
+from cs336_systems.reporting.hta_check import cache_path, cross_check
 
 GEMM = "sm90_xmma_gemm_bf16bf16"
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
@@ -28,6 +29,7 @@ def _row(name="ddp_overlap", **cols):
 
 
 def test_the_table_sets_hta_beside_ours_and_says_why_they_differ(tmp_path):
+    tmp_path = tmp_path / "raw"
     _run(tmp_path)
     ctx = cross_check(tmp_path, _row())
     table = ctx["hta_table"]
@@ -46,6 +48,7 @@ def test_the_table_sets_hta_beside_ours_and_says_why_they_differ(tmp_path):
 
 
 def test_a_difference_no_definition_explains_says_so(tmp_path):
+    tmp_path = tmp_path / "raw"
     _run(tmp_path)
     ctx = cross_check(tmp_path, _row(prof_overlap_share=0.9))
     why = next(line for line in ctx["hta_lines"] if "NCCL time during compute" in line)
@@ -53,6 +56,7 @@ def test_a_difference_no_definition_explains_says_so(tmp_path):
 
 
 def test_without_gpu_kernels_or_traces_the_reason_is_given(tmp_path):
+    tmp_path = tmp_path / "raw"
     gloo = [("gloo:all_reduce", 5, 10), ("aten::mm", 0, 20)]
     for rank in (0, 1):
         write_trace(tmp_path / "fsdp_fsdp" / f"rank{rank}.json.gz", rank, [], host=gloo)
@@ -62,3 +66,25 @@ def test_without_gpu_kernels_or_traces_the_reason_is_given(tmp_path):
     assert "2 of them gloo's collectives on worker threads (a CPU run)" in ctx["hta_empty"]
     assert "No profiled step kept" in cross_check(tmp_path, _row(""))["hta_empty"]
     assert "are not in" in cross_check(tmp_path, _row("ddp_naive"))["hta_empty"]
+
+
+def test_the_result_is_kept_and_read_back_until_a_row_or_a_trace_changes(tmp_path, monkeypatch):
+    """The plots job reads the traces once and keeps the result beside raw/; the report reads
+    it back without opening a trace, and computes again when a row or a trace changed."""
+    raw = tmp_path / "ddp" / "raw"
+    _run(raw)
+    first = cross_check(raw, _row())
+    assert cache_path(raw) == tmp_path / "ddp" / "hta.json" and cache_path(raw).is_file()
+    computed = []
+    real = hta_check._cross_check
+    monkeypatch.setattr(hta_check, "_cross_check", lambda *a: computed.append(1) or real(*a))
+    assert cross_check(raw, _row()) == first and computed == []
+    # another number of ours: computed again
+    assert cross_check(raw, _row(prof_overlap_share=0.9)) != first and computed == [1]
+    # a trace written again (another run): computed again
+    write_trace(raw / "ddp_overlap" / "rank1.json.gz", 1, [(GEMM, 110, 250, 7)], step=(100, 400))
+    again = cross_check(raw, _row(prof_overlap_share=0.9))
+    assert computed == [1, 1] and again != first
+    # a cache that cannot be read is computed again, not trusted
+    cache_path(raw).write_text("{not json")
+    assert cross_check(raw, _row(prof_overlap_share=0.9)) == again and len(computed) == 3

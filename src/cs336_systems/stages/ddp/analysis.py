@@ -24,7 +24,7 @@ import pandas as pd
 
 from cs336_systems.reporting import sanity
 from cs336_systems.reporting.analysis import failed_points, load, md_table, ok, plot_main, ran
-from cs336_systems.reporting.hta_check import cross_check
+from cs336_systems.reporting.hta_check import cache_path, cross_check
 from cs336_systems.reporting.timelines import describe
 from cs336_systems.stages.ddp import answers
 from cs336_systems.stages.ddp.figures import draw, timeline_panels
@@ -87,7 +87,7 @@ def _variants(d: pd.DataFrame, results_dir: Path, fits: dict[str, dict]) -> dict
     traces = sorted(set(ok(d).get("trace", pd.Series(dtype=str)).dropna().astype(str)) - {""})
     # one folder per profiled step, every rank's trace in it (profiling/overlap.py:rank_trace)
     ctx["traces"] = [f"{results_dir}/ddp/raw/{t}/" for t in traces]
-    ctx.update(cross_check(Path(results_dir) / "ddp" / "raw", ok(d)))
+    ctx.update(_hta(results_dir, d))
     # ddp_overlap (b): the timeline figure's panels in words
     ctx["timeline_lines"] = describe(timeline_panels(results_dir))
     return ctx
@@ -158,9 +158,17 @@ def context(results_dir: Path) -> dict:
     return ctx
 
 
+def _hta(results_dir: Path, d: pd.DataFrame) -> dict:
+    """HolisticTraceAnalysis beside ours for the variant runs that passed the checks."""
+    return cross_check(Path(results_dir) / "ddp" / "raw", ok(d) if len(d) else d)
+
+
 def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
-    """The section's figures (stages/ddp/figures.py)."""
-    return draw(results_dir, fig_dir)
+    """The section's figures (stages/ddp/figures.py), and HolisticTraceAnalysis's reading of
+    the traces kept for the report (reporting/hta_check.py: seconds a GPU trace)."""
+    df = load(results_dir, "ddp")
+    _hta(results_dir, variant_runs(df) if len(df) else pd.DataFrame())
+    return [*draw(results_dir, fig_dir), cache_path(Path(results_dir) / "ddp" / "raw")]
 
 
 if __name__ == "__main__":

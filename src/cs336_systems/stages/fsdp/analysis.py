@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from cs336_systems.reporting.analysis import failed_points, load, md_table, ok, plot_main, ran
-from cs336_systems.reporting.hta_check import cross_check
+from cs336_systems.reporting.hta_check import cache_path, cross_check
 from cs336_systems.reporting.timelines import describe
 from cs336_systems.stages.fsdp.answers import q32, q32_short, q33, q33_short, setup
 from cs336_systems.stages.fsdp.figures import draw, timeline_panels
@@ -94,7 +94,7 @@ def _answers(df: pd.DataFrame, measured: bool, results_dir: Path) -> dict:
     traces = sorted(set(d.get("trace", pd.Series(dtype=str)).dropna().astype(str)) - {""})
     # one folder per profiled step, every rank's trace in it (profiling/overlap.py:rank_trace)
     ctx["traces"] = [f"{results_dir}/fsdp/raw/{t}/" for t in traces]
-    ctx.update(cross_check(Path(results_dir) / "fsdp" / "raw", d))
+    ctx.update(_hta(results_dir, df))
     # fsdp_accounting (b): the timeline figure's panels in words
     ctx["timeline_lines"] = describe(timeline_panels(results_dir))
     return ctx
@@ -114,9 +114,16 @@ def context(results_dir: Path) -> dict:
     return ctx
 
 
+def _hta(results_dir: Path, df: pd.DataFrame) -> dict:
+    """HolisticTraceAnalysis beside ours for the runs that passed the checks."""
+    return cross_check(Path(results_dir) / "fsdp" / "raw", ok(df) if len(df) else df)
+
+
 def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
-    """The section's figures (stages/fsdp/figures.py)."""
-    return draw(results_dir, fig_dir)
+    """The section's figures (stages/fsdp/figures.py), and HolisticTraceAnalysis's reading of
+    the traces kept for the report (reporting/hta_check.py: seconds a GPU trace)."""
+    _hta(results_dir, load(results_dir, "fsdp"))
+    return [*draw(results_dir, fig_dir), cache_path(Path(results_dir) / "fsdp" / "raw")]
 
 
 if __name__ == "__main__":
