@@ -38,6 +38,40 @@ def grid(modes, precisions=("fp32",), edition=2026, size="tiny", steps=4, **kw):
     )
 
 
+def test_the_hf_peer_runs_in_full_and_in_2025_not_in_the_2026_gpu_preset():
+    """The compiled HuggingFace peer costs most of a minute of the xl job: the 2026 gpu preset
+    leaves it to `full`; 2025's gpu run compiles it at small."""
+
+    def engines(preset, edition=None):
+        k = bench_plan.KNOBS.from_block(json.loads(block("benchmark", preset, edition)[1]))
+        return bench_plan.engines_arg(k, k.attentions[0])
+
+    assert engines("gpu") == "plain,fast"
+    assert engines("gpu", 2025) == engines("full") == "plain,fast,hf_gpt2"
+
+
+def test_the_hf_peer_is_built_on_the_default_device_of_its_step():
+    """The HuggingFace peer's weights are made where the step runs (`with device:`), not on the
+    host and copied: on the meta device its layers are made there."""
+    pytest.importorskip("transformers")
+    from cs336_systems.stages.benchmark import engines
+
+    made = []
+    real = torch.nn.Linear.__init__
+
+    def spy(self, *a, **kw):
+        real(self, *a, **kw)
+        made.append(self.weight.device.type)
+
+    step = engines.hf_step("tiny", 32, 2, torch.device("cpu"), "fp32", False)
+    step()  # one training step runs
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch.nn.Linear, "__init__", spy)
+        mp.setattr(engines, "_batch", lambda *a: (None, None))
+        engines.hf_step("tiny", 32, 2, torch.device("meta"), "fp32", False)
+    assert made and set(made) == {"meta"}
+
+
 def test_each_job_reads_its_part_of_the_block(capsys):
     run = ["--machine", "m", "--preset", "gpu", "--out", "x"]
     cfg = json.loads(block("benchmark", "gpu")[1])
@@ -48,7 +82,7 @@ def test_each_job_reads_its_part_of_the_block(capsys):
     args = bench.parse_args([*point, "--block", json.dumps(bench_plan.run_block(k))])
     knobs, modes = args.block, ["forward", "forward_backward", "train_step"]
     assert (knobs.modes, knobs.precisions) == (modes, ["fp32", "bf16"])
-    assert (args.compile, args.engines) == ("eager,compiled", "plain,fast,hf_gpt2")
+    assert (args.compile, args.engines) == ("eager,compiled", "plain,fast")
     assert (knobs.compile_only.modes, knobs.compile_only.precisions) == (modes, ["bf16"])
     assert (knobs.compile_mode or bench.COMPILE_MODE) == "default"
     assert (knobs.batch_size, knobs.warmup_steps, knobs.measure_steps) == (4, 5, 10)

@@ -72,7 +72,8 @@ def hf_step(size, context_length, batch_size, device, precision, compiled, editi
         attn_pdrop=0.0,
     )
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(cfg).to(device)
+    with device:  # initialized on the device: an xl built on the host takes seconds of CPU
+        model = GPT2LMHeadModel(cfg)
     net = torch.compile(model) if compiled else model
     opt = torch.optim.AdamW(
         model.parameters(), lr=1e-4, weight_decay=0.01, fused=device.type == "cuda"
