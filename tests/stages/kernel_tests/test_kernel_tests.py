@@ -23,7 +23,7 @@ def test_kernel_tests_worker_count():
     )
     assert kernel_tests_stage.worker_count("3") == 3
     assert kernel_tests_stage.xdist_args(1) == []
-    assert kernel_tests_stage.xdist_args(4) == ["-n", "4"]
+    assert kernel_tests_stage.xdist_args(4) == ["-n", "4", "--dist", "worksteal"]
 
 
 def test_kernel_tests_when_pytest_cannot_collect(tmp_path):

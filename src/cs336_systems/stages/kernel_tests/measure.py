@@ -87,7 +87,9 @@ def xdist_args(workers: int) -> list[str]:
     if importlib.util.find_spec("xdist") is None:
         log.warning("pytest-xdist is not installed: the tests run in one process, not %d", workers)
         return []
-    return ["-n", str(workers)]
+    # worksteal: a worker that runs out takes tests queued on another, so one slow test left
+    # late on a busy worker does not keep the others idle
+    return ["-n", str(workers), "--dist", "worksteal"]
 
 
 def run_pytest(
