@@ -3,6 +3,8 @@ and the memory formulas of core/costs.py it answers question 32 with."""
 
 from __future__ import annotations
 
+import json
+
 import shlex
 
 import pytest
@@ -49,10 +51,13 @@ def test_too_few_gpus_gives_skipped_rows_with_the_command(tmp_path, monkeypatch)
     ctx = analysis.context(tmp_path)
     assert "needs 2 GPUs, found 1" in ctx["skipped"] and ctx["commands"] == [command]
     assert ctx["n_ok"] == 0
-    figures = analysis.plot(tmp_path, tmp_path / "figures")
+    *figures, hta = analysis.plot(tmp_path, tmp_path / "figures")
     assert [p.name for p in figures] == ["fsdp_memory.png", "fsdp_time.png", "fsdp_timeline.png"]
     # the timeline's note names why its runs did not run
     assert "needs 2 GPUs, found 1" in placeholder_reason(figures[-1])
+    # HTA's reading kept for the report: no run kept a trace
+    assert hta == tmp_path / "fsdp" / "hta.json"
+    assert "No profiled step kept its traces" in json.loads(hta.read_text())["result"]["hta_empty"]
 
 
 @pytest.mark.slow
