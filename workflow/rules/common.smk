@@ -100,6 +100,14 @@ _CORES = len(host_cores.usable_cores())
 _SLOTS = host_cores.gpu_slots(len(GPU_POOL), _CORES)
 if "timing" not in workflow.global_resources:
     workflow.register_resource("timing", 1)
+# `quiet`: a job timed on the CPU on a GPU host holds all of it, a light local job (aggregate,
+# plot) one unit: the light jobs run beside each other and beside the GPU jobs, never beside a
+# job timed on the CPU (isolate_measuring_jobs below)
+QUIET = 1000
+if "quiet" not in workflow.global_resources:
+    workflow.register_resource(
+        "quiet", QUIET * max(1, int(workflow.global_resources["timing"].value or 1))
+    )
 if GPU_POOL and "gpu_jobs" not in workflow.global_resources:
     workflow.register_resource("gpu_jobs", _SLOTS)
     if _SLOTS < len(GPU_POOL):
@@ -283,8 +291,8 @@ print(
 # so that the longest and widest jobs do not come last. On a host with GPUs the light local
 # jobs (aggregates, plots: seconds each) take no core slot, which the GPU jobs fill (`--cores
 # 4` on four cards), so a stage's figures are drawn when it ends, not after the last
-# measurement; they take `timing`, so none runs beside a job timed on the CPU, nor beside
-# another.
+# measurement; they take one unit of `quiet`, which a job timed on the CPU holds whole, so
+# none runs beside such a job, and they run beside each other.
 
 
 def _per_job(resource):
@@ -330,8 +338,13 @@ def _light_cores(cores):
     return lambda wildcards: 0 if _light_beside() else cores(wildcards)
 
 
-def _light_timing(wildcards):
+def _light_quiet(wildcards):
     return int(_light_beside())
+
+
+def _quiet(gpu):
+    """All of `quiet` for a job timed on the CPU on a GPU host, none otherwise."""
+    return lambda wildcards: QUIET * int(_light_beside() and gpu(wildcards) == 0)
 
 
 def _gates(rule, measuring):
@@ -352,13 +365,14 @@ def isolate_measuring_jobs():
         gpu = _per_job(r.resources["gpu"])
         r.resources["gpu_jobs"] = _gpu_jobs(gpu)
         r.resources["timing"] = _timing(gpu)
+        r.resources["quiet"] = _quiet(gpu)
         r.resources["_cores"] = _cores(gpu, _per_job(r.resources["_cores"]))
         r.priority = forecast.priority(
             r.name, gpu, seconds, gates=_gates(r, measuring), cards=len(GPU_POOL)
         )
     for r in [r for r in workflow.rules if r not in measuring]:
         r.resources["_cores"] = _light_cores(_per_job(r.resources["_cores"]))
-        r.resources["timing"] = _light_timing
+        r.resources["quiet"] = _light_quiet
 
 
 def launcher_resources(stage):
@@ -416,6 +430,7 @@ def start_estimate():
             "inputs": [str(f) for f in job.input],
             "gpus": int(job.resources.get("gpu", 0) or 0),
             "alone": bool(job.resources.get("timing", 0)),
+            "light": int(job.resources.get("quiet", 0) or 0) == 1,
             "priority": job.priority,
         }
         for job in workflow.dag.needrun_jobs()

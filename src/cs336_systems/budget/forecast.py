@@ -143,6 +143,7 @@ def estimates(
                 "unestimated": rule in keys and seconds is None,
                 "gpus": int(job.get("gpus", 0)),
                 "alone": bool(job.get("alone", False)),
+                "light": bool(job.get("light", False)),
                 "priority": job.get("priority", 0),
                 "inputs": job.get("inputs", []),
             }
@@ -168,6 +169,7 @@ def dry_run_jobs(text: str) -> list[dict]:
             "inputs": [f for f in fields.get("input", "").split(", ") if f],
             "outputs": [f for f in fields.get("output", "").split(", ") if f],
             "gpus": int(res.get("gpu", 0)), "alone": bool(int(res.get("timing", 0))),
+            "light": int(res.get("quiet", 0)) == 1,
             "priority": int(fields.get("priority", 0)),
         })  # fmt: skip
     return jobs

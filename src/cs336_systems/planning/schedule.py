@@ -8,7 +8,8 @@ prints the plan: each card's jobs over time (a job on several cards on each), th
 the CPU alone, and the run's estimated wall time. `place(jobs, cards, slots)` is what the
 run's first estimate and each progress line read (planning/eta.py). A job is a dict of the
 forecast (budget/forecast.py): `name`, `seconds`, `gpus` (the cards it holds), `alone` (it times
-on the CPU: no other measuring job beside it), `priority` and, where known, `inputs` and
+on the CPU: no other measuring job beside it), `light` (an aggregate or plot on a GPU host: no
+job slot, beside anything but a job timed on the CPU), `priority` and, where known, `inputs` and
 `outputs`: a job starts only once the jobs writing its inputs have ended (a run's first jobs are
 the ones nothing gates, so a wide job that waits for the ceilings does not start with them).
 Standard library only.
@@ -31,15 +32,18 @@ class Placed:
     name: str = field(compare=False)
     cards: tuple[int, ...] = field(compare=False, default=())
     alone: bool = field(compare=False, default=False)
+    light: bool = field(compare=False, default=False)
 
 
 def _fits(job: dict, free: list[int], running: list[Placed], slots: int, cards: int) -> bool:
-    if len(running) >= slots:
-        return False
     if any(p.alone for p in running):
         return False
+    if job.get("light"):
+        return True
+    if sum(not p.light for p in running) >= slots:
+        return False
     if job.get("alone"):
-        return not any(p.cards or p.alone for p in running)
+        return not any(p.cards or p.alone or p.light for p in running)
     return min(int(job.get("gpus", 0)), cards) <= len(free)
 
 
@@ -69,7 +73,12 @@ def place(jobs: list[dict], cards: int, slots: int, start: float = 0.0) -> list[
                 width = min(int(job.get("gpus", 0)), cards)
                 got, free = tuple(free[:width]), free[width:]
                 p = Placed(
-                    now + float(job["seconds"]), now, job["name"], got, bool(job.get("alone"))
+                    now + float(job["seconds"]),
+                    now,
+                    job["name"],
+                    got,
+                    bool(job.get("alone")),
+                    bool(job.get("light")),
                 )
                 heapq.heappush(running, p)
                 placed.append(p)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -254,3 +255,32 @@ def test_jobs_timed_on_the_cpu_never_run_beside_another(tmp_path):
         assert len(jobs) == 2, jobs
         together[extra] = overlap(*jobs)
     assert together == {(): False, ("--resources", "timing=2", "--forceall"): True}, together
+
+
+def test_light_jobs_share_quiet_and_a_gloo_job_holds_it_whole(tmp_path):
+    """On a 2-GPU host the dry run gives each aggregate and plot one unit of `quiet` (they run
+    beside each other and the GPU jobs) and no `timing`; the gloo all-reduce, timed on the CPU,
+    holds `timing` and all of `quiet`; an NCCL job neither."""
+    from cs336_systems.budget.forecast import dry_run_jobs
+
+    work = copy_workflow(tmp_path / "wf")
+    env = fake_machine(tmp_path / "bin", 2, tmp_path / "unused.jsonl", 0)
+    proc = snakemake(
+        work, "-n", "--cores", "2", "--config", "preset=gpu", "edition=2025",
+        "stages=[allreduce]", "-p", "--", "allreduce_plots", env=env, timeout=300,
+    )  # fmt: skip
+    jobs = {(j["rule"], j["wildcards"].get("backend", "")): j for j in dry_run_jobs(proc.stdout)}
+    text = proc.stdout
+    resources = {
+        m.group(1): dict(kv.split("=") for kv in m.group(2).split(", "))
+        for m in re.finditer(r"rule (\w+):\n(?:    .*\n)*?    resources: (.*)", text)
+        if m.group(1) != "allreduce"
+    }
+    for light in ("allreduce_aggregate", "allreduce_plots"):
+        assert resources[light]["quiet"] == "1" and resources[light].get("timing", "0") == "0"
+        assert jobs[(light, "")]["light"] and not jobs[(light, "")]["alone"]
+    gloo, nccl = jobs[("allreduce", "gloo")], jobs[("allreduce", "nccl")]
+    assert gloo["alone"] and not gloo["light"] and not nccl["alone"] and not nccl["light"]
+    blocks = dict(re.findall(r"wildcards: backend=(\w+)\n(?:    .*\n)*?    resources: (.*)", text))
+    assert "quiet=1000" in blocks["gloo"] and "timing=1" in blocks["gloo"], blocks
+    assert "quiet=0" in blocks["nccl"] and "timing=0" in blocks["nccl"], blocks

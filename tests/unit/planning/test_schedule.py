@@ -6,8 +6,15 @@ from __future__ import annotations
 from cs336_systems.planning import schedule
 
 
-def job(name, seconds, gpus=1, priority=0, alone=False):
-    return {"name": name, "seconds": seconds, "gpus": gpus, "priority": priority, "alone": alone}
+def job(name, seconds, gpus=1, priority=0, alone=False, light=False):
+    return {
+        "name": name,
+        "seconds": seconds,
+        "gpus": gpus,
+        "priority": priority,
+        "alone": alone,
+        "light": light,
+    }
 
 
 def test_four_cards_run_four_jobs_at_once_and_a_wide_job_waits_for_all():
@@ -29,6 +36,22 @@ def test_jobs_timed_on_the_cpu_run_alone_and_local_jobs_beside_gpu_jobs():
     assert placed["cpu1"].start == 0 and placed["cpu2"].start == 4  # never together
     assert placed["g"].start == 8 and placed["plot"].start == 8  # nothing beside a timed job
     assert schedule.wall_seconds(jobs, 1, 4) == 11
+
+
+def test_light_jobs_take_no_slot_and_run_beside_each_other_not_beside_a_timed_job():
+    """On a GPU host the aggregates and plots take no job slot: two run together beside the
+    GPU jobs that fill the slots, and neither beside a job timed on the CPU."""
+    jobs = [job("g1", 10, priority=9), job("g2", 10, priority=9),
+            job("agg", 2, gpus=0, light=True, priority=5),
+            job("plot", 2, gpus=0, light=True, priority=5),
+            job("gloo", 3, gpus=0, alone=True, priority=1)]  # fmt: skip
+    placed = {p.name: p for p in schedule.place(jobs, cards=2, slots=2)}
+    assert placed["g1"].start == placed["g2"].start == 0
+    assert placed["agg"].start == placed["plot"].start == 0  # beside both, and each other
+    assert placed["gloo"].start == 10  # after the GPU jobs and the light ones
+    jobs = [job("gloo", 3, gpus=0, alone=True, priority=9), job("agg", 1, gpus=0, light=True)]
+    placed = {p.name: p for p in schedule.place(jobs, cards=2, slots=2)}
+    assert placed["agg"].start == 3  # not beside the timed job
 
 
 def test_the_plan_lists_each_cards_jobs_and_the_wall_time():
