@@ -198,11 +198,12 @@ def _key(raw_dir: Path, rows: pd.DataFrame) -> str:
     return hashlib.sha256(doc.encode()).hexdigest()
 
 
-def cross_check(raw_dir: Path, rows: pd.DataFrame) -> dict:
+def cross_check(raw_dir: Path, rows: pd.DataFrame, keep: bool = False) -> dict:
     """`hta_table` (per run and rank: ours, HTA's, the difference), `hta_lines` (a sentence per
     difference above TOLERANCE) and `hta_empty` (why there is no table, else "") for the
     stage's `rows` (those that passed the checks) whose `trace` names a folder in `raw_dir`;
-    read from `cache_path` where its key matches, else computed and kept there."""
+    read from `cache_path` where its key matches, else computed (and, with `keep`: the plots
+    job, kept there; the report writes nothing beside the results it reads)."""
     cache, key = cache_path(raw_dir), _key(raw_dir, rows)
     try:
         kept = json.loads(cache.read_text())
@@ -211,6 +212,8 @@ def cross_check(raw_dir: Path, rows: pd.DataFrame) -> dict:
     except (OSError, ValueError, KeyError, AttributeError):
         pass
     result = _cross_check(raw_dir, rows)
+    if not keep:
+        return result
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
         cache.write_text(json.dumps({"key": key, "result": result}, indent=1))

@@ -4,7 +4,6 @@ and the memory formulas of core/costs.py it answers question 32 with."""
 from __future__ import annotations
 
 import json
-
 import shlex
 
 import pytest

@@ -73,7 +73,9 @@ def test_the_result_is_kept_and_read_back_until_a_row_or_a_trace_changes(tmp_pat
     it back without opening a trace, and computes again when a row or a trace changed."""
     raw = tmp_path / "ddp" / "raw"
     _run(raw)
-    first = cross_check(raw, _row())
+    first = cross_check(raw, _row())  # the report: reads, writes nothing
+    assert not cache_path(raw).exists()
+    assert cross_check(raw, _row(), keep=True) == first  # the plots job keeps it
     assert cache_path(raw) == tmp_path / "ddp" / "hta.json" and cache_path(raw).is_file()
     computed = []
     real = hta_check._cross_check
@@ -83,8 +85,9 @@ def test_the_result_is_kept_and_read_back_until_a_row_or_a_trace_changes(tmp_pat
     assert cross_check(raw, _row(prof_overlap_share=0.9)) != first and computed == [1]
     # a trace written again (another run): computed again
     write_trace(raw / "ddp_overlap" / "rank1.json.gz", 1, [(GEMM, 110, 250, 7)], step=(100, 400))
-    again = cross_check(raw, _row(prof_overlap_share=0.9))
+    again = cross_check(raw, _row(prof_overlap_share=0.9), keep=True)
     assert computed == [1, 1] and again != first
+    assert cross_check(raw, _row(prof_overlap_share=0.9)) == again and computed == [1, 1]
     # a cache that cannot be read is computed again, not trusted
     cache_path(raw).write_text("{not json")
     assert cross_check(raw, _row(prof_overlap_share=0.9)) == again and len(computed) == 3

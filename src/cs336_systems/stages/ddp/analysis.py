@@ -158,16 +158,16 @@ def context(results_dir: Path) -> dict:
     return ctx
 
 
-def _hta(results_dir: Path, d: pd.DataFrame) -> dict:
+def _hta(results_dir: Path, d: pd.DataFrame, keep: bool = False) -> dict:
     """HolisticTraceAnalysis beside ours for the variant runs that passed the checks."""
-    return cross_check(Path(results_dir) / "ddp" / "raw", ok(d) if len(d) else d)
+    return cross_check(Path(results_dir) / "ddp" / "raw", ok(d) if len(d) else d, keep)
 
 
 def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
     """The section's figures (stages/ddp/figures.py), and HolisticTraceAnalysis's reading of
     the traces kept for the report (reporting/hta_check.py: seconds a GPU trace)."""
     df = load(results_dir, "ddp")
-    _hta(results_dir, variant_runs(df) if len(df) else pd.DataFrame())
+    _hta(results_dir, variant_runs(df) if len(df) else pd.DataFrame(), keep=True)
     return [*draw(results_dir, fig_dir), cache_path(Path(results_dir) / "ddp" / "raw")]
 
 

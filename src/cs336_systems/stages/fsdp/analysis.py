@@ -114,15 +114,15 @@ def context(results_dir: Path) -> dict:
     return ctx
 
 
-def _hta(results_dir: Path, df: pd.DataFrame) -> dict:
+def _hta(results_dir: Path, df: pd.DataFrame, keep: bool = False) -> dict:
     """HolisticTraceAnalysis beside ours for the runs that passed the checks."""
-    return cross_check(Path(results_dir) / "fsdp" / "raw", ok(df) if len(df) else df)
+    return cross_check(Path(results_dir) / "fsdp" / "raw", ok(df) if len(df) else df, keep)
 
 
 def plot(results_dir: Path, fig_dir: Path) -> list[Path]:
     """The section's figures (stages/fsdp/figures.py), and HolisticTraceAnalysis's reading of
     the traces kept for the report (reporting/hta_check.py: seconds a GPU trace)."""
-    _hta(results_dir, load(results_dir, "fsdp"))
+    _hta(results_dir, load(results_dir, "fsdp"), keep=True)
     return [*draw(results_dir, fig_dir), cache_path(Path(results_dir) / "fsdp" / "raw")]
 
 
