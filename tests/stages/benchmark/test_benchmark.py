@@ -374,3 +374,25 @@ def test_each_warmup_count_runs_in_a_process_of_its_own(tmp_path):
     pids = set(rows["process_id"])
     assert len(pids) == 2 and os.getpid() not in pids
     assert [len(json.loads(w)) for w in rows["warmup_times_ms"]] == [0, 2]
+
+
+@pytest.mark.parametrize("engines", [("fast",), ("fast", "hf_gpt2")])
+def test_the_engines_paragraph_names_the_hf_peer_only_where_it_ran(tmp_path, engines):
+    from fixture_rows import prov
+
+    from cs336_systems.core.results import write_csv
+    from cs336_systems.reporting import report
+
+    rows = bench.run_grid(
+        "tiny", 32, ["train_step"], ["fp32"], ["eager"], "naive", 1, 2, 5, CPU, prov(),
+        edition=2026,
+    )  # fmt: skip
+    rows = [{**r, "engine": "plain"} for r in rows]
+    rows += [{**rows[0], "engine": e} for e in engines]
+    results = tmp_path / "results" / "fixture-cpu"
+    write_csv(rows, results / "benchmark.csv")
+    section = report.render(results, ["benchmark"]).split('<a id="benchmark"></a>', 1)[1]
+    assert "fast (ms) |" in section
+    ran = "hf_gpt2" in engines
+    assert ("and a HuggingFace GPT-2 of the same width" in section) == ran
+    assert ("is not in this run's `engines`: the `full` preset runs it" in section) == (not ran)

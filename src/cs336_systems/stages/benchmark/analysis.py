@@ -48,6 +48,7 @@ def run_facts(df: pd.DataFrame, engines: pd.DataFrame) -> dict:
     s: dict = {"n_points": len(df)}
     e = tables.engines_table(engines)
     s["engines_table"] = md_table(e) if len(e) else ""
+    s["engines_ran"] = sorted(set(engines.get("engine", pd.Series(dtype=str)).dropna()))
     s["n_ok"] = len(ran(df))
     s["n_suspect"] = sanity.n_suspect(ran(df))
     s["statuses"] = df["status"].value_counts().to_dict()
