@@ -6,6 +6,7 @@ still drawn, or a placeholder that says why (never a crash)."""
 from __future__ import annotations
 
 import importlib
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -33,10 +34,16 @@ def csv_dir(run: str) -> Path:
 
 
 def plot(stage: str, results: Path, out: Path) -> dict[str, list]:
-    """{PNG name: its colliding text pairs} of the stage's figures drawn into `out`."""
+    """{PNG name: its colliding text pairs} of the stage's figures drawn into `out`, from a
+    copy of `results`' CSVs (a plots job also keeps files beside its results: the ddp and fsdp
+    HTA readings, which a committed run's folder must not gain)."""
     module = importlib.import_module(f"cs336_systems.stages.{stage}.analysis")
+    copy = out.parent / f"{out.name}-results"
+    copy.mkdir(parents=True, exist_ok=True)
+    for csv in Path(results).glob("*.csv"):
+        shutil.copy2(csv, copy / csv.name)
     with collisions_while() as found:
-        module.plot(results, out)
+        module.plot(copy, out)
     return found
 
 
