@@ -108,6 +108,15 @@ if "quiet" not in workflow.global_resources:
     workflow.register_resource(
         "quiet", QUIET * max(1, int(workflow.global_resources["timing"].value or 1))
     )
+# `card_cores`: on a GPU host the cards a job holds count against `--cores` here rather than as
+# Snakemake's own cores: Snakemake selects no job at all while its cores are all taken, so an
+# aggregate or plot (no core) that became ready while every core held a card waited for a GPU
+# job to end
+if GPU_POOL and "card_cores" not in workflow.global_resources:
+    workflow.register_resource(
+        "card_cores",
+        int(workflow.global_resources["_cores"].value or 0) or len(GPU_POOL),
+    )
 if GPU_POOL and "gpu_jobs" not in workflow.global_resources:
     workflow.register_resource("gpu_jobs", _SLOTS)
     if _SLOTS < len(GPU_POOL):
@@ -283,7 +292,8 @@ print(
 # ---- jobs side by side (called by the Snakefile once every rules file is read) ---------------
 # A measuring rule is one with a `gpu` resource. A job measuring on GPUs takes one `gpu_jobs`
 # slot (the default profile: one a card while each card's job gets 2 cores, planning/cores.py)
-# and counts its cards as its cores: its claim pins it to its cards' share of the host's cores,
+# and counts its cards as its cores (`card_cores` where jobs run here, so that Snakemake's own
+# cores stay free for the light jobs): its claim pins it to its cards' share of the host's cores,
 # so a wide `threads` no longer keeps the other cards idle. A job timing on the CPU takes
 # `timing` and every `gpu_jobs` slot: it runs alone among the measurements. Priorities come
 # from the budget model (budget/forecast.py): a job on every card first, then jobs that gate
@@ -326,7 +336,18 @@ def _timing(gpu):
 
 
 def _cores(gpu, threads):
-    return lambda wildcards: gpu(wildcards) or threads(wildcards)
+    """A measuring job's cores: its cards (as `card_cores` where the light jobs run beside it),
+    else its threads."""
+
+    def cores(wildcards):
+        cards = gpu(wildcards)
+        return 0 if cards and _light_beside() else cards or threads(wildcards)
+
+    return cores
+
+
+def _card_cores(gpu):
+    return lambda wildcards: gpu(wildcards) if _light_beside() else 0
 
 
 def _light_beside():
@@ -366,6 +387,7 @@ def isolate_measuring_jobs():
         r.resources["gpu_jobs"] = _gpu_jobs(gpu)
         r.resources["timing"] = _timing(gpu)
         r.resources["quiet"] = _quiet(gpu)
+        r.resources["card_cores"] = _card_cores(gpu)
         r.resources["_cores"] = _cores(gpu, _per_job(r.resources["_cores"]))
         r.priority = forecast.priority(
             r.name, gpu, seconds, gates=_gates(r, measuring), cards=len(GPU_POOL)

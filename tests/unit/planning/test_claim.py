@@ -96,6 +96,8 @@ for flag, value in zip(args, args[1:]):
 """
 PYTHON_SHIM = """#!/bin/sh
 if [ "$1" = "-m" ]; then
+  # FAKE_REAL_ANALYSIS=1: the stages' analysis modules (figures) run as they are
+  case "$2" in cs336_systems.stages.*.analysis) [ -n "$FAKE_REAL_ANALYSIS" ] && exec {python} "$@";; esac
   case "$2" in cs336_systems.stages.*) exec {python} {fake} "$@";; esac
 fi
 exec {python} "$@"
@@ -284,3 +286,30 @@ def test_light_jobs_share_quiet_and_a_gloo_job_holds_it_whole(tmp_path):
     blocks = dict(re.findall(r"wildcards: backend=(\w+)\n(?:    .*\n)*?    resources: (.*)", text))
     assert "quiet=1000" in blocks["gloo"] and "timing=1" in blocks["gloo"], blocks
     assert "quiet=0" in blocks["nccl"] and "timing=0" in blocks["nccl"], blocks
+
+
+def test_a_plot_ready_while_every_core_holds_a_card_starts_at_once(tmp_path):
+    """One GPU, `--cores 1`: when the attention jobs end, the next GPU job (the large
+    benchmark point, 8 s) takes the one core with the attention aggregate beside it; the
+    plots job, ready when the aggregate ends, starts then, not when the GPU job ends (Snakemake
+    selects nothing while its cores are all taken: the cards count as `card_cores`)."""
+    work = copy_workflow(tmp_path / "wf")
+    record = tmp_path / "gpu_jobs.jsonl"
+    env = fake_machine(tmp_path / "bin", 1, record, 0.1)
+    env["PYTHONPATH"] = f"{work / 'src'}{os.pathsep}{env['PYTHONPATH']}"
+    env.update(FAKE_SLEEP_BENCHMARK="8", FAKE_REAL_ANALYSIS="1")
+    points = "results/fake1/benchmark/points"
+    snakemake(
+        work, "--cores", "1", "--config", "machine=fake1", "preset=gpu",
+        "stages=[ceilings,benchmark,attention]", "--", "attention_plots",
+        f"{points}/large_ctx512_naive.csv", env=env, timeout=600,
+    )  # fmt: skip
+    jobs = [json.loads(line) for line in record.read_text().splitlines()]
+    order = [j["stage"].split(".")[-1] for j in sorted(jobs, key=lambda j: j["start"])]
+    assert order == ["ceilings", "attention", "attention", "benchmark"], order
+    large = next(j for j in jobs if j["stage"].endswith(".benchmark"))
+    figures = sorted((work / "report" / "fake1" / "figures").glob("attention_*.png"))
+    assert figures
+    # the plots job ended while the GPU job still ran
+    drawn = max(f.stat().st_mtime for f in figures)
+    assert large["start"] < drawn < large["end"], (drawn, large)
