@@ -299,10 +299,10 @@ print(
 # from the budget model (budget/forecast.py): a job on every card first, then jobs that gate
 # others, then jobs on several cards, each tier by the largest GPU-seconds (seconds x cards),
 # so that the longest and widest jobs do not come last. On a host with GPUs the light local
-# jobs (aggregates, plots: seconds each) take no core slot, which the GPU jobs fill (`--cores
-# 4` on four cards), so a stage's figures are drawn when it ends, not after the last
-# measurement; they take one unit of `quiet`, which a job timed on the CPU holds whole, so
-# none runs beside such a job, and they run beside each other.
+# jobs (aggregates, plots: seconds each) take no core (the GPU jobs' cards count as
+# `card_cores`, so Snakemake's own cores are never all taken), so a stage's figures are drawn
+# when it ends, not after the last measurement; they take one unit of `quiet`, which a job
+# timed on the CPU holds whole, so none runs beside such a job, and they run beside each other.
 
 
 def _per_job(resource):
