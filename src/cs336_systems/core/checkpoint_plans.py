@@ -44,10 +44,10 @@ import functools
 import math
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch.utils.checkpoint import checkpoint
+if TYPE_CHECKING:  # torch is imported where a plan runs (run_plan): the report reads plans
+    import torch
 
 Plan = tuple  # items: int (a block) or Plan (a checkpointed group)
 
@@ -164,6 +164,8 @@ def blocks_of(plan: Plan) -> list[int]:
 
 def run_plan(plan: Plan, blocks: Sequence[torch.nn.Module], x: torch.Tensor) -> torch.Tensor:
     """Run `blocks` on `x` as `plan` arranges them (nested tuples: checkpoint calls)."""
+    from torch.utils.checkpoint import checkpoint
+
     for item in plan:
         if isinstance(item, tuple):
             x = checkpoint(run_plan, item, blocks, x, use_reentrant=False)

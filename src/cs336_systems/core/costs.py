@@ -6,7 +6,7 @@ forward+backward (or a training step; AdamW's elementwise work is negligible) is
 
 from __future__ import annotations
 
-from math import ceil, inf
+from math import ceil, inf, nan, sqrt
 from typing import NamedTuple
 
 import pandas as pd
@@ -336,6 +336,28 @@ def alternate_ring_all_reduce(s_bytes: float, n: int, w: float) -> dict[str, Qua
         "time": Quantity(t, "s", "(N-1) S / W"),
         "ring_time": Quantity(ring, "s", "2 (N-1)/N S / W"),
         "slowdown": Quantity(t / ring, "x", "N / 2"),
+    }
+
+
+def overhead_model(s_bytes: float, w_bps: float, o_s: float, n_b: float) -> float:
+    """DDP's bucket-size model (parallel/ddp.py, DDPBucketed): seconds of communication left
+    after backward with `n_b` equal buckets of `s_bytes` in all, all-reduce bandwidth `w_bps` and
+    a cost `o_s` per call, when each bucket takes as long to compute as to communicate:
+    s / (n_b w) + n_b o (the last bucket's transfer plus one call cost per bucket that the
+    communication stream falls behind)."""
+    return s_bytes / (n_b * w_bps) + n_b * o_s
+
+
+def optimal_bucket(s_bytes: float, w_bps: float, o_s: float) -> dict:
+    """The minimum of `overhead_model`: n_b* = sqrt(s / (w o)), bucket size sqrt(s w o) (MiB),
+    overhead 2 sqrt(s o / w) (ms)."""
+    if o_s <= 0 or w_bps <= 0:
+        return {"n_b": nan, "bucket_mb": nan, "overhead_ms": nan}
+    n_b = sqrt(s_bytes / (w_bps * o_s))
+    return {
+        "n_b": n_b,
+        "bucket_mb": sqrt(s_bytes * w_bps * o_s) / MiB,
+        "overhead_ms": 2 * sqrt(s_bytes * o_s / w_bps) * 1e3,
     }
 
 

@@ -43,7 +43,6 @@ part is already the average, the same on every rank, and averaging leaves it unc
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -273,27 +272,6 @@ class DDPBucketed(_DataParallelBase):
                 self._launch(bucket)
         for bucket in self.buckets:
             self._complete(bucket)
-
-
-def overhead_model(s_bytes: float, w_bps: float, o_s: float, n_b: float) -> float:
-    """Bucket-size model: seconds of communication left after backward with `n_b` equal buckets
-    of `s_bytes` in all, all-reduce bandwidth `w_bps` and a cost `o_s` per call, when each
-    bucket takes as long to compute as to communicate: s / (n_b w) + n_b o (the last bucket's
-    transfer plus one call cost per bucket that the communication stream falls behind)."""
-    return s_bytes / (n_b * w_bps) + n_b * o_s
-
-
-def optimal_bucket(s_bytes: float, w_bps: float, o_s: float) -> dict:
-    """The minimum of `overhead_model`: n_b* = sqrt(s / (w o)), bucket size sqrt(s w o) (MiB),
-    overhead 2 sqrt(s o / w) (ms)."""
-    if o_s <= 0 or w_bps <= 0:
-        return {"n_b": math.nan, "bucket_mb": math.nan, "overhead_ms": math.nan}
-    n_b = math.sqrt(s_bytes / (w_bps * o_s))
-    return {
-        "n_b": n_b,
-        "bucket_mb": math.sqrt(s_bytes * w_bps * o_s) / MiB,
-        "overhead_ms": 2 * math.sqrt(s_bytes * o_s / w_bps) * 1e3,
-    }
 
 
 DDP_VARIANTS: dict[str, type[_DataParallelBase]] = {

@@ -47,6 +47,12 @@ def size_table(edition: int = DEFAULT_EDITION) -> dict[str, dict[str, int]]:
     }
 
 
+@cache
+def vocab_size() -> int:
+    """model.py's VOCAB_SIZE, read from its source (the report needs it without torch)."""
+    return module_literal(SRC, "cs336_systems.model", "VOCAB_SIZE")
+
+
 def add_edition_argument(parser) -> None:
     """`--edition` of a stage's CLI (the workflow passes the run's; default the current one)."""
     parser.add_argument(

@@ -354,7 +354,7 @@ def test_bucket_order_and_wrappers(single_process_group):
 
 
 def test_overhead_model_and_optimum():
-    from cs336_systems.parallel.ddp import optimal_bucket, overhead_model
+    from cs336_systems.core.costs import optimal_bucket, overhead_model
 
     s, w, o = 8e9, 300e9, 50e-6  # 8 GB of gradients, 300 GB/s, 50 us per call
     best = optimal_bucket(s, w, o)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from cs336_systems.planning.edition import size_table
 from cs336_systems.reporting import sanity
 from cs336_systems.reporting.analysis import (
     SIZE_ORDER,
@@ -77,9 +78,7 @@ def phase_summary(df: pd.DataFrame, d: pd.DataFrame, hb: pd.DataFrame | None = N
     contexts = sorted(set(t_all["context_length"]))
     ctx = min(contexts, key=lambda c: (abs(c - PHASE_CONTEXT), c))
     editions = sorted({int(e) for e in df.get("edition", pd.Series(dtype=float)).dropna()})
-    from cs336_systems.model import size_names
-
-    names = size_names(editions[0]) if len(editions) == 1 else sorted(set(df["size"]))
+    names = list(size_table(editions[0])) if len(editions) == 1 else sorted(set(df["size"]))
     t = eager_naive(d[(d["mode"] == "train_step") & (d["context_length"] == ctx)])
     out = {"context": ctx, "edition": editions[0] if len(editions) == 1 else None, "tables": {}}
     # core/harness.py StepClock: CUDA events on a GPU, the host clock on a CPU

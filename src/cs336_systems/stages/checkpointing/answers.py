@@ -11,6 +11,7 @@ import math
 import pandas as pd
 
 from cs336_systems.core import checkpoint_plans, costs
+from cs336_systems.planning.edition import DEFAULT_EDITION, size_table
 from cs336_systems.reporting.analysis import fmt, plural
 from cs336_systems.stages.checkpointing.rows import GiB_PER_MiB, MiB, label, peak_column
 
@@ -68,10 +69,8 @@ def _block_sentence(first: pd.Series, t: pd.DataFrame) -> str:
 
 
 def checkpointing_size_layers(size: str, edition=None) -> int:
-    from cs336_systems.model import size_spec
-
-    edition = None if pd.isna(edition) else int(edition)
-    return size_spec(size, edition)["num_layers"]
+    edition = DEFAULT_EDITION if pd.isna(edition) else int(edition)
+    return size_table(edition)[size]["num_layers"]
 
 
 # ---- Q30-31: strategies ----------------------------------------------------------------------

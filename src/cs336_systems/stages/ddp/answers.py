@@ -10,8 +10,7 @@ import math
 
 import pandas as pd
 
-from cs336_systems.core.costs import MiB
-from cs336_systems.parallel.ddp import optimal_bucket
+from cs336_systems.core.costs import MiB, optimal_bucket
 from cs336_systems.planning.edition import DEFAULT_EDITION, size_table
 from cs336_systems.reporting import sanity
 from cs336_systems.reporting.analysis import fmt, ok, own_model_words, pct

@@ -10,8 +10,7 @@ import math
 
 import pandas as pd
 
-from cs336_systems.core.costs import MiB
-from cs336_systems.parallel.ddp import overhead_model
+from cs336_systems.core.costs import MiB, overhead_model
 from cs336_systems.reporting import sanity
 from cs336_systems.reporting.analysis import (
     fit_latency_bandwidth,

@@ -12,8 +12,7 @@ import pandas as pd
 
 from cs336_systems.core import costs
 from cs336_systems.core.checkpoint_plans import plan_for
-from cs336_systems.model import VOCAB_SIZE
-from cs336_systems.planning.edition import size_table
+from cs336_systems.planning.edition import size_table, vocab_size
 from cs336_systems.reporting.analysis import load, ok, sort_sizes
 from cs336_systems.reporting.analysis import md_table as pipe_table
 
@@ -247,7 +246,7 @@ def checkpointed_forward_mb(r: pd.Series) -> float:
     blk = costs.block_saved_bytes(
         b, n, spec["d_model"], spec["num_heads"], spec["d_ff"], prec, str(r.get("device", "cuda"))
     )
-    head = costs.head_saved_bytes(b, n, spec["d_model"], VOCAB_SIZE, prec)
+    head = costs.head_saved_bytes(b, n, spec["d_model"], vocab_size(), prec)
     # what autograd saves (as `saved_activations_mb` counts it): autocast's cached weight
     # copies are held until the forward ends but are not saved tensors
     fwd = costs.checkpoint_memory(plan, blk["total"], blk["input"], head, 0)
