@@ -72,6 +72,15 @@ for _note in _RUN.notes:
 own_model.export(config)  # the jobs' copy of `own_model`
 PRESET = _RUN.preset
 MACHINE = _RUN.machine
+# the start's question to torch (run_config.start_problems: can it use these GPUs?), asked now
+# in a process of its own, so that its seconds of importing torch pass while the DAG is built
+_TORCH_ANSWER = (
+    this_machine.start_torch_cuda()
+    if run_config.torch_check_wanted(PRESET, _GPUS)
+    and not getattr(workflow.output_settings, "dryrun", False)
+    and not (workflow.remote_exec or workflow.subprocess_exec)
+    else None
+)
 STAGES = _RUN.stages
 # the course's edition every stage answers (its model table and grids): 2026 or 2025
 EDITION = _RUN.edition
@@ -486,7 +495,7 @@ def start_estimate():
 onstart:
     # before the first job, not while planning: `-n` plans any preset anywhere
     if _problems := run_config.start_problems(
-        config, PRESET, _GPUS, workflow.non_local_exec
+        config, PRESET, _GPUS, workflow.non_local_exec, _TORCH_ANSWER
     ):
         raise ConfigError(_problems)
     if workflow.non_local_exec and "gpu" in workflow.global_resources:

@@ -325,6 +325,13 @@ def own_model_problems(own: Mapping, edition: int) -> list[Problem]:
     return problems + [Problem(*p) for p in own_model.factory_problems(own)]
 
 
+def torch_check_wanted(preset: str, gpus: list[Gpu]) -> bool:
+    """Whether the start asks torch about the GPUs (start_problems): a GPU preset on a host
+    whose driver shows GPUs, unless $CS336_GPU_CHECK=off (for GPUs a test fakes)."""
+    checked = os.environ.get(machine.GPU_CHECK_ENV, "on").lower() not in ("off", "0", "no")
+    return preset != "cpu" and bool(gpus) and checked
+
+
 def start_problems(
     config: Mapping, preset: str, gpus: list[Gpu], cluster: bool, torch_probe=None
 ) -> list[Problem]:
@@ -357,8 +364,8 @@ def start_problems(
                 "(--profile profiles/slurm, docs/slurm.md)",
             )
         ]
-    checked = os.environ.get(machine.GPU_CHECK_ENV, "on").lower() not in ("off", "0", "no")
-    if preset != "cpu" and (checked or torch_probe):  # GPUs the driver shows: can torch use them?
+    # GPUs the driver shows: can torch use them? (a probe given is asked, the check on or off)
+    if preset != "cpu" and (torch_probe or torch_check_wanted(preset, gpus)):
         found = (torch_probe or machine.torch_cuda)()
         if why := machine.unusable_gpu(found, machine.driver_version() if found else ""):
             return [Problem(("preset",), preset, why)]

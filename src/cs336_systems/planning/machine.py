@@ -21,6 +21,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -194,19 +195,38 @@ def driver_version() -> str:
     return lines[0] if lines else ""
 
 
-def torch_cuda(python: str = sys.executable) -> dict:
+TORCH_PROBE = (
+    "import json, torch; print(json.dumps({'available': torch.cuda.is_available(), "
+    "'cuda': torch.version.cuda, 'count': torch.cuda.device_count()}))"
+)
+
+
+def start_torch_cuda(python: str = sys.executable) -> Callable[[], dict]:
     """What the environment's torch makes of this machine's GPUs, asked in a process of its own
-    (planning never imports torch): {"available", "cuda" (the wheel's), "count"}; {} where
-    torch cannot be imported."""
-    probe = (
-        "import json, torch; print(json.dumps({'available': torch.cuda.is_available(), "
-        "'cuda': torch.version.cuda, 'count': torch.cuda.device_count()}))"
-    )
+    (planning never imports torch) started now, so that planning goes on beside it (torch's
+    import takes seconds): the returned function waits for the answer, {"available", "cuda"
+    (the wheel's), "count"}, or {} where torch cannot be imported."""
     try:
-        out = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=300)
-        return json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else {}
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        return {}
+        proc = subprocess.Popen(
+            [python, "-c", TORCH_PROBE], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+    except OSError:
+        return dict
+
+    def answer() -> dict:
+        try:
+            out, _ = proc.communicate(timeout=300)
+            return json.loads(out.strip().splitlines()[-1]) if proc.returncode == 0 else {}
+        except (subprocess.SubprocessError, ValueError, IndexError):
+            proc.kill()
+            return {}
+
+    return answer
+
+
+def torch_cuda(python: str = sys.executable) -> dict:
+    """start_torch_cuda's answer, waited for at once."""
+    return start_torch_cuda(python)()
 
 
 def unusable_gpu(found: dict, driver: str) -> str:

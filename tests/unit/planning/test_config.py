@@ -540,6 +540,35 @@ def test_a_gpu_torch_cannot_use_is_refused_with_its_cause(monkeypatch):
     assert set(machine.torch_cuda()) == {"available", "cuda", "count"}
 
 
+def test_the_torch_probe_runs_beside_planning_and_is_waited_for_once_asked(tmp_path):
+    """start_torch_cuda returns at once (the workflow starts it while the DAG is built); its
+    answer waits for the process: the probe's JSON, or {} where torch fails to import."""
+    import time
+
+    from cs336_systems.planning import machine
+    from cs336_systems.planning.config import torch_check_wanted
+
+    slow = tmp_path / "python"
+    slow.write_text(
+        '#!/bin/sh\nsleep 1.5\necho \'{"available": true, "cuda": "13.0", "count": 4}\'\n'
+    )
+    slow.chmod(0o755)
+    t0 = time.perf_counter()
+    answer = machine.start_torch_cuda(str(slow))
+    assert time.perf_counter() - t0 < 1.0
+    assert answer() == {"available": True, "cuda": "13.0", "count": 4}
+    assert time.perf_counter() - t0 >= 1.5
+    broken = tmp_path / "broken"
+    broken.write_text("#!/bin/sh\necho 'No module named torch' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    assert machine.start_torch_cuda(str(broken))() == {}
+    assert machine.start_torch_cuda(str(tmp_path / "absent"))() == {}
+    # asked only for a GPU preset on a host whose driver shows GPUs, the check on
+    h100 = [Gpu("NVIDIA H100 80GB HBM3", "GPU-1", 81559.0)]
+    assert torch_check_wanted("gpu", h100) and not torch_check_wanted("cpu", h100)
+    assert not torch_check_wanted("gpu", [])
+
+
 def test_nested_command_line_values_arrive_as_text_and_are_read_as_numbers():
     """Snakemake reads a nested --config value with YAML's base loader, so that
     `benchmark={cpu: {context_lengths: [128]}}` arrives as ['128']: where the schema wants a
