@@ -105,12 +105,15 @@ def collisions(fig: Figure, slack: float = 2.0) -> list[tuple[str, str, float]]:
 
 
 @contextlib.contextmanager
-def collisions_while():
-    """{PNG path: colliding text pairs} of every figure saved inside the block."""
+def collisions_while(vector: bool = True):
+    """{PNG path: colliding text pairs} of every figure saved inside the block; `vector=False`
+    leaves out the PDF copies (the same drawing: their writing is most of a figure's time)."""
     found: dict[str, list[tuple[str, str]]] = {}
     original = Figure.savefig
 
     def savefig(self, fname, *args, **kwargs):
+        if not vector and str(fname).endswith(".pdf"):
+            return None
         result = original(self, fname, *args, **kwargs)
         if str(fname).endswith(".png"):
             found[Path(fname).name] = collisions(self)

@@ -34,15 +34,16 @@ def csv_dir(run: str) -> Path:
 
 
 def plot(stage: str, results: Path, out: Path) -> dict[str, list]:
-    """{PNG name: its colliding text pairs} of the stage's figures drawn into `out`, from a
-    copy of `results`' CSVs (a plots job also keeps files beside its results: the ddp and fsdp
-    HTA readings, which a committed run's folder must not gain)."""
+    """{PNG name: its colliding text pairs} of the stage's figures drawn into `out` (PNGs only:
+    the pipeline and stage tests write the PDF copies), from a copy of `results`' CSVs (a plots
+    job also keeps files beside its results: the ddp and fsdp HTA readings, which a committed
+    run's folder must not gain)."""
     module = importlib.import_module(f"cs336_systems.stages.{stage}.analysis")
     copy = out.parent / f"{out.name}-results"
     copy.mkdir(parents=True, exist_ok=True)
     for csv in Path(results).glob("*.csv"):
         shutil.copy2(csv, copy / csv.name)
-    with collisions_while() as found:
+    with collisions_while(vector=False) as found:
         module.plot(copy, out)
     return found
 
@@ -55,9 +56,23 @@ def _cases():
             yield pytest.param(stage, run, marks=marks, id=f"{stage}-{run}")
 
 
+@pytest.fixture(scope="module")
+def drawn(tmp_path_factory):
+    """(stage, run) -> the figures plot() drew from the run's CSVs, drawn once for both tests."""
+    done: dict[tuple[str, str], dict[str, list]] = {}
+
+    def draw(stage: str, run: str) -> dict[str, list]:
+        if (stage, run) not in done:
+            out = tmp_path_factory.mktemp(f"{stage}-{run}") / "figures"
+            done[stage, run] = plot(stage, csv_dir(run), out)
+        return done[stage, run]
+
+    return draw
+
+
 @pytest.mark.parametrize(("stage", "run"), list(_cases()))
-def test_no_label_collides_with_another(stage, run, tmp_path):
-    found = plot(stage, csv_dir(run), tmp_path)
+def test_no_label_collides_with_another(stage, run, drawn):
+    found = drawn(stage, run)
     assert {png: pairs for png, pairs in found.items() if pairs} == {}
 
 
@@ -79,10 +94,10 @@ def failed_copy(src: Path, dst: Path, status: str) -> Path:
 
 @pytest.mark.parametrize("run", sorted(FAILED))
 @pytest.mark.parametrize("stage", STAGES)
-def test_every_figure_is_drawn_or_explained_when_no_row_ran(stage, run, tmp_path):
+def test_every_figure_is_drawn_or_explained_when_no_row_ran(stage, run, tmp_path, drawn):
     """The figure rule's outputs (the PNGs a run whose rows passed draws) exist when every row
     failed: a figure of what there is, or a placeholder naming why."""
-    wanted = set(plot(stage, csv_dir(run), tmp_path / "good"))
+    wanted = set(drawn(stage, run))
     failed = failed_copy(csv_dir(run), tmp_path / "csv", FAILED[run])
     drawn = set(plot(stage, failed, tmp_path / "failed"))
     assert wanted <= drawn
