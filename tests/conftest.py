@@ -68,21 +68,24 @@ def pytest_cmdline_main(config):
 # The rest keep their order.
 LONG_FIRST = [
     "test_slurm.py",
-    "test_pipeline.py",
+    "test_figures.py",
     "test_claim.py",
+    "test_pipeline.py",
+    "test_own_model_pipeline.py",
+    "test_benchmark.py",
     "test_grids_2026.py",
     "test_flash_attention.py",
-    "test_memory.py",
-    "test_engine.py",
-    "test_readme.py",
-    "test_allreduce.py",
     "test_planning_speed.py",
-    "test_ddp.py",
     "test_flash_programs.py",
+    "test_memory.py",
+    "test_checkpointing_own_model.py",
+    "test_ddp.py",
+    "test_allreduce.py",
     "test_fsdp_stage.py",
-    "test_benchmark.py",
     "test_attention.py",
     "test_layout.py",
+    "test_engine_step_script.py",
+    "test_readme.py",
 ]
 
 
