@@ -16,6 +16,7 @@ on 2 cores). The sizes are the run's edition's (config `edition`).
 from __future__ import annotations
 
 import importlib
+from dataclasses import replace
 from pathlib import Path
 
 from cs336_systems.budget.devices import CPU2, H100, Device
@@ -73,6 +74,9 @@ def plan(config: dict, preset: str, dev: Device, only: tuple[str, ...] | None = 
     stages = [s for s in stages_of(config) if preset in config[s] and (only is None or s in only)]
     cost = CostModel(dev, config.get("edition", DEFAULT_EDITION), tuple(stages_of(config)))
     jobs = [job for stage in stages for job in estimate(config, stage, preset, cost)]
+    if dev.alone != 1.0:
+        how = f"x{dev.alone:g}: one job at a time (devices.py `alone`)"
+        jobs = [replace(j, seconds=j.seconds * dev.alone, how=f"{j.how}; {how}") for j in jobs]
     jobs.append(Job("(local)", "aggregates, plots, report", LOCAL_JOB_S * 2 * len(stages),
                     f"about {2 * len(stages)} short jobs"))  # fmt: skip
     return jobs

@@ -163,7 +163,7 @@ def test_the_cpu_estimates_follow_the_cpu_reference_run():
     once on two cores, so each job within a factor of 2 (its neighbour shares the cores), the
     sum within 15%."""
     rows, missing, extra = measured.calibration(
-        copy.deepcopy(CONFIG), "cpu", budget.CPU2, jobs_dir=measured.CPU_JOBS
+        copy.deepcopy(CONFIG), "cpu", measured.CPU2_FITTED, jobs_dir=measured.CPU_JOBS
     )
     assert set(missing) <= {"arithmetic", "leaderboard/ablation"} and extra == []
     assert len(rows) > 15
@@ -171,6 +171,24 @@ def test_the_cpu_estimates_follow_the_cpu_reference_run():
     assert not off, off
     m, e = sum(r[2] for r in rows), sum(r[3] for r in rows)
     assert 0.85 <= e / m <= 1.15, (m, e)
+
+
+def test_the_cpu_estimates_of_jobs_alone_follow_the_committed_cpu_reference():
+    """The committed cpu reference ran each measuring job alone on the two cores: the estimates
+    a run plans with (CPU2, `alone` applied) within 25% of its jobs in sum, each job within a
+    factor of 2; the fitted constants alone would be further off."""
+    rows, _, extra = measured.calibration(
+        copy.deepcopy(CONFIG), "cpu", budget.CPU2, jobs_dir=measured.CPU_REFERENCE_JOBS
+    )
+    assert extra == [] and len(rows) > 15
+    off = [(s, j, m, round(e)) for s, j, m, e in rows if not 0.5 <= e / m <= 2]
+    assert not off, off
+    m, e = sum(r[2] for r in rows), sum(r[3] for r in rows)
+    assert 0.75 <= e / m <= 1.25, (m, e)
+    fitted = measured.calibration(
+        copy.deepcopy(CONFIG), "cpu", measured.CPU2_FITTED, jobs_dir=measured.CPU_REFERENCE_JOBS
+    )[0]
+    assert abs(sum(r[3] for r in fitted) / m - 1) > abs(e / m - 1)
 
 
 def test_the_calibration_reads_a_job_log(tmp_path):
