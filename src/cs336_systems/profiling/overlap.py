@@ -113,22 +113,6 @@ def rank_trace(trace_dir: str | None, name: str, rank: int) -> Path | None:
 TRACE_GZIP_LEVEL = 1
 
 
-def export_trace(prof, path: Path) -> None:
-    """torch.profiler's Chrome trace at `path`, gzipped at TRACE_GZIP_LEVEL where it ends in
-    `.gz`."""
-    import tempfile
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix != ".gz":
-        prof.export_chrome_trace(str(path))
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        raw = Path(tmp) / "trace.json"
-        prof.export_chrome_trace(str(raw))
-        gzip_file(raw, path)
-
-
 def gzip_file(source: Path, out: Path) -> None:
     import gzip
     import shutil

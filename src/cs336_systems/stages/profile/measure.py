@@ -70,7 +70,7 @@ from cs336_systems.profiling.attribution import (
     summarize_point,
     summary_from_kern_sum,
 )
-from cs336_systems.profiling.overlap import export_trace
+from cs336_systems.profiling.overlap import keep_trace
 from cs336_systems.stages.profile import probe
 from cs336_systems.stages.profile.plan import JOB_KNOBS, Harness, Probe, grid_contexts, nsys_problem
 
@@ -114,7 +114,7 @@ class _TorchProfilerControl:
             name = label.replace("/", "_").replace(" ", "_")
             # gzip pays for itself on GPU traces; a CPU run's trace is small and gzip is slow
             suffix = ".json.gz" if self.device_type == "cuda" else ".json"
-            export_trace(prof, self.trace_dir / f"{name}.trace{suffix}")
+            keep_trace(prof, self.trace_dir / f"{name}.trace{suffix}", None)
 
     def abort(self) -> None:
         if self.prof is not None:
