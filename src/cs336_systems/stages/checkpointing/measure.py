@@ -159,6 +159,19 @@ def vocab_of(k: CheckpointingKnobs) -> int:
     return k.vocab_size if k.vocab_size is not None else VOCAB_SIZE
 
 
+def run_columns(k: CheckpointingKnobs, precision: str, device: torch.device) -> dict:
+    """The columns every row of a strategies job shares: its batch, context, precision, device
+    and step counts."""
+    return {
+        "batch_size": k.batch_size,
+        "context_length": k.context_length,
+        "precision": precision,
+        "device": device.type,
+        "warmup_steps": k.warmup_steps,
+        "measure_steps": k.measure_steps,
+    }
+
+
 def analytic(k: CheckpointingKnobs, precision: str, spec: dict, device_type: str) -> dict:
     """The saved-activation model's inputs for this model and precision."""
     blk = costs.block_saved_bytes(
@@ -266,12 +279,7 @@ def strategies(args) -> list[dict]:
         "size": k.size,
         **spec,
         "vocab_size": vocab_of(k),
-        "batch_size": k.batch_size,
-        "context_length": k.context_length,
-        "precision": precision,
-        "device": device.type,
-        "warmup_steps": k.warmup_steps,
-        "measure_steps": k.measure_steps,
+        **run_columns(k, precision, device),
     }
     inputs = analytic(k, precision, spec, device.type)
     with point(k.size, precision, "build"):
@@ -398,12 +406,7 @@ def own_strategies(args, device: torch.device) -> list[dict]:
         **provenance(args.machine, args.preset, args.edition),
         **model_columns(k.size, args.edition, context_length=k.context_length),
         "vocab_size": VOCAB_SIZE,
-        "batch_size": k.batch_size,
-        "context_length": k.context_length,
-        "precision": precision,
-        "device": device.type,
-        "warmup_steps": k.warmup_steps,
-        "measure_steps": k.measure_steps,
+        **run_columns(k, precision, device),
         **dict.fromkeys(OWN_UNMODELLED, float("nan")),
     }
     with point(k.size, precision, "build"):
