@@ -22,8 +22,8 @@ from cs336_systems.budget import CPU2, H100, ROOT, Device, Job, plan
 REFERENCE_JOBS = ROOT / "report" / "reference" / "h100-80gb-hbm3" / "jobs"
 # the committed cpu reference's job log: its jobs ran one at a time (CPU2's `alone`)
 CPU_REFERENCE_JOBS = ROOT / "report" / "reference" / "cpu" / "jobs"
-# the CPU2 constants' calibration run (a host with bf16 units), kept apart from the committed
-# cpu reference, which a host without them made
+# the CPU2 constants' calibration run (a host with bf16 units, two jobs at a time), kept apart
+# from the committed cpu reference, whose jobs ran one at a time
 CPU_JOBS = ROOT / "docs" / "measurements" / "budget-cpu-34787cd" / "jobs"
 # the step counts a run records in its rows: a reference run made under other counts than the
 # config's is estimated under its own (its `csv/` beside `jobs/`)
