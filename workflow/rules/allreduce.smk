@@ -1,5 +1,5 @@
 # Stage `allreduce`: all-reduce time, algorithmic and bus bandwidth per backend, world size and
-# message size. One job per backend; it launches torchrun once per world size the machine can
+# message size. One job per backend; it launches the ranks once per world size the machine can
 # run and records the others as skipped.
 
 

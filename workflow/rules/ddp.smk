@@ -1,5 +1,5 @@
 # Stage `ddp`: training steps with each DDP variant against a compute-only step, and
-# optimizer-state sharding. Two jobs (variants, sharding), each one torchrun launch.
+# optimizer-state sharding. Two jobs (variants, sharding), each one launch.
 
 
 DDP = stage_config("ddp")

@@ -1,6 +1,6 @@
 # Stage `fsdp`: DDP, DDP + sharded optimizer and FSDP (fp32, bf16 compute) on one model: memory
 # per rank, time per step, communication and the all-gather time compute hides. One job, one
-# torchrun launch (a machine with too few GPUs writes `skipped` rows with the command to run).
+# launch (a machine with too few GPUs writes `skipped` rows with the command to run).
 
 
 FSDP = stage_config("fsdp")

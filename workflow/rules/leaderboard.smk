@@ -1,5 +1,5 @@
 # Stage `leaderboard`: the 2026 full-step leaderboard (8B model, context 32,768, batch 2, bf16)
-# through the engine and the plain model. One job: torchrun launches on the configured world
+# through the engine and the plain model. One job: it launches on the configured world
 # size (skipped rows with the command where the machine lacks it) and, on one GPU, a reduced
 # configuration; a second job runs the ablation (the engine with one optimization off per row).
 # MFU is against the ceilings stage's measured bf16 peak (its CSV, an input).

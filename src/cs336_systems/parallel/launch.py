@@ -1,14 +1,18 @@
-"""Start distributed workers through torchrun, bound their time, collect their rows.
+"""Start distributed workers, bound their time, collect their rows.
 
-The parent side (a stage CLI) calls :func:`launch`: it runs ``python -m torch.distributed.run``
-with one worker per process, every worker a ``python -m <module> ...`` of ours, waits at most
-``timeout_s`` (a hang becomes an ``error: timeout ...`` status, never a stuck pipeline) and reads
-the rows rank 0 wrote to a JSON file. Points the workers did not finish become rows with the
-failure as their status (:func:`fill_missing`).
+The parent side (a stage CLI) calls :func:`launch`: it starts one worker per process, every worker
+a ``python -m <module> ...`` of ours, waits at most ``timeout_s`` (a hang becomes an ``error:
+timeout ...`` status, never a stuck pipeline) and reads the rows rank 0 wrote to a JSON file.
+Points the workers did not finish become rows with the failure as their status
+(:func:`fill_missing`).
 
 Topologies:
-- ``local``: one machine, ``--standalone`` rendezvous: torchrun binds its c10d store to port 0,
-  so the operating system picks a free port and concurrent jobs never collide.
+- ``local``: one machine. The launcher starts the ranks itself, with the environment torchrun
+  would give them (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ...) and a file of the launch's own
+  temporary directory as their rendezvous (a ``file://`` store: no port, so concurrent jobs never
+  collide). torchrun would import torch in a process of its own before the workers do (3 s on a
+  GPU host, for every launch); the launcher does what its agent did here: when one rank fails,
+  it ends the others.
 - ``slurm``: inside an allocation, ``srun`` starts one torchrun per node
   (``--nnodes $SLURM_NNODES --nproc-per-node G``) with a c10d rendezvous on the allocation's first
   node, at a free port picked there (the batch script runs on that node).
@@ -20,9 +24,9 @@ A stage that launches its workers reads its arguments with :func:`parse_stage_ar
 own, its knobs as one `--block`, a worker's) and starts each worker with :func:`worker_argv` (the
 same run and block, with the launch's changes).
 
-The worker side calls :func:`init_worker` (process group from torchrun's environment variables,
-one GPU per local rank for NCCL), :func:`slowest_rank` (per-iteration max over ranks) and
-:func:`write_rows` (rank 0 writes the rows, atomically, after every point).
+The worker side calls :func:`init_worker` (process group from the launcher's or torchrun's
+environment variables, one GPU per local rank for NCCL), :func:`slowest_rank` (per-iteration max
+over ranks) and :func:`write_rows` (rank 0 writes the rows, atomically, after every point).
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -63,6 +68,8 @@ DISTRIBUTED_ENV = {
     "NVSHMEM_DISABLE_NVLS": "1",
 }
 TOPOLOGIES = ("local", "slurm")
+# the file the ranks of a local launch meet at (set by `launch`, read by `init_worker`)
+RENDEZVOUS_FILE_ENV = "CS336_RENDEZVOUS_FILE"
 
 
 def stage_command(stage: str, argv: list[str] | None) -> str:
@@ -162,6 +169,25 @@ class Topology:
         return self.nnodes * self.nproc_per_node
 
 
+def worker_command(module: str, args: Sequence[str]) -> list[str]:
+    """The command of one rank: `python -m module args`."""
+    return [sys.executable, "-m", module, *args]
+
+
+def rank_env(rank: int, world_size: int, rendezvous: Path) -> dict[str, str]:
+    """What torchrun would tell rank `rank` of `world_size` processes on one node, and the
+    file the ranks meet at."""
+    return {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "GROUP_RANK": "0",
+        "WORLD_SIZE": str(world_size),
+        "LOCAL_WORLD_SIZE": str(world_size),
+        "GROUP_WORLD_SIZE": "1",
+        RENDEZVOUS_FILE_ENV: str(rendezvous),
+    }
+
+
 def torchrun_command(
     module: str,
     args: Sequence[str],
@@ -169,12 +195,12 @@ def torchrun_command(
     rdzv_endpoint: str | None = None,
     rdzv_id: str | None = None,
 ) -> list[str]:
-    """The command that starts `python -m module args` on every process of `topology`."""
+    """The command that starts `python -m module args` on every process of a `slurm` topology:
+    `srun` starts one torchrun per node."""
+    if topology.mode != "slurm":
+        raise ValueError(f"torchrun starts the workers of a slurm topology, not of {topology}")
     torchrun = [sys.executable, "-m", "torch.distributed.run"]
     common = [f"--nproc-per-node={topology.nproc_per_node}", "--max-restarts=0"]
-    worker = ["-m", module, *args]
-    if topology.mode == "local":
-        return [*torchrun, "--standalone", "--nnodes=1", *common, *worker]
     endpoint = rdzv_endpoint or f"{slurm_first_node()}:{free_port()}"
     job = rdzv_id or os.environ.get("SLURM_JOB_ID", "cs336")
     srun = [
@@ -193,7 +219,19 @@ def torchrun_command(
         f"--rdzv-endpoint={endpoint}",
         f"--rdzv-id={job}",
     ]
-    return [*srun, *torchrun, *rdzv, *common, *worker]
+    return [*srun, *torchrun, *rdzv, *common, "-m", module, *args]
+
+
+def launch_commands(
+    module: str, args: Sequence[str], topology: Topology, tmp: Path
+) -> list[tuple[list[str], dict[str, str]]]:
+    """The processes a launch starts, each a command and its own environment: the ranks
+    themselves on one node (`local`, meeting at a file of `tmp`), one srun otherwise."""
+    if topology.mode == "slurm":
+        return [(torchrun_command(module, args, topology), {})]
+    n = topology.nproc_per_node
+    rendezvous = tmp / "rendezvous"
+    return [(worker_command(module, args), rank_env(r, n, rendezvous)) for r in range(n)]
 
 
 def worker_env(
@@ -202,8 +240,10 @@ def worker_env(
     """The environment of every worker: caller's, the multicast-off settings, then `extra`."""
     env = dict(os.environ if base is None else base)
     env.update(DISTRIBUTED_ENV)
-    # CPU workers share the job's cores (its claim's share, planning/cores.py); torchrun would
-    # otherwise force 1 thread with a warning
+    # as torchrun's agent sets it: a collective that times out aborts its rank
+    env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
+    # CPU workers share the job's cores (its claim's share, planning/cores.py), a part a rank;
+    # torchrun (under SLURM) would otherwise force 1 thread with a warning
     cores = len(usable_cores())
     env.setdefault("OMP_NUM_THREADS", str(max(1, cores // topology.nproc_per_node)))
     # the workers import this package: make sure they find it even without an installed copy
@@ -224,18 +264,91 @@ class LaunchResult:
     log_tail: list[str] = field(default_factory=list)
 
 
-def _terminate(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
-    """SIGTERM the launcher's process group (torchrun and its workers), SIGKILL if it lingers."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+class Processes:
+    """A launch's processes in one process group (a timeout or a failed rank ends all of them),
+    their output streamed line by line to our stderr (where the log goes: the rule's log), the
+    last `tail_lines` of all of them and of each one kept."""
+
+    def __init__(self, commands: Sequence[tuple[list[str], dict[str, str]]], env, tail_lines: int):
+        self.procs: list[subprocess.Popen] = []
+        self.tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
+        self.tails: list[collections.deque[str]] = []
+        self._readers: list[threading.Thread] = []
+        self._lock = threading.Lock()
         try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
+            for cmd, own in commands:
+                self._start(cmd, {**env, **own}, tail_lines)
+        except BaseException:
+            self.end()
+            raise
+
+    def _start(self, cmd: list[str], env: dict[str, str], tail_lines: int) -> None:
+        # the first leads a process group of its own (0: its pid), the others join it
+        proc = subprocess.Popen(
+            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            bufsize=1, process_group=self.procs[0].pid if self.procs else 0,
+        )  # fmt: skip
+        own: collections.deque[str] = collections.deque(maxlen=tail_lines)
+        reader = threading.Thread(target=self._pump, args=(proc, own), daemon=True)
+        self.procs.append(proc)
+        self.tails.append(own)
+        self._readers.append(reader)
+        reader.start()
+
+    def _pump(self, proc: subprocess.Popen, own: collections.deque[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            with self._lock:
+                sys.stderr.write(line)
+                sys.stderr.flush()
+                self.tail.append(line.rstrip("\n"))
+            own.append(line.rstrip("\n"))
+
+    def wait(self, timeout_s: float) -> tuple[str, int | None]:
+        """("", 0) once every process ended well; else the status and exit code of the first to
+        fail (the others ended then, as torchrun's agent would) or of the timeout."""
+        deadline = time.monotonic() + timeout_s
         try:
-            proc.wait(timeout=grace_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+            while True:
+                codes = [p.poll() for p in self.procs]
+                failed = [i for i, code in enumerate(codes) if code not in (None, 0)]
+                if failed:
+                    self.end()
+                    return _exit_reason(codes[failed[0]], self.tails[failed[0]]), codes[failed[0]]
+                if all(code == 0 for code in codes):
+                    self._join()
+                    return "", 0
+                if time.monotonic() >= deadline:
+                    self.end()
+                    return f"error: timeout after {timeout_s:g} s", None
+                time.sleep(0.1)
+        except BaseException:
+            self.end()
+            raise
+
+    def end(self, grace_s: float = 10.0) -> None:
+        """SIGTERM the process group, SIGKILL it if some linger; then read what they wrote."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.procs[0].pid, sig)
+            except (ProcessLookupError, IndexError):
+                break
+            if self._ended(grace_s):
+                break
+        self._join()
+
+    def _ended(self, grace_s: float) -> bool:
+        deadline = time.monotonic() + grace_s
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                return False
+        return True
+
+    def _join(self) -> None:
+        for reader in self._readers:
+            reader.join(timeout=10)
 
 
 def launch(
@@ -246,57 +359,30 @@ def launch(
     extra_env: dict[str, str] | None = None,
     tail_lines: int = 400,
 ) -> LaunchResult:
-    """Run `module` under torchrun on `topology`; rows come from the file passed as `--result`.
+    """Run `module` on every process of `topology`; rows come from the file passed as
+    `--result`.
 
-    The workers' output streams, line by line, to our stderr (where the log goes: the rule's
-    log), their own log lines carrying their rank. Never raises for a failed or hung run: the
-    result's status says what happened and its rows hold what was written.
+    The workers' output streams, line by line, to our stderr, their own log lines carrying their
+    rank. Never raises for a failed or hung run: the result's status says what happened and its
+    rows hold what was written.
     """
     # rank 0 may run on another node than this one: under SLURM its rows file goes to the
     # working directory, which the nodes share
     shared = Path.cwd() if topology.mode == "slurm" else None
     with tempfile.TemporaryDirectory(prefix=".cs336-launch-", dir=shared) as tmp:
         result_path = Path(tmp) / "rows.json"
+        argv = [*args, "--result", str(result_path)]
         try:
-            cmd = torchrun_command(module, [*args, "--result", str(result_path)], topology)
+            commands = launch_commands(module, argv, topology, Path(tmp))
         except (RuntimeError, OSError, subprocess.SubprocessError) as exc:  # e.g. no allocation
             log.error("cannot start: %s", exc)
             return LaunchResult(f"error: {exc}"[:160].replace(",", ";"), None, 0.0)
-        env = worker_env(topology, extra_env)
-        log.info("%s", " ".join(cmd))
-        tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
+        ranks = f"{len(commands)} ranks: " if topology.mode == "local" else ""
+        log.info("%s%s", ranks, shlex.join(commands[0][0]))
         watch = Stopwatch()
-        proc = subprocess.Popen(
-            cmd,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            bufsize=1,
-            start_new_session=True,  # its own process group: a timeout ends all of it
-        )
-
-        def pump() -> None:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                sys.stderr.write(line)
-                sys.stderr.flush()
-                tail.append(line.rstrip("\n"))
-
-        reader = threading.Thread(target=pump, daemon=True)
-        reader.start()
-        status = ""
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _terminate(proc)
-            status = f"error: timeout after {timeout_s:g} s"
-        except BaseException:
-            _terminate(proc)
-            raise
-        reader.join(timeout=10)
-        if not status:
-            status = "ok" if proc.returncode == 0 else _exit_reason(proc.returncode, tail)
+        procs = Processes(commands, worker_env(topology, extra_env), tail_lines)
+        status, returncode = procs.wait(timeout_s)
+        status = status or "ok"
         elapsed = watch.stop()
         rows = read_rows(result_path)
     log.log(
@@ -306,7 +392,7 @@ def launch(
         elapsed,
         len(rows),
     )
-    return LaunchResult(status, proc.returncode, elapsed, rows, list(tail))
+    return LaunchResult(status, returncode, elapsed, rows, list(procs.tail))
 
 
 _EXCEPTION_LINE = re.compile(
@@ -361,19 +447,24 @@ class WorkerContext:
 
 
 def init_worker(backend: str, timeout_s: float = 600.0) -> WorkerContext:
-    """Join the process group torchrun describes in the environment (NCCL: GPU = local rank)."""
+    """Join the process group the environment describes (a local launch's or torchrun's;
+    NCCL: GPU = local rank)."""
     import torch
     import torch.distributed as dist
 
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     pin_rank(local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    where: dict[str, Any] = {"timeout": timedelta(seconds=timeout_s)}
+    if RENDEZVOUS_FILE_ENV in os.environ:  # a local launch: the ranks meet at a file
+        where["init_method"] = Path(os.environ[RENDEZVOUS_FILE_ENV]).as_uri()
+        where.update(rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
     if backend == "nccl":
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
-        dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s), device_id=device)
+        dist.init_process_group(backend, device_id=device, **where)
     else:
         device = torch.device("cpu")
-        dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+        dist.init_process_group(backend, **where)
     set_rank(dist.get_rank())  # every log line of this worker names its rank
     return WorkerContext(dist.get_rank(), dist.get_world_size(), local_rank, backend, device)
 

@@ -152,7 +152,7 @@ class Checker:
 
 
 def check_launcher(at: Checker, launcher: Mapping) -> None:
-    """torchrun's topology: several nodes need `slurm` (`local` is one node's --standalone)."""
+    """The launcher's topology: several nodes need `slurm` (`local` is one node)."""
     if launcher["nnodes"] > 1 and launcher["topology"] != "slurm":
         at.fail(
             ("launcher", "nnodes"),

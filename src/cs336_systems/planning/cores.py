@@ -7,7 +7,7 @@ that share them, else an even slice of the usable cores by the card's place in t
 on several cards gets the union of their shares. planning/claim.py pins the job to its share
 (`sched_setaffinity`, which its child processes inherit) and sizes its thread pools to it
 (`thread_env`): OpenMP and MKL, Inductor's compile workers; pytest-xdist's workers and
-torchrun's ranks read the share from the process's affinity. A host with fewer than
+a distributed stage's ranks read the share from the process's affinity. A host with fewer than
 MIN_CORES_PER_GPU cores a card runs fewer GPU jobs at once (`gpu_slots`). Standard library only.
 """
 

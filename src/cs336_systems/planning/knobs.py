@@ -283,7 +283,7 @@ class Launcher(Knobs):
     """How a distributed stage starts its ranks (parallel/launch.py)."""
 
     topology: Literal["local", "slurm"] = knob(
-        "local - torchrun --standalone; slurm - srun + torchrun, c10d rendezvous"
+        "local - the stage starts the ranks, file rendezvous; slurm - srun + torchrun, c10d"
     )
     nnodes: int = knob("nodes the ranks spread over", minimum=1)
 

@@ -1,4 +1,4 @@
-"""All-reduce benchmark arithmetic and correctness check; the torchrun launcher end to end."""
+"""All-reduce benchmark arithmetic and correctness check; the launcher end to end."""
 
 from __future__ import annotations
 
@@ -58,10 +58,18 @@ def test_feasibility(monkeypatch):
 
 
 def test_commands_and_environment(monkeypatch):
-    local = launch.torchrun_command("m", ["--x"], launch.Topology(2))
-    assert local[:3] == [sys.executable, "-m", "torch.distributed.run"]
-    assert "--standalone" in local and "--nproc-per-node=2" in local
-    assert local[-3:] == ["-m", "m", "--x"]
+    local = launch.launch_commands("m", ["--x"], launch.Topology(3), Path("/t"))
+    assert [cmd for cmd, _ in local] == [[sys.executable, "-m", "m", "--x"]] * 3
+    assert [env["RANK"] for _, env in local] == ["0", "1", "2"]
+    assert [env["LOCAL_RANK"] for _, env in local] == ["0", "1", "2"]
+    assert (
+        {env["WORLD_SIZE"] for _, env in local}
+        == {"3"}
+        == {e["LOCAL_WORLD_SIZE"] for _, e in local}
+    )
+    assert {env[launch.RENDEZVOUS_FILE_ENV] for _, env in local} == {"/t/rendezvous"}
+    with pytest.raises(ValueError):
+        launch.torchrun_command("m", [], launch.Topology(2))  # one node needs no torchrun
     slurm = launch.torchrun_command(
         "m", [], launch.Topology(4, nnodes=2, mode="slurm"), rdzv_endpoint="node1:29400"
     )
@@ -69,6 +77,7 @@ def test_commands_and_environment(monkeypatch):
     for flag in ("--nnodes=2", "--nproc-per-node=4", "--rdzv-backend=c10d"):
         assert flag in slurm
     assert "--rdzv-endpoint=node1:29400" in slurm and "--standalone" not in slurm
+    assert slurm[-2:] == ["-m", "m"]  # torchrun runs the module with its own interpreter
     with pytest.raises(ValueError):
         launch.Topology(2, nnodes=2)  # several nodes need the slurm topology
     env = launch.worker_env(
@@ -91,7 +100,7 @@ def test_fill_missing_keeps_order_and_reason():
 
 @pytest.mark.slow
 def test_gloo_allreduce_end_to_end(monkeypatch):
-    """Two gloo processes through torchrun: checked sums, sane bandwidths; on one core they
+    """Two gloo processes through the launcher: checked sums, sane bandwidths; on one core they
     still run, marked oversubscribed."""
     import cs336_systems.core.device as device
 
@@ -134,6 +143,26 @@ def test_launcher_turns_a_hang_into_a_status(tmp_path):
     assert launch.fill_missing(planned, result.rows, ["size_mb"], result.status) == [
         {"size_mb": 1.0, "status": "error: timeout after 10 s"}
     ]
+
+
+FAILING_WORKER = """
+import os, sys, time
+if os.environ["RANK"] == "1":
+    sys.exit("ValueError: rank 1 gives up")
+print("rank 0 waits for rank 1", flush=True)
+time.sleep(600)
+"""
+
+
+def test_launcher_ends_the_ranks_when_one_fails(tmp_path):
+    """As torchrun's agent would: a failed rank ends the launch and the others with it."""
+    (tmp_path / "failing_worker.py").write_text(FAILING_WORKER)
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), SRC])}
+    result = launch.launch("failing_worker", [], launch.Topology(2), timeout_s=60, extra_env=env)
+    assert result.status == "error: ValueError: rank 1 gives up"
+    assert result.returncode == 1
+    assert result.elapsed_s < 20  # rank 0 was ended, not waited for
+    assert "rank 0 waits for rank 1" in result.log_tail
 
 
 def test_crash_reason_from_worker_output():
@@ -332,12 +361,20 @@ def test_the_suspect_point_stays_out_of_the_ddp_model_and_the_ring_table(tmp_pat
 
 def test_the_section_names_only_the_backends_that_ran(tmp_path):
     """An NCCL-only run's section does not describe gloo (the H100 reference once did)."""
+    import pandas as pd
+
     from cs336_systems.reporting import report
 
     section = report.render(_h200_results(tmp_path), ["allreduce"])
     section = section.split('<a id="allreduce"></a>', 1)[1]
-    assert "NCCL with one process per GPU, started through `torchrun`" in section
+    assert "NCCL with one process per GPU, started by the stage itself on one node" in section
     assert "gloo between CPU processes" not in section
+    # ranks over several nodes were started by srun's torchruns
+    results = _h200_results(tmp_path)
+    df = pd.read_csv(results / "allreduce.csv")
+    df.assign(nnodes=2).to_csv(results / "allreduce.csv", index=False)
+    section = report.render(results, ["allreduce"])
+    assert "started through `srun` and `torchrun` on up to 2 nodes" in section
 
 
 def test_a_fit_with_unphysical_parameters_is_rejected_with_its_reason():

@@ -380,7 +380,7 @@ def test_profile_overlap_arithmetic():
 
 @pytest.mark.slow
 def test_ddp_benchmark_end_to_end(tmp_path):
-    """The stage's worker through torchrun: baseline and two variants, checked replicas."""
+    """The stage's worker through the launcher: baseline and two variants, checked replicas."""
     from cs336_systems.stages.ddp import measure as bench
 
     knobs = block(

@@ -23,12 +23,21 @@ from cs336_systems.stages.allreduce.rows import (
 HOW = {"gloo": "gloo between CPU processes", "nccl": "NCCL with one process per GPU"}
 
 
+def _started(df: pd.DataFrame) -> str:
+    """How the ranks were started: by the stage on one node, by srun's torchrun on several."""
+    nodes = int(df["nnodes"].max()) if "nnodes" in df and df["nnodes"].notna().any() else 1
+    if nodes > 1:
+        return f"started through `srun` and `torchrun` on up to {nodes} nodes"
+    return "started by the stage itself on one node"
+
+
 def _points(df: pd.DataFrame, shown: pd.DataFrame) -> dict:
     """What ran: the backends, the points and their statuses, the suspect ones, the largest
     relative error of a checked sum, the iterations, and the points that did not run."""
     used = set(shown["backend"]) if len(shown) else set(df["backend"])
     return {
         "backends_text": ", ".join(HOW[b] for b in ("gloo", "nccl") if b in used),
+        "started_text": _started(shown if len(shown) else df),
         "n_points": len(df),
         "n_ran": len(shown),
         "n_suspect": sanity.n_suspect(shown),

@@ -2,7 +2,7 @@
 
 One job measures one backend at several world sizes: for each, the parent checks that the
 machine can run it (gloo: one CPU core per process; NCCL: one GPU per process), launches the
-workers through torchrun with a timeout, and adds a row per message size to one tidy CSV. A world
+workers (parallel/launch.py) with a timeout, and adds a row per message size to one tidy CSV. A world
 size the machine cannot run gives rows with status `skipped: <reason>`.
 
 Each worker, per message size (float32, MiB = 2**20 bytes; the knob `sizes_mb` holds MiB):

@@ -3,7 +3,7 @@
     python -m cs336_systems.stages.ddp variants --machine M --preset gpu --block '{...}' --out F.csv
     python -m cs336_systems.stages.ddp sharding --machine M --preset gpu --block '{...}' --out F.csv
 
-`variants` (one torchrun launch): first the compute-only baseline (forward, backward, AdamW step
+`variants` (one launch): first the compute-only baseline (forward, backward, AdamW step
 without any communication, on rank 0 while the other ranks wait: a single-process step with
 the per-rank batch), then for each DDP variant (naive, flat, overlap, bucketed at each bucket
 size, and the peer `torch_ddp`: PyTorch's DistributedDataParallel, 25 MiB buckets) warm-up and

@@ -3,7 +3,7 @@
 
     python -m cs336_systems.stages.fsdp --machine M --preset gpu --block '{...}' --out F.csv
 
-One torchrun launch runs the variants one after the other, each on a freshly built model (rank
+One launch runs the variants one after the other, each on a freshly built model (rank
 0's, broadcast by the wrapper) with AdamW (fused on CUDA, foreach on the CPU: the `optimizer`
 column):
 
