@@ -1,22 +1,31 @@
-"""Device helpers: which device, autocast per precision, GPU and core counts, compile limits."""
+"""Device helpers: which device, autocast per precision, GPU and core counts, compile limits.
+
+Importing it does not import torch (a stage's launching process counts cards and cores without
+it: torch's import takes seconds on a GPU host); each function that needs torch imports it."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 PRECISIONS = ("fp32", "bf16")
 
 
 def pick_device(name: str = "auto") -> torch.device:
+    import torch
+
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
 
 
 def autocast(precision: str, device: torch.device):
+    import torch
+
     if precision == "fp32":
         return contextlib.nullcontext()
     if precision == "bf16":
@@ -35,6 +44,8 @@ def free_memory_mib(device: torch.device) -> float | None:
     """Memory free for new tensors on `device` now (MiB): the GPU's (with the caching
     allocator's unused blocks), or the host's available memory for a CPU; None when unknown."""
     if device.type == "cuda":
+        import torch
+
         # the driver's free memory plus the blocks PyTorch's caching allocator holds unused
         cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
         return (torch.cuda.mem_get_info(device)[0] + cached) / 2**20
@@ -55,6 +66,13 @@ def memory_shortfall(
 
 
 def gpu_count() -> int:
+    """The GPUs this process may use: the cards planning/claim.py claimed for its job (free
+    cards of this host, which CUDA_VISIBLE_DEVICES names: no torch needed to count them), else
+    those torch sees."""
+    from cs336_systems.planning.claim import CLAIMED_ENV
+
+    if claimed := os.environ.get(CLAIMED_ENV, "").strip():
+        return len(claimed.split(","))
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -19,6 +19,9 @@ Which to use when:
 Around them: ``run_point`` turns an out-of-memory error or any other exception into a status
 (`oom`, `error: <reason>`) and releases memory between points; ``summarize`` names statistics
 `<prefix>_ms_<stat>`.
+
+Importing it does not import torch (the distributed stages' launching processes import it, and
+torch's import takes seconds on a GPU host): each function that needs torch imports it.
 """
 
 from __future__ import annotations
@@ -29,16 +32,19 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from cs336_systems.planning.log import get_logger
+
+if TYPE_CHECKING:
+    import torch
 
 log = get_logger(__name__)
 
 
 def synchronize(device: torch.device | str | None = None) -> None:
+    import torch
+
     device = torch.device(device) if device is not None else None
     if (device is None or device.type == "cuda") and torch.cuda.is_available():
         torch.cuda.synchronize(device)
@@ -46,6 +52,8 @@ def synchronize(device: torch.device | str | None = None) -> None:
 
 def release_memory() -> None:
     """Free what the last point left behind so the next one starts clean."""
+    import torch
+
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
@@ -124,6 +132,8 @@ def issue_ms(fn: Callable[[], Any], reps: int, device: torch.device | str = "cud
 
 
 def is_oom(exc: BaseException) -> bool:
+    import torch
+
     if isinstance(exc, torch.OutOfMemoryError):
         return True
     msg = str(exc).lower()
@@ -163,6 +173,8 @@ def run_point(fn: Callable[[], Any]) -> PointResult:
 
 
 def peak_memory_mb(device: torch.device | str) -> float:
+    import torch
+
     device = torch.device(device)
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
@@ -176,13 +188,16 @@ class StepClock:
     """
 
     def __init__(self, device: torch.device | str):
+        import torch
+
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda"
         self.marks: dict[str, Any] = {}
+        self._event = torch.cuda.Event
 
     def mark(self, name: str) -> None:
         if self.cuda:
-            ev = torch.cuda.Event(enable_timing=True)
+            ev = self._event(enable_timing=True)
             ev.record()
             self.marks[name] = ev
         else:
@@ -227,6 +242,8 @@ def time_marked_steps(
 
 def timer_name(device: torch.device | str) -> str:
     """What ``device_time`` uses on `device`: ``do_bench`` (CUDA) or ``time_steps``."""
+    import torch
+
     return "do_bench" if torch.device(device).type == "cuda" else "time_steps"
 
 
@@ -257,6 +274,8 @@ def device_time(
     CPU (do_bench needs a GPU): ``time_steps`` with `warmup_steps` and `steps`, the gradients
     reset before each step; ``summarize``'s keys (mean, std, median, min, max).
     """
+    import torch
+
     grads = list(grad_to_none) if grad_to_none is not None else None
     if torch.device(device).type == "cuda":
         import triton.testing

@@ -17,7 +17,8 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 
@@ -220,6 +221,19 @@ def provenance(machine: str, preset: str, edition: int = DEFAULT_EDITION) -> dic
         "timestamp": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     }
     return {c: row[c] for c in PROVENANCE_COLUMNS}
+
+
+def provenance_meanwhile(
+    machine: str, preset: str, edition: int = DEFAULT_EDITION
+) -> Callable[[], dict]:
+    """`provenance`, read in a thread from now on; calling the result returns its columns (once
+    read). A distributed stage's launching process starts it before it starts its workers: the
+    torch import and the CUDA and nvidia-smi queries (seconds on a GPU host) then run while the
+    workers start, not before them on cards already held."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="provenance")
+    future = pool.submit(provenance, machine, preset, edition)
+    pool.shutdown(wait=False)
+    return future.result
 
 
 def _umask() -> int:

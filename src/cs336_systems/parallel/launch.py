@@ -54,7 +54,6 @@ from pathlib import Path
 from typing import Any
 
 from cs336_systems.core.device import available_cores, gpu_count
-from cs336_systems.core.harness import Stopwatch
 from cs336_systems.planning.cores import CPU_SET_ENV, rank_share, usable_cores
 from cs336_systems.planning.knobs import Knobs, add_block_argument, add_run_arguments, block_text
 from cs336_systems.planning.log import get_logger, set_rank
@@ -379,11 +378,11 @@ def launch(
             return LaunchResult(f"error: {exc}"[:160].replace(",", ";"), None, 0.0)
         ranks = f"{len(commands)} ranks: " if topology.mode == "local" else ""
         log.info("%s%s", ranks, shlex.join(commands[0][0]))
-        watch = Stopwatch()
+        start = time.perf_counter()  # (core/harness.py's Stopwatch would import torch here)
         procs = Processes(commands, worker_env(topology, extra_env), tail_lines)
         status, returncode = procs.wait(timeout_s)
         status = status or "ok"
-        elapsed = watch.stop()
+        elapsed = time.perf_counter() - start
         rows = read_rows(result_path)
     log.log(
         logging.INFO if status == "ok" else logging.WARNING,
@@ -576,15 +575,17 @@ def summarize_slowest(times: dict[str, list[float]], ctx) -> dict:
 def stage_main(stage: str, args, worker, rows, columns_first: list[str]) -> None:
     """The entry point of a stage that launches its own workers (ddp, fsdp, leaderboard): a
     worker process (`--worker`) runs `worker(args)`; the launching process writes the rows
-    `rows()` returns, each with the run's provenance, to `args.out`."""
-    from cs336_systems.core.results import provenance, with_columns_first, write_csv
+    `rows()` returns, each with the run's provenance (read in a thread while the workers
+    start), to `args.out`."""
+    from cs336_systems.core.results import provenance_meanwhile, with_columns_first, write_csv
     from cs336_systems.planning.log import configure, get_logger
 
     configure(stage)
     if args.worker:
         worker(args)
         return
-    base = provenance(args.machine, args.preset, args.edition)
-    df = with_columns_first([{**base, **r} for r in rows()], columns_first)
+    base = provenance_meanwhile(args.machine, args.preset, args.edition)
+    got = rows()
+    df = with_columns_first([{**base(), **r} for r in got], columns_first)
     write_csv(df, args.out)
     get_logger(f"cs336_systems.stages.{stage}").info("wrote %s: %d rows", args.out, len(df))

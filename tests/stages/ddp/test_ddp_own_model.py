@@ -15,6 +15,7 @@ import torch.distributed as dist
 from dist_utils import run_forked_ranks
 from pipeline_utils import block
 
+from cs336_systems.core.workload import rank_batch
 from cs336_systems.planning import own_model as plan_own
 from cs336_systems.stages.ddp import measure as bench
 
@@ -36,7 +37,7 @@ def _worker(rank: int, store_path: str, out_dir: str) -> None:
     args = _args()
     ctx = types.SimpleNamespace(rank=rank, world_size=2, device=torch.device("cpu"))
     model = bench.build(args, ctx.device)
-    x, y = bench.rank_batch(bench.SEED, rank, 1, 8, ctx.device)
+    x, y = rank_batch(bench.SEED, rank, 1, 8, ctx.device)
     rows = [bench.measure_variant(model, v, b, args, ctx, x, y) for v, b in VARIANTS]
     rows.append(bench._memory_point(args, ctx, sharded=True))
     torch.save(

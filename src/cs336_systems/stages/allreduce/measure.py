@@ -337,14 +337,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker:
         worker(args)
         return
-    from cs336_systems.core.results import provenance, with_columns_first, write_csv
+    from cs336_systems.core.results import provenance_meanwhile, with_columns_first, write_csv
     from cs336_systems.stages.allreduce import nccl_tests
 
-    rows = [
-        {**provenance(args.machine, args.preset, args.edition), **r}
-        for n in args.block.world_sizes
-        for r in run_world_size(args, n)
-    ]
+    base = provenance_meanwhile(args.machine, args.preset, args.edition)
+    got = [r for n in args.block.world_sizes for r in run_world_size(args, n)]
+    rows = [{**base(), **r} for r in got]
     df = with_columns_first(rows, COLUMNS_FIRST)
     write_csv(df, args.out)
     text = nccl_tests.path_beside(args.out)

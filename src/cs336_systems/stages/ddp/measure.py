@@ -36,7 +36,6 @@ from pathlib import Path
 
 from cs336_systems.core.costs import MiB
 from cs336_systems.core.harness import StepClock, synchronize, time_marked_steps
-from cs336_systems.core.workload import rank_batch
 from cs336_systems.parallel.launch import parse_stage_args, summarize_slowest, worker_argv
 from cs336_systems.planning.log import get_logger, point, status_level
 from cs336_systems.profiling.overlap import profile_step, rank_trace
@@ -237,6 +236,7 @@ def run_variants(args, ctx) -> list[dict]:
     import torch.distributed as dist
 
     from cs336_systems.core.harness import run_point
+    from cs336_systems.core.workload import rank_batch
     from cs336_systems.parallel.launch import write_rows
 
     k: DdpKnobs = args.block
@@ -358,6 +358,7 @@ MEMORY_COLUMNS = (
 def _memory_point(args, ctx, sharded: bool) -> dict:
     import torch
 
+    from cs336_systems.core.workload import rank_batch
     from cs336_systems.model import optimizer_impl
     from cs336_systems.parallel.ddp import DDPOverlapIndividual
     from cs336_systems.parallel.launch import slowest_rank

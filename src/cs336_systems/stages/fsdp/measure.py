@@ -60,7 +60,6 @@ from typing import get_args
 
 from cs336_systems.core.costs import MiB
 from cs336_systems.core.harness import StepClock, Stopwatch, synchronize, time_marked_steps
-from cs336_systems.core.workload import rank_batch
 from cs336_systems.parallel.launch import (
     parse_stage_args,
     stage_command,
@@ -427,6 +426,8 @@ def _memory_columns(init, memory: dict, gathered, wrapper, optimizer, ctx) -> di
 def measure_variant(variant: str, args, ctx) -> dict:
     import torch
 
+    from cs336_systems.core.workload import rank_batch
+
     k: FsdpKnobs = args.block
     device = ctx.device
     if device.type == "cuda":
@@ -523,7 +524,6 @@ def _launch(args, planned: list[dict]) -> list[dict]:
 
 def run(args, argv: list[str] | None = None) -> list[dict]:
     """All rows of the job (without provenance)."""
-    from cs336_systems.core.workload import model_columns
     from cs336_systems.parallel.launch import feasibility
 
     k: FsdpKnobs = args.block
@@ -534,7 +534,10 @@ def run(args, argv: list[str] | None = None) -> list[dict]:
     else:
         rows = [{**p, "status": reason} for p in planned]
         log.warning("%s; the command that runs it: %s", reason, stage_command("fsdp", argv))
-    # the model the size names, or an own model's name, factory and parameters
+    # the model the size names, or an own model's name, factory and parameters (workload.py
+    # imports torch: not before the launch)
+    from cs336_systems.core.workload import model_columns
+
     model = model_columns(k.size, args.edition, context_length=k.context_length)
     model = {c: model[c] for c in model if c not in ("edition", "num_heads")}
     for row in rows:
