@@ -168,6 +168,11 @@ shell.prefix(
     f' CS336_JOB_RECORDS="$PWD/{RESULTS}/jobs/records" CS336_LOG_ONLY=1'
     # kineto's `gpuGetDeviceCount failed` lines on a machine without a GPU say nothing
     + ("" if GPU_POOL else ' KINETO_LOG_LEVEL="${{KINETO_LOG_LEVEL:-5}}"') + "; "
+    # Snakemake exports a job's `threads` as OMP_NUM_THREADS and the like: 0 for the jobs that
+    # take no core of its own here (a GPU job counts its cards instead, a light job runs beside
+    # them), which OpenMP rejects with a warning; unset, the claim sizes them to the job's cores
+    + '[ "${{OMP_NUM_THREADS:-}}" != 0 ] || unset OMP_NUM_THREADS GOTO_NUM_THREADS'
+    + " OPENBLAS_NUM_THREADS MKL_NUM_THREADS VECLIB_MAXIMUM_THREADS NUMEXPR_NUM_THREADS; "
 )
 shell.suffix(f"; $PY -m cs336_systems.planning.eta")
 

@@ -87,6 +87,7 @@ time.sleep(float(os.environ.get("FAKE_SLEEP_" + args[1].split(".")[-1].upper(), 
 with open({record!r}, "a") as f:
     f.write(json.dumps({{"stage": args[1], "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
                          "cpu_set": os.environ.get("CS336_CPU_SET"),
+                         "omp": os.environ.get("OMP_NUM_THREADS"),
                          "affinity": sorted(os.sched_getaffinity(0)),
                          "start": start, "end": time.time()}}) + "\\n")
 for flag, value in zip(args, args[1:]):
@@ -181,8 +182,9 @@ def test_four_gpus_run_four_measurements_at_once_each_alone_on_its_card(tmp_path
     assert all(j["gpus"] in {"0", "1", "2", "3"} for j in jobs), jobs
     for a, b in combinations(jobs, 2):
         assert not (overlap(a, b) and a["gpus"] == b["gpus"]), (a, b)
-    for j in jobs:  # pinned to the share its claim named
+    for j in jobs:  # pinned to the share its claim named, its thread pools sized to it
         assert j["cpu_set"] and j["affinity"] == parse_cpulist(j["cpu_set"]), j
+        assert j["omp"] == str(len(j["affinity"])), j
     peak = most_at_once(jobs)
     assert len(peak) == 4, [(j["stage"], j["gpus"]) for j in peak]
     assert sorted(j["gpus"] for j in peak) == ["0", "1", "2", "3"]
