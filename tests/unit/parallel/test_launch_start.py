@@ -1,8 +1,8 @@
 """A distributed stage's launching process starts its workers before it imports torch: the
 workers import it themselves, and on a GPU host the import takes seconds of cards already held.
-Each stage runs in a fresh interpreter with two claimed cards, its launch faked to record what
-was imported by then, and its provenance (which imports torch in a thread beside the launch:
-core/results.py's `provenance_meanwhile`) left out."""
+Each stage runs in a fresh interpreter with two claimed cards, its launch faked to say whether
+torch was imported by then (and to end the process), and its provenance (which imports torch in
+a thread beside the launch: core/results.py's `provenance_meanwhile`) left out."""
 
 from __future__ import annotations
 
@@ -21,16 +21,15 @@ from cs336_systems.parallel import launch
 import importlib
 
 results.provenance_meanwhile = lambda *a, **k: dict
-seen = []
 
 def fake_launch(module, argv, topology, **kw):
-    seen.append({"world": topology.world_size, "torch": "torch" in sys.modules})
-    return launch.LaunchResult("error: faked", 1, 0.0, [])
+    seen = {"world": topology.world_size, "torch": "torch" in sys.modules}
+    print("SEEN" + json.dumps(seen), flush=True)
+    os._exit(0)  # what follows the launch may import torch
 
 launch.launch = fake_launch
 stage, argv = sys.argv[1], json.loads(sys.argv[2])
 importlib.import_module(f"cs336_systems.stages.{stage}.measure").main(argv)
-print("SEEN" + json.dumps(seen))
 """
 
 RUN = ["--machine", "m", "--preset", "gpu"]
@@ -52,9 +51,6 @@ def test_a_distributed_stage_launches_before_it_imports_torch(tmp_path, stage, a
         [sys.executable, "-c", SCRIPT, stage, json.dumps(argv)],
         capture_output=True, text=True, cwd=ROOT, timeout=120,
     )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.returncode == 0 and "SEEN" in out.stdout, out.stderr[-3000:]  # it launched
     seen = json.loads(out.stdout.split("SEEN", 1)[1])
-    assert seen and all(s["world"] == 2 for s in seen), seen
-    assert not any(s["torch"] for s in seen), seen
-    # the faked failure became the rows' status
-    assert "error: faked" in (tmp_path / "rows.csv").read_text()
+    assert seen == {"world": 2, "torch": False}
