@@ -48,7 +48,6 @@ class Device:
     # one NCCL world of a distributed stage's job ("<stage>/<job>"), beyond the job's start;
     # a job not named costs gloo_world_s a world
     nccl_world_s: dict
-    parallel: int  # jobs at once (snakemake --cores): the wall is the sum over this
     # a job's time as the run now runs it over the time the constants were fitted to (the CPU
     # constants: two jobs at once on the two cores; the runs since: each measuring job alone)
     alone: float = 1.0
@@ -122,7 +121,6 @@ H100 = Device(
         "fsdp/runs": 190.0,
         "allreduce/nccl": 12.0,
     },  # fmt: skip
-    parallel=1,
 )
 # the 2-core development machine (CI's size), `snakemake --cores 2`: calibrated on the cpu
 # preset's run of 34787cd (docs/measurements/budget-cpu-34787cd/: a fresh clone, 3 min 2 s, on
@@ -170,7 +168,6 @@ CPU2 = Device(
     # gloo worlds of 2 host processes: allreduce 15 s, ddp 12-16 s, fsdp 20 s, leaderboard 14 s
     gloo_world_s=12.0,
     nccl_world_s={},
-    parallel=2,
     # each measuring job now holds both cores alone (the `timing` resource), faster than beside
     # another: the committed cpu reference's jobs (one run of e077f4b) sum to 245 s and those
     # of fa3b785 on the same host to 297 s, against 334 s the constants above estimate

@@ -62,7 +62,7 @@ def device(preset: str, gpus: int | None = None, memory_gib: float | None = None
         dev = replace(dev, memory_gib=memory_gib)
     if not gpus or dev.gpus == 0:  # no GPU seen (a plan made elsewhere): the device's own
         return dev
-    return replace(dev, gpus=gpus, parallel=max(1, gpus))
+    return replace(dev, gpus=gpus)
 
 
 def job_seconds(

@@ -17,6 +17,7 @@ from cs336_systems.budget import (
     check,
     plan,
     run_config,
+    wall_seconds,
 )
 from cs336_systems.budget.measured import calibration_markdown
 from cs336_systems.core.results import atomic_write_text
@@ -26,21 +27,17 @@ log = get_logger(__name__)
 
 
 def markdown(preset: str, jobs: list[Job], dev: Device, what: str = "") -> str:
-    total = sum(j.seconds for j in jobs) / dev.parallel
+    total = wall_seconds(jobs)
     by_stage: dict[str, float] = {}
     for j in jobs:
         by_stage[j.stage] = by_stage.get(j.stage, 0.0) + j.seconds
     lines = [
-        f"### preset `{preset}`{what} on {dev.name}: {total / 60:.1f} min estimated, "
+        f"### preset `{preset}`{what} on {dev.name}: {total / 60:.1f} min estimated (the"
+        " measuring jobs one at a time, the aggregates and plots beside them), "
         + (
             "no budget (the handout's whole grid)"
             if preset == "full"
             else f"budget {dev.budget_s / 60:.0f} min"
-        )
-        + (
-            f" ({dev.parallel} jobs at once: the sum over {dev.parallel})"
-            if dev.parallel > 1
-            else ""
         ),
         "",
         "| stage | job | estimate (s) | what it costs |",

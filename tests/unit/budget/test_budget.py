@@ -77,7 +77,7 @@ def test_the_full_grid_does_not_fit_and_the_verdict_names_the_longest_jobs():
     dev = budget.H100
     jobs = budget.plan(CONFIG, "full", dev)
     why = budget.check(jobs, dev)
-    total = sum(j.seconds for j in jobs)
+    total = budget.wall_seconds(jobs)
     assert why.startswith(f"estimated {total / 60:.1f} min, above the budget of 27 min")
     longest = max(jobs, key=lambda j: j.seconds)
     assert f"{longest.stage} {longest.job} {longest.seconds:.0f} s" in why
