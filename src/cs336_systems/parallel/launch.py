@@ -305,8 +305,10 @@ class Processes:
 
     def wait(self, timeout_s: float) -> tuple[str, int | None]:
         """("", 0) once every process ended well; else the status and exit code of the first to
-        fail (the others ended then, as torchrun's agent would) or of the timeout."""
+        fail (the others ended then, as torchrun's agent would) or of the timeout. Stopped
+        meanwhile (an exception, or a SIGTERM: Snakemake ending the job), it ends them first."""
         deadline = time.monotonic() + timeout_s
+        restore = _sigterm_raises()
         try:
             while True:
                 codes = [p.poll() for p in self.procs]
@@ -324,6 +326,8 @@ class Processes:
         except BaseException:
             self.end()
             raise
+        finally:
+            restore()
 
     def end(self, grace_s: float = 10.0) -> None:
         """SIGTERM the process group, SIGKILL it if some linger; then read what they wrote."""
@@ -348,6 +352,20 @@ class Processes:
     def _join(self) -> None:
         for reader in self._readers:
             reader.join(timeout=10)
+
+
+def _sigterm_raises() -> Callable[[], Any]:
+    """Make a SIGTERM raise SystemExit in this process, so that a launch it stops ends its
+    ranks rather than leave them on the cards; returns what puts the handler back (nothing to
+    do off the main thread, where no handler can be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def stop(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    return lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def launch(

@@ -165,6 +165,40 @@ def test_launcher_ends_the_ranks_when_one_fails(tmp_path):
     assert "rank 0 waits for rank 1" in result.log_tail
 
 
+PID_WORKER = """
+import os, pathlib, sys, time
+pathlib.Path(sys.argv[1], os.environ["RANK"]).write_text(str(os.getpid()))
+time.sleep(600)
+"""
+LAUNCHER = """
+import sys
+from cs336_systems.parallel import launch
+launch.launch("pid_worker", [sys.argv[1]], launch.Topology(2), timeout_s=600)
+"""
+
+
+def test_a_stopped_launch_ends_its_ranks(tmp_path):
+    """Snakemake ends a job with SIGTERM: the launching process ends its ranks before it exits,
+    rather than leave them running on the job's cards."""
+    import signal
+    import subprocess
+    import time
+
+    (tmp_path / "pid_worker.py").write_text(PID_WORKER)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), SRC])}
+    parent = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(tmp_path)], env=env)
+    pids = [tmp_path / "0", tmp_path / "1"]
+    deadline = time.monotonic() + 60
+    while not all(p.exists() and p.read_text() for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    ranks = [int(p.read_text()) for p in pids]
+    parent.send_signal(signal.SIGTERM)
+    assert parent.wait(timeout=30) == 128 + signal.SIGTERM
+    for pid in ranks:  # ended (and reaped by the launcher): no such process any more
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
 def test_crash_reason_from_worker_output():
     lines = [
         "[rank1]: Traceback (most recent call last):",
