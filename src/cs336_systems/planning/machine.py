@@ -210,8 +210,8 @@ def start_torch_cuda(python: str = sys.executable) -> Callable[[], dict]:
         proc = subprocess.Popen(
             [python, "-c", TORCH_PROBE], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
-    except OSError:
-        return dict
+    except OSError:  # no interpreter to ask: the answer is torch's absence
+        return lambda: {}
 
     def answer() -> dict:
         try:
