@@ -135,13 +135,13 @@ time.sleep(600)
 def test_launcher_turns_a_hang_into_a_status(tmp_path):
     (tmp_path / "hang_worker.py").write_text(HANG_WORKER)
     env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), SRC])}
-    result = launch.launch("hang_worker", [], launch.Topology(2), timeout_s=10, extra_env=env)
-    assert result.status == "error: timeout after 10 s"
-    assert result.elapsed_s < 40
+    result = launch.launch("hang_worker", [], launch.Topology(2), timeout_s=2, extra_env=env)
+    assert result.status == "error: timeout after 2 s"
+    assert result.elapsed_s < 30
     assert result.rows == []
     planned = [{"size_mb": 1.0}]
     assert launch.fill_missing(planned, result.rows, ["size_mb"], result.status) == [
-        {"size_mb": 1.0, "status": "error: timeout after 10 s"}
+        {"size_mb": 1.0, "status": "error: timeout after 2 s"}
     ]
 
 
