@@ -142,10 +142,8 @@ def _verdict(
     status = "answered" if len(have) == len(evidence) else ("partly" if have else "not")
     why, how = "", ""
     suspect = (
-        f"{n_suspect} of its measured row{'s' if n_suspect > 1 else ''} ran but failed a sanity "
-        "check and {} left out (the section's Suspect numbers)".format(
-            "are" if n_suspect > 1 else "is"
-        )
+        f"{n_suspect} of its measured rows ran but failed a sanity check and"
+        f" {'are' if n_suspect > 1 else 'is'} left out (the section's Suspect numbers)"
         if n_suspect
         else ""
     )

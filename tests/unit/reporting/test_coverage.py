@@ -119,7 +119,16 @@ def test_coverage_verdicts():
         )
     ).loc["naive_ddp_benchmarking"]  # fmt: skip
     assert flagged["status"] == "not" and "needs 2 GPUs" not in flagged["why"]
-    assert "2 of its measured rows ran but failed a sanity check" in flagged["why"]
+    assert "2 of its measured rows ran but failed a sanity check and are left out" in flagged["why"]
+    one_flagged = _by_part(
+        coverage.coverage_table(
+            "2025", declared, {**contexts, "ddp": {"available": True}},
+            coverage.Machine(0, "cpu"), {"ddp": 1},
+        )
+    ).loc["naive_ddp_benchmarking"]  # fmt: skip
+    assert (
+        "1 of its measured rows ran but failed a sanity check and is left out" in one_flagged["why"]
+    )
     gpu = _by_part(coverage.coverage_table("2025", declared, contexts, coverage.Machine(2, "x2")))
     assert gpu.loc["ours.mfu", "status"] == "answered"
     assert gpu.loc["naive_ddp_benchmarking", "status"] == "answered"
