@@ -441,6 +441,20 @@ PROTOCOL_WORDS = {
     "fwd_steps": "forward passes",
     "bwd_steps": "backward passes",
 }
+PROTOCOL_WORD = {  # of one
+    "warmup_steps": "warm-up step",
+    "measure_steps": "measured step",
+    "fwd_steps": "forward pass",
+    "bwd_steps": "backward pass",
+}
+
+
+def _counted(vals: list[int], key: str) -> str:
+    """`vals` of `key` in words: "1 warm-up step", "1/3 warm-up steps"."""
+    words = PROTOCOL_WORD[key] if vals == [1] else PROTOCOL_WORDS[key]
+    return f"{'/'.join(map(str, vals))} {words}"
+
+
 # why a preset departs from the protocol, when it does
 PROTOCOL_WHY = {
     "cpu": "the `cpu` preset is sized to run the whole study in minutes on two CPU cores "
@@ -459,11 +473,10 @@ def protocol_note(used: dict[str, dict[str, list[int]]], preset: str) -> str:
             vals = sorted(used[stage].get(key, []))
             if not vals:
                 continue
-            words = f"{PROTOCOL_WORDS[key]} ({stage})"
             if vals == [want]:
-                same.append(f"{want} {words}")
+                same.append(f"{_counted(vals, key)} ({stage})")
             else:
-                off.append(f"{'/'.join(map(str, vals))} {words} where the handout asks {want}")
+                off.append(f"{_counted(vals, key)} ({stage}) where the handout asks {want}")
     if not same and not off:
         return ""
     if not off:
@@ -483,7 +496,7 @@ def protocol_deviations(used: dict[str, dict[str, list[int]]]) -> dict[str, str]
         if stage not in used:
             continue
         off = [
-            f"{'/'.join(map(str, sorted(vals)))} {PROTOCOL_WORDS[key]} where the handout asks {want}"
+            f"{_counted(sorted(vals), key)} where the handout asks {want}"
             for key, want in keys.items()
             if (vals := used[stage].get(key)) and sorted(vals) != [want]
         ]

@@ -271,7 +271,7 @@ def test_a_departed_protocol_or_another_model_answers_only_partly():
     t = _by_part(coverage.coverage_table("2026", declared, contexts, gpu, facts=facts))
     bench = t.loc["benchmarking_script.b"]
     assert bench["status"] == "partly"
-    assert "1 warm-up steps where the handout asks 5; 3 measured steps where" in bench["why"]
+    assert "1 warm-up step where the handout asks 5; 3 measured steps where" in bench["why"]
     assert t.loc["pytorch_attention.a", "status"] == "answered"  # its protocol kept
     mem = t.loc["memory_profiling.b"]
     assert (

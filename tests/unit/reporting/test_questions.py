@@ -63,10 +63,16 @@ def test_the_protocol_note():
     cpu = {"benchmark": {"warmup_steps": [1], "measure_steps": [3]},
            "attention": {"fwd_steps": [5], "bwd_steps": [5]}}  # fmt: skip
     note = questions.protocol_note(cpu, "cpu")
-    assert "1 warm-up steps (benchmark) where the handout asks 5" in note
+    assert "1 warm-up step (benchmark) where the handout asks 5" in note
+    assert "3 measured steps (benchmark) where the handout asks 10" in note
     assert "5 forward passes (attention) where the handout asks 100" in note
     assert "Why: the `cpu` preset is sized to run the whole study in minutes" in note
     assert questions.protocol_note({}, "gpu") == ""
+    mixed = {"benchmark": {"warmup_steps": [1, 3], "measure_steps": [1]}}
+    assert questions.protocol_deviations(mixed) == {
+        "benchmark": "1/3 warm-up steps where the handout asks 5; 1 measured step where the"
+        " handout asks 10"
+    }
 
 
 # -------------------------------------------------------- nothing points at a file it lacks
