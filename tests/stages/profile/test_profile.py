@@ -591,7 +591,10 @@ def test_q5_sets_the_profiled_forward_beside_q1_and_explains_the_gap():
     assert list(h.set_index("size")["host_bound"].loc[["small", "xl", "large"]]) == [
         "yes", "no", "untested"]  # fmt: skip
     text = answers.q1_sentence(h, "kernel")
-    assert "within ±10% at 2. Apart: `small` at 512" in text
+    assert "within ±10% at 2 of 3. Apart: `small` at 512" in text
+    # one point: within or outside, not "at 0"
+    one = answers.q1_sentence(h[h["size"] == "small"], "kernel")
+    assert "takes 1.61× it, outside ±10%. Apart: `small` at 512" in one
     assert (
         "`small` at 512: 31.86 ms profiled against Q1's 19.80 ms (1.61×): its kernels take "
         "17.13 ms, which fit in Q1's step, so the 12.06 ms more is host time" in text

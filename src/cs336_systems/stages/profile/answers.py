@@ -152,7 +152,11 @@ def q1_sentence(h: pd.DataFrame, kernel_word: str) -> str:
         f"Against Q1's harness time of the same point ({len(hh)} of the {len(h)} profiled "
         f"forwards), the profiled forward takes {r.median():.2f}× it"
         + (f" (median; {r.min():.2f}–{r.max():.2f}×)" if len(r) > 1 else "")
-        + f", within ±{MATCH:.0%} at {int(close.sum())}"
+        + (
+            f", within ±{MATCH:.0%} at {int(close.sum())} of {len(r)}"
+            if len(r) > 1
+            else f", {'within' if close.all() else 'outside'} ±{MATCH:.0%}"
+        )
     )
     # beyond ±MATCH, or whose kernels alone outlast Q1's whole step (a check at every point)
     off = hh[~close | (hh["kernel_ms"] > hh["q1_ms"] * (1 + MATCH))]
