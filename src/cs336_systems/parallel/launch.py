@@ -394,7 +394,8 @@ def launch(
         except (RuntimeError, OSError, subprocess.SubprocessError) as exc:  # e.g. no allocation
             log.error("cannot start: %s", exc)
             return LaunchResult(f"error: {exc}"[:160].replace(",", ";"), None, 0.0)
-        ranks = f"{len(commands)} ranks: " if topology.mode == "local" else ""
+        n = len(commands)
+        ranks = f"{n} rank{'s' if n > 1 else ''}: " if topology.mode == "local" else ""
         log.info("%s%s", ranks, shlex.join(commands[0][0]))
         start = time.perf_counter()  # (core/harness.py's Stopwatch would import torch here)
         procs = Processes(commands, worker_env(topology, extra_env), tail_lines)
