@@ -127,29 +127,33 @@ def fake_machine(folder: Path, n_gpus: int, record: Path, seconds: float) -> dic
     return env
 
 
+# the gpu preset's GPU jobs of ceilings, benchmark and attention: ceilings, 7 benchmark points,
+# a warm-up sweep, 2 attention jobs
+ALL_THREE = ("ceilings,benchmark,attention", ("benchmark", "benchmark_warmup", "attention"), 11)
+
+
 def run_on_fake_gpus(
-    tmp_path: Path, n_gpus: int, seconds: float, extra: tuple[str, ...] = ()
+    tmp_path: Path, n_gpus: int, seconds: float, extra: tuple[str, ...] = (), which=ALL_THREE
 ) -> list[dict]:
-    """Every GPU job of the gpu preset's ceilings, benchmark and attention stages, run under
+    """Every GPU job of `which` (stages, the rules to run until, how many jobs), run under
     `--cores 8` on a fake `n_gpus`-GPU machine: [{stage, gpus, start, end}]. Snakemake's `gpu`
     resource (the default profile's count) keeps the GPU jobs at the GPUs: no job had to wait
     for a card."""
+    stages, until, n_jobs = which
     work = copy_workflow(tmp_path / "wf")
     record = tmp_path / "gpu_jobs.jsonl"
     env = fake_machine(tmp_path / "bin", n_gpus, record, seconds)
     env["PYTHONPATH"] = f"{work / 'src'}{os.pathsep}{env['PYTHONPATH']}"
     proc = snakemake(
-        work, "--cores", "8", "--config", "stages=[ceilings,benchmark,attention]",
-        "--until", "benchmark", "benchmark_warmup", "attention", *extra,
+        work, "--cores", "8", "--config", f"stages=[{stages}]", "--until", *until, *extra,
         env=env, timeout=600,
     )  # fmt: skip
     provided = next(ln for ln in proc.stderr.splitlines() if ln.startswith("Provided resources"))
     assert f'gpu=Resource("gpu", {n_gpus})' in provided, provided
     jobs = [json.loads(line) for line in record.read_text().splitlines()]
-    # the gpu preset: ceilings, 7 benchmark points, a warm-up sweep, 2 attention jobs
-    assert len(jobs) == 11, jobs
+    assert len(jobs) == n_jobs, jobs
     logs = [p.read_text() for p in (work / "results").rglob("logs/**/*.log")]
-    assert len(logs) == 11 and not [text for text in logs if "free GPU(s) of" in text]
+    assert len(logs) == n_jobs and not [text for text in logs if "free GPU(s) of" in text]
     return jobs
 
 
@@ -168,7 +172,8 @@ def most_at_once(jobs: list[dict]) -> list[dict]:
 
 @pytest.mark.slow
 def test_one_gpu_runs_one_measurement_at_a_time(tmp_path):
-    jobs = run_on_fake_gpus(tmp_path, 1, seconds=0.5)  # jobs let run together would overlap
+    # the two attention jobs, ready together: let run together, they would overlap
+    jobs = run_on_fake_gpus(tmp_path, 1, seconds=0.5, which=("attention", ["attention"], 2))
     assert {j["gpus"] for j in jobs} == {"0"}
     together = [(a["stage"], b["stage"]) for a, b in combinations(jobs, 2) if overlap(a, b)]
     assert not together, f"GPU jobs ran together on one GPU: {together}"
