@@ -112,23 +112,16 @@ def test_coverage_verdicts():
     assert one["why"] == "needs 2 GPUs (this machine has 1); stage `ddp` has no data for `q23`"
     assert "one host with 2 GPUs" in one["what answers it"]
     # ... unless its rows ran and were flagged: then the flag is the reason, not the machine
-    flagged = _by_part(
-        coverage.coverage_table(
-            "2025", declared, {**contexts, "ddp": {"available": True}},
-            coverage.Machine(0, "cpu"), {"ddp": 2},
-        )
-    ).loc["naive_ddp_benchmarking"]  # fmt: skip
-    assert flagged["status"] == "not" and "needs 2 GPUs" not in flagged["why"]
-    assert "2 of its measured rows ran but failed a sanity check and are left out" in flagged["why"]
-    one_flagged = _by_part(
-        coverage.coverage_table(
-            "2025", declared, {**contexts, "ddp": {"available": True}},
-            coverage.Machine(0, "cpu"), {"ddp": 1},
-        )
-    ).loc["naive_ddp_benchmarking"]  # fmt: skip
-    assert (
-        "1 of its measured rows ran but failed a sanity check and is left out" in one_flagged["why"]
-    )
+    for n, verb in ((2, "are"), (1, "is")):
+        flagged = _by_part(
+            coverage.coverage_table(
+                "2025", declared, {**contexts, "ddp": {"available": True}},
+                coverage.Machine(0, "cpu"), {"ddp": n},
+            )
+        ).loc["naive_ddp_benchmarking"]  # fmt: skip
+        assert flagged["status"] == "not" and "needs 2 GPUs" not in flagged["why"]
+        said = f"{n} of its measured rows ran but failed a sanity check and {verb} left out"
+        assert said in flagged["why"]
     gpu = _by_part(coverage.coverage_table("2025", declared, contexts, coverage.Machine(2, "x2")))
     assert gpu.loc["ours.mfu", "status"] == "answered"
     assert gpu.loc["naive_ddp_benchmarking", "status"] == "answered"
