@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from cs336_systems.core.device import available_cores, gpu_count
+from cs336_systems.core.harness import Stopwatch
 from cs336_systems.planning.cores import CPU_SET_ENV, rank_share, usable_cores
 from cs336_systems.planning.knobs import Knobs, add_block_argument, add_run_arguments, block_text
 from cs336_systems.planning.log import get_logger, set_rank
@@ -397,11 +398,11 @@ def launch(
         n = len(commands)
         ranks = f"{n} rank{'s' if n > 1 else ''}: " if topology.mode == "local" else ""
         log.info("%s%s", ranks, shlex.join(commands[0][0]))
-        start = time.perf_counter()  # (core/harness.py's Stopwatch would import torch here)
+        watch = Stopwatch()
         procs = Processes(commands, worker_env(topology, extra_env), tail_lines)
         status, returncode = procs.wait(timeout_s)
         status = status or "ok"
-        elapsed = time.perf_counter() - start
+        elapsed = watch.stop()
         rows = read_rows(result_path)
     log.log(
         logging.INFO if status == "ok" else logging.WARNING,
