@@ -57,6 +57,22 @@ def test_feasibility(monkeypatch):
     assert launch.feasibility("nccl", 4) == "skipped: needs 4 GPUs, found 2"
 
 
+def test_skipped_nccl_rows_keep_the_hosts_cores(monkeypatch):
+    """NCCL rows record the host's cores as gloo rows do (they once left the column empty)."""
+    import cs336_systems.core.device as device
+
+    monkeypatch.setattr(launch, "gpu_count", lambda: 0)
+    monkeypatch.setattr(device, "available_cores", lambda: 3)
+    knobs = block("allreduce", world_sizes=[2], sizes_mb={"gloo": [1], "nccl": [1, 10]})
+    args = ar.parse_args(
+        ["--backend", "nccl", "--machine", "m", "--preset", "cpu", *knobs, "--out", "unused.csv"]
+    )
+    rows = ar.run_world_size(args, 2)
+    assert [r["status"] for r in rows] == ["skipped: needs 2 GPUs, found 0"] * 2
+    assert [r["cpu_cores"] for r in rows] == [3, 3]
+    assert all("--backend=nccl" in r["command"] for r in rows)
+
+
 def test_commands_and_environment(monkeypatch):
     local = launch.launch_commands("m", ["--x"], launch.Topology(3), Path("/t"))
     assert [cmd for cmd, _ in local] == [[sys.executable, "-m", "m", "--x"]] * 3

@@ -309,7 +309,7 @@ def run_world_size(args: argparse.Namespace, world_size: int) -> list[dict]:
                 "nnodes": nnodes,
                 "bytes": message_numel(row["size_mb"]) * 4,
                 "env": env_text,
-                "cpu_cores": available_cores() if backend == "gloo" else None,
+                "cpu_cores": available_cores(),
                 "oversubscribed": oversubscribed(backend, world_size, nnodes),
                 "command": command,
             }
