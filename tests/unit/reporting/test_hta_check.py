@@ -91,3 +91,18 @@ def test_the_result_is_kept_and_read_back_until_a_row_or_a_trace_changes(tmp_pat
     # a cache that cannot be read is computed again, not trusted
     cache_path(raw).write_text("{not json")
     assert cross_check(raw, _row(prof_overlap_share=0.9)) == again and len(computed) == 3
+
+
+def test_the_kept_result_depends_on_every_number_the_table_shows(tmp_path):
+    """Each of ours that the table sets beside HTA's changes the cache's key, those the
+    compute measure derives included; a column the table does not read leaves it."""
+    raw = tmp_path / "raw"
+    _run(raw)
+    base = hta_check._key(raw, _row())
+    shown = {m: hta_check.ours(_row().iloc[0], m) for m, _, _ in hta_check.MEASURES}
+    for column in _row().columns.drop(["variant", "trace"]):
+        changed = _row(**{column: 7.0})
+        assert hta_check._key(raw, changed) != base, column
+        moved = {m: hta_check.ours(changed.iloc[0], m) for m in shown}
+        assert moved != shown, column  # the table reads it
+    assert hta_check._key(raw, _row(variant="naive")) == base
