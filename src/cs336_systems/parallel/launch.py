@@ -472,7 +472,7 @@ def init_worker(backend: str, timeout_s: float = 600.0) -> WorkerContext:
     import torch.distributed as dist
 
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    pin_rank(local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    pin_rank(local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", "1")), backend)
     where: dict[str, Any] = {"timeout": timedelta(seconds=timeout_s)}
     if RENDEZVOUS_FILE_ENV in os.environ:  # a local launch: the ranks meet at a file
         where["init_method"] = Path(os.environ[RENDEZVOUS_FILE_ENV]).as_uri()
@@ -488,12 +488,15 @@ def init_worker(backend: str, timeout_s: float = 600.0) -> WorkerContext:
     return WorkerContext(dist.get_rank(), dist.get_world_size(), local_rank, backend, device)
 
 
-def pin_rank(local_rank: int, local_world: int) -> None:
-    """Give this rank its slice of the job's cores (where the job has a share of its own,
-    `CS336_CPU_SET`), so that the ranks do not contend for them."""
+def pin_rank(local_rank: int, local_world: int, backend: str) -> None:
+    """Give this rank its slice of the job's cores, so that the ranks do not contend for them:
+    gloo ranks always (their compute and their collectives run on the cores; unpinned, a DDP
+    step of two ranks on two cores varied tenfold), NCCL ranks where the job has a share
+    of its own (`CS336_CPU_SET`: its cards' NUMA-local cores; an even slice of all the host's
+    cores could put a rank far from its card)."""
     import torch
 
-    if CPU_SET_ENV not in os.environ or local_world < 2:
+    if local_world < 2 or (backend != "gloo" and CPU_SET_ENV not in os.environ):
         return
     share = rank_share(usable_cores(), local_rank, local_world)
     os.sched_setaffinity(0, share)

@@ -181,6 +181,54 @@ def test_launcher_ends_the_ranks_when_one_fails(tmp_path):
     assert "rank 0 waits for rank 1" in result.log_tail
 
 
+PIN_WORKER = """
+import os, pathlib, sys
+import torch
+from cs336_systems.parallel import launch
+ctx = launch.init_worker(sys.argv[1], timeout_s=60)
+cores = ",".join(map(str, sorted(os.sched_getaffinity(0))))
+pathlib.Path(sys.argv[2], str(ctx.rank)).write_text(f"{cores} {torch.get_num_threads()}")
+"""
+
+
+@pytest.mark.slow
+def test_gloo_ranks_get_cores_of_their_own(tmp_path):
+    """Each gloo rank of a local launch runs on its own slice of the job's cores, its thread
+    pool sized to it (unpinned, two ranks on two cores took turns and stalled)."""
+    (tmp_path / "pin_worker.py").write_text(PIN_WORKER)
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), SRC])}
+    result = launch.launch(
+        "pin_worker", ["gloo", str(tmp_path)], launch.Topology(2), timeout_s=120, extra_env=env
+    )
+    assert result.status == "ok", result.log_tail
+    seen = {r: (tmp_path / str(r)).read_text().split() for r in (0, 1)}
+    job = sorted(os.sched_getaffinity(0))
+    shares = [[int(c) for c in seen[r][0].split(",")] for r in (0, 1)]
+    if len(job) >= 2:
+        per = len(job) // 2
+        assert shares == [job[:per], job[per : 2 * per]]
+        assert [int(seen[r][1]) for r in (0, 1)] == [per, per]
+    else:
+        assert shares == [job, job]
+
+
+def test_nccl_ranks_stay_unpinned_without_a_share(monkeypatch):
+    """Without the claim's share (its cards' NUMA-local cores) an NCCL rank keeps the job's
+    cores: an even slice of the host's could lie far from its card."""
+    pinned = []
+    monkeypatch.delenv(launch.CPU_SET_ENV, raising=False)
+    monkeypatch.setattr(launch.os, "sched_setaffinity", lambda pid, cores: pinned.append(cores))
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)
+    monkeypatch.setattr(launch, "usable_cores", lambda: [0, 1, 2, 3])
+    launch.pin_rank(1, 2, "nccl")
+    launch.pin_rank(0, 1, "gloo")  # a single rank keeps every core
+    assert pinned == []
+    monkeypatch.setenv(launch.CPU_SET_ENV, "0-3")
+    launch.pin_rank(1, 2, "nccl")
+    launch.pin_rank(1, 2, "gloo")
+    assert pinned == [[2, 3], [2, 3]]
+
+
 PID_WORKER = """
 import os, pathlib, sys, time
 pathlib.Path(sys.argv[1], os.environ["RANK"]).write_text(str(os.getpid()))
