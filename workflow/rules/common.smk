@@ -109,9 +109,9 @@ _CORES = len(host_cores.usable_cores())
 _SLOTS = host_cores.gpu_slots(len(GPU_POOL), _CORES)
 if "timing" not in workflow.global_resources:
     workflow.register_resource("timing", 1)
-# `quiet`: a job timed on the CPU on a GPU host holds all of it, a light local job (aggregate,
-# plot) one unit: the light jobs run beside each other and beside the GPU jobs, never beside a
-# job timed on the CPU (isolate_measuring_jobs below)
+# `quiet`: a job timed on the CPU holds all of it, a light local job (aggregate, plot) one
+# unit: the light jobs run beside each other and beside the GPU jobs, never beside a job timed
+# on the CPU, with or without GPUs on the host (isolate_measuring_jobs below)
 QUIET = 1000
 if "quiet" not in workflow.global_resources:
     workflow.register_resource(
@@ -315,8 +315,9 @@ print(
 # so that the longest and widest jobs do not come last. On a host with GPUs the light local
 # jobs (aggregates, plots: seconds each) take no core (the GPU jobs' cards count as
 # `card_cores`, so Snakemake's own cores are never all taken), so a stage's figures are drawn
-# when it ends, not after the last measurement; they take one unit of `quiet`, which a job
-# timed on the CPU holds whole, so none runs beside such a job, and they run beside each other.
+# when it ends, not after the last measurement. On any host they take one unit of `quiet`,
+# which a job timed on the CPU holds whole, so none runs beside such a job, and they run beside
+# each other.
 
 
 def _per_job(resource):
@@ -374,12 +375,13 @@ def _light_cores(cores):
 
 
 def _light_quiet(wildcards):
-    return int(_light_beside())
+    return int(not workflow.non_local_exec)
 
 
 def _quiet(gpu):
-    """All of `quiet` for a job timed on the CPU on a GPU host, none otherwise."""
-    return lambda wildcards: QUIET * int(_light_beside() and gpu(wildcards) == 0)
+    """All of `quiet` for a job timed on the CPU (jobs run here), none otherwise: under
+    `--cores 2` on two cores a plot beside a CPU-timed job slowed its steps by up to 2x."""
+    return lambda wildcards: QUIET * int(not workflow.non_local_exec and gpu(wildcards) == 0)
 
 
 def _gates(rule, measuring):

@@ -266,14 +266,16 @@ def test_jobs_timed_on_the_cpu_never_run_beside_another(tmp_path):
     assert together == {(): False, ("--resources", "timing=2", "--forceall"): True}, together
 
 
-def test_light_jobs_share_quiet_and_a_gloo_job_holds_it_whole(tmp_path):
-    """On a 2-GPU host the dry run gives each aggregate and plot one unit of `quiet` (they run
-    beside each other and the GPU jobs) and no `timing`; the gloo all-reduce, timed on the CPU,
-    holds `timing` and all of `quiet`; an NCCL job neither."""
+@pytest.mark.parametrize("gpus", [2, 0])
+def test_light_jobs_share_quiet_and_a_gloo_job_holds_it_whole(tmp_path, gpus):
+    """On a 2-GPU host and on one without GPUs the dry run gives each aggregate and plot one
+    unit of `quiet` (they run beside each other and the GPU jobs) and no `timing`; the gloo
+    all-reduce, timed on the CPU, holds `timing` and all of `quiet`; an NCCL job neither (on
+    the CPU host it is a status row, and measures nothing)."""
     from cs336_systems.budget.forecast import dry_run_jobs
 
     work = copy_workflow(tmp_path / "wf")
-    env = fake_machine(tmp_path / "bin", 2, tmp_path / "unused.jsonl", 0)
+    env = fake_machine(tmp_path / "bin", gpus, tmp_path / "unused.jsonl", 0)
     proc = snakemake(
         work, "-n", "--cores", "2", "--config", "preset=gpu", "edition=2025",
         "stages=[allreduce]", "-p", "--", "allreduce_plots", env=env, timeout=300,
@@ -289,10 +291,12 @@ def test_light_jobs_share_quiet_and_a_gloo_job_holds_it_whole(tmp_path):
         assert resources[light]["quiet"] == "1" and resources[light].get("timing", "0") == "0"
         assert jobs[(light, "")]["light"] and not jobs[(light, "")]["alone"]
     gloo, nccl = jobs[("allreduce", "gloo")], jobs[("allreduce", "nccl")]
-    assert gloo["alone"] and not gloo["light"] and not nccl["alone"] and not nccl["light"]
+    assert gloo["alone"] and not gloo["light"] and not nccl["light"]
+    assert nccl["alone"] == (gpus == 0)
     blocks = dict(re.findall(r"wildcards: backend=(\w+)\n(?:    .*\n)*?    resources: (.*)", text))
     assert "quiet=1000" in blocks["gloo"] and "timing=1" in blocks["gloo"], blocks
-    assert "quiet=0" in blocks["nccl"] and "timing=0" in blocks["nccl"], blocks
+    if gpus:
+        assert "quiet=0" in blocks["nccl"] and "timing=0" in blocks["nccl"], blocks
 
 
 def test_a_plot_ready_while_every_core_holds_a_card_starts_at_once(tmp_path):
