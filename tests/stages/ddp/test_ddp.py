@@ -824,9 +824,16 @@ def test_flat_equal_to_naive_is_explained_from_calls_bytes_and_the_fit():
     assert f"(n − 1)·o = {saved:.2f} ms, against a bandwidth term s/w = {band:.2f} ms" in text
     assert "naive communicates 0.020 ms longer (std up to 0.50 ms)" in text
     assert "of the predicted saving does not show" in text  # 8 ms predicted, 0.02 ms seen
-    # a fit saved costs within the noise: bound by bytes
+    # a fit whose saved calls cost a tenth of the bytes' time or less: bound by bytes
     small = {**fit, "o": 1e-6}
     assert "bound by its bytes, not its calls" in answers.flat_vs_naive(naive, flat, small)
+    # calls that would dominate, their saving within the steps' std: no verdict either way
+    noisy = naive.copy()
+    noisy["comm_ms_std"] = 2 * saved
+    unclear = answers.flat_vs_naive(noisy, flat, fit)
+    assert "bound by its bytes" not in unclear and "does not show" not in unclear
+    assert "these steps cannot tell flat from naive" in unclear
+    assert f"refute the {100 * saved / (saved + band):.1f}% the per-call costs take" in unclear
     flagged = answers.flat_vs_naive(naive, flat, {**fit, "problem": "a poor fit"})
     assert "Flagged: the per-call and bandwidth terms cannot be told apart" in flagged
     assert flagged.endswith("(its fit is rejected: a poor fit).")

@@ -174,10 +174,16 @@ def flat_vs_naive(naive: pd.Series, flat: pd.Series, fit: dict | None) -> str:
         f"{'naive' if gap >= 0 else 'flat'} communicates {fmt(abs(gap))} ms longer (std up to "
         f"{fmt(noise)} ms)."
     )
-    if saved_ms <= max(noise, 0.1 * band_ms):
+    if saved_ms <= 0.1 * band_ms:
         return text + (
-            " The communication is bound by its bytes, not its calls: what flat saves is within "
-            "the noise, so flat equals naive."
+            " The communication is bound by its bytes, not its calls: what flat saves is a "
+            "tenth of the bandwidth term or less, so flat equals naive."
+        )
+    if saved_ms <= noise:
+        return text + (
+            f" The predicted saving is within the runs' std: these steps cannot tell flat from "
+            f"naive, and cannot confirm or refute the {pct(saved_ms / (saved_ms + band_ms))} "
+            "the per-call costs take of naive's; more measured steps would."
         )
     if gap < saved_ms - noise:
         return text + (
