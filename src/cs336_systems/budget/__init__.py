@@ -36,10 +36,12 @@ DEVICES = {"gpu": H100, "full": H100, "cpu": CPU2}
 # jobs in the 42 s between 21.2 min of wall time and 20.5 with a logged job running)
 LOCAL_JOB_S = 1.5
 # what a run spends outside its measuring jobs, which run one at a time on one card or on the
-# host's cores (the `timing` resource), the aggregates and plots beside them: its start, and
-# the last stage's aggregate and plots and the report after the last measurement (the cpu
-# reference of dc69578: 277 s of Snakemake, its measuring jobs 266 s from first start to last
-# end; replayed on the four-H200 run of 5f1ec1e: 8 s before the first job, 12 s after the last)
+# host's cores (the `timing` resource; the aggregates and plots beside a GPU job, between the
+# jobs timed on the CPU): its start, and the last stage's aggregate and plots and the report
+# after the last measurement (the cpu reference of dc69578: 277 s of Snakemake, its measuring
+# jobs 266 s from first start to last end; that of e32e8b7, the light jobs between the
+# measuring ones: 231 s and 214 s of jobs; replayed on the four-H200 run of 5f1ec1e: 8 s before
+# the first job, 12 s after the last)
 OUTSIDE_S = 12.0
 # the stages whose grids or problems differ between the editions: a 2025 run is these under its
 # own machine tag (README, "Presets and configuration"); the others answer both editions alike

@@ -11,6 +11,7 @@ from pathlib import Path
 from cs336_systems.budget import (
     DEVICES,
     EDITION_STAGES,
+    OUTSIDE_S,
     ROOT,
     Device,
     Job,
@@ -33,7 +34,8 @@ def markdown(preset: str, jobs: list[Job], dev: Device, what: str = "") -> str:
         by_stage[j.stage] = by_stage.get(j.stage, 0.0) + j.seconds
     lines = [
         f"### preset `{preset}`{what} on {dev.name}: {total / 60:.1f} min estimated (the"
-        " measuring jobs one at a time, the aggregates and plots beside them), "
+        f" measuring jobs one at a time, plus {OUTSIDE_S:.0f} s for the start, the last plots"
+        " and the report), "
         + (
             "no budget (the handout's whole grid)"
             if preset == "full"
