@@ -380,8 +380,12 @@ def _light_quiet(wildcards):
 
 def _quiet(gpu):
     """All of `quiet` for a job timed on the CPU (jobs run here), none otherwise: under
-    `--cores 2` on two cores a plot beside a CPU-timed job slowed its steps by up to 2x."""
-    return lambda wildcards: QUIET * int(not workflow.non_local_exec and gpu(wildcards) == 0)
+    `--cores 2` on two cores a plot beside a CPU-timed job slowed its steps up to 2x."""
+
+    def quiet(wildcards):
+        return QUIET * int(not workflow.non_local_exec and gpu(wildcards) == 0)
+
+    return quiet
 
 
 def _gates(rule, measuring):
