@@ -297,3 +297,31 @@ def test_interpreter_times_give_no_speed_up(results, tmp_path):
     ctx = flash_analysis.context(tmp_path)
     assert not ctx["interpreter"] and "300.00× slower" in " ".join(ctx["speedups"])
     assert "speedup f+b" in ctx["pairs"]["fp32"]
+
+
+def test_the_backward_to_forward_ratio_is_explained_only_where_it_shows():
+    """Twice the matmul work explains a ratio near 2; a ratio below 1.5 gets the steps' spread
+    (where a pass's std is above a fifth of its mean) or the sizes instead."""
+    from cs336_systems.stages.attention import answers
+
+    def rows(fwd, bwd, std):
+        return pd.DataFrame(
+            [
+                {"impl": "naive_eager", "status": "ok", "fwd_ms_mean": f, "bwd_ms_mean": b,
+                 "fwd_ms_std": std * f, "bwd_ms_std": std * b}
+                for f, b in zip(fwd, bwd)
+            ]
+        )  # fmt: skip
+
+    two = answers.bwd_fwd_sentence(rows([1.0, 2.0], [2.0, 4.2], 0.05))
+    assert two.startswith("Backward takes 2.05× the forward time (median over 2 eager points")
+    assert "it runs twice the matmul work" in two
+    noisy = answers.bwd_fwd_sentence(rows([0.14, 1.6], [0.14, 1.6], 0.47))
+    assert "short of the 2× that twice the matmul work" in noisy and "runs twice" not in noisy
+    assert noisy.endswith("the passes' std reaches 47% of their mean here, so these steps do "
+                          "not settle the ratio.")  # fmt: skip
+    steady = answers.bwd_fwd_sentence(rows([0.14, 1.6], [0.14, 1.6], 0.05))
+    assert steady.endswith("(a forward of at most 1.60 ms) each call's fixed costs, which both "
+                           "passes pay, weigh against the FLOPs.")  # fmt: skip
+    oom = rows([1.0], [2.0], 0.05).assign(status="oom")
+    assert answers.bwd_fwd_sentence(oom) == ""
