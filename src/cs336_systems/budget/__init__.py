@@ -87,9 +87,11 @@ def plan(config: dict, preset: str, dev: Device, only: tuple[str, ...] | None = 
     if dev.alone != 1.0:
         how = f"x{dev.alone:g}: one job at a time (devices.py `alone`)"
         jobs = [replace(j, seconds=j.seconds * dev.alone, how=f"{j.how}; {how}") for j in jobs]
+    # the light jobs wait for a job timed on the CPU (the `quiet` resource), not for a GPU job
+    where = "between" if dev.gpus == 0 else "beside"
     jobs.append(Job("(local)", "start, last plots, report", OUTSIDE_S,
                     f"the run's start and end; the other {2 * len(stages)} aggregates and plots"
-                    " run beside the measuring jobs"))  # fmt: skip
+                    f" run {where} the measuring jobs"))  # fmt: skip
     return jobs
 
 
