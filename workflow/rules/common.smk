@@ -381,11 +381,8 @@ def _light_quiet(wildcards):
 def _quiet(gpu):
     """All of `quiet` for a job timed on the CPU (jobs run here), none otherwise: under
     `--cores 2` on two cores a plot beside a CPU-timed job slowed its steps up to 2x."""
-
-    def quiet(wildcards):
-        return QUIET * int(not workflow.non_local_exec and gpu(wildcards) == 0)
-
-    return quiet
+    timing = _timing(gpu)
+    return lambda wildcards: QUIET * timing(wildcards)
 
 
 def _gates(rule, measuring):
