@@ -13,6 +13,7 @@ from __future__ import annotations
 import pandas as pd
 
 from cs336_systems.core.costs import PATH_LABEL
+from cs336_systems.core.results import text_column
 from cs336_systems.reporting import questions, sanity
 from cs336_systems.reporting.analysis import (
     faster_or_slower,
@@ -38,9 +39,11 @@ SMALL_CV = 0.05
 
 
 def _span(g: pd.DataFrame, col: str) -> str:
-    first, last = g.iloc[0], g.iloc[-1]
-    text = f"{fmt(first[col])} ms (`{first['size']}`)"
-    return text + (f" to {fmt(last[col])} ms (`{last['size']}`)" if len(g) > 1 else "")
+    """'18.58 ms (`small`) to 99.13 ms (`large`)': the shortest and the longest, whichever
+    sizes they are (a larger model can take less where a smaller one waits on the host)."""
+    low, high = g.loc[g[col].idxmin()], g.loc[g[col].idxmax()]
+    text = f"{fmt(low[col])} ms (`{low['size']}`)"
+    return text + (f" to {fmt(high[col])} ms (`{high['size']}`)" if len(g) > 1 else "")
 
 
 def pass_times(d: pd.DataFrame, every: pd.DataFrame | None = None) -> list[str]:
@@ -70,17 +73,21 @@ def pass_times(d: pd.DataFrame, every: pd.DataFrame | None = None) -> list[str]:
     return out
 
 
-def _point(r, precision: bool = True) -> str:
-    """`small` forward bf16 eager, naive attention."""
+def _point(r, precision: bool = True, context: bool = False) -> str:
+    """`small` forward bf16 eager, naive attention (`context`: `small` at 512 forward ...)."""
     prec = f" {r['precision']}" if precision else ""
-    return f"`{r['size']}` {MODE_LABEL[r['mode']]}{prec} {r['compile']}, {r['attention']} attention"
+    at = f" at {int(r['context_length'])}" if context else ""
+    return (
+        f"`{r['size']}`{at} {MODE_LABEL[r['mode']]}{prec} {r['compile']}, "
+        f"{r['attention']} attention"
+    )
 
 
 WHY_VARIES = {
     "cuda": "Where the GPU waits on the host (small models, short steps) the step time follows "
     "the host's scheduling, so it varies more.",
-    "cpu": "On a CPU the step shares the cores with the other job the pipeline runs beside it "
-    "and with the operating system, so short steps vary most.",
+    "cpu": "On a CPU the step shares its cores with the operating system's work, so short "
+    "steps vary most.",
 }
 WHY_FEW = {
     "cuda": "A step or two does not finish every one-time cost: the GPU's clocks still ramp up "
@@ -99,19 +106,31 @@ def variability(d: pd.DataFrame, n_steps: int, device: str = "cuda") -> str:
         return ""
     high = sort_sizes(pts[pts["cv"] > SMALL_CV])
     worst = pts.loc[pts["cv"].idxmax()]
+    ctx = pts["context_length"].nunique() > 1  # name the context where points differ in it
     text = (
         f"Over the {plural(len(pts), 'point')} ({n_steps} measured steps each), the std is "
         f"{pct(pts['cv'].median())} of the mean (median; at most {pct(worst['cv'])}, "
-        f"{_point(worst)}): "
+        f"{_point(worst, context=ctx)}): "
     )
     if not len(high):
         return text + f"small everywhere (below {pct(SMALL_CV)})."
-    names = ", ".join(f"{_point(r)} ({pct(r['cv'])})" for _, r in high.head(6).iterrows())
+    names = ", ".join(
+        f"{_point(r, context=ctx)} ({pct(r['cv'])})" for _, r in high.head(6).iterrows()
+    )
     return (
         text + f"small at {len(pts) - len(high)} of them, above {pct(SMALL_CV)} at "
         f"{len(high)}: {names}{', …' if len(high) > 6 else ''}. "
         + WHY_VARIES.get(device, WHY_VARIES["cpu"])
+        + _beside(high)
     )
+
+
+def _beside(high: pd.DataFrame) -> str:
+    """How many of the varying points ran beside other jobs (sanity's `measured_beside`)."""
+    if sanity.BESIDE not in high:
+        return ""
+    n = int((text_column(high[sanity.BESIDE]).str.len() > 0).sum())
+    return f" {n} of them ran beside other jobs (see Suspect numbers)." if n else ""
 
 
 PHASE_NAME = {"fwd": "forward phase", "bwd": "backward phase", "opt": "optimizer phase"}
@@ -184,19 +203,36 @@ def warmup_after(g: pd.DataFrame, device: str = "cuda") -> str:
     if "slower" in seen:
         text += WHY_FEW.get(device, WHY_FEW["cpu"]) + "."
     elif "faster" in seen:
-        text += (
-            f"The {top}-warm-up run is the slower one, which more warm-up cannot cause: it is a "
-            "slow step inside its measured window, not a one-time cost left unpaid"
-            + ("." if ref["first_measured_ms"] / ref["median_ms"] > 1.5 else
-               f" (its median, {fmt(ref['median_ms'])} ms, is what the counts share).")
-        )  # fmt: skip
+        text += _longest_slower(g, ref, top)
     else:
         reasons = WHY_FEW.get(device, WHY_FEW["cpu"]).split(": ", 1)[-1]
         text += (
-            "So on this machine one or two warm-up steps already pay the one-time costs. "
-            f"Elsewhere (a larger model, a device idle before the run) they may not: {reasons}."
+            "So on this machine one or two warm-up steps leave no one-time cost that shows "
+            "beyond the steps' spread. Elsewhere (a larger model, a device idle before the run) "
+            f"they may: {reasons}."
         )
     return text + _late_slow_step(ref, top)
+
+
+# medians within this share of each other: the counts' typical step is the same
+SAME_MEDIAN = 0.03
+
+
+def _longest_slower(g: pd.DataFrame, ref: pd.Series, top: int) -> str:
+    """Why the longest warm-up's mean is the slower one: a slow first step, a few slow steps
+    (its median what the shorter counts' medians are), or its whole window slower."""
+    head = f"The {top}-warm-up run is the slower one, which more warm-up cannot cause: "
+    slow = "it is a slow step inside its measured window, not a one-time cost left unpaid"
+    if ref["first_measured_ms"] / ref["median_ms"] > 1.5:
+        return head + slow + "."
+    others = g.loc[[k for k in (1, 2) if k in g.index], "median_ms"]
+    if ((others - ref["median_ms"]).abs() <= SAME_MEDIAN * others).all():
+        return head + slow + f" (its median, {fmt(ref['median_ms'])} ms, is what the counts share)."
+    return head + (
+        f"its whole measured window ran slower (its median {fmt(ref['median_ms'])} ms against "
+        f"{' and '.join(fmt(v) for v in others)} ms after fewer warm-up steps): that process "
+        "ran slower throughout, not a one-time cost left unpaid."
+    )
 
 
 def warmup_vs_q1(g: pd.DataFrame, q1: pd.Series | None) -> str:
