@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from cs336_systems.reporting.analysis import sig, sort_sizes
+from cs336_systems.reporting.analysis import plural, sig, sort_sizes
 from cs336_systems.stages.memory.rows import (
     MODE_LABEL,
     PARTS,
@@ -73,13 +73,17 @@ def precision_without_casts(d: pd.DataFrame) -> str:
     whole = (both["bf16"] / both["fp32"]).median()
     bare = ((both["bf16"] - both["casts"]) / both["fp32"]).median()
     share = (both["casts"] / both["bf16"]).median()
+    over = "" if len(both) == 1 else f" (medians over {plural(len(both), 'point')})"
+    contexts = both.index.get_level_values("context_length").nunique()
+    size = f"{both['casts'].iloc[0]:,.0f} MiB" + (
+        ", the same at every context" if contexts > 1 else ""
+    )
     return (
-        f"bf16 autocast saves {whole:.2f}× the fp32 activation bytes (median), but "
+        f"bf16 autocast saves {whole:.2f}× the fp32 activation bytes{over}, but "
         f"{share:.0%} of what it saves are the bf16 copies of the weights that autocast casts "
-        f"for each matmul and autograd keeps for backward ({both['casts'].iloc[0]:,.0f} MiB, "
-        f"the same at every context); without them it saves {bare:.2f}× the fp32 bytes: the "
-        "matmul inputs are halved, while the residual stream, the norms and (on CUDA) the "
-        "softmax probabilities stay fp32."
+        f"for each matmul and autograd keeps for backward ({size}); without them it saves "
+        f"{bare:.2f}× the fp32 bytes: the matmul inputs are halved, while the residual stream, "
+        "the norms and (on CUDA) the softmax probabilities stay fp32."
     )
 
 
@@ -273,7 +277,7 @@ def timeline_sentence(r: pd.Series) -> str:
             "under torch.inference_mode nothing is kept for backward: each layer's "
             f"intermediates are freed once the next has read them, so memory rises only "
             f"{rise:,.0f} MiB above that (one layer at work, the logits"
-            + (", autocast's cached bf16 weights" if r["precision"] == "bf16" else "")
+            + (", a weight's bf16 copy while its matmul runs" if r["precision"] == "bf16" else "")
             + ")"
         )
     elif r["mode"] == "forward":
@@ -550,16 +554,17 @@ def inference_precision(d: pd.DataFrame) -> str:
     near = ((extra - casts).abs() <= 0.25 * casts).to_numpy()
     if near.all():
         verdict = (
-            "the difference is within 25% of them at every context: bf16's higher inference "
-            "peak is those copies, not the activations (which autocast halves in the matmuls)"
+            "yet the difference is within 25% of those copies at every context: bf16's higher "
+            "peak looks like copies kept, which this run should check"
         )
     elif not near.any():
-        verdict = "the difference is not within 25% of them at any context: the copies alone do not explain it"
+        verdict = "the difference is not within 25% of them at any context, as no copy is kept"
     else:
-        verdict = "the difference is within 25% of them at some contexts only"
+        verdict = "yet the difference is within 25% of them at some contexts"
     return (
         "In an inference forward, bf16 autocast's peak against fp32's: "
         + "; ".join(items)
-        + f". Autocast caches a bf16 copy of every weight it casts for the whole autocast "
-        f"region, with autograd on or off ({casts:,.0f} MiB): {verdict}."
+        + f". Under torch.inference_mode autocast keeps no bf16 copy of the weights (it casts "
+        "each again where it is used; with autograd on, or under torch.no_grad, it keeps one "
+        f"of every weight, {casts:,.0f} MiB): {verdict}."
     )

@@ -349,8 +349,9 @@ SKIP_CUDA = "skipped: CUDA memory snapshots need a CUDA device"
 def inference_need(analytic: dict) -> float:
     """An upper bound of what an inference forward holds above its weights (bytes): one
     layer's intermediates (what autograd would save of it, all alive at once), the head's input
-    and norm, the logits and their log-softmax, and autocast's cached bf16 weight copies (kept
-    for the whole autocast region, with or without autograd)."""
+    and norm, the logits and their log-softmax, and, as a margin, autocast's bf16 copy of every
+    weight (which it keeps with autograd on; under inference_mode it casts each again where it
+    is used, so the bound is loose by them)."""
     return (
         analytic["per_layer"]
         + analytic["final_norm_and_head"]
