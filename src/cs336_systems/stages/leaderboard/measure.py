@@ -262,7 +262,7 @@ def measure(variant: str, dims: dict, layers: int, args, ctx, changes=None, prof
     import torch
 
     from cs336_systems.core.costs import train_step_flops
-    from cs336_systems.core.harness import Stopwatch, time_steps
+    from cs336_systems.core.harness import Stopwatch, summarize, time_steps
     from cs336_systems.engine.leaderboard_rules import benchmark_seconds, fits_budget
     from cs336_systems.parallel.launch import every_rank, slowest_rank
 
@@ -275,7 +275,8 @@ def measure(variant: str, dims: dict, layers: int, args, ctx, changes=None, prof
     _, times = time_steps(step, 0, k.measure_steps, ctx.device)
     times = slowest_rank(times, ctx)
     setup_s = slowest_rank([setup.s], ctx)[0]
-    ms = sorted(times)[len(times) // 2]
+    stats = summarize(times, "step")  # the true median: of the two middle steps for an even count
+    ms = stats["step_ms_median"]
     flops = train_step_flops(
         dims["vocab"], dims["d_model"], layers, dims["d_ff"], dims["batch"], dims["context_length"]
     )
@@ -287,9 +288,7 @@ def measure(variant: str, dims: dict, layers: int, args, ctx, changes=None, prof
     row = {
         "checkpointing": engine.plan["strategy"] if engine is not None else "none",
         "matmul_path": matmul_path(variant, ctx.device.type, ctx.world_size),
-        "step_ms_median": ms,
-        "step_ms_min": min(times),
-        "step_ms_max": max(times),
+        **stats,
         "tokens_per_s": dims["batch"] * dims["context_length"] / (ms / 1e3),
         "step_pflop": flops / 1e15,
         "tflops": flops / (ms / 1e3) / 1e12,

@@ -42,6 +42,21 @@ ABLATION_WORDS = {
     "no_compile": "compiled blocks (eager)",
 }
 
+# the column in which a row records the setting its ablation changes, and that column in words
+ABLATION_SETTING = {
+    "attention_ours": "attention",
+    "attention_cudnn": "attention",
+    "sdpa": "attention",
+    "plain_loss": "loss",
+    "fsdp_per_layer": "fsdp_units",
+    "no_prefetch": "prefetch",
+    "whole_blocks": "checkpointing",
+    "every_1": "checkpointing",
+    "every_2": "checkpointing",
+    "no_compile": "compiled",
+}
+SETTING_WORDS = {"fsdp_units": "FSDP unit", "compiled": "compilation"}
+
 
 def load_rows(results_dir: Path) -> pd.DataFrame:
     """leaderboard.csv with MFU against the peak of each row's matmul path (rows written before
@@ -51,10 +66,12 @@ def load_rows(results_dir: Path) -> pd.DataFrame:
 
 
 def run_label(r) -> str:
-    """The row as the tables name it: configuration, variant or ablation, world size, layers."""
+    """The row as the tables name it: configuration, variant or ablation, world size, layers. An
+    ablation's name is the setting its row ran (`plain_loss`: the plain loss), so the row is the
+    engine with it."""
     what = r["ablation"] if isinstance(r.get("ablation"), str) and r["ablation"] else r["variant"]
     if r["config"] == "ablation":
-        what = f"engine without {what}"
+        what = f"engine with {what}"
     return f"{r['config']} / {what} (W={int(r['world_size'])}, L={int(r['num_layers'])})"
 
 
@@ -139,63 +156,94 @@ def _range_text(rng) -> str:
     return f"{fmt(rng[0], 3)}–{fmt(rng[1], 3)}" if rng else ""
 
 
+def _setting_text(value) -> str:
+    return {"True": "on", "False": "off"}.get(str(value), str(value))
+
+
+def _unchanged(name: str, r, base) -> str:
+    """Where the ablation row `r` ran the setting its ablation changes as the engine row `base`
+    did (the switch changed nothing): "the engine's <setting> was already <value>"; "" where
+    it differs or a row does not record it."""
+    col = ABLATION_SETTING.get(name)
+    mine, ref = (r.get(col), base.get(col)) if col else (None, None)
+    if mine is None or ref is None or pd.isna(mine) or pd.isna(ref) or str(mine) != str(ref):
+        return ""
+    return f"the engine's {SETTING_WORDS.get(col, col)} was already {_setting_text(ref)}"
+
+
+def _cost(r, base) -> str:
+    """The row's median step less the engine's, read as a cost only where it exceeds the two
+    rows' spreads together (each its slowest step less its fastest): within them, which steps
+    each row happened to draw could make it."""
+    diff = (float(r["step_ms_median"]) - float(base["step_ms_median"])) / 1e3
+    rng, ref_rng = _step_range(r), _step_range(base)
+    if not (rng and ref_rng):
+        return f"{fmt(diff, 2)} s"
+    spread = (rng[1] - rng[0]) + (ref_rng[1] - ref_rng[0])
+    if abs(diff) > spread:
+        return f"{fmt(diff, 2)} s (beyond the {fmt(spread, 2)} s the two rows' steps spread over)"
+    return (
+        f"within the steps' spread ({fmt(diff, 2)} s, inside the {fmt(spread, 2)} s the two "
+        f"rows' steps spread over: its {_range_text(rng)} s, the engine's {_range_text(ref_rng)})"
+    )
+
+
+def _attribution(name: str, r, base) -> tuple[str, str]:
+    """(what the ablation row `r` says its optimization buys against the engine row `base`, a
+    warning for its table cell or ""): nothing where it changed nothing, not attributed where it
+    also ran another checkpointing (unless the checkpointing is what it changes), else _cost."""
+    words = ABLATION_WORDS.get(name, name)
+    if same := _unchanged(name, r, base):
+        return f"{words}: no change, {same}", f" ⚠ no change: {same}"
+    ref_plan = str(base["checkpointing"]) if "checkpointing" in base else ""
+    plan = str(r.get("checkpointing", ""))
+    if pins_checkpointing(name, ref_plan) and plan != ref_plan:  # two changes in one row
+        why = f"its row also ran another checkpointing, {plan} against the engine's {ref_plan}"
+        return f"{words}: not attributed ({why})", f" ⚠ checkpointing {plan}, not {ref_plan}"
+    return f"{words}: {_cost(r, base)}", ""
+
+
+def _table_row(r, ref: float, first_free: float) -> dict:
+    """An ablation row's cells beside the engine's median step `ref` (ms); a failed row whose
+    GPUs had less free than at the job's first row (`first_free`, GB) is flagged suspect."""
+    ok = r["status"] == "ok"
+    step = float(r["step_ms_median"]) if ok else math.nan
+    status = "ok" if ok else str(r["status"])
+    free = float(r.get("free_gb", math.nan))
+    if not ok and free == free and first_free == first_free and free < 0.9 * first_free:
+        # the same GPUs had less free than at the job's first row: rows before it left
+        # memory allocated, so this status says nothing of the configuration itself
+        status = (
+            f"{status} ⚠ suspect: {fmt(free, 1)} GB free at this row against "
+            f"{fmt(first_free, 1)} at the job's first: memory earlier rows kept"
+        )
+    return {
+        "turned off": ABLATION_WORDS.get(r["ablation"], r["ablation"]),
+        "status": status,
+        "attention": r.get("attention", "") if ok else "",
+        "checkpointing": r.get("checkpointing", "") if ok else "",
+        "step (s)": fmt(step / 1e3, 3),
+        "steps min–max (s)": _range_text(_step_range(r)) if ok else "",
+        "vs the engine": f"{fmt(step / ref, 2)}×" if ok and ref == ref else "",
+        "peak GiB/rank": fmt(r.get("peak_mem_gib_per_rank"), 1) if ok else "",
+    }
+
+
 def ablation_table(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """Each ablation row beside the full engine row: its step and what the optimization it
-    turns off buys (the row's step less the engine's), or why it did not run. A difference is
-    read as one only where the two rows' measured steps (fastest to slowest) do not overlap and
-    the row ran the engine's checkpointing (unless the checkpointing is what it changes)."""
+    turns off buys (_attribution), or why it did not run."""
     base = ran(df)
     base = base[(base["config"] == "full") & (base["variant"] == "engine")]
-    rows, buys = [], []
     abl = df[df["config"] == "ablation"]
     if not len(abl):
         return pd.DataFrame(), []
     ref = float(base["step_ms_median"].iloc[0]) if len(base) else math.nan
-    ref_plan = str(base["checkpointing"].iloc[0]) if len(base) and "checkpointing" in base else ""
-    ref_range = _step_range(base.iloc[0]) if len(base) else None
     first_free = float(abl["free_gb"].iloc[0]) if "free_gb" in abl else math.nan
+    rows, buys = [], []
     for _, r in abl.iterrows():
-        name = r["ablation"]
-        ok = r["status"] == "ok"
-        step = float(r["step_ms_median"]) if ok else math.nan
-        status = "ok" if ok else str(r["status"])
-        free = float(r.get("free_gb", math.nan))
-        if not ok and free == free and first_free == first_free and free < 0.9 * first_free:
-            # the same GPUs had less free than at the job's first row: rows before it left
-            # memory allocated, so this status says nothing of the configuration itself
-            status = (
-                f"{status} ⚠ suspect: {fmt(free, 1)} GB free at this row against "
-                f"{fmt(first_free, 1)} at the job's first: memory earlier rows kept"
-            )
-        rows.append(
-            {
-                "turned off": ABLATION_WORDS.get(name, name),
-                "status": status,
-                "attention": r.get("attention", "") if ok else "",
-                "checkpointing": r.get("checkpointing", "") if ok else "",
-                "step (s)": fmt(step / 1e3, 3),
-                "steps min–max (s)": _range_text(_step_range(r)) if ok else "",
-                "vs the engine": f"{fmt(step / ref, 2)}×" if ok and ref == ref else "",
-                "peak GiB/rank": fmt(r.get("peak_mem_gib_per_rank"), 1) if ok else "",
-            }
-        )
-        if ok and ref == ref:
-            plan = str(r.get("checkpointing", ""))
-            own = not pins_checkpointing(name, ref_plan)  # its change is the checkpointing
-            rng = _step_range(r)
-            overlap = rng and ref_range and rng[0] <= ref_range[1] and ref_range[0] <= rng[1]
-            if (own or not ref_plan or plan == ref_plan) and overlap:
-                buys.append(
-                    f"{ABLATION_WORDS.get(name, name)}: nothing measurable "
-                    f"({fmt((step - ref) / 1e3, 2)} s, its steps' range "
-                    f"{_range_text(rng)} s overlapping the engine's {_range_text(ref_range)})"
-                )
-            elif own or not ref_plan or plan == ref_plan:
-                buys.append(f"{ABLATION_WORDS.get(name, name)}: {fmt((step - ref) / 1e3, 2)} s")
-            else:  # two changes in one row: not what the optimization alone buys
-                rows[-1]["vs the engine"] += f" ⚠ checkpointing {plan}, not {ref_plan}"
-                buys.append(
-                    f"{ABLATION_WORDS.get(name, name)}: not attributed (its row also ran "
-                    f"another checkpointing, {plan} against the engine's {ref_plan})"
-                )
+        rows.append(_table_row(r, ref, first_free))
+        if r["status"] == "ok" and ref == ref:
+            said, warning = _attribution(r["ablation"], r, base.iloc[0])
+            buys.append(said)
+            rows[-1]["vs the engine"] += warning
     return pd.DataFrame(rows), buys
