@@ -49,6 +49,7 @@ DEFAULT_SCOPE = {
     "negative_value": "all",
     "mfu_above_one": "rate",
     "part_slower_than_whole": "time",
+    "less_work_slower": "time",
     "ceiling_path": "rate",
     "greater_than": "all",
     "rate_above_ceiling": "rate",
@@ -227,6 +228,36 @@ def part_slower_than_whole(
         text += _noise(r[value] - hit[1], r, b.loc[hit[0]], value)
         out[i] = _join(out[i], text)
         out[hit[0]] = _join(out[hit[0]], text)
+    return out
+
+
+def less_work_slower(
+    df: pd.DataFrame,
+    value: str,
+    keys: list[str],
+    order: str = "flops_per_step",
+    tolerance: float = 0.05,
+    what: str = "slower than a point of more work",
+    **_,
+) -> pd.Series:
+    """A point slower (beyond `tolerance`) than a point of more work (`order`) at the same
+    `keys`, e.g. a model slower than a larger one at the same context, mode and precision: its
+    time is not its own work's (the host or a neighbour held it). The point of less work is
+    flagged, naming the fastest of the larger ones."""
+    out = _blank(df)
+    keys = [k for k in keys if k in df]
+    if value not in df or order not in df:
+        return out
+    rows = df[_checked(df)].dropna(subset=[value, order])
+    for _, g in rows.groupby(keys, dropna=False) if keys else [((), rows)]:
+        for i, r in g.iterrows():
+            more = g[(g[order] > r[order]) & (r[value] > g[value] * (1 + tolerance))]
+            if more.empty:
+                continue
+            j = more[value].idxmin()
+            name = f"`{more.loc[j, 'size']}`" if "size" in more else "it"
+            text = f"{what} ({name}): {_num(r[value])} > {_num(more.loc[j, value])} ms ({value})"
+            out[i] = _join(out[i], text)
     return out
 
 
@@ -430,6 +461,7 @@ KINDS: dict[str, Callable[..., pd.Series]] = {
     "negative_value": negative_value,
     "mfu_above_one": mfu_above_one,
     "part_slower_than_whole": part_slower_than_whole,
+    "less_work_slower": less_work_slower,
     "ceiling_path": ceiling_path,
     "greater_than": greater_than,
     "rate_above_ceiling": rate_above_ceiling,

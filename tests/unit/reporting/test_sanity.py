@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 from fixture_rows import benchmark_rows, ceilings_rows, write_results
+from pipeline_utils import ROOT
 
 from cs336_systems.planning import neighbours
 from cs336_systems.profiling.kernel_classes import gemm_unit, kernel_label, unique_labels
@@ -79,6 +80,28 @@ def test_forward_backward_slower_than_the_step_flags_both_rows():
     # the time check doubts times: a memory sentence may still use the rows
     assert sanity.is_suspect(out, "time").sum() == 2
     assert sanity.is_suspect(out, "memory").sum() == 0
+
+
+def test_a_model_slower_than_a_larger_one_at_the_same_point_is_suspect():
+    """tiny's fp32 forward at 40 ms where small's, ten times the work, takes 10: tiny's time is
+    not its own work's. Only tiny's row is flagged, naming small; 5% is let pass."""
+    df = benchmark_rows(sizes=("tiny", "small"), ms={("tiny", "forward", "fp32"): 40.0})
+    df.loc[df["size"] == "small", "flops_per_step"] *= 10
+    out = sanity.flag(df, "benchmark")
+    flagged = out[out[sanity.COLUMN].fillna("").str.contains("larger model")]
+    assert flagged[["size", "mode", "precision"]].values.tolist() == [["tiny", "forward", "fp32"]]
+    assert "(`small`): 40.0 > 10.0 ms (step_ms_mean)" in flagged[sanity.COLUMN].iloc[0]
+    df.loc[(df["size"] == "tiny") & (df["mode"] == "forward"), "step_ms_mean"] = 10.4
+    assert not sanity.flag(df, "benchmark")[sanity.COLUMN].fillna("").str.contains("larger").any()
+
+
+def test_the_four_h200_runs_large_bf16_forward_is_suspect_beside_xl():
+    """The four-H200 reference: large's bf16 forward 72.8 ms, xl's 62.0 (3.5x the work)."""
+    csv = ROOT / "report" / "reference" / "h200-x4" / "csv" / "benchmark.csv"
+    out = sanity.flag(pd.read_csv(csv, low_memory=False), "benchmark")
+    hit = out[out[sanity.COLUMN].fillna("").str.contains("larger model")]
+    assert sorted(hit["mode"]) == ["forward", "forward_backward"]
+    assert set(hit["size"]) == {"large"} and set(hit["precision"]) == {"bf16"}
 
 
 def test_a_part_slower_than_its_whole_is_set_against_the_rows_spread():

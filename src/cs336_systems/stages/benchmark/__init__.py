@@ -31,6 +31,12 @@ SANITY = {
             "keys": ["size", "context_length", "precision", "compile", "attention", "batch_size"],
             "what": "forward slower than forward+backward (a negative backward time)",
         },
+        {
+            "kind": "less_work_slower",
+            "value": "step_ms_mean",
+            "keys": ["context_length", "mode", "precision", "compile", "attention", "batch_size"],
+            "what": "slower than a larger model at the same point",
+        },
         {"kind": "ceiling_path"},
     ],
     "benchmark_warmup": [{"kind": "std_above_mean", "skip_if": {"warmup_steps": 0}}],
