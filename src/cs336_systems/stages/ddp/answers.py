@@ -138,7 +138,7 @@ def q24(naive: pd.Series, flat: pd.Series) -> str:
     elif ratio > 1:
         verdict = f"{fmt(ratio)}× less communication time"
     else:
-        verdict = f"{fmt(1 / ratio)}× more communication time"
+        verdict = f"{fmt(1 / ratio)}× naive's communication time"
     return (
         f"One all-reduce of the flattened gradients: {fmt(flat.step_ms_mean)} ms per step and "
         f"{fmt(flat.comm_ms_mean)} ms communicating, against {fmt(naive.step_ms_mean)} ms and "
@@ -164,13 +164,15 @@ def flat_vs_naive(naive: pd.Series, flat: pd.Series, fit: dict | None) -> str:
         )
     saved_ms = (calls - 1) * fit["o"] * 1e3
     band_ms = mib * MiB / fit["w"] * 1e3
+    # naive's predicted time: `calls` all-reduces of t = o + bytes/w over the same bytes
+    share = pct(saved_ms / (calls * fit["o"] * 1e3 + band_ms))
     gap = float(naive.comm_ms_mean - flat.comm_ms_mean)
     noise = float(max(naive.comm_ms_std, flat.comm_ms_std))
     text = head + (
         f" With the all-reduce stage's fit (o = {fmt(fit['o'] * 1e6)} µs per call, w = "
         f"{fmt(fit['w'] / 1e9)} GB/s), the {calls - 1} calls flat saves cost (n − 1)·o = "
         f"{fmt(saved_ms)} ms, against a bandwidth term s/w = {fmt(band_ms)} ms both pay "
-        f"({pct(saved_ms / (saved_ms + band_ms))} of naive's predicted time); measured, "
+        f"(the saving is {share} of naive's predicted time, n·o + s/w); measured, "
         f"{'naive' if gap >= 0 else 'flat'} communicates {fmt(abs(gap))} ms longer (std up to "
         f"{fmt(noise)} ms)."
     )
@@ -182,33 +184,61 @@ def flat_vs_naive(naive: pd.Series, flat: pd.Series, fit: dict | None) -> str:
     if saved_ms <= noise:
         return text + (
             f" The predicted saving is within the runs' std: these steps cannot tell flat from "
-            f"naive, and cannot confirm or refute the {pct(saved_ms / (saved_ms + band_ms))} "
-            "the per-call costs take of naive's; more measured steps would."
+            f"naive, and cannot confirm or refute a saving of {share} of naive's predicted "
+            "time; more measured steps would."
         )
     if gap < saved_ms - noise:
         return text + (
-            f" {fmt(saved_ms - gap)} ms of the predicted saving does not show: flat spends it "
-            "copying the gradients into the flat buffer and back, which the fit leaves out (and "
-            "large messages reach the fit's bandwidth per call, whatever their number)."
+            f" {fmt(saved_ms - gap)} ms of the predicted saving does not show. No measurement "
+            "here says where it goes: likely flat's copies of the gradients into the flat "
+            "buffer and back, which its communication time includes (not timed apart) and the "
+            "fit leaves out, and large messages reaching the fit's bandwidth per call, whatever "
+            "their number."
         )
     return text + " The measured saving matches the per-call costs flat no longer pays."
+
+
+def _step_against(overlap: pd.Series, refs: list[tuple[str, pd.Series]]) -> str:
+    """Overlap's step against each run in `refs` (name, row) beside the larger of the two step
+    stds: faster, slower or the same; where it is faster than none, that it did not help."""
+    parts, helped = [], False
+    for name, r in refs:
+        gap = float(r.step_ms_mean - overlap.step_ms_mean)
+        noise = float(max(r.step_ms_std, overlap.step_ms_std))
+        helped = helped or gap > noise
+        parts.append(
+            f"as fast as {name} within the step std of {fmt(noise)} ms"
+            if abs(gap) <= noise
+            else f"{fmt(abs(gap))} ms {'faster' if gap > 0 else 'slower'} than {name} "
+            f"(step std up to {fmt(noise)} ms)"
+        )
+    return ("" if helped else "overlapping did not help here, ") + _and(parts)
+
+
+def _left_after(overlap: pd.Series, refs: list[tuple[str, pd.Series]]) -> str:
+    """The communication left after backward, against the runs in `refs`, whose communication
+    all comes after backward; 'only' where it is under half of the least of theirs."""
+    left = float(overlap.comm_ms_mean)
+    text = f"{fmt(left)} ms of communication is left after backward"
+    if not refs:
+        return text
+    small = left < 0.5 * min(float(r.comm_ms_mean) for _, r in refs)
+    theirs = _and(f"{name}'s {fmt(r.comm_ms_mean)} ms" for name, r in refs)
+    return ("only " if small else "") + f"{text}, against {theirs}"
 
 
 def q25(d: pd.DataFrame, overlap: pd.Series, base: pd.Series | None) -> str:
     """Overlap with backward: its step against naive and flat, what is left after backward,
     what communication slows down in backward, and the profiled overlap."""
-    naive, flat = one(d, "naive"), one(d, "flat")
-    ref = ", ".join(
-        f"{name} {fmt(r.step_ms_mean)} ms"
-        for name, r in (("naive", naive), ("flat", flat))
-        if r is not None
-    )
+    refs = [(v, r) for v in ("naive", "flat") if (r := one(d, v)) is not None]
+    ref = ", ".join(f"{name} {fmt(r.step_ms_mean)} ms" for name, r in refs)
     note = inner(sum(is_suspect_run(d, v) for v in ("naive", "flat")))
     ref = "; ".join(x for x in (ref, note) if x)
+    verdict = f": {_step_against(overlap, refs)};" if refs else ";"
     text = (
         f"Overlapping each gradient's all-reduce with the rest of backward: "
-        f"{fmt(overlap.step_ms_mean)} ms per step{f' ({ref})' if ref else ''}; only "
-        f"{fmt(overlap.comm_ms_mean)} ms of communication is left after backward."
+        f"{fmt(overlap.step_ms_mean)} ms per step{f' ({ref})' if ref else ''}{verdict} "
+        f"{_left_after(overlap, refs)}."
     )
     if base is not None:
         text += (
@@ -432,12 +462,18 @@ def sharding(u: pd.Series, s: pd.Series, measured_peaks: bool, reset: bool) -> d
     (`state`), the three memory points where measured (`peaks`; `reset`: each peak counts from
     the previous point) and the time per step (`time`)."""
     n = int(s.world_size)
+    ratio = float(s.optimizer_state_mb / u.optimizer_state_mb)
+    # off an even split by more than 1%: parameters are assigned to ranks whole
+    uneven = (
+        f"; an even split over {n} ranks would be {fmt(1 / n)}× — parameters are assigned "
+        f"whole, so the largest tensors limit the balance"
+        if abs(ratio * n - 1) > 0.01
+        else f", an even split over {n} ranks"
+    )
     out = {
         "state": (
             f"The optimizer state held per rank falls from {fmt(u.optimizer_state_mb)} MiB to "
-            f"{fmt(s.optimizer_state_mb)} MiB ({fmt(s.optimizer_state_mb / u.optimizer_state_mb)}×; "
-            f"an even split over {n} ranks would be {fmt(1 / n)}× — parameters are assigned whole, "
-            f"so the largest tensors limit the balance)."
+            f"{fmt(s.optimizer_state_mb)} MiB ({fmt(ratio)}×{uneven})."
         )
     }
     if measured_peaks:
