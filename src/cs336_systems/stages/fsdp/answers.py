@@ -31,17 +31,69 @@ def _wait_exceeds_exposed(r: pd.Series) -> bool:
     return r["backend"] == "gloo" and number(r, "gather_wait_ms_mean") > exposed_ms(r)
 
 
+def compute_wait(r: pd.Series) -> float:
+    """How long compute waited for the gathers (ms): on the CPU (gloo) the main thread's, which
+    runs the compute, in the gathers' wait() calls (a mean over the timed steps); on the GPU
+    the compute stream's, from the profiled step's timeline (`profiling/overlap.py:waited_for`);
+    NaN where not measured."""
+    if r.get("backend") == "gloo":
+        return number(r, "gather_wait_ms_mean")
+    return number(r, "prof_all_gather_waited_ms")
+
+
+def _waiter(r: pd.Series) -> str:
+    """Who waits for a gather: the compute stream, or on the CPU the main thread."""
+    return "the main thread, which runs the compute," if r.get("backend") == "gloo" else "compute"
+
+
+def _ms(x: float) -> str:
+    return "not measured" if math.isnan(x) else f"{fmt(x)} ms"
+
+
+def _outside_compute(r: pd.Series, waited: float) -> str:
+    """Where the gathers ran outside compute for longer than compute waited for them (by over
+    5% of their time): where that time fell, which the step did not lose to them."""
+    t_ag, exposed = number(r, "prof_all_gather_ms"), exposed_ms(r)
+    rest = exposed - waited
+    if not rest > 0.05 * t_ag:
+        return ""
+    if r.get("backend") == "gloo":
+        where = (
+            "the main thread ran no ATen operator and did not wait for a gather (its Python, "
+            "hooks and waits for other collectives; the wait is the timed steps' mean, the "
+            "timeline one more, profiled step)"
+        )
+    elif busy_share(r) < HOST_BOUND_BUSY:
+        where = "the GPU had no compute kernel to run (it waited for the host)"
+    else:
+        where = "no compute kernel ran"
+    part = "All" if rest > 0.99 * exposed else f"{fmt(rest)} ms of the"
+    return (
+        f" {part} {fmt(exposed)} ms they ran outside compute fell where {where}, not where "
+        "compute waited for them: time without compute, not time the gathers cost the step."
+    )
+
+
 def _wait_sentence(r: pd.Series, explained: bool = False) -> str:
-    """What the main thread's waits for gathers were, and why they can exceed the gathers'
-    exposed time on the timeline (measure.py: `gather_wait` sums, per timed step, the host time
-    from each gather's wait() call until it returns); `explained`: an earlier run's sentence
-    already gave the reasons."""
+    """What the main thread's waits for gathers were (on the CPU, where `_gather_sentence` has
+    named the wait: its share of the step), and why they can exceed the gathers' exposed time
+    on the timeline (measure.py: `gather_wait` sums, per timed step, the host time from each
+    gather's wait() call until it returns); `explained`: an earlier run's sentence already gave
+    the reasons."""
     wait, step = number(r, "gather_wait_ms_mean"), number(r, "step_ms_mean")
     if math.isnan(wait):
         return ""
     t_ag, exposed = number(r, "prof_all_gather_ms"), exposed_ms(r)
     if r["backend"] != "gloo":  # NCCL: wait() returns once it has enqueued the stream wait
-        lost = "" if math.isnan(exposed) else f"; the {fmt(exposed)} ms exposed on the timeline is"
+        waited = compute_wait(r)
+        lost = (
+            f"; the {fmt(waited)} ms compute waited for them is"
+            if not math.isnan(waited)
+            else f"; the {fmt(exposed)} ms they ran outside compute is the most it can lose to "
+            "them (how long compute waited for them is not measured)"
+            if not math.isnan(exposed)
+            else ""
+        )
         return (
             f" On the GPU a gather's wait() only makes the compute stream wait for it, so the "
             f"host's {fmt(wait)} ms per step in those calls is not time the step loses{lost}."
@@ -55,9 +107,8 @@ def _wait_sentence(r: pd.Series, explained: bool = False) -> str:
     if not (math.isnan(lo) or math.isnan(hi)) and n > 1:
         over += f", {fmt(lo)}–{fmt(hi)} ms"
     text = (
-        f" The main thread waited {fmt(wait)} ms per step for gathers ({pct(wait / step)} of the "
-        f"{fmt(step)} ms step; {over}), counted from each wait() call until its gather had "
-        f"completed."
+        f" That wait is {pct(wait / step)} of the {fmt(step)} ms step ({over}), counted from each "
+        f"wait() call until its gather had completed."
     )
     if not _wait_exceeds_exposed(r):
         return text
@@ -94,9 +145,9 @@ def _wait_sentence(r: pd.Series, explained: bool = False) -> str:
 
 def gather_verdict(r: pd.Series) -> str:
     """Whether a run's weight all-gathers finish in time: from the time compute waited for them
-    where measured (the GPU's timeline), else from the share of their time during compute."""
+    where measured (`compute_wait`), else from the share of their time during compute."""
     t_ag, share = number(r, "prof_all_gather_ms"), number(r, "prof_all_gather_overlap_share")
-    waited = number(r, "prof_all_gather_waited_ms")
+    waited = compute_wait(r)
     if math.isnan(waited):
         return (
             "they finish in time: compute hides nearly all of their time"
@@ -120,8 +171,8 @@ def _short_run(r: pd.Series, label: str) -> str:
     t_ag, share = number(r, "prof_all_gather_ms"), number(r, "prof_all_gather_overlap_share")
     if math.isnan(t_ag):
         return f"{label}: no profiled step."
-    waited = number(r, "prof_all_gather_waited_ms")
-    wait = "" if math.isnan(waited) else f" and compute waited {fmt(waited)} ms for them"
+    waited = compute_wait(r)
+    wait = "" if math.isnan(waited) else f" and {_waiter(r)} waited {fmt(waited)} ms for them"
     return (
         f"{label}: the weight all-gathers take {fmt(t_ag)} ms of the profiled "
         f"{fmt(number(r, 'prof_step_ms'), 0)} ms step, {pct(share)} of it while compute ran"
@@ -146,10 +197,7 @@ def q33_short(df: pd.DataFrame) -> str:
 
 def _gather_sentence(r: pd.Series, label: str, explained: bool = False) -> str:
     t_ag, share = number(r, "prof_all_gather_ms"), number(r, "prof_all_gather_overlap_share")
-    hidden, waited = (
-        number(r, "prof_all_gather_overlapped_ms"),
-        number(r, "prof_all_gather_waited_ms"),
-    )
+    hidden, waited = number(r, "prof_all_gather_overlapped_ms"), compute_wait(r)
     if math.isnan(t_ag):
         return f"{label}: no profiled step."
     text = (
@@ -158,23 +206,13 @@ def _gather_sentence(r: pd.Series, label: str, explained: bool = False) -> str:
         f"timeline, {fmt(hidden)} ms ({pct(share)}) of it while compute ran; "
     )
     verdict = gather_verdict(r)
-    if math.isnan(waited):  # the CPU (gloo threads), or a run before the waits were measured
+    if math.isnan(waited):  # a run before the waits were measured
         text += f"{verdict}."
     else:
-        in_time = 1 - waited / t_ag if t_ag else math.nan
         text += (
-            f"compute waited for them {fmt(waited)} ms ({pct(1 - in_time)} of their time): "
-            f"{verdict}."
-        )
-        if in_time >= IN_TIME_SHARE and share < IN_TIME_SHARE:
-            busy = busy_share(r)
-            text += (
-                " The rest of their time fell where the GPU had no compute kernel to run "
-                "(it waited for the host), not where compute waited for them."
-                if busy == busy and busy < HOST_BOUND_BUSY
-                else " The rest of their time fell where no compute kernel ran, not where "
-                "compute waited for them."
-            )
+            f"{_waiter(r)} waited for them {fmt(waited)} ms "
+            f"({pct(waited / t_ag if t_ag else math.nan)} of their time): {verdict}."
+        ) + _outside_compute(r, waited)
     phases = [
         f"{name} {fmt(number(r, f'prof_all_gather_{key}_ms'))} ms "
         f"({pct(number(r, f'prof_all_gather_{key}_overlap_share'))} during compute"
@@ -301,10 +339,25 @@ def _units_sentence(df: pd.DataFrame) -> str:
             f"In {what}, units of a block make {_ncalls(b)} collective calls a step against "
             f"{_ncalls(lay)} with a unit per layer, for the same bytes; the step takes "
             f"{fmt(float(b.step_ms_mean))} ms against {fmt(float(lay.step_ms_mean))} ms "
-            f"({fmt(float(lay.step_ms_mean) / float(b.step_ms_mean))}×), with "
-            f"{fmt(exposed_ms(b))} and {fmt(exposed_ms(lay))} ms of all-gather exposed."
+            f"({fmt(float(lay.step_ms_mean) / float(b.step_ms_mean))}×), {_units_waits(b, lay)}."
         )
     return (" " + " ".join(out)) if out else ""
+
+
+def _units_waits(b: pd.Series, lay: pd.Series) -> str:
+    """How long compute waited for the gathers with units of a block and of a layer, beside
+    their time outside compute on the timeline (which costs the step only where it waited)."""
+    waits = [compute_wait(x) for x in (b, lay)]
+    outside = (
+        f"{fmt(exposed_ms(b))} and {fmt(exposed_ms(lay))} ms of all-gather outside compute on "
+        f"the timeline"
+    )
+    if any(math.isnan(w) for w in waits):
+        return f"with {outside} (how long compute waited for them is not measured)"
+    return (
+        f"with compute waiting {fmt(waits[0])} and {fmt(waits[1])} ms for the all-gathers "
+        f"({outside})"
+    )
 
 
 def _peer_sentence(df: pd.DataFrame) -> str:
@@ -321,9 +374,8 @@ def _peer_sentence(df: pd.DataFrame) -> str:
             f"{fmt(float(o.step_ms_mean))} ms ({fmt(ratio)}× its time); its all-gathers take "
             f"{fmt(number(p, 'prof_all_gather_ms'))} ms on the timeline, "
             f"{pct(number(p, 'prof_all_gather_overlap_share'))} of it during compute (ours "
-            f"{pct(number(o, 'prof_all_gather_overlap_share'))}), and compute waited "
-            f"{fmt(number(p, 'prof_all_gather_waited_ms'))} ms for them (ours "
-            f"{fmt(number(o, 'prof_all_gather_waited_ms'))} ms)."
+            f"{pct(number(o, 'prof_all_gather_overlap_share'))}); the time compute waited for "
+            f"them: {_ms(compute_wait(p))} (ours {_ms(compute_wait(o))})."
         )
     if not out:
         return ""
@@ -522,6 +574,46 @@ def q32_short(df: pd.DataFrame, measured: bool) -> str:
     return text
 
 
+def _held_gap(so: pd.Series, fs: pd.Series, gap: float) -> str:
+    """Why the counted saving differs from the formula's by `gap` MiB: the formula assumes the
+    sharded optimizer splits its state evenly (it assigns whole parameters to ranks) and no
+    padding of FSDP's shards; what these two leave of the gap is unexplained."""
+    n = int(so.sharded_params) + int(so.replicated_params)
+    uneven = float(so.optimizer_state_mb) - 8 * n / int(so.world_size) / MiB
+    pad = 16 * number(fs, "fsdp_pad_elems") / MiB
+    pad = 0.0 if math.isnan(pad) else pad
+    parts = []
+    if abs(uneven) > 0.1 * abs(gap):
+        parts.append(
+            f"the sharded optimizer assigns whole parameters to ranks, so its largest rank holds "
+            f"{fmt(uneven)} MiB more optimizer state than the even split the formula assumes"
+        )
+    if pad > 0.1 * abs(gap):
+        parts.append(f"FSDP pads its shards, {fmt(pad)} MiB the formula leaves out")
+    rest = gap - uneven + pad
+    if abs(rest) > 0.1 * abs(gap):
+        parts.append(f"{fmt(rest)} MiB of it is not explained")
+    return "; ".join(parts)
+
+
+def _held_sentence(so: pd.Series, fs: pd.Series, saving: float) -> str:
+    """The counted saving (tensors held, max over ranks) against the formula's: they count the
+    same tensors, so they match unless the layout departs from the formula's (`_held_gap`)."""
+    held = float(so.held_mb) - float(fs.held_mb)
+    text = (
+        f" The tensors each rank holds (parameters, gradients, optimizer state: counted, "
+        f"max over ranks) come to {fmt(float(so.held_mb))} MiB with the sharded optimizer "
+        f"and {fmt(float(fs.held_mb))} MiB with FSDP, a saving of **{fmt(held)} MiB**"
+    )
+    gap = held - saving
+    if abs(gap) <= 0.01 * saving:
+        return text + " (the count the formula makes, so it matches by construction)."
+    return text + (
+        f", {fmt(abs(gap))} MiB {'more' if gap > 0 else 'less'} than the formula's "
+        f"{fmt(saving)} MiB, which counts the same tensors: {_held_gap(so, fs, gap)}."
+    )
+
+
 def q32(df: pd.DataFrame, measured: bool) -> str:
     so, fs = one(df, "sharded_optimizer"), one(df, "fsdp")
     d = ok(df)
@@ -538,20 +630,7 @@ def q32(df: pd.DataFrame, measured: bool) -> str:
         f"8 bytes × {rep:,} × (1 − 1/{w}) of replicated optimizer state: **{fmt(saving)} MiB**."
     )
     if so is not None:
-        held = float(so.held_mb) - float(fs.held_mb)
-        text += (
-            f" The tensors each rank holds (parameters, gradients, optimizer state: counted, "
-            f"max over ranks) come to {fmt(float(so.held_mb))} MiB with the sharded optimizer "
-            f"and {fmt(float(fs.held_mb))} MiB with FSDP, a saving of **{fmt(held)} MiB** (the "
-            f"count the formula makes, so it matches by construction"
-        )
-        state_gap = float(so.optimizer_state_mb) - float(fs.optimizer_state_mb)
-        if abs(state_gap) > 0.01 * saving:
-            text += (
-                f"; the sharded optimizer assigns whole parameters to ranks, so its largest "
-                f"rank holds {fmt(state_gap)} MiB more optimizer state than an even split"
-            )
-        text += ")."
+        text += _held_sentence(so, fs, saving)
         peak_so, peak_fs = number(so, "mem_backward_peak_mb"), number(fs, "mem_backward_peak_mb")
         if measured and not math.isnan(peak_fs) and not math.isnan(peak_so):
             got = peak_so - peak_fs
