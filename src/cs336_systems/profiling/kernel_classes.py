@@ -203,10 +203,13 @@ def gemm_unit(name: str) -> str:
 
 # kernels that run one operation under many names (a template per row length, a register or
 # shared-memory variant, a CPU operator): the operation, by a pattern on the lower-cased name
+# (the loss's log-softmax before attention's softmax: `aten::_log_softmax`,
+# `LogSoftmaxBackward0`, `cunn_SoftMaxForwardSmem<…, LogSoftMaxForwardEpilogue, …>` are the
+# cross-entropy over the vocabulary, not attention)
 _OPERATION_RULES: list[tuple[str, re.Pattern[str]]] = [
+    ("cross-entropy", re.compile(r"nll_loss|cross_entropy|logsumexp|log_?softmax")),
     ("softmax", re.compile(r"softmax")),
     ("norm", re.compile(r"layer_?norm|rms_?norm|batch_?norm|group_?norm|welford")),
-    ("cross-entropy", re.compile(r"nll_loss|cross_entropy|logsumexp|log_softmax")),
     ("masked_fill", re.compile(r"masked_fill")),
     ("copy", re.compile(r"direct_copy|copy_kernel|\bcopy_|_to_copy|catarray|cat_")),
 ]
@@ -216,7 +219,9 @@ _FUNCTOR_OP = re.compile(r"(?:functor_)?(\w+?)(?:functor|ops|_kernel)?$")
 def kernel_operation(name: str) -> str:
     """The operation a kernel runs, the same for its variants: `softmax` for
     `softmax_warp_forward<float, float, float, 9, 0, 0>`, `<…, 10, …>` and
-    `cunn_SoftMaxForwardReg<…>`; `matmul` for every GEMM; `mul` for the pointwise templates
+    `cunn_SoftMaxForwardReg<…>`; `cross-entropy` for the loss's log-softmax
+    (`aten::_log_softmax`, `cunn_SoftMaxForwardSmem<…, LogSoftMaxForwardEpilogue, …>`) and
+    its nll_loss; `matmul` for every GEMM; `mul` for the pointwise templates
     that multiply (`vectorized_elementwise_kernel[BUnaryFunctor/MulFunctor]`,
     `elementwise_kernel[BinaryFunctor/MulFunctor]`); `mean` for `reduce_kernel[MeanOps]`; a
     CPU operator its name without `aten::`; any other kernel its name without template

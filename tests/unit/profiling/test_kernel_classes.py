@@ -10,6 +10,7 @@ from pipeline_utils import ROOT
 from cs336_systems.profiling.kernel_classes import (
     KERNEL_CLASSES,
     classify_kernel,
+    kernel_operation,
     short_kernel_name,
 )
 from cs336_systems.profiling.nsys import read_stats_csv
@@ -48,6 +49,45 @@ def test_short_names():
     )
     assert short_kernel_name("ampere_sgemm_128x64_tn") == "ampere_sgemm_128x64_tn"
     assert len(short_kernel_name("x" * 500, limit=40)) == 40
+
+
+# the loss's log-softmax and attention's softmax, as the cpu and h200-x4 references name them
+_NS = "void at::native::<unnamed>::"
+LOG_SOFTMAX = [
+    "aten::_log_softmax",
+    "aten::log_softmax",
+    "aten::_log_softmax_backward_data",
+    "LogSoftmaxBackward0",
+    "autograd::engine::evaluate_function: LogSoftmaxBackward0",
+    f"{_NS}cunn_SoftMaxForwardSmem<(int)4, float, float, float, "
+    f"at::native::<unnamed>::LogSoftMaxForwardEpilogue, long>(T4 *, const T2 *, T6)",
+    f"{_NS}cunn_SoftMaxBackwardSmem<(int)4, float, float, float, "
+    f"at::native::<unnamed>::LogSoftMaxBackwardEpilogue>(T2 *, const T4 *, const T4 *, long)",
+]
+SOFTMAX = [
+    "aten::_softmax",
+    "aten::softmax",
+    "aten::_softmax_backward_data",
+    "SoftmaxBackward0",
+    "void <unnamed>::softmax_warp_forward<float, float, float, (int)10, (bool)0, (bool)0>"
+    "(T2 *, const T1 *, int, int, int, const bool *, int, bool)",
+    f"{_NS}cunn_SoftMaxForwardReg<float, float, float, "
+    f"at::native::<unnamed>::SoftMaxForwardEpilogue, long, (int)4>(T3 *, const T1 *, T5)",
+    f"{_NS}cunn_SoftMaxBackwardSmem<(int)4, float, float, float, "
+    f"at::native::<unnamed>::SoftMaxBackwardEpilogue>(T2 *, const T4 *, const T4 *, long)",
+]
+
+
+@pytest.mark.parametrize("name", LOG_SOFTMAX, ids=lambda x: x[:50])
+def test_log_softmax_is_the_loss_not_softmax(name):
+    """The loss's log-softmax over the vocabulary is cross-entropy work: counted as `softmax`
+    it made the cpu reference's Q7 and Q9 quote the loss as attention's softmax."""
+    assert kernel_operation(name) == "cross-entropy"
+
+
+@pytest.mark.parametrize("name", SOFTMAX, ids=lambda x: x[:50])
+def test_attention_softmax_stays_softmax(name):
+    assert kernel_operation(name) == "softmax"
 
 
 @pytest.mark.skipif(not CAPTURED_KERN_SUM.exists(), reason="no captured nsys fixture yet")

@@ -74,9 +74,7 @@ def harness_sentence(h: pd.DataFrame, kernel_word: str) -> tuple[str, dict]:
                 if close.all()
                 else "So the profiled forward does not match the Python timing everywhere"
             )
-            + f": the profiler's own work (recording every {kernel_word} and range) "
-            "lengthens the profiled step, while the kernels alone leave out the host's gaps "
-            "between launches."
+            + _harness_why(hh, kernel_word)
         )
         if len(hh) < len(h):
             cov = {
@@ -100,6 +98,61 @@ def harness_sentence(h: pd.DataFrame, kernel_word: str) -> tuple[str, dict]:
         }
 
     return sentence, cov
+
+
+def _at(rows: pd.DataFrame, col: str) -> str:
+    """Each row as "`size` at context (its `col`×)", joined."""
+    return ", ".join(
+        f"`{r['size']}` at {int(r['context_length'])} ({r[col]:.2f}×)" for _, r in rows.iterrows()
+    )
+
+
+def _span(x: pd.Series) -> str:
+    return f"{x.min():.2f}×" if x.min() == x.max() else f"{x.min():.2f}–{x.max():.2f}×"
+
+
+def _harness_why(hh: pd.DataFrame, kernel_word: str) -> str:
+    """After "So the profiled forward ...": where it is off the harness's, each direction
+    explained only by what its numbers allow (longer: the profiler's recording; shorter:
+    unexplained, the profiler only adds work), then the summed kernel time (_kernel_fit)."""
+    r = hh["profiled_over_harness"]
+    off = []
+    if (r > 1 + MATCH).any():
+        off.append(
+            f"longer under the profiler at {_at(hh[r > 1 + MATCH], 'profiled_over_harness')}, "
+            f"where its own work (recording every {kernel_word} and range) lengthens the step"
+        )
+    if (r < 1 - MATCH).any():
+        off.append(
+            f"shorter at {_at(hh[r < 1 - MATCH], 'profiled_over_harness')}, faster under the "
+            "profiler, which only adds work: unexplained"
+        )
+    fit = _kernel_fit(hh.dropna(subset=["kernel_ms", "profiled_step_ms"]), kernel_word)
+    return (": " + "; ".join(off) if off else "") + "." + (" " + fit if fit else "")
+
+
+def _kernel_fit(hh: pd.DataFrame, kernel_word: str) -> str:
+    """The summed kernel time against the profiled step it ran in (the rest: the host's gaps)
+    and, flagged, wherever it alone outlasts a whole step: the profiled one (a sum of
+    durations exceeds the wall time only where they overlap) or the harness's."""
+    if hh.empty:
+        return ""
+    hh = hh.assign(fit=hh["kernel_ms"] / hh["profiled_step_ms"])
+    text = f"The summed {kernel_word} time " + (
+        f"fits in the profiled step at every point ({_span(hh['fit'])} it), leaving out the "
+        f"host's gaps between {kernel_word}s"
+        if (hh["fit"] <= 1).all()
+        else f"outlasts the profiled step it ran in at {_at(hh[hh['fit'] > 1], 'fit')}, "
+        f"**suspect**: summed {kernel_word} times exceed their step only where they overlap"
+    )
+    over = hh[hh["kernel_over_harness"] > 1]
+    if len(over):
+        text += (
+            f"; at {_at(over, 'kernel_over_harness')} it alone outlasts the harness's whole "
+            f"step: the {kernel_word}s themselves ran slower in the profiled run, which no gap "
+            "between them explains (**suspect**)"
+        )
+    return text + "."
 
 
 def _q1_why(r: pd.Series, kernel_word: str) -> str:
@@ -172,9 +225,13 @@ def q1_sentence(h: pd.DataFrame, kernel_word: str) -> str:
     return text + "."
 
 
+def _move(f: float, t: float) -> str:
+    return "rises" if t > f * 1.1 else "falls" if t < f / 1.1 else "stays"
+
+
 def other_kernels(kernels: pd.DataFrame, unit: str) -> str:
     """Each kernel class but GEMM: its median share of a forward pass's and of a training
-    step's time (the whole step's kernels), and which way it moves."""
+    step's time (the whole step's kernels), which way it moves, and why (_moves_why)."""
     k = kernels[(kernels["phase"] == "step") & kernels["mode"].isin(["forward", "train_step"])]
     if k.empty:
         return ""
@@ -188,15 +245,66 @@ def other_kernels(kernels: pd.DataFrame, unit: str) -> str:
         f, t = med.loc[cls, "forward"], med.loc[cls, "train_step"]
         if max(f, t) < 0.005:
             continue
-        move = "rises" if t > f * 1.1 else "falls" if t < f / 1.1 else "stays"
-        parts.append(f"{cls} {pct(f)} → {pct(t)} ({move})")
+        parts.append(f"{cls} {pct(f)} → {pct(t)} ({_move(f, t)})")
     if not parts:
         return ""
     return (
         f"The other kernel classes' median shares of {unit}, forward → training step: "
         + "; ".join(parts)
-        + ". Backward brings the elementwise and reduction gradients of every norm, activation "
-        "and softmax, and the optimizer adds its own elementwise class over every parameter."
+        + ". "
+        + _moves_why(kernels, med)
+    )
+
+
+def _moves_why(kernels: pd.DataFrame, med: pd.DataFrame) -> str:
+    """Why the elementwise and reduction shares move, as far as the numbers show it: a class
+    that rises, by where its training-step time runs (_phase_split); else the GEMM share beside
+    them, and where it grows, backward's two matmuls per forward matmul."""
+    rise = [
+        c
+        for c in ("elementwise", "reduction")
+        if c in med.index and _move(*med.loc[c, ["forward", "train_step"]]) == "rises"
+    ]
+    if rise:
+        text = " ".join(_phase_split(kernels, c) for c in rise)
+    else:
+        f, t = med.loc["gemm", ["forward", "train_step"]] if "gemm" in med.index else (0.0, 0.0)
+        text = (
+            f"Neither elementwise nor reduction rises in the step; GEMMs go {pct(f)} → {pct(t)}"
+            + (
+                ": backward's matmuls (two per forward matmul) outgrow its elementwise and "
+                "reduction gradients"
+                if t > f
+                else ""
+            )
+            + "."
+        )
+    if "optimizer" in med.index and med.loc["optimizer", "train_step"] >= 0.005:
+        text += " The optimizer class is the update over every parameter, run only in the step."
+    return text
+
+
+def _phase_split(kernels: pd.DataFrame, cls: str) -> str:
+    """A rising class: the median share of its training-step time in the optimizer and in
+    backward, the larger first."""
+    k = kernels[(kernels["mode"] == "train_step") & (kernels["kernel_class"] == cls)]
+    t = k.pivot_table(
+        index=["size", "context_length"], columns="phase", values="ms_per_step", aggfunc="sum"
+    )
+    shares = {
+        what: float((t[phase].fillna(0.0) / t["step"]).median()) if phase in t else 0.0
+        for phase, what in (
+            ("optimizer", "the optimizer's update"),
+            ("backward", "backward's gradients"),
+        )
+    }
+    big = [(w, v) for w, v in sorted(shares.items(), key=lambda x: -x[1]) if v >= 0.005]
+    if not big:
+        return f"The {cls} share rises, though neither backward nor the optimizer runs it."
+    return (
+        f"The {cls} share rises: {pct(big[0][1])} of its training-step time is {big[0][0]}"
+        + "".join(f" and {pct(v)} {w}" for w, v in big[1:])
+        + " (median over points)."
     )
 
 
@@ -284,13 +392,15 @@ def gemm_sentence(both: pd.DataFrame, unit: str) -> str:
 
 
 def softmax_share_sentence(share: dict, kernel_word: str) -> str:
-    """Softmax's share of forward time with its variants counted as one operation (Q7's
-    grouping), beside Q9's ranges."""
+    """Attention's softmax's share of forward time with its variants counted as one operation
+    (Q7's grouping, which counts the loss's log-softmax as cross-entropy), beside Q9's
+    ranges."""
     if not share:
         return ""
     return (
         f"Counted as one operation ({share['kernels']} {kernel_word} variant"
-        f"{'s' if share['kernels'] > 1 else ''}, grouped before the share is taken), softmax "
+        f"{'s' if share['kernels'] > 1 else ''}, grouped before the share is taken; the "
+        "loss's log-softmax counts as cross-entropy), attention's softmax "
         f"takes a median {pct(share['median'])} of forward time ({pct(share['min'])}–"
         f"{pct(share['max'])} over {share['points']} points)."
     )
