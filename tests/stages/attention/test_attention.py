@@ -325,3 +325,15 @@ def test_the_backward_to_forward_ratio_is_explained_only_where_it_shows():
                            "passes pay, weigh against the FLOPs.")  # fmt: skip
     oom = rows([1.0], [2.0], 0.05).assign(status="oom")
     assert answers.bwd_fwd_sentence(oom) == ""
+
+
+def test_where_compiled_loses_it_names_the_pass_and_no_cause():
+    """The four-H200 run: compiled loses only d=16 n=4096's forward (0.93×, its backward 1.05×
+    faster), a 1.2 ms point: no "tiny problems" explanation, the pass and its speed-up."""
+    from cs336_systems.stages.attention import answers
+
+    sp = pd.DataFrame({"d_head": [16, 64], "seq_len": [4096, 256],
+                       "fwd_speedup": [0.93, 1.4], "bwd_speedup": [1.05, 1.2]})  # fmt: skip
+    assert answers.compile_losers(sp) == "Compiled is slower at d=16 n=4096 (forward 0.93×)."
+    sp.loc[1, "bwd_speedup"] = 0.8
+    assert answers.compile_losers(sp).endswith("d=64 n=256 (backward 0.80×).")
