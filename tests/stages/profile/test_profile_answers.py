@@ -116,3 +116,19 @@ def test_q8_says_where_a_rising_class_runs():
         "share rises: 60.0% of its training-step time is the optimizer's update and 20.0% "
         "backward's gradients (median over points)." in text
     )
+
+
+def test_q9_scale_is_its_own_range_where_the_capture_has_one():
+    """The cpu reference at context 16: the scale range holds 0.027 ms and the QKᵀ range's
+    non-GEMM operators (reshapes, views) 0.042 ms; scale_ms was their sum (0.069). With a scale
+    range they are `qk_other`; a capture without one keeps the old reading."""
+    rows = [("attention.qk_matmul", "gemm", 0.043), ("attention.qk_matmul", "elementwise", 0.042),
+            ("attention.scale", "elementwise", 0.027), ("attention.softmax", "reduction", 0.031)]  # fmt: skip
+    k = pd.DataFrame(
+        [{"mode": "forward", "size": "tiny", "context_length": 16, "phase": ph,
+          "kernel_class": cls, "ms_per_step": ms} for ph, cls, ms in rows]
+    )  # fmt: skip
+    parts = prow._attention_parts(k, "tiny", 16)
+    assert round(parts["scale"], 3) == 0.027 and round(parts["qk_other"], 3) == 0.042
+    old = prow._attention_parts(k[k["phase"] != "attention.scale"], "tiny", 16)
+    assert round(old["scale"], 3) == 0.042 and old["qk_other"] == 0.0

@@ -268,14 +268,15 @@ def with_q1(h: pd.DataFrame, points: pd.DataFrame, bench: pd.DataFrame) -> pd.Da
 # apart from the QK^T matmul (captures from before the `scale` range had it inside
 # `qk_matmul`: its non-GEMM kernels there are the scaling) and non-GEMM work of the PV range
 # (copies, casts) apart from its matmul
-ATTN_PARTS = ("qk_matmul", "scale", "mask", "softmax", "pv_matmul", "pv_other")
+ATTN_PARTS = ("qk_matmul", "qk_other", "scale", "mask", "softmax", "pv_matmul", "pv_other")
 MATMUL_PARTS = ("qk_matmul", "pv_matmul")
 
 
 def _attention_parts(kernels: pd.DataFrame, size, ctx) -> dict[str, float] | None:
     """ms per step of each ATTN_PARTS part of one forward point, from its kernels in the
-    annotated ranges: a matmul part counts only GEMM kernels; the scaling is its own range or,
-    in older captures, the non-GEMM kernels of the QK^T range."""
+    annotated ranges: a matmul part counts only GEMM kernels, the rest of its range is its
+    `_other` part; the scaling is its own range or, in older captures without one, the non-GEMM
+    kernels of the QK^T range."""
     if kernels is None or kernels.empty or "phase" not in kernels:
         return None
     k = kernels[
@@ -293,9 +294,12 @@ def _attention_parts(kernels: pd.DataFrame, size, ctx) -> dict[str, float] | Non
     def total(mask) -> float:
         return float(ms[mask].sum())
 
+    qk_rest = (part == "qk_matmul") & ~gemm
+    own_scale = bool((part == "scale").any())
     return {
         "qk_matmul": total((part == "qk_matmul") & gemm),
-        "scale": total((part == "scale") | ((part == "qk_matmul") & ~gemm)),
+        "qk_other": total(qk_rest) if own_scale else 0.0,
+        "scale": total(part == "scale") if own_scale else total(qk_rest),
         "mask": total(part == "mask"),
         "softmax": total(part == "softmax"),
         "pv_matmul": total((part == "pv_matmul") & gemm),
