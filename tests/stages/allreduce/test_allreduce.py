@@ -327,21 +327,39 @@ def test_report_of_a_machine_where_no_point_ran(tmp_path):
     assert "| nccl      | default   |            6 |" in section  # the reasons' table
 
 
-def test_the_size_sentence_follows_the_curve_and_the_backend():
+def test_the_size_sentence_follows_the_curve():
     import pandas as pd
 
     from cs336_systems.stages.allreduce import answers
 
     h = pd.DataFrame({"size_mb": [1.0, 10.0, 100.0], "busbw_gbps": [0.81, 1.10, 1.03]})
-    text = answers.size_sentence("gloo", 2, h, "gloo")
+    text = answers.size_sentence("gloo", 2, h)
     assert text.startswith("gloo, 2 processes: bus bandwidth rises from 0.81 GB/s at 1 MiB")
     assert "peaking at 1.10 GB/s at 10 MiB" in text
-    assert "host processes copy and add" in text and "link" not in text
-    assert "approach what the links carry" in answers.size_sentence("nccl", 2, h, "nccl")
+    assert "falls at the largest size, 6.4% below 10 MiB's 1.10 GB/s" in text
     falling = h.assign(busbw_gbps=[2.0, 1.5, 1.0])
-    text = answers.size_sentence("gloo", 2, falling, "gloo")
+    text = answers.size_sentence("gloo", 2, falling)
     assert "bandwidth falls from 2.00 GB/s" in text and "fixed cost" not in text
     assert "peaking" not in text
+
+
+def test_the_size_sentence_says_whether_the_largest_size_levelled_off():
+    """The h200-x4 reference's NCCL curve (2 ranks) still rises 22% from 100 MiB to 1 GiB: no
+    claim about the links (the CSVs carry no link bandwidth), but that it has not levelled off."""
+    import pandas as pd
+
+    from cs336_systems.stages.allreduce import answers
+
+    sizes = [1.0, 10.0, 100.0, 1024.0]
+    rising = pd.DataFrame({"size_mb": sizes, "busbw_gbps": [24.47, 185.8, 267.5, 326.8]})
+    text = answers.size_sentence("nccl", 2, rising)
+    assert "link" not in text
+    assert "still rises at the largest size, 22.2% above 100 MiB's 268 GB/s" in text
+    assert "1 GiB has not reached the plateau" in text
+    flat = rising.assign(busbw_gbps=[24.47, 185.8, 320.0, 326.8])
+    text = answers.size_sentence("nccl", 2, flat)
+    assert "levelled off: 1 GiB is within 2.1% of 100 MiB's 320 GB/s" in text
+    assert "plateau" not in text
 
 
 # ---------------------------- report: a suspect point is kept out of every fit, table and count

@@ -9,17 +9,38 @@ import pandas as pd
 
 from cs336_systems.planning.edition import DEFAULT_EDITION
 from cs336_systems.reporting import sanity
-from cs336_systems.reporting.analysis import fmt
+from cs336_systems.reporting.analysis import fmt, pct
 from cs336_systems.stages.allreduce.plan import HANDOUT_GRID
 from cs336_systems.stages.allreduce.rows import size_label
 
 WHERE = {"gloo": "CPU processes", "nccl": "GPUs"}
 
 
-def size_sentence(label: str, n: int, h: pd.DataFrame, backend: str) -> str:
+# bus bandwidth within this fraction of the next-smaller size's counts as levelled off
+LEVEL = 0.05
+
+
+def largest_step(h: pd.DataFrame) -> str:
+    """Whether bus bandwidth still moves at the largest message of the sorted `h`, from the
+    next-smaller size to it: levelled off (within `LEVEL`), still rising (the largest size has
+    not reached the plateau) or falling."""
+    prev, hi = h.iloc[-2], h.iloc[-1]
+    step = hi.busbw_gbps / prev.busbw_gbps - 1
+    than = f"{size_label(prev.size_mb)}'s {fmt(prev.busbw_gbps)} GB/s"
+    if abs(step) < LEVEL:
+        return f"it has levelled off: {size_label(hi.size_mb)} is within {pct(abs(step))} of {than}"
+    if step > 0:
+        return (
+            f"it still rises at the largest size, {pct(step)} above {than}, so "
+            f"{size_label(hi.size_mb)} has not reached the plateau"
+        )
+    return f"it falls at the largest size, {pct(-step)} below {than}"
+
+
+def size_sentence(label: str, n: int, h: pd.DataFrame) -> str:
     """How bus bandwidth moves from the smallest message to the largest (sorted `h`), naming a
-    peak in between; the why only where it rises, and the bound by backend: NCCL's links, gloo's
-    host processes copying and adding the data."""
+    peak in between; where it rises, the fixed cost of a call and whether it still rises at the
+    largest size (`largest_step`)."""
     lo, hi, top = h.iloc[0], h.iloc[-1], h.loc[h["busbw_gbps"].idxmax()]
     verb = "rises" if hi.busbw_gbps > lo.busbw_gbps else "falls"
     text = (
@@ -31,12 +52,7 @@ def size_sentence(label: str, n: int, h: pd.DataFrame, backend: str) -> str:
         text += f", peaking at {fmt(top.busbw_gbps)} GB/s at {size_label(top.size_mb)}"
     if verb == "falls":
         return text + "."
-    bound = (
-        "large ones approach what the links carry"
-        if backend == "nccl"
-        else "large ones are bound by how fast the host processes copy and add the data"
-    )
-    return text + f": small messages pay the fixed cost of each call, {bound}."
+    return text + f": small messages pay the fixed cost of each call; {largest_step(h)}."
 
 
 def sentences(d: pd.DataFrame, shown: pd.DataFrame) -> list[str]:
@@ -57,7 +73,7 @@ def sentences(d: pd.DataFrame, shown: pd.DataFrame) -> list[str]:
                     & (suspect["world_size"] == n)
                 ).sum()
             )
-            text = size_sentence(label, n, h, backend)
+            text = size_sentence(label, n, h)
             out.append(text[:-1] + sanity.excluded(n_out) + "." if n_out else text)
         sizes = sorted(set.intersection(*(set(h["size_mb"]) for _, h in g.groupby("world_size"))))
         if g["world_size"].nunique() > 1 and sizes:
