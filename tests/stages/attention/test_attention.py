@@ -337,3 +337,33 @@ def test_where_compiled_loses_it_names_the_pass_and_no_cause():
     assert answers.compile_losers(sp) == "Compiled is slower at d=16 n=4096 (forward 0.93×)."
     sp.loc[1, "bwd_speedup"] = 0.8
     assert answers.compile_losers(sp).endswith("d=64 n=256 (backward 0.80×).")
+
+
+def test_the_memory_growth_says_what_it_rests_on_and_is_quadratic_only_near_two():
+    """The CPU reference: the count (no device counters) at n = 64 and 256, d = 16: n^1.61, a
+    slope between two lengths, between linear and quadratic; the four-H200 run's measured
+    n = 4,096-16,384 (d = 128) grows as n^1.85: close to quadratic."""
+    from cs336_systems.stages.attention import answers
+    from cs336_systems.stages.attention.measure import memory_accounting
+
+    def rows(d, lengths, measured=None):
+        return pd.DataFrame(
+            [
+                {"impl": "naive_eager", "status": "ok", "d_head": d, "seq_len": n,
+                 **memory_accounting(8, n, d), "mem_before_backward_mb": m}
+                for n, m in zip(lengths, measured or [None] * len(lengths))
+            ]
+        )  # fmt: skip
+
+    cpu = answers.growth_sentence(rows(16, [64, 256]))
+    assert "(d = 16; counted from the tensor shapes, not measured" in cpu
+    assert "grows as n^1.61 from n = 64 to n = 256 (a slope between only two lengths)" in cpu
+    assert "between linear and quadratic" in cpu and "close to quadratic" not in cpu
+    assert "P saved for backward is 44% of the count at n = 64 and 76% at n = 256" in cpu
+    assert "longest lengths" not in cpu
+    gpu = answers.growth_sentence(rows(128, [4096, 8192, 16384], [656.0, 2272.0, 8576.0]))
+    assert "(d = 128; measured) grows as n^1.85 over n = 4,096, 8,192 and 16,384" in gpu
+    assert "(a least-squares slope over 3 lengths): close to quadratic;" in gpu
+    short = answers.growth_sentence(rows(128, [1024, 4096], [116.0, 656.0]))
+    assert "grows as n^1.25 from n = 1,024 to n = 4,096" in short
+    assert "between linear and quadratic" in short and "(the count alone: n^1.75)" in short

@@ -15,6 +15,8 @@ from cs336_systems.reporting.analysis import ok as trusted
 BWD_FWD_EXPECTED = 1.5
 # a pass whose std is above this share of its mean cannot settle a ratio of means
 NOISY_SPREAD = 0.2
+# a memory growth exponent within this of 2 is called close to quadratic
+NEAR_QUADRATIC = 0.2
 
 MIB = 2**20
 
@@ -84,34 +86,70 @@ def accounting_lines(b: int, n: int, d: int, device_mb: float) -> list[str]:
     return lines
 
 
+def _memory_column(eager: pd.DataFrame) -> tuple[str, str]:
+    """The memory before backward to fit: measured by the device's counters, else the count of
+    the tensors (measure.py `memory_accounting`), and the words that say which."""
+    if "mem_before_backward_mb" in eager and eager["mem_before_backward_mb"].notna().sum() >= 2:
+        return "mem_before_backward_mb", "measured"
+    return (
+        "expected_before_backward_mb",
+        "counted from the tensor shapes, not measured: this machine has no device memory counters",
+    )
+
+
+def _exponent(g: pd.DataFrame, col: str) -> float:
+    """The slope of log `col` against log n (a least-squares line; the slope between two points)."""
+    x, y = np.log(g["seq_len"].to_numpy(float)), np.log(g[col].to_numpy(float))
+    return float(np.polyfit(x, y, 1)[0])
+
+
+def _lengths(g: pd.DataFrame) -> str:
+    """Which lengths the exponent rests on, and how many."""
+    n = [f"{int(v):,}" for v in g["seq_len"]]
+    if len(n) == 2:
+        return f"from n = {n[0]} to n = {n[1]} (a slope between only two lengths)"
+    return f"over n = {', '.join(n[:-1])} and {n[-1]} (a least-squares slope over {len(n)} lengths)"
+
+
+def _p_share(g: pd.DataFrame) -> str:
+    """What share of the count before backward the n x n matrix P is, at the first and last
+    lengths of `g`."""
+    share = (g["probs_mb"] / g["expected_before_backward_mb"]).to_numpy()
+    n = g["seq_len"].astype(int).to_numpy()
+    return (
+        f"the n x n probability matrix P saved for backward is {share[0]:.0%} of the count at "
+        f"n = {n[0]:,} and {share[-1]:.0%} at n = {n[-1]:,}"
+    )
+
+
+def _shape(slope: float) -> str:
+    """An exponent in words: close to quadratic only within `NEAR_QUADRATIC` of 2."""
+    if abs(slope - 2) <= NEAR_QUADRATIC:
+        return "close to quadratic"
+    if 1 < slope < 2:
+        return "between linear and quadratic"
+    return "faster than quadratic" if slope > 2 else "no faster than linear"
+
+
 def growth_sentence(df: pd.DataFrame) -> str:
+    """How memory before backward grows with n over the (up to) three longest lengths, in words
+    that follow the exponent (`_shape`), with P's share of the count beside it."""
     eager = trusted(df[df["impl"] == "naive_eager"], scope="memory")
-    col = "mem_before_backward_mb"
-    if col not in eager or eager[col].notna().sum() < 2:
-        col = "expected_before_backward_mb"
-        source = "counted (no device memory counters on this machine)"
-    else:
-        source = "measured"
+    col, source = _memory_column(eager)
     d = eager["d_head"].max() if len(eager) else None
-    g = eager[(eager["d_head"] == d) & eager[col].notna()].sort_values("seq_len")
+    g = eager[(eager["d_head"] == d) & eager[col].notna()].sort_values("seq_len").iloc[-3:]
     if len(g) < 2:
         return "Too few successful points to see how saved memory grows."
-    x, y = np.log(g["seq_len"].to_numpy(float)), np.log(g[col].to_numpy(float))
-    slope = float(np.polyfit(x[-3:], y[-3:], 1)[0])
-    if slope >= 1.5:
-        why = (
-            "close to quadratic, because the saved probability matrix P is n x n per batch "
-            "element; the O(n d) tensors only matter at short lengths"
-        )
-    else:
-        why = (
-            "not yet quadratic at these lengths: the O(n d) tensors (Q, K, V, O and their "
-            "gradients) and fixed allocations still weigh as much as the n x n matrix P; the n² "
-            "term takes over at longer lengths"
-        )
+    slope = _exponent(g, col)
+    shape = _shape(slope)
+    head = f"Memory in use before backward (d = {d}; {source}) grows as n^{slope:.2f} {_lengths(g)}"
+    if shape != "between linear and quadratic":
+        return f"{head}: {shape}; {_p_share(g)}."
+    count = _exponent(g, "expected_before_backward_mb")
+    beside = "" if col == "expected_before_backward_mb" else f" (the count alone: n^{count:.2f})"
     return (
-        f"Memory in use before backward ({source}, d = {d}) grows as n^{slope:.2f} over the longest "
-        f"lengths: {why}."
+        f"{head}: {shape}, as {_p_share(g)}, so the five O(n d) tensors (Q, K, V, O, dO) still "
+        f"weigh beside it; the count tends to n² only as P takes over{beside}."
     )
 
 
