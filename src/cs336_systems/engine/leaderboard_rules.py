@@ -27,10 +27,12 @@ def fits_budget(setup_s: float, step_ms: float, budget_s: float = BUDGET_S) -> b
 
 
 PARTS = ("attention", "matmul", "loss", "optimizer", "communication", "other")
-# first match wins: communication and the loss before the matmuls they contain by name
+# first match wins: communication and the loss before the matmuls they contain by name, the
+# loss's log-softmax (aten::_log_softmax, LogSoftmaxBackward0, CUDA's cunn_SoftMaxForward<...,
+# LogSoftMaxForwardEpilogue>) before attention's softmax
 _RULES = [
     ("communication", r"nccl|gloo|all_?gather|reduce_?scatter|all_?reduce|broadcast|c10d"),
-    ("loss", r"_LinearCrossEntropy|logsumexp|cross_entropy|nll_loss|log_softmax"),
+    ("loss", r"_LinearCrossEntropy|logsumexp|cross_entropy|nll_loss|log_?softmax"),
     ("optimizer", r"adam|Optimizer\.step|_foreach_|multi_tensor"),
     (
         "attention",
