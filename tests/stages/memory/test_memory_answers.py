@@ -89,6 +89,38 @@ def test_part_f_gradients_from_the_allocator():
     assert "needs a CUDA device (this run has none)" in cpu and "snakemake" in cpu
 
 
+@pytest.mark.parametrize(
+    ("run", "gpus", "status"), [("cpu", 0, "partly"), ("h200-x4", 4, "answered")]
+)
+def test_part_f_needs_its_nsight_capture_and_the_allocators_gradients(run, gpus, status):
+    """memory_profiling (f) asks for Nsight screenshots and the gradients' size from backward's
+    memory changes: the CPU run measured only what one block saves (no nsys, no CUDA
+    allocator), so it answers the part partly; four H200s measured both."""
+    from cs336_systems.reporting import coverage
+    from cs336_systems.stages import memory
+    from cs336_systems.stages.memory import analysis
+
+    ctx = analysis.context(ROOT / "report" / "reference" / run / "csv")
+    machine = coverage.Machine(gpus=gpus, name=run)
+    t = coverage.coverage_table("2026", {"memory": memory.QUESTIONS}, {"memory": ctx}, machine)
+    (row,) = [r for _, r in t.iterrows() if r["part"].startswith("[memory_profiling (f)]")]
+    assert row["status"] == status
+    if status == "partly":
+        assert "its Nsight capture did not run (skipped: nsys absent)" in row["why"]
+        assert "needs a CUDA device (this run has none)" in row["why"]
+        assert "on a CUDA GPU with Nsight Systems (`nsys`) installed" in row["what answers it"]
+
+
+def test_part_f_on_a_gpu_without_nsys_misses_only_the_capture():
+    blocks = pd.read_csv(ROOT / "report" / "reference" / "h200-x4" / "csv" / "memory_blocks.csv")
+    cap = blocks[blocks["part"] == "nsys_capture"]
+    tot = blocks[blocks["part"] == "block_total"]
+    assert answers.block_coverage(cap, tot) == {}
+    cov = answers.block_coverage(cap.assign(status="skipped: nsys absent"), tot)
+    why = cov["memory_profiling.f"]["why"]
+    assert why.endswith("its Nsight capture did not run (skipped: nsys absent)")
+
+
 def _inference_point(mode: str, status: str = "ok", peak: float = 0.0, saved: float = 0.0):
     return pd.Series(
         {"size": "xl", "context_length": 2048, "precision": "fp32", "mode": mode,

@@ -18,7 +18,12 @@ QUESTIONS = {
         "evidence": ["handout_residual_sentence", "residual_sentence", "activation_sentence"]
     },
     "memory_profiling.e": {"evidence": ["alloc_table", "alloc_sentence"], "needs": "gpu"},
-    "memory_profiling.f": {"evidence": ["y2026.block_sentences"]},
+    # what one block saves (hooks, any device), its Nsight capture and its gradients' size
+    # from the allocator's changes (both CUDA): the handout's screenshots and calculation
+    "memory_profiling.f": {
+        "evidence": ["y2026.block_sentences", "y2026.nsys_ok", "y2026.allocator_grads"],
+        "needs": "gpu",
+    },
 }
 # numbers that cannot be right (reporting/sanity.py): a step's peak below the parameters it holds
 SANITY = {

@@ -73,6 +73,13 @@ def block_answers(blocks: pd.DataFrame) -> dict:
     s["block_table"] = md_table(table, 3) if len(table) else ""
     cap = blocks[blocks["part"] == "nsys_capture"]
     s["nsys_captures"] += [answers.nsys_capture_line(r) for _, r in cap.iterrows()]
+    # what the part needs a GPU for (its evidence, __init__.py): the captures that ran, the
+    # gradients' sizes read from the allocator
+    s["nsys_ok"] = [answers.nsys_capture_line(r) for _, r in cap[cap["status"] == "ok"].iterrows()]
+    s["allocator_grads"] = (
+        tot.get("grads_from_memory_bytes", pd.Series(dtype=float)).dropna().tolist()
+    )
+    s["coverage"] = answers.block_coverage(cap, tot)
     return s
 
 
@@ -208,6 +215,7 @@ def context(results_dir: Path) -> dict:
     s.update(timelines(d, every, s["cuda"]))
     s.update(peaks(df, d, every, s["cuda"]))
     s.update(precisions(df, d, s["cuda"]))
+    s["coverage"] = {**s.get("coverage", {}), **s["y2026"].pop("coverage", {})}
     # Q16 sets each point beside the analytic model: the course's sizes only (an own model
     # has none, docs/own-model.md)
     course = d[d["own_model"].isna()] if "own_model" in d else d

@@ -227,6 +227,42 @@ def nsys_capture_line(r: pd.Series) -> str:
     return f"context {int(r['context_length'])}, {r['precision']}: {r['status']}{where}"
 
 
+def no_allocator_why(t: pd.Series) -> str:
+    """Why part (f)'s block row `t` has no allocator readings of its gradients."""
+    if str(t.get("device")) == "cuda":
+        return "these rows have no allocator readings (they predate that measurement)"
+    return "this run has none"
+
+
+def block_coverage(captures: pd.DataFrame, totals: pd.DataFrame) -> dict:
+    """Part (f)'s coverage where what it needs a GPU for is missing: an Nsight capture of one
+    block (`captures`: the nsys_capture rows) and the gradients' size from the allocator's
+    changes (`totals`: the block_total rows that ran); {} where both are there or nothing ran."""
+    if totals.empty:
+        return {}
+    gaps, ran = [], captures.get("status", pd.Series(dtype=str))
+    captured = (ran == "ok").any()
+    if not captured:
+        said = ", ".join(sorted(set(ran.astype(str)))) or "none in this run"
+        gaps.append(f"its Nsight capture did not run ({said})")
+    grads = totals.get("grads_from_memory_bytes", pd.Series(np.nan, index=totals.index))
+    if grads.isna().all():
+        gaps.append(
+            "the gradients' size from the allocator's changes needs a CUDA device "
+            f"({no_allocator_why(totals.iloc[0])})"
+        )
+    if not gaps:
+        return {}
+    nsys = "" if captured else " with Nsight Systems (`nsys`) installed"
+    return {
+        "memory_profiling.f": {
+            "status": "partly",
+            "why": "only what one block saves for backward is measured: " + " and ".join(gaps),
+            "how": f"`snakemake --cores 1 report` on a CUDA GPU{nsys} (the gpu preset)",
+        }
+    }
+
+
 def grads_sentence(t: pd.Series, expect: float, verdict: str) -> str:
     """Part (f)'s calculation: the block's gradients from the allocator's changes (forward's
     growth, backward's change), against 4 bytes a parameter; the hooks' count beside it."""
@@ -236,14 +272,9 @@ def grads_sentence(t: pd.Series, expect: float, verdict: str) -> str:
     )
     g = t.get("grads_from_memory_bytes", float("nan"))
     if pd.isna(g):
-        why = (
-            "these rows have no allocator readings (they predate that measurement)"
-            if str(t.get("device")) == "cuda"
-            else "this run has none"
-        )
         return (
-            f"The gradients' size from the allocator's changes needs a CUDA device ({why}) "
-            f"{hooks}: `snakemake --cores 1 report` on a GPU measures it."
+            "The gradients' size from the allocator's changes needs a CUDA device "
+            f"({no_allocator_why(t)}) {hooks}: `snakemake --cores 1 report` on a GPU measures it."
         )
     saved = t["forward_alloc_bytes"] - t["output_bytes"]
     off = g / expect - 1
