@@ -7,7 +7,7 @@ import argparse
 import pandas as pd
 import pytest
 import torch
-from pipeline_utils import block
+from pipeline_utils import ROOT, block
 
 from cs336_systems.stages.precision import measure as prec
 from cs336_systems.stages.precision.plan import PrecisionKnobs
@@ -120,7 +120,22 @@ def test_precision_memory_ratio_ignores_checkpointed_memory_rows(tmp_path):
                          "peak_allocated_mb": base * scale})  # fmt: skip
     pd.DataFrame(rows).to_csv(tmp_path / "memory.csv", index=False)
     s = analysis._speed_and_memory(tmp_path)
-    assert "0.60× the fp32 value (one point; see the Memory section)" in s["memory_sentence"]
+    assert "per mode: train step 0.60× (xl, context 2048) (each point" in s["memory_sentence"]
+
+
+def test_precision_memory_ratio_per_mode_not_one_median_over_modes():
+    """Four H200s: the forward with autograd on keeps 1.29× fp32's peak under bf16 autocast,
+    the inference forwards and the training step about 1.00×; one median over the four points
+    (1.02×) hid the 1.29×."""
+    from cs336_systems.reporting.analysis import load
+    from cs336_systems.stages.precision import answers
+    from cs336_systems.stages.precision.rows import memory_ratio
+
+    ratio, cuda = memory_ratio(load(ROOT / "report" / "reference" / "h200-x4" / "csv", "memory"))
+    text = answers.memory_sentence(ratio, cuda)
+    assert "1.02×" not in text and "median" not in text
+    assert "inference forward 1.00× (xl, context 128) to 1.04× (xl, context 2048)" in text
+    assert "forward (autograd on) 1.29× (xl, context 128); train step 1.00×" in text
 
 
 def test_the_cli_reads_its_devices_from_the_block(tmp_path):

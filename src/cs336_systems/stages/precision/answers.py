@@ -170,15 +170,38 @@ def speed_sentence(sp: pd.DataFrame) -> str:
     return out + "."
 
 
+# the memory stage's modes in its order and words (a stage imports no other stage)
+MODE_LABEL = {
+    "inference": "inference forward",
+    "forward": "forward (autograd on)",
+    "forward_backward": "forward+backward",
+    "train_step": "train step",
+}
+
+
+def _ratio_range(r: pd.Series) -> str:
+    """One mode's bf16/fp32 ratios (`r`, by size and context): the one point's, or the range
+    with the point at each end."""
+    lo, hi = r.idxmin(), r.idxmax()
+    if len(r) > 1 and f"{r[lo]:.2f}" == f"{r[hi]:.2f}":
+        return f"{r[lo]:.2f}× at each of its {len(r)} points"
+    at = f"{r[lo]:.2f}× ({lo[0]}, context {lo[1]})"
+    return at if len(r) == 1 else f"{at} to {r[hi]:.2f}× ({hi[0]}, context {hi[1]})"
+
+
 def memory_sentence(ratio: pd.Series, cuda: bool) -> str:
-    """bf16 autocast's memory against fp32's (rows.py `memory_ratio`)."""
+    """bf16 autocast's memory against fp32's (rows.py `memory_ratio`), per mode: an inference
+    forward, a forward with autograd on and a training step keep different things, so one
+    median over them says none of them."""
     what = (
         "peak allocated memory"
         if cuda
         else "activation memory saved for backward (no allocator statistics on a CPU)"
     )
+    order = {m: i for i, m in enumerate(MODE_LABEL)}
+    modes = sorted(set(ratio.index.get_level_values("mode")), key=lambda m: (order.get(m, 99), m))
+    per_mode = [f"{MODE_LABEL.get(m, m)} {_ratio_range(ratio.xs(m, level='mode'))}" for m in modes]
     return (
-        f"bf16 autocast {what} is {ratio.median():.2f}× the fp32 value ("
-        + (f"median over {len(ratio)} points" if len(ratio) > 1 else "one point")
-        + "; see the Memory section)."
+        f"bf16 autocast's {what} against fp32's, per mode: {'; '.join(per_mode)} (each point "
+        "is in the Memory section)."
     )
