@@ -226,3 +226,17 @@ def test_varying_points_are_named_with_their_context_and_their_neighbours(tmp_pa
     assert "`tiny` at 32 forward fp32 eager, naive attention (20.0%)" in text
     assert "`tiny` at 64 forward" in text
     assert text.endswith("1 of them ran beside other jobs (see Suspect numbers).")
+
+
+def test_other_attentions_give_their_speedup_without_host_bound_pairs():
+    """The four-H200 run: sdpa's bf16 speedup 1.07× over 3 points, two of them host-bound: the
+    sentence says so and gives the one pair left, as naive's headline does."""
+    keys = {"context_length": 512, "compile": "eager", "attention": "sdpa"}
+    sp = pd.DataFrame([{**keys, "size": s, "mode": m, "speedup": v} for s, m, v in
+                       (("small", "forward", 0.95), ("small", "train_step", 1.07),
+                        ("xl", "forward", 1.40))])  # fmt: skip
+    hb = sp[sp["size"] == "small"].drop(columns="speedup")
+    text = answers.other_attentions(sp, hb)
+    assert text.startswith("sdpa attention: 1.07× (0.95–1.40× across 3 points)")
+    assert text.endswith("(2 pairs host-bound; without them 1.40× (one point))")
+    assert "host-bound" not in answers.other_attentions(sp)

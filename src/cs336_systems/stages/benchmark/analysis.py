@@ -171,7 +171,10 @@ def bf16_and_compile(df: pd.DataFrame, d: pd.DataFrame) -> dict:
         bf, host_bound(naive) if "peak_tflops" in d else None
     )
     other = d[(d["compile"] == "eager") & (d["attention"] != "naive")]
-    s["bf16"]["others"] = answers.other_attentions(speedups(other, "precision", "fp32", "bf16"))
+    s["bf16"]["others"] = answers.other_attentions(
+        speedups(other, "precision", "fp32", "bf16"),
+        host_bound(other) if "peak_tflops" in d else None,
+    )
     cp = speedups(naive, "compile", "eager", "compiled")
     cp_all = speedups(naive_all, "compile", "eager", "compiled")
     s["compile"] = speedup_summary(

@@ -10,6 +10,7 @@ such, not read as a property of the GPU."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from cs336_systems.core.costs import PATH_LABEL
@@ -596,14 +597,19 @@ def speedup_sentence(sp: pd.DataFrame, what: str, n_excluded: int = 0) -> str:
     )
 
 
+def _host_mask(sp: pd.DataFrame, hb: pd.DataFrame | None) -> np.ndarray:
+    """Which of the speedup pairs `sp` the host-bound rule fired on (`hb`: its points)."""
+    if hb is None or not len(hb) or not len(sp):
+        return np.zeros(len(sp), dtype=bool)
+    keys = ["size", "context_length", "compile", "attention", "mode"]
+    hit = sp.merge(hb[keys].drop_duplicates(), on=keys, how="left", indicator=True)
+    return (hit["_merge"] == "both").to_numpy()
+
+
 def without_host_bound(sp: pd.DataFrame, hb: pd.DataFrame | None) -> str:
     """The bf16 speedup's pairs the host-bound rule fires on (rows.host_bound: the host sets
     their time), and the median and range without them."""
-    if hb is None or not len(hb) or not len(sp):
-        return ""
-    keys = ["size", "context_length", "compile", "attention", "mode"]
-    hit = sp.merge(hb[keys].drop_duplicates(), on=keys, how="left", indicator=True)
-    mask = (hit["_merge"] == "both").to_numpy()
+    mask = _host_mask(sp, hb)
     if not mask.any():
         return ""
     kept = sp[~mask]
@@ -638,12 +644,19 @@ def losers(sp: pd.DataFrame) -> str:
     return f"It does not pay (speedup below 1) at {where}: {items}."
 
 
-def other_attentions(sp: pd.DataFrame) -> str:
-    """bf16's speedup per attention other than naive."""
-    return "; ".join(
-        f"{att} attention: {range_sentence(g['speedup'], 'point')}"
-        for att, g in sp.groupby("attention")
-    )
+def other_attentions(sp: pd.DataFrame, hb: pd.DataFrame | None = None) -> str:
+    """bf16's speedup per attention other than naive, and without the pairs the host-bound
+    rule fires on (`hb`), as naive's headline gives it."""
+    out = []
+    for att, g in sp.groupby("attention"):
+        text = f"{att} attention: {range_sentence(g['speedup'], 'point')}"
+        mask = _host_mask(g.reset_index(drop=True), hb)
+        if mask.any():
+            kept = g["speedup"].to_numpy()[~mask]
+            rest = range_sentence(pd.Series(kept), "point") if len(kept) else "none left"
+            text += f" ({plural(int(mask.sum()), 'pair')} host-bound; without them {rest})"
+        out.append(text)
+    return "; ".join(out)
 
 
 # ---- Q4: MFU ---------------------------------------------------------------------------------
