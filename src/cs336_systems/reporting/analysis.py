@@ -20,6 +20,13 @@ from cs336_systems.reporting import export, sanity  # noqa: E402
 log = get_logger(__name__)
 
 SIZE_ORDER = ["tiny", "small", "medium", "large", "xl", "2.7B", "10B"]
+# a memory point's mode in words (the memory stage's grid; the precision section reads it too)
+MEMORY_MODE_LABEL = {
+    "inference": "inference forward",
+    "forward": "forward (autograd on)",
+    "forward_backward": "forward+backward",
+    "train_step": "train step",
+}
 
 
 def load(results_dir: Path, name: str, derive=None) -> pd.DataFrame:

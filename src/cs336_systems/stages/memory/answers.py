@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from cs336_systems.reporting.analysis import plural, sig, sort_sizes
+from cs336_systems.reporting.analysis import MEMORY_MODE_LABEL, plural, sig, sort_sizes
 from cs336_systems.stages.memory.rows import (
     MODE_LABEL,
     PARTS,
@@ -146,12 +146,7 @@ def grid_counts(df: pd.DataFrame) -> str:
 
 # ---- 2026: the checkpointed grid and part (f) ---------------------------------------------
 
-GRID_MODE_LABEL = {
-    "inference": "inference forward",
-    "forward": "forward (autograd on)",
-    "forward_backward": "forward+backward",
-    "train_step": "training step",
-}
+GRID_MODE_LABEL = {**MEMORY_MODE_LABEL, "train_step": "training step"}
 
 
 def _peak(r: pd.Series) -> str:

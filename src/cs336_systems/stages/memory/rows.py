@@ -13,15 +13,10 @@ import pandas as pd
 from cs336_systems.core import costs
 from cs336_systems.core.checkpoint_plans import plan_for
 from cs336_systems.planning.edition import size_table, vocab_size
-from cs336_systems.reporting.analysis import load, ok, sort_sizes
+from cs336_systems.reporting.analysis import MEMORY_MODE_LABEL, load, ok, sort_sizes
 from cs336_systems.reporting.analysis import md_table as pipe_table
 
-MODE_LABEL = {
-    "inference": "inference forward",
-    "forward": "forward (autograd on)",
-    "forward_backward": "forward+backward",
-    "train_step": "train step",
-}
+MODE_LABEL = MEMORY_MODE_LABEL
 MiB = 2**20
 # the point and its attributed parts, shown before the measured peaks (CUDA) or RSS (CPU)
 BREAKDOWN_COLUMNS = [

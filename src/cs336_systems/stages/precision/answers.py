@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from cs336_systems.reporting.analysis import MEMORY_MODE_LABEL
 from cs336_systems.stages.precision.rows import exact
 
 
@@ -170,15 +171,6 @@ def speed_sentence(sp: pd.DataFrame) -> str:
     return out + "."
 
 
-# the memory stage's modes in its order and words (a stage imports no other stage)
-MODE_LABEL = {
-    "inference": "inference forward",
-    "forward": "forward (autograd on)",
-    "forward_backward": "forward+backward",
-    "train_step": "train step",
-}
-
-
 def _ratio_range(r: pd.Series) -> str:
     """One mode's bf16/fp32 ratios (`r`, by size and context): the one point's, or the range
     with the point at each end."""
@@ -198,9 +190,11 @@ def memory_sentence(ratio: pd.Series, cuda: bool) -> str:
         if cuda
         else "activation memory saved for backward (no allocator statistics on a CPU)"
     )
-    order = {m: i for i, m in enumerate(MODE_LABEL)}
+    order = {m: i for i, m in enumerate(MEMORY_MODE_LABEL)}
     modes = sorted(set(ratio.index.get_level_values("mode")), key=lambda m: (order.get(m, 99), m))
-    per_mode = [f"{MODE_LABEL.get(m, m)} {_ratio_range(ratio.xs(m, level='mode'))}" for m in modes]
+    per_mode = [
+        f"{MEMORY_MODE_LABEL.get(m, m)} {_ratio_range(ratio.xs(m, level='mode'))}" for m in modes
+    ]
     return (
         f"bf16 autocast's {what} against fp32's, per mode: {'; '.join(per_mode)} (each point "
         "is in the Memory section)."
