@@ -49,14 +49,21 @@ def test_q5_says_the_profiler_lengthens_the_step_only_where_it_is_longer():
 def test_q5_flags_operators_that_outlast_a_whole_step():
     """The cpu reference's operators summed to 1.32x the harness's step at context 16 beside
     "the kernels alone leave out the host's gaps": they fit in the profiled step they ran in
-    (self times, children excluded), but outlast the harness's, which is flagged."""
+    (self times, children excluded), and outlast the harness's where the profiler lengthened
+    the step (1.59x): its recording lengthens each operator. Where the profiled step is not
+    longer, operators outlasting the harness's step are flagged."""
     text = _q5(CPU_Q5)
     assert "leave out the host's gaps between launches" not in text
     assert (
         "The summed operator time fits in the profiled step at every point (0.83–0.90× it), "
         "leaving out the host's gaps between operators; at `tiny` at 16 (1.32×) it alone "
-        "outlasts the harness's whole step: the operators themselves ran slower in the profiled "
-        "run, which no gap between them explains (**suspect**)." in text
+        "outlasts the harness's whole step, as the profiler's recording lengthens each operator "
+        "too." in text
+    )
+    odd = _q5([(32, 7.40, 7.30, 7.20)])  # the profiled step within the band, operators over
+    assert (
+        "at `tiny` at 32 (1.01×) it alone outlasts the harness's whole step though the profiled "
+        "step does not: the operators themselves ran slower in the profiled run" in odd
     )
     # more than the profiled step they ran in: only overlapping times can sum past it
     over = _q5([(32, 7.00, 7.70, 7.20)])
