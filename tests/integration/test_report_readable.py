@@ -49,6 +49,14 @@ def test_the_report_opens_with_a_summary_of_findings_linking_each_answer(rendere
     first = re.search(r"^- \[Q(\d+)\.[^\n]*?\): (.+)$", summary, re.M)
     answer = text[text.index(f'<a name="q{first.group(1)}"></a>') :]
     assert first.group(2).rstrip(".")[:40] in answer.split(digest.OPEN)[0]
+    # "see its figure" only where no sentence opens the answer (the DDP overlap's paragraph
+    # once ran into the list of its traces and read as the figure's caption)
+    for q in re.findall(r"^- \[Q(\d+)\.[^\n]*: see its (?:figure|table)\.$", summary, re.M):
+        shown = text[text.index(f'<a name="q{q}"></a>') :].split(digest.OPEN)[0]
+        opening = next(
+            b for b in digest.blocks(shown.splitlines()[1:]) if digest.kind(b) != "heading"
+        )
+        assert digest.kind(opening) != "prose" or len(" ".join(opening)) < 200, (q, opening)
 
 
 def test_the_summary_names_each_part_not_answered_here_with_its_reason(rendered):
