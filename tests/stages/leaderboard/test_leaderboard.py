@@ -485,13 +485,13 @@ def test_an_ablation_rows_label_names_the_setting_it_ran():
 
 
 def test_the_cpu_reference_ablation_reads_no_cost_from_noise(tmp_path):
-    """The committed cpu run: its SDPA and whole-blocks rows changed nothing, and the plain
-    loss's difference is inside its steps' spread."""
+    """The committed cpu run: its SDPA and whole-blocks rows ran the engine's own setting, so
+    they changed nothing whatever their steps (whether another row's difference is beyond its
+    spread moves from run to run: the synthetic rows above test that)."""
     from cs336_systems.stages.leaderboard.rows import ABLATION_WORDS as words
 
     ctx, _, _ = _committed_run(tmp_path, "report/reference/cpu/csv")
     buys = dict(b.split(": ", 1) for b in ctx["ablation_buys"])
     assert buys[words["sdpa"]].startswith("no change")
     assert buys[words["whole_blocks"]].startswith("no change")
-    assert buys[words["plain_loss"]].startswith("within the steps' spread")
     assert "engine with plain_loss" in ctx["results_table"]

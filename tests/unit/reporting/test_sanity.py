@@ -6,7 +6,6 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 from fixture_rows import benchmark_rows, ceilings_rows, write_results
-from pipeline_utils import ROOT
 
 from cs336_systems.planning import neighbours
 from cs336_systems.profiling.kernel_classes import gemm_unit, kernel_label, unique_labels
@@ -96,9 +95,14 @@ def test_a_model_slower_than_a_larger_one_at_the_same_point_is_suspect():
 
 
 def test_the_four_h200_runs_large_bf16_forward_is_suspect_beside_xl():
-    """The four-H200 reference: large's bf16 forward 72.8 ms, xl's 62.0 (3.5x the work)."""
-    csv = ROOT / "report" / "reference" / "h200-x4" / "csv" / "benchmark.csv"
-    out = sanity.flag(pd.read_csv(csv, low_memory=False), "benchmark")
+    """The four-H200 run of 5f1ec1e: large's bf16 forward 72.8 ms and forward+backward 172,
+    xl's 62.0 and 160 for 3.5x the work; their training steps in order (174 and 192)."""
+    ms = {("large", "forward", "bf16"): 72.8, ("large", "forward_backward", "bf16"): 172.0,
+          ("large", "train_step", "bf16"): 174.0, ("xl", "forward", "bf16"): 62.0,
+          ("xl", "forward_backward", "bf16"): 160.0, ("xl", "train_step", "bf16"): 192.0}  # fmt: skip
+    df = benchmark_rows(sizes=("large", "xl"), ms=ms)
+    df.loc[df["size"] == "xl", "flops_per_step"] *= 3.5
+    out = sanity.flag(df, "benchmark")
     hit = out[out[sanity.COLUMN].fillna("").str.contains("larger model")]
     assert sorted(hit["mode"]) == ["forward", "forward_backward"]
     assert set(hit["size"]) == {"large"} and set(hit["precision"]) == {"bf16"}
