@@ -180,8 +180,11 @@ def _cost(r, base) -> str:
     if not (rng and ref_rng):
         return f"{fmt(diff, 2)} s"
     spread = (rng[1] - rng[0]) + (ref_rng[1] - ref_rng[0])
-    if abs(diff) > spread:
-        return f"{fmt(diff, 2)} s (beyond the {fmt(spread, 2)} s the two rows' steps spread over)"
+    beyond = f"beyond the {fmt(spread, 2)} s the two rows' steps spread over"
+    if diff < -spread:  # the row without the optimization is the faster one
+        return f"none: the step is {fmt(-diff, 2)} s faster without it ({beyond})"
+    if diff > spread:
+        return f"{fmt(diff, 2)} s ({beyond})"
     return (
         f"within the steps' spread ({fmt(diff, 2)} s, inside the {fmt(spread, 2)} s the two "
         f"rows' steps spread over: its {_range_text(rng)} s, the engine's {_range_text(ref_rng)})"
