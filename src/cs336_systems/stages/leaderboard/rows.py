@@ -185,9 +185,16 @@ def _cost(r, base) -> str:
         return f"none: the step is {fmt(-diff, 2)} s faster without it ({beyond})"
     if diff > spread:
         return f"{fmt(diff, 2)} s ({beyond})"
+    ranges = f"its {_range_text(rng)} s, the engine's {_range_text(ref_rng)}"
+    if rng[0] > ref_rng[1] or rng[1] < ref_rng[0]:  # every step on one side
+        side = "slower" if rng[0] > ref_rng[1] else "faster"
+        return (
+            f"{fmt(diff, 2)} s, every step {side} than the engine's, though within the "
+            f"{fmt(spread, 2)} s the two rows' steps spread over ({ranges})"
+        )
     return (
         f"within the steps' spread ({fmt(diff, 2)} s, inside the {fmt(spread, 2)} s the two "
-        f"rows' steps spread over: its {_range_text(rng)} s, the engine's {_range_text(ref_rng)})"
+        f"rows' steps spread over: {ranges})"
     )
 
 
