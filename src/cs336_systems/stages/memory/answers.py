@@ -72,15 +72,17 @@ def precision_without_casts(d: pd.DataFrame) -> str:
         return ""
     whole = (both["bf16"] / both["fp32"]).median()
     bare = ((both["bf16"] - both["casts"]) / both["fp32"]).median()
-    share = (both["casts"] / both["bf16"]).median()
+    shares = both["casts"] / both["bf16"]
     over = "" if len(both) == 1 else f" (medians over {plural(len(both), 'point')})"
     contexts = both.index.get_level_values("context_length").nunique()
-    size = f"{both['casts'].iloc[0]:,.0f} MiB" + (
+    size = f"{sig(both['casts'].iloc[0])} MiB" + (
         ", the same at every context" if contexts > 1 else ""
     )
+    lo, hi = f"{shares.min():.0%}", f"{shares.max():.0%}"
+    share = f"{shares.median():.0%}" + (f" (median; {lo}–{hi})" if lo != hi else "")
     return (
         f"bf16 autocast saves {whole:.2f}× the fp32 activation bytes{over}, but "
-        f"{share:.0%} of what it saves are the bf16 copies of the weights that autocast casts "
+        f"{share} of what it saves are the bf16 copies of the weights that autocast casts "
         f"for each matmul and autograd keeps for backward ({size}); without them it saves "
         f"{bare:.2f}× the fp32 bytes: the matmul inputs are halved, while the residual stream, "
         "the norms and (on CUDA) the softmax probabilities stay fp32."
