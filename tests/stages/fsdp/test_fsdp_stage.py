@@ -311,6 +311,23 @@ def test_the_verdict_rests_on_the_wait_and_time_outside_compute_is_not_called_lo
     )
 
 
+def test_a_wait_longer_than_the_gathers_is_not_quoted_as_their_own_time():
+    """The CPU reference's short answer: the main thread waited 13.16 ms for gathers that take
+    12.18 ms of the profiled step: the wait is said to exceed their time on the timeline, as it
+    also counts time queued behind other collectives; a shorter wait is not marked."""
+    import pandas as pd
+
+    row = _gather_row(wait=13.16, prof_all_gather_ms=12.18, prof_step_ms=52.0)
+    text = q33._short_run(pd.Series(row), "FSDP (fp32)")
+    assert (
+        "the main thread, which runs the compute, waited 13.16 ms for them, more than their "
+        "12.18 ms on the timeline (the wait also counts time queued behind other collectives), "
+        "so they do not finish in time."
+    ) in text
+    shorter = q33._short_run(pd.Series({**row, "gather_wait_ms_mean": 7.4}), "FSDP (fp32)")
+    assert "waited 7.40 ms for them, so" in shorter and "more than their" not in shorter
+
+
 def test_the_peers_wait_is_a_number_or_not_measured_never_a_dash():
     """The CPU reference: the peer has no wait measured, ours has the main thread's 10.35 ms;
     the sentence once read "compute waited – ms for them (ours – ms)"."""

@@ -167,12 +167,18 @@ def gather_verdict(r: pd.Series) -> str:
 
 
 def _short_run(r: pd.Series, label: str) -> str:
-    """One sentence: a run's gathers, their time during compute, the wait, the verdict."""
+    """One sentence: a run's gathers, their time during compute, the wait (marked where it
+    exceeds the gathers' time on the timeline), the verdict."""
     t_ag, share = number(r, "prof_all_gather_ms"), number(r, "prof_all_gather_overlap_share")
     if math.isnan(t_ag):
         return f"{label}: no profiled step."
     waited = compute_wait(r)
     wait = "" if math.isnan(waited) else f" and {_waiter(r)} waited {fmt(waited)} ms for them"
+    if waited > t_ag:  # a mean over the timed steps, queued time included
+        wait += (
+            f", more than their {fmt(t_ag)} ms on the timeline (the wait also counts time "
+            "queued behind other collectives)"
+        )
     return (
         f"{label}: the weight all-gathers take {fmt(t_ag)} ms of the profiled "
         f"{fmt(number(r, 'prof_step_ms'), 0)} ms step, {pct(share)} of it while compute ran"
