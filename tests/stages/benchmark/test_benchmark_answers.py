@@ -240,3 +240,19 @@ def test_other_attentions_give_their_speedup_without_host_bound_pairs():
     assert text.startswith("sdpa attention: 1.07× (0.95–1.40× across 3 points)")
     assert text.endswith("(2 pairs host-bound; without them 1.40× (one point))")
     assert "host-bound" not in answers.other_attentions(sp)
+
+
+def test_q1_ratios_leave_out_a_backward_shorter_than_its_forward():
+    """The 0.80× point (backward 17.97 ms against forward 22.44) is marked suspect: neither the
+    median, the range nor the extremes rest on it, and the sentences say one point left out."""
+    r = pd.DataFrame({"size": ["tiny", "tiny", "small", "small"],
+                      "context_length": [32, 64, 32, 64], "precision": "fp32",
+                      "forward_ms": [12.94, 22.44, 358.0, 699.0],
+                      "backward_ms": [13.91, 17.97, 717.0, 1269.0]})  # fmt: skip
+    r["ratio"] = r["backward_ms"] / r["forward_ms"]
+    text = answers.backward_sentences(r, r)["fp32"]
+    assert text.startswith("1.82× (1.07–2.00× across 3 size/context points")
+    assert "1 point left out: suspect, see its note" in text
+    ends = answers.backward_extremes(r)
+    assert "smallest 1.07× (tiny, context 32, fp32)" in ends and "0.80" not in ends
+    assert answers.backward_extremes(r[r["size"] == "tiny"]) == ""

@@ -101,8 +101,8 @@ def backward_over_forward(df: pd.DataFrame, d: pd.DataFrame, hb: pd.DataFrame) -
     dropped = backward_ratios(eager_naive(ran(df)))
     s: dict = {"bwd": answers.backward_sentences(r, dropped)}
     s["bwd_short"] = answers.q1_backward_shorter(r)
-    if len(r) > 1:
-        s["bwd_extremes"] = answers.backward_extremes(r)
+    if extremes := answers.backward_extremes(r):
+        s["bwd_extremes"] = extremes
     return s
 
 

@@ -498,22 +498,34 @@ def _passes_disagree(d: pd.DataFrame, prec: str, ctx: int, ratio: pd.Series):
 # ---- Q1: backward over forward -------------------------------------------------------------
 
 
+def backward_short(r: pd.DataFrame) -> pd.Series:
+    """Which of Q1's points have backward shorter than forward (suspect: `q1_backward_shorter`)."""
+    return r["ratio"] < 1
+
+
+def _short_clause(n: int) -> str:
+    return f"{plural(n, 'point')} left out: suspect, see its note" if n else ""
+
+
 def backward_sentences(r: pd.DataFrame, dropped: pd.DataFrame) -> dict[str, str]:
-    """{precision: backward/forward over the points `r` kept, and how many of `dropped` (every
-    point that ran) it left out}."""
+    """{precision: backward/forward over the points `r` kept, less the ones
+    `q1_backward_shorter` calls suspect, and how many of `dropped` (every point that ran) it
+    left out}."""
     out = {}
     for prec, g in r.groupby("precision"):
+        kept = g[~backward_short(g)]
         n_out = int((dropped["precision"] == prec).sum()) - len(g)
-        out[prec] = range_sentence(g["ratio"], "size/context point") + (
-            f" ({plural(n_out, 'point')} left out: suspect or host-bound)" if n_out else ""
-        )
+        host = f"{plural(n_out, 'point')} left out: suspect or host-bound" if n_out else ""
+        left = "; ".join(x for x in (_short_clause(len(g) - len(kept)), host) if x)
+        text = range_sentence(kept["ratio"], "size/context point") if len(kept) else "–"
+        out[prec] = text + (f" ({left})" if left else "")
     return out
 
 
 def q1_backward_shorter(r: pd.DataFrame) -> str:
     """Q1's points (`r`: not host-bound, not suspect) whose backward (forward+backward minus
     forward) is shorter than their forward though it has twice its matmul FLOPs: suspect."""
-    short = sort_sizes(r[r["ratio"] < 1])
+    short = sort_sizes(r[backward_short(r)])
     if not len(short):
         return ""
     items = ", ".join(
@@ -529,13 +541,18 @@ def q1_backward_shorter(r: pd.DataFrame) -> str:
 
 
 def backward_extremes(r: pd.DataFrame) -> str:
-    """The largest and the smallest backward/forward ratio, with their points."""
-    hi = r.loc[r["ratio"].idxmax()]
-    lo = r.loc[r["ratio"].idxmin()]
+    """The largest and the smallest backward/forward ratio, with their points, over the points
+    `q1_backward_shorter` does not call suspect ("" below two of them)."""
+    kept = r[~backward_short(r)]
+    if len(kept) < 2:
+        return ""
+    hi = kept.loc[kept["ratio"].idxmax()]
+    lo = kept.loc[kept["ratio"].idxmin()]
+    left = _short_clause(len(r) - len(kept))
     return (
         f"the largest ratio is {hi.ratio:.2f}× ({hi['size']}, context {hi.context_length}, "
         f"{hi.precision}) and the smallest {lo.ratio:.2f}× ({lo['size']}, context "
-        f"{lo.context_length}, {lo.precision})"
+        f"{lo.context_length}, {lo.precision})" + (f" ({left})" if left else "")
     )
 
 
