@@ -300,31 +300,48 @@ def test_interpreter_times_give_no_speed_up(results, tmp_path):
 
 
 def test_the_backward_to_forward_ratio_is_explained_only_where_it_shows():
-    """Twice the matmul work explains a ratio near 2; a ratio below 1.5 gets the steps' spread
-    (where a pass's std is above a fifth of its mean) or the sizes instead."""
+    """Twice the matmul work explains a steady ratio near 2; a pass whose std is above a fifth
+    of its mean makes the ratio loose, whatever its value; a steady ratio below 1.5 gets the
+    sizes instead."""
     from cs336_systems.stages.attention import answers
 
-    def rows(fwd, bwd, std):
-        return pd.DataFrame(
-            [
-                {"impl": "naive_eager", "status": "ok", "fwd_ms_mean": f, "bwd_ms_mean": b,
-                 "fwd_ms_std": std * f, "bwd_ms_std": std * b}
-                for f, b in zip(fwd, bwd)
-            ]
-        )  # fmt: skip
-
-    two = answers.bwd_fwd_sentence(rows([1.0, 2.0], [2.0, 4.2], 0.05))
+    two = answers.bwd_fwd_sentence(_bwd_rows([1.0, 2.0], [2.0, 4.2], 0.05))
     assert two.startswith("Backward takes 2.05× the forward time (median over 2 eager points")
     assert "it runs twice the matmul work" in two
-    noisy = answers.bwd_fwd_sentence(rows([0.14, 1.6], [0.14, 1.6], 0.47))
-    assert "short of the 2× that twice the matmul work" in noisy and "runs twice" not in noisy
-    assert noisy.endswith("the passes' std reaches 47% of their mean here, so these steps do "
-                          "not settle the ratio.")  # fmt: skip
-    steady = answers.bwd_fwd_sentence(rows([0.14, 1.6], [0.14, 1.6], 0.05))
+    noisy = answers.bwd_fwd_sentence(_bwd_rows([0.14, 1.6], [0.14, 1.6], 0.47))
+    assert "runs twice" not in noisy
+    assert (": loose, since a pass's std passes 20% of its mean at d=16 n=64 (forward 47%, "
+            "backward 47%) and d=16 n=256 (forward 47%, backward 47%)") in noisy  # fmt: skip
+    steady = answers.bwd_fwd_sentence(_bwd_rows([0.14, 1.6], [0.14, 1.6], 0.05))
     assert steady.endswith("(a forward of at most 1.60 ms) each call's fixed costs, which both "
                            "passes pay, weigh against the FLOPs.")  # fmt: skip
-    oom = rows([1.0], [2.0], 0.05).assign(status="oom")
+    oom = _bwd_rows([1.0], [2.0], 0.05).assign(status="oom")
     assert answers.bwd_fwd_sentence(oom) == ""
+
+
+def _bwd_rows(fwd, bwd, std, fwd_std=None):
+    """Eager points at d=16, n=64, 256, …: std as a share of each pass's mean (`fwd_std`
+    overrides the forward's, one per point)."""
+    fs = fwd_std or [std] * len(fwd)
+    return pd.DataFrame(
+        [
+            {"impl": "naive_eager", "status": "ok", "d_head": 16, "seq_len": 64 * 4**i,
+             "fwd_ms_mean": f, "bwd_ms_mean": b, "fwd_ms_std": s * f, "bwd_ms_std": std * b}
+            for i, (f, b, s) in enumerate(zip(fwd, bwd, fs))
+        ]
+    )  # fmt: skip
+
+
+def test_a_loose_ratio_is_called_loose_even_above_the_matmul_threshold():
+    """Q22's numbers: the median 1.50× clears 1.5, yet the forward's std is 54% of its mean at
+    n=64 (0.0704 of 0.1313 ms): the ratio is called loose there, not explained by the matmuls."""
+    from cs336_systems.stages.attention import answers
+
+    rows = _bwd_rows([0.1313, 1.1327], [0.1339, 2.2536], 0.06, fwd_std=[0.0704 / 0.1313, 0.1])
+    text = answers.bwd_fwd_sentence(rows)
+    assert text.startswith("Backward takes 1.50× the forward time (median over 2 eager points")
+    assert "loose, since a pass's std passes 20% of its mean at d=16 n=64 (forward 54%)" in text
+    assert "n=256" not in text and "it runs twice the matmul work" not in text
 
 
 def test_where_compiled_loses_it_names_the_pass_and_no_cause():
