@@ -239,11 +239,14 @@ def _fwd_bwd_slowdown(overlap: pd.Series, base: pd.Series) -> str:
     """Overlap's forward+backward against the compute-only one: a cause (the all-reduces
     competing for the hardware) only where it is slower by more than the larger std."""
     gap = float(overlap.fwd_bwd_ms_mean - base.fwd_bwd_ms_mean)
-    noise = float(max(overlap.fwd_bwd_ms_std, base.fwd_bwd_ms_std))
+    stds = [float(r.get("fwd_bwd_ms_std", math.nan)) for r in (overlap, base)]
+    noise = max((x for x in stds if not math.isnan(x)), default=math.nan)
     text = (
         f" Forward+backward itself takes {fmt(overlap.fwd_bwd_ms_mean)} ms against "
         f"{fmt(base.fwd_bwd_ms_mean)} ms without communication"
     )
+    if math.isnan(noise):
+        return text + f" ({fmt(gap)} ms apart; no std recorded to weigh it against)."
     if gap > noise:
         hw = "SMs and memory bandwidth" if overlap.backend == "nccl" else "CPU cores"
         return text + (
