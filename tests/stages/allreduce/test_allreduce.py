@@ -345,7 +345,8 @@ def test_the_size_sentence_follows_the_curve():
 
 def test_the_size_sentence_says_whether_the_largest_size_levelled_off():
     """The h200-x4 reference's NCCL curve (2 ranks) still rises 22% from 100 MiB to 1 GiB: no
-    claim about the links (the CSVs carry no link bandwidth), but that it has not levelled off."""
+    claim about the links (the CSVs carry no link bandwidth), nor that 1 GiB is short of the
+    plateau (its fit puts 1 GiB at 99% of w: 100 MiB is the low point), only the rise."""
     import pandas as pd
 
     from cs336_systems.stages.allreduce import answers
@@ -354,8 +355,8 @@ def test_the_size_sentence_says_whether_the_largest_size_levelled_off():
     rising = pd.DataFrame({"size_mb": sizes, "busbw_gbps": [24.47, 185.8, 267.5, 326.8]})
     text = answers.size_sentence("nccl", 2, rising)
     assert "link" not in text
-    assert "still rises at the largest size, 22.2% above 100 MiB's 268 GB/s" in text
-    assert "1 GiB has not reached the plateau" in text
+    assert text.endswith("still rises at the largest size, 22.2% above 100 MiB's 268 GB/s.")
+    assert "plateau" not in text
     flat = rising.assign(busbw_gbps=[24.47, 185.8, 320.0, 326.8])
     text = answers.size_sentence("nccl", 2, flat)
     assert "levelled off: 1 GiB is within 2.1% of 100 MiB's 320 GB/s" in text

@@ -21,19 +21,16 @@ LEVEL = 0.05
 
 
 def largest_step(h: pd.DataFrame) -> str:
-    """Whether bus bandwidth still moves at the largest message of the sorted `h`, from the
-    next-smaller size to it: levelled off (within `LEVEL`), still rising (the largest size has
-    not reached the plateau) or falling."""
+    """How bus bandwidth moves from the next-smaller message to the largest of the sorted `h`:
+    within `LEVEL` (it has levelled off), or by how much it still rises or falls there (two
+    sizes alone do not place the plateau: the latency-bandwidth fit below does)."""
     prev, hi = h.iloc[-2], h.iloc[-1]
     step = hi.busbw_gbps / prev.busbw_gbps - 1
     than = f"{size_label(prev.size_mb)}'s {fmt(prev.busbw_gbps)} GB/s"
     if abs(step) < LEVEL:
         return f"it has levelled off: {size_label(hi.size_mb)} is within {pct(abs(step))} of {than}"
     if step > 0:
-        return (
-            f"it still rises at the largest size, {pct(step)} above {than}, so "
-            f"{size_label(hi.size_mb)} has not reached the plateau"
-        )
+        return f"it still rises at the largest size, {pct(step)} above {than}"
     return f"it falls at the largest size, {pct(-step)} below {than}"
 
 
