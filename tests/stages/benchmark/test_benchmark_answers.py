@@ -256,3 +256,28 @@ def test_q1_ratios_leave_out_a_backward_shorter_than_its_forward():
     ends = answers.backward_extremes(r)
     assert "smallest 1.07× (tiny, context 32, fp32)" in ends and "0.80" not in ends
     assert answers.backward_extremes(r[r["size"] == "tiny"]) == ""
+
+
+def test_the_phase_ratio_leaves_out_a_backward_shorter_than_its_forward():
+    """The four-H200 bf16 phases: `large`'s backward (76.96 ms) is shorter than its forward
+    (78.68 ms), flagged suspect, so the ratio's median and range rest on `medium` and `xl` only,
+    and the sentence says one point left out; the host-bound note sits above (`see above`)."""
+    g = pd.DataFrame({"size": ["small", "medium", "large", "xl"],
+                      "fwd_ms_median": [21.17, 29.80, 78.68, 59.61],
+                      "bwd_ms_median": [21.35, 47.14, 76.96, 99.58],
+                      "opt_ms_median": [1.83, 4.47, 10.80, 27.45],
+                      "step_ms_median": [44.25, 82.71, 169.0, 188.0]}).set_index("size")  # fmt: skip
+    d = pd.DataFrame(columns=["size", "context_length", "precision", "compile", "attention",
+                              "mode", "step_ms_mean"])  # fmt: skip
+    hb = pd.DataFrame({"size": ["small"], "context_length": [512], "precision": ["bf16"],
+                       "compile": ["eager"], "attention": ["naive"]})  # fmt: skip
+    text = answers.phase_sentence(d, g, "bf16", 512, hb)
+    assert "backward 1.63× (median; 1.58× at `medium` to 1.67× at `xl`) the forward time " in text
+    assert "(1 point left out: suspect, see its note)" in text and "0.98×" not in text
+    assert "host-bound, see above)" in text and "see below" not in text
+    assert "`large`'s backward (76.96 ms) is shorter than its forward (78.68 ms)" in text
+    g["sanity"] = ["", "", "", "suspect: noisy"]
+    g["sanity_scope"] = ["", "", "", "time"]
+    text = answers.phase_sentence(d, g, "bf16", 512, hb)
+    assert "backward 1.58× (`medium`) the forward time (1 point left out: suspect, see its " in text
+    assert "note; 1 point left out: suspect, see Suspect numbers)" in text

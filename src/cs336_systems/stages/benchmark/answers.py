@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from cs336_systems.core.costs import PATH_LABEL
-from cs336_systems.core.results import text_column
+from cs336_systems.core.results import is_suspect, text_column
 from cs336_systems.reporting import questions, sanity
 from cs336_systems.reporting.analysis import (
     faster_or_slower,
@@ -422,14 +422,30 @@ def phase_sentence(
     optimizer's share, backward over forward and what the three phases add up to. A host-bound
     size (`hb`: every mode, phase and precision of a point where the rule fired) is left out of
     all three alike; sizes where Q1 disagrees leave the ratio; a backward shorter than its
-    forward is explained or flagged."""
+    forward is explained or flagged. A suspect size leaves the ratio (named by count): one
+    whose backward phase is shorter than its forward (`backward_shorter` flags it) and one the
+    sanity checks doubt the times of (`g`'s `sanity` column, where it has one)."""
     host = host_sizes(hb, prec, ctx) & set(g.index)
     kept = g.drop(index=[x for x in g.index if x in host])
     share = kept["opt_ms_median"] / kept["step_ms_median"]
     ratio = kept["bwd_ms_median"] / kept["fwd_ms_median"]
+    low = ratio.index[ratio < 1]
+    doubted = kept.index[is_suspect(kept, "time").to_numpy()].difference(low)
+    ratio = ratio.drop(index=[*low, *doubted])
+    out = "; ".join(
+        x
+        for x in (
+            _short_clause(len(low)),
+            f"{plural(len(doubted), 'point')} left out: suspect, see Suspect numbers"
+            if len(doubted)
+            else "",
+        )
+        if x
+    )
+    out = f" ({out})" if out else ""
     left = (
         f" ({', '.join(f'`{x}`' for x in sorted(host))} left out of each of these: host-bound, "
-        "see below)"
+        "see above)"
         if host
         else ""
     )
@@ -439,9 +455,9 @@ def phase_sentence(
         f"{prec}{left}: the optimizer step takes "
         + (f"{_spread(share, pct)} of the training step, " if len(share) else "– of the step, ")
         + (
-            f"backward {_spread(ratio, lambda v: f'{v:.2f}×')} the forward time{clause}, "
+            f"backward {_spread(ratio, lambda v: f'{v:.2f}×')} the forward time{out}{clause}, "
             if len(ratio)
-            else f"backward/forward not given{clause}, "
+            else f"backward/forward not given{out}{clause}, "
         )
         + "and "
         + _sum_clause(g, host)
