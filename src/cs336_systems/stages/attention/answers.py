@@ -222,14 +222,16 @@ def _loose_passes(r) -> list[str]:
     return [f"{w} {v:.0%}" for w, v in spread.items() if v > NOISY_SPREAD]
 
 
-def noisy_points(ok: pd.DataFrame) -> list[str]:
-    """'d=16 n=64 (forward 54%)' for each point where a pass's std passes NOISY_SPREAD of its
-    mean, naming those passes and their std as a share of the mean."""
-    out = []
-    for _, r in ok.iterrows():
-        if loose := _loose_passes(r):
-            out.append(f"d={r['d_head']} n={r['seq_len']} ({', '.join(loose)})")
-    return out
+def split_noisy(ok: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """(the points whose passes are steady, 'd=16 n=64 (forward 54%)' for each other point: a
+    pass's std passes NOISY_SPREAD of its mean, named with its std as a share of the mean)."""
+    loose = [_loose_passes(r) for _, r in ok.iterrows()]
+    noisy = [
+        f"d={r['d_head']} n={r['seq_len']} ({', '.join(passes)})"
+        for (_, r), passes in zip(ok.iterrows(), loose, strict=True)
+        if passes
+    ]
+    return ok[[not passes for passes in loose]], noisy
 
 
 def bwd_fwd_sentence(df: pd.DataFrame) -> str:
@@ -241,8 +243,7 @@ def bwd_fwd_sentence(df: pd.DataFrame) -> str:
     if len(ok) == 0:
         return ""
     work = "twice the matmul work (dQ, dK from dS; dV, dP from dO)"
-    noisy = noisy_points(ok)
-    steady = ok[[not _loose_passes(r) for _, r in ok.iterrows()]]
+    steady, noisy = split_noisy(ok)
     if noisy and len(steady) < 2:
         return _bwd_fwd_head(ok, "eager points") + (
             f": loose, since a pass's std passes {NOISY_SPREAD:.0%} of its mean at "

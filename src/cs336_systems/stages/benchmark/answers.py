@@ -432,17 +432,7 @@ def phase_sentence(
     low = ratio.index[ratio < 1]
     doubted = kept.index[is_suspect(kept, "time").to_numpy()].difference(low)
     ratio = ratio.drop(index=[*low, *doubted])
-    out = "; ".join(
-        x
-        for x in (
-            _short_clause(len(low)),
-            f"{plural(len(doubted), 'point')} left out: suspect, see Suspect numbers"
-            if len(doubted)
-            else "",
-        )
-        if x
-    )
-    out = f" ({out})" if out else ""
+    out = _left_out((len(low), SHORT_WHY), (len(doubted), "suspect, see Suspect numbers"))
     left = (
         f" ({', '.join(f'`{x}`' for x in sorted(host))} left out of each of these: host-bound, "
         "see above)"
@@ -519,8 +509,14 @@ def backward_short(r: pd.DataFrame) -> pd.Series:
     return r["ratio"] < 1
 
 
-def _short_clause(n: int) -> str:
-    return f"{plural(n, 'point')} left out: suspect, see its note" if n else ""
+# why a point whose backward is shorter than its forward is left out of a ratio
+SHORT_WHY = "suspect, see its note"
+
+
+def _left_out(*counted: tuple[int, str]) -> str:
+    """' (1 point left out: suspect, see its note; ...)' for each (count, why) with a count."""
+    said = [f"{plural(n, 'point')} left out: {why}" for n, why in counted if n]
+    return f" ({'; '.join(said)})" if said else ""
 
 
 def backward_sentences(r: pd.DataFrame, dropped: pd.DataFrame) -> dict[str, str]:
@@ -531,10 +527,10 @@ def backward_sentences(r: pd.DataFrame, dropped: pd.DataFrame) -> dict[str, str]
     for prec, g in r.groupby("precision"):
         kept = g[~backward_short(g)]
         n_out = int((dropped["precision"] == prec).sum()) - len(g)
-        host = f"{plural(n_out, 'point')} left out: suspect or host-bound" if n_out else ""
-        left = "; ".join(x for x in (_short_clause(len(g) - len(kept)), host) if x)
         text = range_sentence(kept["ratio"], "size/context point") if len(kept) else "–"
-        out[prec] = text + (f" ({left})" if left else "")
+        out[prec] = text + _left_out(
+            (len(g) - len(kept), SHORT_WHY), (n_out, "suspect or host-bound")
+        )
     return out
 
 
@@ -564,11 +560,10 @@ def backward_extremes(r: pd.DataFrame) -> str:
         return ""
     hi = kept.loc[kept["ratio"].idxmax()]
     lo = kept.loc[kept["ratio"].idxmin()]
-    left = _short_clause(len(r) - len(kept))
     return (
         f"the largest ratio is {hi.ratio:.2f}× ({hi['size']}, context {hi.context_length}, "
         f"{hi.precision}) and the smallest {lo.ratio:.2f}× ({lo['size']}, context "
-        f"{lo.context_length}, {lo.precision})" + (f" ({left})" if left else "")
+        f"{lo.context_length}, {lo.precision})" + _left_out((len(r) - len(kept), SHORT_WHY))
     )
 
 
